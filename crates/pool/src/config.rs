@@ -1,0 +1,85 @@
+//! The pool configuration kept in every device label: which devices form the pool and
+//! how. Stored as UTF-8 JSON in the label's config area (see `vdev::label` and
+//! `docs/format.md`). It changes only when the topology or the pool state does
+//! (create, export, import, replace, destroy).
+
+use serde::{Deserialize, Serialize};
+
+pub const CONFIG_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolState {
+    Active,
+    Exported,
+    Destroyed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeafConfig {
+    pub guid: u64,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopConfig {
+    pub id: u32,
+    /// "disk", "mirror", "raidz1", "raidz2", "raidz3".
+    pub layout: String,
+    pub children: Vec<LeafConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolConfig {
+    pub version: u32,
+    pub name: String,
+    pub guid: u64,
+    pub state: PoolState,
+    /// Bumped on every config rewrite; import trusts the highest.
+    pub config_txg: u64,
+    pub vdevs: Vec<TopConfig>,
+    #[serde(default)]
+    pub log: Vec<LeafConfig>,
+    #[serde(default)]
+    pub cache: Vec<LeafConfig>,
+    /// The device this copy was written to (set per label).
+    #[serde(default)]
+    pub this_guid: u64,
+}
+
+impl PoolConfig {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("config serialises")
+    }
+    pub fn from_bytes(b: &[u8]) -> Option<PoolConfig> {
+        let c: PoolConfig = serde_json::from_slice(b).ok()?;
+        (c.version == CONFIG_VERSION).then_some(c)
+    }
+    pub fn all_leaves(&self) -> impl Iterator<Item = &LeafConfig> {
+        self.vdevs
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .chain(self.log.iter())
+            .chain(self.cache.iter())
+    }
+}
+
+/// A fresh random 64-bit identifier (pool and device guids).
+pub fn new_guid() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    let g = h.finish();
+    if g == 0 {
+        1
+    } else {
+        g
+    }
+}

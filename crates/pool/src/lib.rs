@@ -1,0 +1,45 @@
+//! shoal's storage pool: block pointers, checksums, compression, allocation,
+//! transaction groups, uberblocks, the ARC and object sets. It knows blocks and
+//! objects, never NFS.
+
+pub mod alloc;
+pub mod arc;
+pub mod blkptr;
+pub mod checksum;
+pub mod compress;
+pub mod config;
+pub mod dnode;
+pub mod objset;
+pub mod pool;
+pub mod prefetch;
+pub mod spacelog;
+pub mod storage;
+pub mod uberblock;
+
+pub use pool::{Pool, PoolOptions, PoolStatus};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("I/O error: {0}")]
+    Io(String),
+    #[error("checksum error: {0}")]
+    Checksum(String),
+    #[error("corrupt metadata: {0}")]
+    Corrupt(String),
+    #[error("out of space")]
+    NoSpace,
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("already exists: {0}")]
+    Exists(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("pool is suspended after an I/O failure: {0}")]
+    Suspended(String),
+}
+
+impl From<std::io::Error> for PoolError {
+    fn from(e: std::io::Error) -> Self {
+        PoolError::Io(e.to_string())
+    }
+}

@@ -1,0 +1,1023 @@
+//! Object sets: numbered objects, each a sparse array of equal-size blocks under a tree
+//! of indirect blocks, with changes grouped into transaction groups.
+//!
+//! Each object's changes go to its *open* dirty set. When the pool quiesces a txg, every
+//! open set becomes the *syncing* set and a fresh open set starts; the sync writes the
+//! syncing sets (data blocks in parallel, then indirect blocks bottom-up, then the dnode
+//! array, then the object set's root block) and installs the new tree roots. Readers look
+//! at the open set, then the syncing set, then the committed tree, so they always see
+//! their own writes and never a half-written tree.
+//!
+//! Invariants:
+//! - Nothing is written in place: every rewritten block gets new space and the old
+//!   version is freed (deferred) in the same txg.
+//! - A txg's on-disk state contains exactly the changes made before its quiesce: the
+//!   dnode attributes written are those captured at quiesce, never later ones.
+//! - Object ids are never reused within an object set (the next id only grows).
+//!
+//! Object set root block (4 KiB logical, little-endian): bytes 0..512 the meta-dnode
+//! (object 0: the dnode array); 512..520 magic `SHOALOS\0`; 520..524 version (1);
+//! 524..528 reserved; 528..536 next object id; the rest zero.
+
+use crate::arc::AccessKind;
+use crate::blkptr::{BlockPointer, BlockType, BLKPTR_SIZE};
+use crate::checksum::ChecksumKind;
+use crate::compress::Compression;
+use crate::dnode::*;
+use crate::storage::{BlockSpec, Storage};
+use crate::PoolError;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub const OBJSET_ROOT_SIZE: usize = 4096;
+const OBJSET_MAGIC: &[u8; 8] = b"SHOALOS\0";
+const OBJSET_VERSION: u32 = 1;
+/// Parallel writers of data blocks during a sync.
+const SYNC_WRITERS: usize = 4;
+
+type Bytes = Arc<Vec<u8>>;
+
+#[derive(Debug, Default, Clone)]
+struct DirtySet {
+    /// Block id -> new contents (`None` = hole).
+    blocks: BTreeMap<u64, Option<Bytes>>,
+    /// Block id ranges punched to holes; applied before `blocks`.
+    range_frees: Vec<(u64, u64)>,
+    dnode_dirty: bool,
+    freed: bool,
+    /// Attributes as of quiesce (set when the set becomes the syncing set).
+    snapshot: Option<Dnode>,
+}
+
+impl DirtySet {
+    fn is_empty(&self) -> bool {
+        self.blocks.is_empty() && self.range_frees.is_empty() && !self.dnode_dirty && !self.freed
+    }
+    fn covers_free(&self, blkid: u64) -> bool {
+        self.range_frees
+            .iter()
+            .any(|&(s, e)| blkid >= s && blkid < e)
+    }
+}
+
+#[derive(Debug)]
+struct ObjectState {
+    /// Latest attributes; `root` and `levels` are the committed tree's.
+    dnode: Dnode,
+    open: DirtySet,
+    syncing: Option<DirtySet>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    meta: Dnode,
+    objects: HashMap<u64, ObjectState>,
+    next_object: u64,
+    open_dirty: BTreeSet<u64>,
+    syncing_dirty: Vec<u64>,
+    syncing_next_object: u64,
+    root_bp: BlockPointer,
+}
+
+/// Where a block's current contents come from.
+enum Source {
+    Mem(Bytes),
+    Zero,
+    Tree(BlockPointer, u8),
+}
+
+/// Public facts about one object.
+#[derive(Debug, Clone)]
+pub struct ObjectInfo {
+    pub object_type: u8,
+    pub block_size: u32,
+    pub nblocks: u64,
+    pub generation: u64,
+    pub bonus: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct Objset {
+    pub id: u64,
+    inner: Mutex<Inner>,
+}
+
+fn meta_dnode() -> Dnode {
+    Dnode::new(
+        1,
+        DNODE_BLOCK_SIZE,
+        Compression::Lz4,
+        ChecksumKind::Fletcher4,
+    )
+}
+
+impl Objset {
+    pub fn new_empty(id: u64) -> Objset {
+        Objset {
+            id,
+            inner: Mutex::new(Inner {
+                meta: meta_dnode(),
+                objects: HashMap::new(),
+                next_object: 1,
+                open_dirty: BTreeSet::new(),
+                syncing_dirty: Vec::new(),
+                syncing_next_object: 1,
+                root_bp: BlockPointer::HOLE,
+            }),
+        }
+    }
+
+    /// Opens an object set from its root block.
+    pub fn open(st: &Storage, id: u64, root_bp: BlockPointer) -> Result<Objset, PoolError> {
+        if root_bp.is_hole() {
+            return Ok(Objset::new_empty(id));
+        }
+        if root_bp.block_type != BlockType::ObjsetRoot {
+            return Err(PoolError::Corrupt(
+                "object set root has the wrong block type".into(),
+            ));
+        }
+        let block = st.read_block(&root_bp)?;
+        let b = block.bytes();
+        if b.len() != OBJSET_ROOT_SIZE || &b[512..520] != OBJSET_MAGIC {
+            return Err(PoolError::Corrupt("object set root: bad magic".into()));
+        }
+        let version = u32::from_le_bytes(b[520..524].try_into().unwrap());
+        if version != OBJSET_VERSION {
+            return Err(PoolError::Corrupt(format!(
+                "object set version {version} unsupported"
+            )));
+        }
+        let meta = Dnode::decode(&b[0..512])?;
+        let next_object = u64::from_le_bytes(b[528..536].try_into().unwrap());
+        Ok(Objset {
+            id,
+            inner: Mutex::new(Inner {
+                meta,
+                objects: HashMap::new(),
+                next_object,
+                open_dirty: BTreeSet::new(),
+                syncing_dirty: Vec::new(),
+                syncing_next_object: next_object,
+                root_bp,
+            }),
+        })
+    }
+
+    pub fn root_bp(&self) -> BlockPointer {
+        self.inner.lock().unwrap().root_bp
+    }
+
+    pub fn has_open_changes(&self) -> bool {
+        let inner = self.inner.lock().unwrap();
+        !inner.open_dirty.is_empty()
+    }
+
+    fn load<'a>(
+        st: &Storage,
+        inner: &'a mut Inner,
+        obj: u64,
+    ) -> Result<&'a mut ObjectState, PoolError> {
+        if obj == 0 || obj >= inner.next_object {
+            return Err(PoolError::NotFound(format!("object {obj}")));
+        }
+        if !inner.objects.contains_key(&obj) {
+            let dnode = read_dnode(st, &inner.meta, obj)?;
+            if dnode.is_free() {
+                return Err(PoolError::NotFound(format!("object {obj}")));
+            }
+            inner.objects.insert(
+                obj,
+                ObjectState {
+                    dnode,
+                    open: DirtySet::default(),
+                    syncing: None,
+                },
+            );
+        }
+        let state = inner.objects.get_mut(&obj).unwrap();
+        if state.dnode.is_free() || state.open.freed {
+            return Err(PoolError::NotFound(format!("object {obj}")));
+        }
+        Ok(state)
+    }
+
+    pub fn create_object(
+        &self,
+        object_type: u8,
+        block_size: u32,
+        compression: Compression,
+        checksum: ChecksumKind,
+    ) -> Result<u64, PoolError> {
+        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) || block_size % 512 != 0 {
+            return Err(PoolError::InvalidArgument(format!(
+                "block size {block_size} must be a multiple of 512 from 512 to 1M"
+            )));
+        }
+        if object_type == 0 {
+            return Err(PoolError::InvalidArgument(
+                "object type 0 is reserved".into(),
+            ));
+        }
+        let mut inner = self.inner.lock().unwrap();
+        let obj = inner.next_object;
+        inner.next_object += 1;
+        let mut open = DirtySet::default();
+        open.dnode_dirty = true;
+        let dnode = Dnode::new(object_type, block_size, compression, checksum);
+        inner.objects.insert(
+            obj,
+            ObjectState {
+                dnode,
+                open,
+                syncing: None,
+            },
+        );
+        inner.open_dirty.insert(obj);
+        Ok(obj)
+    }
+
+    pub fn info(&self, st: &Storage, obj: u64) -> Result<ObjectInfo, PoolError> {
+        let mut inner = self.inner.lock().unwrap();
+        let s = Self::load(st, &mut inner, obj)?;
+        Ok(ObjectInfo {
+            object_type: s.dnode.object_type,
+            block_size: s.dnode.block_size,
+            nblocks: s.dnode.nblocks,
+            generation: s.dnode.generation,
+            bonus: s.dnode.bonus.clone(),
+        })
+    }
+
+    pub fn set_bonus(
+        &self,
+        st: &Storage,
+        obj: u64,
+        bonus: &[u8],
+        generation: Option<u64>,
+    ) -> Result<(), PoolError> {
+        if bonus.len() > BONUS_MAX {
+            return Err(PoolError::InvalidArgument(format!(
+                "bonus of {} bytes exceeds {BONUS_MAX}",
+                bonus.len()
+            )));
+        }
+        let mut inner = self.inner.lock().unwrap();
+        let s = Self::load(st, &mut inner, obj)?;
+        s.dnode.bonus = bonus.to_vec();
+        if let Some(g) = generation {
+            s.dnode.generation = g;
+        }
+        s.open.dnode_dirty = true;
+        inner.open_dirty.insert(obj);
+        Ok(())
+    }
+
+    pub fn free_object(&self, st: &Storage, obj: u64) -> Result<(), PoolError> {
+        let mut inner = self.inner.lock().unwrap();
+        let s = Self::load(st, &mut inner, obj)?;
+        s.open = DirtySet {
+            freed: true,
+            ..DirtySet::default()
+        };
+        inner.open_dirty.insert(obj);
+        Ok(())
+    }
+
+    fn source_of(s: &ObjectState, blkid: u64) -> Source {
+        if let Some(b) = s.open.blocks.get(&blkid) {
+            return b.clone().map(Source::Mem).unwrap_or(Source::Zero);
+        }
+        if s.open.covers_free(blkid) {
+            return Source::Zero;
+        }
+        if let Some(sync) = &s.syncing {
+            if let Some(b) = sync.blocks.get(&blkid) {
+                return b.clone().map(Source::Mem).unwrap_or(Source::Zero);
+            }
+            if sync.covers_free(blkid) {
+                return Source::Zero;
+            }
+        }
+        if s.dnode.levels == 0 {
+            return Source::Zero;
+        }
+        Source::Tree(s.dnode.root, s.dnode.levels)
+    }
+
+    /// Reads `len` bytes at `offset`; holes and unwritten blocks read as zeros.
+    pub fn read(
+        &self,
+        st: &Storage,
+        obj: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, PoolError> {
+        let mut out = vec![0u8; len];
+        if len == 0 {
+            return Ok(out);
+        }
+        let (bs, plan) = {
+            let mut inner = self.inner.lock().unwrap();
+            let s = Self::load(st, &mut inner, obj)?;
+            let bs = s.dnode.block_size as u64;
+            let first = offset / bs;
+            let last = (offset + len as u64 - 1) / bs;
+            let plan: Vec<(u64, Source)> =
+                (first..=last).map(|b| (b, Self::source_of(s, b))).collect();
+            (bs, plan)
+        };
+        for (blkid, source) in plan {
+            let block_start = blkid * bs;
+            let from = offset.max(block_start);
+            let to = (offset + len as u64).min(block_start + bs);
+            let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
+            let src_range = (from - block_start) as usize..(to - block_start) as usize;
+            match source {
+                Source::Zero => {}
+                Source::Mem(b) => dst.copy_from_slice(&b[src_range]),
+                Source::Tree(root, levels) => {
+                    if let Some(block) =
+                        read_tree_block(st, root, levels, blkid, AccessKind::Demand)?
+                    {
+                        dst.copy_from_slice(&block.bytes()[src_range]);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Block ids of `obj` that hold data in the committed tree, within `[start, end)`,
+    /// for read-ahead: (root, levels) as of now.
+    pub fn tree_of(&self, st: &Storage, obj: u64) -> Result<(BlockPointer, u8, u32), PoolError> {
+        let mut inner = self.inner.lock().unwrap();
+        let s = Self::load(st, &mut inner, obj)?;
+        Ok((s.dnode.root, s.dnode.levels, s.dnode.block_size))
+    }
+
+    /// Writes `data` at `offset`. Returns the bytes newly dirtied (for the write throttle).
+    pub fn write(
+        &self,
+        st: &Storage,
+        obj: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u64, PoolError> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let mut inner = self.inner.lock().unwrap();
+        let s = Self::load(st, &mut inner, obj)?;
+        let bs = s.dnode.block_size as u64;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| PoolError::InvalidArgument("offset overflow".into()))?;
+        let last = (end - 1) / bs;
+        if levels_for(last + 1) > MAX_LEVELS {
+            return Err(PoolError::InvalidArgument(
+                "write beyond the largest object size".into(),
+            ));
+        }
+        let mut dirtied = 0;
+        let mut blkid = offset / bs;
+        while blkid * bs < end {
+            let block_start = blkid * bs;
+            let from = offset.max(block_start);
+            let to = end.min(block_start + bs);
+            let src = &data[(from - offset) as usize..(to - offset) as usize];
+            let contents = if from == block_start && to == block_start + bs {
+                src.to_vec()
+            } else {
+                let mut base = match Self::source_of(s, blkid) {
+                    Source::Mem(b) => b.as_ref().clone(),
+                    Source::Zero => vec![0u8; bs as usize],
+                    Source::Tree(root, levels) => {
+                        match read_tree_block(st, root, levels, blkid, AccessKind::Demand)? {
+                            Some(b) => b.bytes().to_vec(),
+                            None => vec![0u8; bs as usize],
+                        }
+                    }
+                };
+                base[(from - block_start) as usize..(to - block_start) as usize]
+                    .copy_from_slice(src);
+                base
+            };
+            if s.open
+                .blocks
+                .insert(blkid, Some(Arc::new(contents)))
+                .is_none()
+            {
+                dirtied += bs;
+            }
+            blkid += 1;
+        }
+        if last + 1 > s.dnode.nblocks {
+            s.dnode.nblocks = last + 1;
+            s.open.dnode_dirty = true;
+        }
+        inner.open_dirty.insert(obj);
+        Ok(dirtied)
+    }
+
+    /// Punches whole blocks inside `[offset, offset+len)` to holes and zeroes the
+    /// partial blocks at either end.
+    pub fn free_range(
+        &self,
+        st: &Storage,
+        obj: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), PoolError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let bs = {
+            let mut inner = self.inner.lock().unwrap();
+            Self::load(st, &mut inner, obj)?.dnode.block_size as u64
+        };
+        let end = offset.saturating_add(len);
+        let first_full = offset.div_ceil(bs);
+        let last_full = end / bs; // exclusive
+        if first_full >= last_full {
+            let zeros = vec![0u8; (end - offset) as usize];
+            self.write(st, obj, offset, &zeros)?;
+            return Ok(());
+        }
+        if offset < first_full * bs {
+            self.write(
+                st,
+                obj,
+                offset,
+                &vec![0u8; (first_full * bs - offset) as usize],
+            )?;
+        }
+        if end > last_full * bs {
+            self.write(
+                st,
+                obj,
+                last_full * bs,
+                &vec![0u8; (end - last_full * bs) as usize],
+            )?;
+        }
+        let mut inner = self.inner.lock().unwrap();
+        let s = Self::load(st, &mut inner, obj)?;
+        let doomed: Vec<u64> = s
+            .open
+            .blocks
+            .range(first_full..last_full)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in doomed {
+            s.open.blocks.remove(&k);
+        }
+        s.open.range_frees.push((first_full, last_full));
+        inner.open_dirty.insert(obj);
+        Ok(())
+    }
+
+    /// Moves every open change to the syncing state. Called with the pool's txg gate
+    /// held exclusively, after the previous sync finished. Returns true if anything is
+    /// to be synced.
+    pub fn quiesce(&self) -> bool {
+        let mut inner = self.inner.lock().unwrap();
+        assert!(
+            inner.syncing_dirty.is_empty(),
+            "quiesce while a sync is in progress"
+        );
+        let dirty = std::mem::take(&mut inner.open_dirty);
+        inner.syncing_next_object = inner.next_object;
+        for &obj in &dirty {
+            let s = inner.objects.get_mut(&obj).expect("dirty object is loaded");
+            assert!(s.syncing.is_none());
+            let mut set = std::mem::take(&mut s.open);
+            if set.is_empty() {
+                continue;
+            }
+            let mut snap = s.dnode.clone();
+            if set.freed {
+                snap = Dnode::free_slot();
+            }
+            set.snapshot = Some(snap);
+            s.syncing = Some(set);
+        }
+        inner.syncing_dirty = dirty
+            .into_iter()
+            .filter(|o| inner.objects[o].syncing.is_some())
+            .collect();
+        !inner.syncing_dirty.is_empty()
+    }
+
+    /// Writes the syncing changes as part of `txg`; returns the new root block pointer.
+    pub fn sync(&self, st: &Storage, txg: u64) -> Result<BlockPointer, PoolError> {
+        // 1. Collect the work.
+        let jobs: Vec<(u64, DirtySet, BlockPointer, u8)> = {
+            let inner = self.inner.lock().unwrap();
+            inner
+                .syncing_dirty
+                .iter()
+                .map(|&obj| {
+                    let s = &inner.objects[&obj];
+                    (
+                        obj,
+                        s.syncing.clone().unwrap(),
+                        s.dnode.root,
+                        s.dnode.levels,
+                    )
+                })
+                .collect()
+        };
+        if jobs.is_empty() {
+            return Ok(self.root_bp());
+        }
+
+        // 2. Data blocks, in parallel.
+        let mut writes: Vec<(usize, u64, Bytes, BlockSpec)> = Vec::new();
+        for (j, (_, set, _, _)) in jobs.iter().enumerate() {
+            let snap = set.snapshot.as_ref().unwrap();
+            for (&blkid, contents) in &set.blocks {
+                if let Some(data) = contents {
+                    let spec = BlockSpec {
+                        block_type: BlockType::Data,
+                        level: 0,
+                        compression: snap.compression,
+                        checksum: snap.checksum,
+                        copies: 1,
+                        fill: 1,
+                    };
+                    writes.push((j, blkid, data.clone(), spec));
+                }
+            }
+        }
+        let written = write_parallel(st, txg, &writes)?;
+        let mut data_bps: Vec<BTreeMap<u64, BlockPointer>> = vec![BTreeMap::new(); jobs.len()];
+        for ((j, blkid, _, _), bp) in writes.iter().zip(written) {
+            data_bps[*j].insert(*blkid, bp);
+        }
+
+        // 3. Trees, one object at a time.
+        let mut results: Vec<(u64, Dnode)> = Vec::with_capacity(jobs.len());
+        for (j, (obj, set, root, levels)) in jobs.iter().enumerate() {
+            let mut snap = set.snapshot.clone().unwrap();
+            if set.freed {
+                free_tree(st, *root, *levels, txg)?;
+                results.push((*obj, Dnode::free_slot()));
+                continue;
+            }
+            let mut updates: BTreeMap<u64, BlockPointer> = BTreeMap::new();
+            for &(s, e) in &set.range_frees {
+                for blkid in existing_blocks(st, *root, *levels, s, e)? {
+                    updates.insert(blkid, BlockPointer::HOLE);
+                }
+            }
+            for (&blkid, contents) in &set.blocks {
+                let bp = if contents.is_some() {
+                    data_bps[j][&blkid]
+                } else {
+                    BlockPointer::HOLE
+                };
+                updates.insert(blkid, bp);
+            }
+            let nblocks = snap
+                .nblocks
+                .max(updates.keys().next_back().map_or(0, |b| b + 1));
+            let (new_root, new_levels) = update_tree(st, txg, *root, *levels, nblocks, updates)?;
+            snap.root = new_root;
+            snap.levels = new_levels;
+            snap.nblocks = nblocks;
+            results.push((*obj, snap));
+        }
+
+        // 4. Dnode array (object 0).
+        let (meta, next_object, old_root) = {
+            let inner = self.inner.lock().unwrap();
+            (inner.meta.clone(), inner.syncing_next_object, inner.root_bp)
+        };
+        let mut by_block: BTreeMap<u64, Vec<(usize, Dnode)>> = BTreeMap::new();
+        for (obj, d) in &results {
+            by_block
+                .entry(obj / DNODES_PER_BLOCK)
+                .or_default()
+                .push(((obj % DNODES_PER_BLOCK) as usize, d.clone()));
+        }
+        let mut meta_updates: BTreeMap<u64, BlockPointer> = BTreeMap::new();
+        for (blkid, slots) in by_block {
+            let mut block =
+                match read_tree_block(st, meta.root, meta.levels, blkid, AccessKind::Demand)? {
+                    Some(b) => b.bytes().to_vec(),
+                    None => vec![0u8; DNODE_BLOCK_SIZE as usize],
+                };
+            for (slot, d) in slots {
+                d.encode(&mut block[slot * DNODE_SIZE..(slot + 1) * DNODE_SIZE]);
+            }
+            let bp = if block.iter().all(|&b| b == 0) {
+                BlockPointer::HOLE
+            } else {
+                let mut spec = BlockSpec::metadata(BlockType::Dnodes, 0);
+                spec.fill = 1;
+                st.write_block(&block, spec, txg, true)?
+            };
+            meta_updates.insert(blkid, bp);
+        }
+        let meta_nblocks = meta
+            .nblocks
+            .max(meta_updates.keys().next_back().map_or(0, |b| b + 1));
+        let (meta_root, meta_levels) =
+            update_tree(st, txg, meta.root, meta.levels, meta_nblocks, meta_updates)?;
+        let mut new_meta = meta.clone();
+        new_meta.root = meta_root;
+        new_meta.levels = meta_levels;
+        new_meta.nblocks = meta_nblocks;
+
+        // 5. Root block.
+        let mut rootblk = vec![0u8; OBJSET_ROOT_SIZE];
+        new_meta.encode(&mut rootblk[0..512]);
+        rootblk[512..520].copy_from_slice(OBJSET_MAGIC);
+        rootblk[520..524].copy_from_slice(&OBJSET_VERSION.to_le_bytes());
+        rootblk[528..536].copy_from_slice(&next_object.to_le_bytes());
+        let root_bp = st.write_block(
+            &rootblk,
+            BlockSpec::metadata(BlockType::ObjsetRoot, 0),
+            txg,
+            true,
+        )?;
+        st.free_block(&old_root, txg);
+
+        // 6. Install.
+        let mut inner = self.inner.lock().unwrap();
+        for (obj, d) in results {
+            if d.is_free() {
+                inner.objects.remove(&obj);
+                continue;
+            }
+            let s = inner.objects.get_mut(&obj).unwrap();
+            s.dnode.root = d.root;
+            s.dnode.levels = d.levels;
+            s.syncing = None;
+        }
+        inner.syncing_dirty.clear();
+        inner.meta = new_meta;
+        inner.root_bp = root_bp;
+        Ok(root_bp)
+    }
+
+    /// Drops cached objects that have no pending changes (memory bound for large sets).
+    pub fn evict_clean(&self, keep: usize) {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.objects.len() <= keep {
+            return;
+        }
+        let open = inner.open_dirty.clone();
+        inner
+            .objects
+            .retain(|o, s| open.contains(o) || s.syncing.is_some() || !s.open.is_empty());
+    }
+}
+
+fn write_parallel(
+    st: &Storage,
+    txg: u64,
+    writes: &[(usize, u64, Bytes, BlockSpec)],
+) -> Result<Vec<BlockPointer>, PoolError> {
+    let results: Vec<Mutex<Option<Result<BlockPointer, PoolError>>>> =
+        writes.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= writes.len() {
+            break;
+        }
+        let (_, _, data, spec) = &writes[i];
+        let r = if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+            Ok(BlockPointer::HOLE) // zero blocks become holes when compression is on
+        } else {
+            st.write_block(data, *spec, txg, true)
+        };
+        *results[i].lock().unwrap() = Some(r);
+    };
+    let threads = SYNC_WRITERS.min(writes.len());
+    if threads <= 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(work);
+            }
+        });
+    }
+    results
+        .into_iter()
+        .map(|m| m.into_inner().unwrap().unwrap())
+        .collect()
+}
+
+fn bp_at(block: &[u8], index: u64) -> Result<BlockPointer, PoolError> {
+    let o = index as usize * BLKPTR_SIZE;
+    BlockPointer::decode(&block[o..o + BLKPTR_SIZE])
+}
+
+fn check_child(parent_level: u8, bp: &BlockPointer) -> Result<(), PoolError> {
+    if !bp.is_hole() && bp.level + 1 != parent_level {
+        return Err(PoolError::Corrupt(format!(
+            "indirect block at level {parent_level} points to a level {} block",
+            bp.level
+        )));
+    }
+    Ok(())
+}
+
+/// Reads block `blkid` of a tree; `None` for a hole.
+pub fn read_tree_block(
+    st: &Storage,
+    root: BlockPointer,
+    levels: u8,
+    blkid: u64,
+    kind: AccessKind,
+) -> Result<Option<crate::storage::CachedBlock>, PoolError> {
+    if levels == 0 || root.is_hole() {
+        return Ok(None);
+    }
+    let span_shift = INDIRECT_SHIFT * (levels as u32 - 1);
+    if span_shift < 64 && (blkid >> span_shift) > 0 {
+        return Ok(None);
+    }
+    let mut bp = root;
+    for level in (1..levels).rev() {
+        let block = st.read_block(&bp)?;
+        let index = (blkid >> (INDIRECT_SHIFT * (level as u32 - 1))) & (BPS_PER_INDIRECT - 1);
+        if block.bytes().len() != INDIRECT_BLOCK_SIZE {
+            return Err(PoolError::Corrupt("indirect block of wrong size".into()));
+        }
+        bp = bp_at(block.bytes(), index)?;
+        check_child(level, &bp)?;
+        if bp.is_hole() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(st.read_block_as(&bp, kind)?))
+}
+
+/// Block ids in `[start, end)` that are not holes in the tree.
+pub fn existing_blocks(
+    st: &Storage,
+    root: BlockPointer,
+    levels: u8,
+    start: u64,
+    end: u64,
+) -> Result<Vec<u64>, PoolError> {
+    let mut out = Vec::new();
+    fn walk(
+        st: &Storage,
+        bp: BlockPointer,
+        level: u8,
+        base: u64,
+        start: u64,
+        end: u64,
+        out: &mut Vec<u64>,
+    ) -> Result<(), PoolError> {
+        if bp.is_hole() {
+            return Ok(());
+        }
+        if level == 0 {
+            if base >= start && base < end {
+                out.push(base);
+            }
+            return Ok(());
+        }
+        let span = 1u64 << (INDIRECT_SHIFT * level as u32);
+        if base >= end || base.saturating_add(span) <= start {
+            return Ok(());
+        }
+        let block = st.read_block(&bp)?;
+        let child_span = span >> INDIRECT_SHIFT;
+        for i in 0..BPS_PER_INDIRECT {
+            let child = bp_at(block.bytes(), i)?;
+            check_child(level, &child)?;
+            walk(st, child, level - 1, base + i * child_span, start, end, out)?;
+        }
+        Ok(())
+    }
+    if levels > 0 {
+        walk(st, root, levels - 1, 0, start, end, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Frees every block of a tree (object destroyed).
+fn free_tree(st: &Storage, root: BlockPointer, levels: u8, txg: u64) -> Result<(), PoolError> {
+    fn walk(st: &Storage, bp: BlockPointer, level: u8, txg: u64) -> Result<(), PoolError> {
+        if bp.is_hole() {
+            return Ok(());
+        }
+        if level > 0 {
+            let block = st.read_block(&bp)?;
+            for i in 0..BPS_PER_INDIRECT {
+                let child = bp_at(block.bytes(), i)?;
+                check_child(level, &child)?;
+                walk(st, child, level - 1, txg)?;
+            }
+        }
+        st.free_block(&bp, txg);
+        Ok(())
+    }
+    if levels > 0 {
+        walk(st, root, levels - 1, txg)?;
+    }
+    Ok(())
+}
+
+/// Applies level-0 `updates` (block id -> new pointer or hole) to a tree, rewriting
+/// every indirect block on their paths, freeing replaced blocks. Returns the new root.
+fn update_tree(
+    st: &Storage,
+    txg: u64,
+    old_root: BlockPointer,
+    old_levels: u8,
+    nblocks: u64,
+    updates: BTreeMap<u64, BlockPointer>,
+) -> Result<(BlockPointer, u8), PoolError> {
+    if updates.is_empty() {
+        return Ok((old_root, old_levels));
+    }
+    let levels = levels_for(nblocks).max(old_levels).max(1);
+    assert!(levels <= MAX_LEVELS);
+    // Modified indirect nodes: (level, index) -> (contents, pointer it replaces).
+    let mut nodes: BTreeMap<(u8, u64), (Vec<u8>, BlockPointer)> = BTreeMap::new();
+    let grown = levels > old_levels && old_levels > 0 && !old_root.is_hole();
+    if grown {
+        // The old root becomes entry 0 of a new node one level up.
+        let mut block = vec![0u8; INDIRECT_BLOCK_SIZE];
+        old_root.encode(&mut block[0..BLKPTR_SIZE]);
+        nodes.insert((old_levels, 0), (block, BlockPointer::HOLE));
+    }
+    let load_old = |level: u8, index: u64| -> Result<(Vec<u8>, BlockPointer), PoolError> {
+        if level >= old_levels || old_root.is_hole() {
+            return Ok((vec![0u8; INDIRECT_BLOCK_SIZE], BlockPointer::HOLE));
+        }
+        let root_level = old_levels - 1;
+        let shift = INDIRECT_SHIFT * (root_level - level) as u32;
+        if shift < 64 && (index >> shift) > 0 {
+            return Ok((vec![0u8; INDIRECT_BLOCK_SIZE], BlockPointer::HOLE));
+        }
+        let mut bp = old_root;
+        for l in ((level + 1)..=root_level).rev() {
+            if bp.is_hole() {
+                break;
+            }
+            let block = st.read_block(&bp)?;
+            let i = (index >> (INDIRECT_SHIFT * (l - level - 1) as u32)) & (BPS_PER_INDIRECT - 1);
+            bp = bp_at(block.bytes(), i)?;
+            check_child(l, &bp)?;
+        }
+        if bp.is_hole() {
+            return Ok((vec![0u8; INDIRECT_BLOCK_SIZE], BlockPointer::HOLE));
+        }
+        let block = st.read_block(&bp)?;
+        if block.bytes().len() != INDIRECT_BLOCK_SIZE {
+            return Err(PoolError::Corrupt("indirect block of wrong size".into()));
+        }
+        Ok((block.bytes().to_vec(), bp))
+    };
+
+    if levels == 1 {
+        // The root is data block 0 itself.
+        let new_root = updates[&0];
+        assert_eq!(updates.len(), 1);
+        if new_root != old_root {
+            st.free_block(&old_root, txg);
+        }
+        return Ok((new_root, 1));
+    }
+
+    let mut current = updates;
+    for level in 1..levels {
+        for (&idx, &bp) in &current {
+            let key = (level, idx >> INDIRECT_SHIFT);
+            if !nodes.contains_key(&key) {
+                let loaded = load_old(key.0, key.1)?;
+                nodes.insert(key, loaded);
+            }
+            let (block, _) = nodes.get_mut(&key).unwrap();
+            let slot = ((idx & (BPS_PER_INDIRECT - 1)) as usize) * BLKPTR_SIZE;
+            let old = BlockPointer::decode(&block[slot..slot + BLKPTR_SIZE])?;
+            if old != bp {
+                st.free_block(&old, txg);
+            }
+            bp.encode(&mut block[slot..slot + BLKPTR_SIZE]);
+        }
+        let mut next = BTreeMap::new();
+        let keys: Vec<(u8, u64)> = nodes
+            .range((level, 0)..=(level, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            let (block, replaced) = nodes.remove(&key).unwrap();
+            let mut fill = 0u64;
+            let mut empty = true;
+            for i in 0..BPS_PER_INDIRECT {
+                let child = bp_at(&block, i)?;
+                if !child.is_hole() {
+                    empty = false;
+                    fill += child.fill;
+                }
+            }
+            let bp = if empty {
+                BlockPointer::HOLE
+            } else {
+                let mut spec = BlockSpec::metadata(BlockType::Indirect, level);
+                spec.fill = fill;
+                st.write_block(&block, spec, txg, true)?
+            };
+            // The replaced version is freed when the parent slot is overwritten, except
+            // at the top, which has no parent.
+            if level == levels - 1 && !grown {
+                st.free_block(&replaced, txg);
+            }
+            let _ = replaced;
+            next.insert(key.1, bp);
+        }
+        current = next;
+    }
+    assert_eq!(current.len(), 1, "tree must converge to one root");
+    let root = current[&0];
+    Ok((root, levels))
+}
+
+/// Reads the dnode of `obj` from the committed dnode array.
+fn read_dnode(st: &Storage, meta: &Dnode, obj: u64) -> Result<Dnode, PoolError> {
+    let blkid = obj / DNODES_PER_BLOCK;
+    match read_tree_block(st, meta.root, meta.levels, blkid, AccessKind::Demand)? {
+        None => Ok(Dnode::free_slot()),
+        Some(block) => {
+            let slot = (obj % DNODES_PER_BLOCK) as usize;
+            if block.bytes().len() != DNODE_BLOCK_SIZE as usize {
+                return Err(PoolError::Corrupt("dnode block of wrong size".into()));
+            }
+            Dnode::decode(&block.bytes()[slot * DNODE_SIZE..(slot + 1) * DNODE_SIZE])
+        }
+    }
+}
+
+/// Every block pointer reachable from an object set root, for scrub and check.
+pub fn visit_objset(
+    st: &Storage,
+    root_bp: BlockPointer,
+    visit: &mut dyn FnMut(&BlockPointer) -> Result<(), PoolError>,
+) -> Result<(), PoolError> {
+    if root_bp.is_hole() {
+        return Ok(());
+    }
+    visit(&root_bp)?;
+    let block = st.read_block(&root_bp)?;
+    let meta = Dnode::decode(&block.bytes()[0..512])?;
+    let mut dnode_blocks: Vec<Vec<u8>> = Vec::new();
+    visit_tree(st, meta.root, meta.levels, &mut |bp, level| {
+        visit(bp)?;
+        if level == 0 {
+            dnode_blocks.push(st.read_block(bp)?.bytes().to_vec());
+        }
+        Ok(())
+    })?;
+    for block in dnode_blocks {
+        for slot in block.chunks(DNODE_SIZE) {
+            let d = Dnode::decode(slot)?;
+            if !d.is_free() {
+                visit_tree(st, d.root, d.levels, &mut |bp, _| visit(bp))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn visit_tree(
+    st: &Storage,
+    root: BlockPointer,
+    levels: u8,
+    visit: &mut dyn FnMut(&BlockPointer, u8) -> Result<(), PoolError>,
+) -> Result<(), PoolError> {
+    fn walk(
+        st: &Storage,
+        bp: BlockPointer,
+        level: u8,
+        visit: &mut dyn FnMut(&BlockPointer, u8) -> Result<(), PoolError>,
+    ) -> Result<(), PoolError> {
+        if bp.is_hole() {
+            return Ok(());
+        }
+        visit(&bp, level)?;
+        if level > 0 {
+            let block = st.read_block(&bp)?;
+            for i in 0..BPS_PER_INDIRECT {
+                let child = bp_at(block.bytes(), i)?;
+                check_child(level, &child)?;
+                walk(st, child, level - 1, visit)?;
+            }
+        }
+        Ok(())
+    }
+    if levels > 0 {
+        walk(st, root, levels - 1, visit)?;
+    }
+    Ok(())
+}

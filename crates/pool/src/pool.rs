@@ -1,0 +1,1465 @@
+//! A pool: create, import, export and destroy; the transaction group pipeline; the
+//! directory of object sets; status, scrub and check.
+//!
+//! Transaction groups: every change joins the *open* txg while holding the txg gate
+//! shared. The sync thread (every `txg_interval`, when dirty data passes
+//! `dirty_sync_bytes`, or on request) takes the gate exclusively for an instant to
+//! *quiesce* (the open changes become the syncing set, a new txg opens), then *syncs*
+//! without blocking writers: object sets, the directory block, the space log, a flush of
+//! every device, the uberblock into every label, a second flush. Writers wait only when
+//! the open txg holds `dirty_max_bytes`.
+//!
+//! Crash safety: see `uberblock.rs` for the commit order and `alloc.rs` for why the
+//! previous trees stay intact. After a crash, import finds the newest uberblock whose
+//! directory, object sets and space log all verify, and is exactly that txg.
+//!
+//! Directory block (logical, little-endian): 0..8 magic `SHOALDIR`; 8..12 version (1);
+//! 12..16 entry count u32; 16..24 next object set id u64; then per entry: id u64, root
+//! block pointer (128), name length u16, name (UTF-8), properties length u32,
+//! properties (UTF-8 JSON, owned by the file system layer).
+
+use crate::alloc::{Allocator, Extent};
+use crate::arc::ArcStats;
+use crate::blkptr::{BlockPointer, BlockType, BLKPTR_SIZE};
+use crate::checksum::ChecksumKind;
+use crate::compress::Compression;
+use crate::config::{new_guid, LeafConfig, PoolConfig, PoolState, TopConfig, CONFIG_VERSION};
+use crate::objset::{visit_objset, ObjectInfo, Objset};
+use crate::spacelog;
+use crate::storage::{BlockSpec, Storage};
+use crate::uberblock::{self, Uberblock};
+use crate::PoolError;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use vdev::label;
+use vdev::{Device, Health, Layout, Leaf, ReadMode, TopVdev};
+
+const DIR_MAGIC: &[u8; 8] = b"SHOALDIR";
+const DIR_VERSION: u32 = 1;
+const DIR_MAX_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    /// ARC bound; `None` = a quarter of physical memory.
+    pub arc_max_bytes: Option<u64>,
+    pub txg_interval: Duration,
+    /// Start a sync when the open txg holds this much dirty data.
+    pub dirty_sync_bytes: u64,
+    /// Writers wait when the open txg holds this much.
+    pub dirty_max_bytes: u64,
+    /// Run the background sync thread (tests may drive syncs by hand).
+    pub sync_thread: bool,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            arc_max_bytes: None,
+            txg_interval: Duration::from_secs(5),
+            dirty_sync_bytes: 256 << 20,
+            dirty_max_bytes: 1024 << 20,
+            sync_thread: true,
+        }
+    }
+}
+
+/// Physical memory in bytes (from /proc/meminfo), with a safe fallback.
+pub fn physical_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|kb| kb.parse::<u64>().ok())
+                })
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(4 << 30)
+}
+
+/// A device handed to create or import.
+#[derive(Debug, Clone)]
+pub struct DeviceArg {
+    pub path: String,
+    pub device: Arc<dyn Device>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TopArg {
+    pub layout: Layout,
+    pub devices: Vec<DeviceArg>,
+}
+
+#[derive(Debug)]
+struct DatasetEntry {
+    name: String,
+    props: String,
+    objset: Arc<Objset>,
+}
+
+#[derive(Debug)]
+struct TxgState {
+    open_txg: u64,
+    synced_txg: u64,
+    dirty_bytes: u64,
+    requested_txg: u64,
+    shutdown: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Committed {
+    txg: u64,
+    directory: BlockPointer,
+    spacelog_head: BlockPointer,
+    spacelog_len: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScrubSummary {
+    pub blocks: u64,
+    pub bytes: u64,
+    pub repaired_bytes: u64,
+    pub bad_copies: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    pub finished_at_txg: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScrubProgress {
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CheckReport {
+    pub blocks: u64,
+    pub referenced_bytes: u64,
+    pub allocated_bytes: u64,
+    pub deferred_bytes: u64,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeafStatus {
+    pub path: String,
+    pub guid: u64,
+    pub health: String,
+    pub io_mode: String,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub cksum_errors: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub repaired_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopStatus {
+    pub id: u32,
+    pub layout: String,
+    pub health: String,
+    pub capacity_bytes: u64,
+    pub free_bytes: u64,
+    pub children: Vec<LeafStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ArcStatus {
+    pub size_bytes: u64,
+    pub max_bytes: u64,
+    pub mru_bytes: u64,
+    pub mfu_bytes: u64,
+    pub target_mru_bytes: u64,
+    pub demand_hits: u64,
+    pub demand_misses: u64,
+    pub prefetch_hits: u64,
+    pub prefetch_misses: u64,
+}
+
+impl From<ArcStats> for ArcStatus {
+    fn from(s: ArcStats) -> Self {
+        ArcStatus {
+            size_bytes: s.size_bytes,
+            max_bytes: s.max_bytes,
+            mru_bytes: s.mru_bytes,
+            mfu_bytes: s.mfu_bytes,
+            target_mru_bytes: s.target_mru_bytes,
+            demand_hits: s.demand_hits,
+            demand_misses: s.demand_misses,
+            prefetch_hits: s.prefetch_hits,
+            prefetch_misses: s.prefetch_misses,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolStatus {
+    pub name: String,
+    pub guid: u64,
+    pub health: String,
+    pub txg: u64,
+    pub capacity_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    pub vdevs: Vec<TopStatus>,
+    pub log: Vec<LeafStatus>,
+    pub cache: Vec<LeafStatus>,
+    pub arc: ArcStatus,
+    pub suspended: Option<String>,
+    pub last_scrub: Option<ScrubSummary>,
+    pub unrecoverable_reads: u64,
+}
+
+pub struct Pool {
+    pub name: String,
+    pub guid: u64,
+    config: Mutex<PoolConfig>,
+    pub storage: Arc<Storage>,
+    log_leaves: Vec<Arc<Leaf>>,
+    cache_leaves: Vec<Arc<Leaf>>,
+    datasets: RwLock<BTreeMap<u64, DatasetEntry>>,
+    next_objset_id: Mutex<u64>,
+    pending_destroy: Mutex<Vec<BlockPointer>>,
+    directory_dirty: AtomicBool,
+    committed: Mutex<Committed>,
+    txg: Mutex<TxgState>,
+    txg_cv: Condvar,
+    gate: RwLock<()>,
+    sync_lock: Mutex<()>,
+    suspended: Mutex<Option<String>>,
+    sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    scrub_running: AtomicBool,
+    last_scrub: Mutex<Option<ScrubSummary>>,
+    opts: PoolOptions,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("name", &self.name)
+            .field("guid", &self.guid)
+            .finish()
+    }
+}
+
+fn valid_pool_name(name: &str) -> Result<(), PoolError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(PoolError::InvalidArgument(format!(
+            "pool name '{name}' must start with a letter and use only letters, digits, _ - . : (at most 64)"
+        )))
+    }
+}
+
+fn layout_from_name(name: &str) -> Option<Layout> {
+    Some(match name {
+        "disk" => Layout::Disk,
+        "mirror" => Layout::Mirror,
+        "raidz1" | "raidz" => Layout::RaidZ { nparity: 1 },
+        "raidz2" => Layout::RaidZ { nparity: 2 },
+        "raidz3" => Layout::RaidZ { nparity: 3 },
+        _ => return None,
+    })
+}
+
+fn leaf_status(l: &Leaf) -> LeafStatus {
+    let c = l.counters();
+    LeafStatus {
+        path: l.path.clone(),
+        guid: l.guid,
+        health: l.health().name().into(),
+        io_mode: l
+            .io_mode()
+            .map(|m| m.name().to_string())
+            .unwrap_or_else(|| "-".into()),
+        read_errors: c.read_errors,
+        write_errors: c.write_errors,
+        cksum_errors: c.cksum_errors,
+        read_ops: c.read_ops,
+        write_ops: c.write_ops,
+        read_bytes: c.read_bytes,
+        write_bytes: c.write_bytes,
+        repaired_bytes: c.repaired_bytes,
+    }
+}
+
+/// Devices already carrying a live pool's label are refused.
+fn check_device_free(arg: &DeviceArg) -> Result<(), PoolError> {
+    if arg.device.size_bytes() < label::MIN_DEVICE_BYTES {
+        return Err(PoolError::InvalidArgument(format!(
+            "device {} is {} bytes; the minimum is {} (64 MiB)",
+            arg.path,
+            arg.device.size_bytes(),
+            label::MIN_DEVICE_BYTES
+        )));
+    }
+    if let Ok(Some(bytes)) = label::read_any_config(&*arg.device) {
+        if let Some(cfg) = PoolConfig::from_bytes(&bytes) {
+            if cfg.state != PoolState::Destroyed {
+                return Err(PoolError::Exists(format!(
+                    "device {} belongs to pool '{}' ({:?}); destroy that pool first",
+                    arg.path, cfg.name, cfg.state
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Pool {
+    /// Creates a new pool on the given devices and commits its first txg.
+    pub fn create(
+        name: &str,
+        tops: Vec<TopArg>,
+        log: Vec<DeviceArg>,
+        cache: Vec<DeviceArg>,
+        opts: PoolOptions,
+    ) -> Result<Arc<Pool>, PoolError> {
+        valid_pool_name(name)?;
+        if tops.is_empty() {
+            return Err(PoolError::InvalidArgument(
+                "a pool needs at least one data vdev".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for t in &tops {
+            match t.layout {
+                Layout::Disk if t.devices.len() != 1 => {
+                    return Err(PoolError::InvalidArgument(
+                        "a plain disk vdev has exactly one device".into(),
+                    ))
+                }
+                Layout::Mirror if t.devices.len() < 2 => {
+                    return Err(PoolError::InvalidArgument(
+                        "a mirror needs at least 2 devices".into(),
+                    ))
+                }
+                Layout::RaidZ { nparity }
+                    if t.devices.len() < nparity + 2 || t.devices.len() > 255 =>
+                {
+                    return Err(PoolError::InvalidArgument(format!(
+                        "raidz{nparity} needs at least {} devices",
+                        nparity + 2
+                    )))
+                }
+                _ => {}
+            }
+        }
+        for d in tops
+            .iter()
+            .flat_map(|t| t.devices.iter())
+            .chain(log.iter())
+            .chain(cache.iter())
+        {
+            if !seen.insert(d.path.clone()) {
+                return Err(PoolError::InvalidArgument(format!(
+                    "device {} named twice",
+                    d.path
+                )));
+            }
+            check_device_free(d)?;
+        }
+        let guid = new_guid();
+        let mk_leaf = |d: &DeviceArg| -> Arc<Leaf> {
+            Arc::new(Leaf::new(new_guid(), d.path.clone(), d.device.clone()))
+        };
+        let mut top_vdevs = Vec::new();
+        let mut top_cfgs = Vec::new();
+        for (i, t) in tops.iter().enumerate() {
+            let leaves: Vec<Arc<Leaf>> = t.devices.iter().map(mk_leaf).collect();
+            top_cfgs.push(TopConfig {
+                id: i as u32,
+                layout: t.layout.name(),
+                children: leaves
+                    .iter()
+                    .map(|l| LeafConfig {
+                        guid: l.guid,
+                        path: l.path.clone(),
+                    })
+                    .collect(),
+            });
+            top_vdevs.push(Arc::new(TopVdev::new(i as u32, t.layout, leaves)));
+        }
+        let log_leaves: Vec<Arc<Leaf>> = log.iter().map(mk_leaf).collect();
+        let cache_leaves: Vec<Arc<Leaf>> = cache.iter().map(mk_leaf).collect();
+        let config = PoolConfig {
+            version: CONFIG_VERSION,
+            name: name.to_string(),
+            guid,
+            state: PoolState::Active,
+            config_txg: 1,
+            vdevs: top_cfgs,
+            log: log_leaves
+                .iter()
+                .map(|l| LeafConfig {
+                    guid: l.guid,
+                    path: l.path.clone(),
+                })
+                .collect(),
+            cache: cache_leaves
+                .iter()
+                .map(|l| LeafConfig {
+                    guid: l.guid,
+                    path: l.path.clone(),
+                })
+                .collect(),
+            this_guid: 0,
+        };
+        let capacities: Vec<u64> = top_vdevs.iter().map(|t| t.capacity_bytes()).collect();
+        let arc_max = opts.arc_max_bytes.unwrap_or(physical_memory_bytes() / 4);
+        let storage = Arc::new(Storage::new(
+            top_vdevs,
+            Allocator::new(&capacities),
+            arc_max,
+        ));
+        let pool = Arc::new(Pool::assemble(
+            name,
+            guid,
+            config,
+            storage,
+            log_leaves,
+            cache_leaves,
+            opts,
+        ));
+        // Wipe stale uberblocks (a destroyed pool's) before the first label goes down.
+        for leaf in pool.all_leaves() {
+            if let Some(dev) = leaf.device() {
+                label::clear_labels(&*dev)?;
+            }
+        }
+        pool.write_labels()?;
+        pool.directory_dirty.store(true, Ordering::SeqCst);
+        pool.sync()?;
+        pool.start_sync_thread();
+        Ok(pool)
+    }
+
+    fn assemble(
+        name: &str,
+        guid: u64,
+        config: PoolConfig,
+        storage: Arc<Storage>,
+        log_leaves: Vec<Arc<Leaf>>,
+        cache_leaves: Vec<Arc<Leaf>>,
+        opts: PoolOptions,
+    ) -> Pool {
+        Pool {
+            name: name.to_string(),
+            guid,
+            config: Mutex::new(config),
+            storage,
+            log_leaves,
+            cache_leaves,
+            datasets: RwLock::new(BTreeMap::new()),
+            next_objset_id: Mutex::new(1),
+            pending_destroy: Mutex::new(Vec::new()),
+            directory_dirty: AtomicBool::new(false),
+            committed: Mutex::new(Committed {
+                txg: 0,
+                directory: BlockPointer::HOLE,
+                spacelog_head: BlockPointer::HOLE,
+                spacelog_len: 0,
+            }),
+            txg: Mutex::new(TxgState {
+                open_txg: 1,
+                synced_txg: 0,
+                dirty_bytes: 0,
+                requested_txg: 0,
+                shutdown: false,
+            }),
+            txg_cv: Condvar::new(),
+            gate: RwLock::new(()),
+            sync_lock: Mutex::new(()),
+            suspended: Mutex::new(None),
+            sync_thread: Mutex::new(None),
+            scrub_running: AtomicBool::new(false),
+            last_scrub: Mutex::new(None),
+            opts,
+        }
+    }
+
+    fn all_leaves(&self) -> Vec<Arc<Leaf>> {
+        let mut v: Vec<Arc<Leaf>> = self
+            .storage
+            .tops
+            .iter()
+            .flat_map(|t| t.leaves.iter().cloned())
+            .collect();
+        v.extend(self.log_leaves.iter().cloned());
+        v.extend(self.cache_leaves.iter().cloned());
+        v
+    }
+
+    fn write_labels(&self) -> Result<(), PoolError> {
+        let cfg = self.config.lock().unwrap().clone();
+        for leaf in self.all_leaves() {
+            if !leaf.is_usable() {
+                continue;
+            }
+            let mut c = cfg.clone();
+            c.this_guid = leaf.guid;
+            label::write_config(&*leaf.device().unwrap(), &c.to_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Imports a pool from a set of candidate devices (all devices of a directory, say).
+    /// With `name`, picks that pool; without, there must be exactly one.
+    pub fn import(
+        devices: Vec<DeviceArg>,
+        name: Option<&str>,
+        opts: PoolOptions,
+    ) -> Result<Arc<Pool>, PoolError> {
+        // Read every label; remember which device claims which leaf guid.
+        let mut configs: HashMap<u64, PoolConfig> = HashMap::new();
+        let mut by_leaf: HashMap<u64, DeviceArg> = HashMap::new();
+        for d in devices {
+            if d.device.size_bytes() < label::MIN_DEVICE_BYTES {
+                continue;
+            }
+            let Ok(Some(bytes)) = label::read_any_config(&*d.device) else {
+                continue;
+            };
+            let Some(cfg) = PoolConfig::from_bytes(&bytes) else {
+                continue;
+            };
+            if cfg.state == PoolState::Destroyed {
+                continue;
+            }
+            by_leaf.insert(cfg.this_guid, d);
+            let keep = configs
+                .get(&cfg.guid)
+                .is_none_or(|c| c.config_txg < cfg.config_txg);
+            if keep {
+                configs.insert(cfg.guid, cfg);
+            }
+        }
+        let mut matching: Vec<PoolConfig> = configs
+            .into_values()
+            .filter(|c| name.is_none_or(|n| n == c.name))
+            .collect();
+        let config = match matching.len() {
+            0 => {
+                return Err(PoolError::NotFound(match name {
+                    Some(n) => format!("no pool named '{n}' on the given devices"),
+                    None => "no pool found on the given devices".into(),
+                }))
+            }
+            1 => matching.pop().unwrap(),
+            _ => {
+                let names: Vec<String> = matching.iter().map(|c| c.name.clone()).collect();
+                return Err(PoolError::InvalidArgument(format!(
+                    "several pools found ({}); name the one to import",
+                    names.join(", ")
+                )));
+            }
+        };
+        let leaf_of = |lc: &LeafConfig, data_len: u64| -> Arc<Leaf> {
+            match by_leaf.get(&lc.guid) {
+                Some(d) => Arc::new(Leaf::new(lc.guid, d.path.clone(), d.device.clone())),
+                None => Arc::new(Leaf::missing(lc.guid, lc.path.clone(), data_len)),
+            }
+        };
+        let mut tops = Vec::new();
+        for t in &config.vdevs {
+            let layout = layout_from_name(&t.layout)
+                .ok_or_else(|| PoolError::Corrupt(format!("unknown vdev layout '{}'", t.layout)))?;
+            let present_len = t
+                .children
+                .iter()
+                .filter_map(|c| by_leaf.get(&c.guid))
+                .map(|d| label::data_area(d.device.size_bytes()).1)
+                .min()
+                .unwrap_or(0);
+            let leaves: Vec<Arc<Leaf>> =
+                t.children.iter().map(|c| leaf_of(c, present_len)).collect();
+            let top = TopVdev::new(t.id, layout, leaves);
+            if top.health() == Health::Faulted {
+                let missing: Vec<String> = top
+                    .leaves
+                    .iter()
+                    .filter(|l| !l.is_usable())
+                    .map(|l| l.path.clone())
+                    .collect();
+                return Err(PoolError::Io(format!(
+                    "cannot import '{}': {} vdev {} is missing too many devices ({})",
+                    config.name,
+                    t.layout,
+                    t.id,
+                    missing.join(", ")
+                )));
+            }
+            tops.push(Arc::new(top));
+        }
+        let log_leaves: Vec<Arc<Leaf>> = config.log.iter().map(|l| leaf_of(l, 0)).collect();
+        let cache_leaves: Vec<Arc<Leaf>> = config.cache.iter().map(|l| leaf_of(l, 0)).collect();
+
+        let mut slots = Vec::new();
+        for t in &tops {
+            for l in &t.leaves {
+                if let Some(dev) = l.device() {
+                    slots.extend(label::read_uberblock_slots(&*dev));
+                }
+            }
+        }
+        let candidates = uberblock::candidates(&slots, config.guid);
+        if candidates.is_empty() {
+            return Err(PoolError::Corrupt(format!(
+                "pool '{}' has no valid uberblock",
+                config.name
+            )));
+        }
+        let capacities: Vec<u64> = tops.iter().map(|t| t.capacity_bytes()).collect();
+        let arc_max = opts.arc_max_bytes.unwrap_or(physical_memory_bytes() / 4);
+        let mut last_err = None;
+        for ub in candidates {
+            let storage = Arc::new(Storage::new(
+                tops.clone(),
+                Allocator::new(&capacities),
+                arc_max,
+            ));
+            let mut cfg = config.clone();
+            cfg.state = PoolState::Active;
+            cfg.config_txg += 1;
+            let pool = Pool::assemble(
+                &config.name,
+                config.guid,
+                cfg,
+                storage,
+                log_leaves.clone(),
+                cache_leaves.clone(),
+                opts.clone(),
+            );
+            match pool.load(&ub) {
+                Ok(()) => {
+                    let pool = Arc::new(pool);
+                    pool.write_labels()?;
+                    pool.start_sync_thread();
+                    return Ok(pool);
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap())
+    }
+
+    /// Loads the state named by one uberblock; fails if anything does not verify.
+    fn load(&self, ub: &Uberblock) -> Result<(), PoolError> {
+        let st = &self.storage;
+        let mut datasets = BTreeMap::new();
+        let mut next_id = 1;
+        if !ub.directory.is_hole() {
+            let block = st.read_block(&ub.directory)?;
+            let (entries, next) = decode_directory(block.bytes())?;
+            next_id = next;
+            for (id, name, root, props) in entries {
+                let objset = Arc::new(Objset::open(st, id, root)?);
+                datasets.insert(
+                    id,
+                    DatasetEntry {
+                        name,
+                        props,
+                        objset,
+                    },
+                );
+            }
+        }
+        {
+            let mut alloc = st.alloc.lock().unwrap();
+            spacelog::replay(st, ub.spacelog_head, &mut alloc)?;
+            // The directory and object set trees must be allocated space.
+        }
+        *self.datasets.write().unwrap() = datasets;
+        *self.next_objset_id.lock().unwrap() = next_id;
+        *self.committed.lock().unwrap() = Committed {
+            txg: ub.txg,
+            directory: ub.directory,
+            spacelog_head: ub.spacelog_head,
+            spacelog_len: ub.spacelog_len,
+        };
+        let mut t = self.txg.lock().unwrap();
+        t.open_txg = ub.txg + 1;
+        t.synced_txg = ub.txg;
+        drop(t);
+        // A full structural check would be costly for large pools; verify the allocator
+        // agrees with the directory's own blocks at least.
+        let dir = ub.directory;
+        let alloc = st.alloc.lock().unwrap();
+        for d in dir.copies() {
+            if alloc
+                .vdevs
+                .get(d.vdev as usize)
+                .is_none_or(|v| v.overlaps_free(d.offset, d.asize()))
+            {
+                return Err(PoolError::Corrupt(
+                    "directory block lies in free space".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn start_sync_thread(self: &Arc<Self>) {
+        if !self.opts.sync_thread {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let interval = self.opts.txg_interval;
+        let handle = std::thread::Builder::new()
+            .name(format!("txg-sync-{}", self.name))
+            .spawn(move || loop {
+                let Some(pool) = weak.upgrade() else { return };
+                let mut t = pool.txg.lock().unwrap();
+                let deadline = Instant::now() + interval;
+                loop {
+                    if t.shutdown {
+                        return;
+                    }
+                    if t.dirty_bytes >= pool.opts.dirty_sync_bytes || t.requested_txg >= t.open_txg
+                    {
+                        break;
+                    }
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    let (g, _) = pool
+                        .txg_cv
+                        .wait_timeout(t, (deadline - now).min(Duration::from_millis(500)))
+                        .unwrap();
+                    t = g;
+                }
+                drop(t);
+                if pool.is_suspended() {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+                let _ = pool.sync_once();
+            })
+            .expect("spawn sync thread");
+        *self.sync_thread.lock().unwrap() = Some(handle);
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        self.suspended.lock().unwrap().is_some()
+    }
+
+    fn check_writable(&self) -> Result<(), PoolError> {
+        if let Some(reason) = self.suspended.lock().unwrap().clone() {
+            return Err(PoolError::Suspended(reason));
+        }
+        Ok(())
+    }
+
+    /// Bytes the pool keeps back so syncs and frees always have room.
+    pub fn slop_bytes(&self) -> u64 {
+        let cap = self.storage.alloc.lock().unwrap().capacity();
+        (cap / 32).max(32 << 20).min(cap / 2)
+    }
+
+    /// Worst-case allocated bytes per logical byte (parity, rounding, metadata).
+    fn inflation(&self) -> f64 {
+        let worst = self
+            .storage
+            .tops
+            .iter()
+            .map(|t| t.asize(128 * 1024) as f64 / (128.0 * 1024.0))
+            .fold(1.0, f64::max);
+        worst * 1.05
+    }
+
+    /// Admission for a change of about `bytes`: suspension, space, write throttle.
+    fn admit(&self, bytes: u64) -> Result<(), PoolError> {
+        self.check_writable()?;
+        let mut waited_for_space = false;
+        loop {
+            let dirty = self.txg.lock().unwrap().dirty_bytes;
+            let (used, cap) = {
+                let a = self.storage.alloc.lock().unwrap();
+                (a.capacity() - a.free_bytes(), a.capacity())
+            };
+            let need = ((dirty + bytes) as f64 * self.inflation()) as u64;
+            if used + need + self.slop_bytes() <= cap {
+                break;
+            }
+            if waited_for_space || bytes == 0 {
+                return Err(PoolError::NoSpace);
+            }
+            // Pending frees may make room once they pass their deferral.
+            waited_for_space = true;
+            for _ in 0..=crate::alloc::DEFER_TXGS {
+                self.sync()?;
+            }
+        }
+        let mut t = self.txg.lock().unwrap();
+        while t.dirty_bytes >= self.opts.dirty_max_bytes && !t.shutdown {
+            t.requested_txg = t.requested_txg.max(t.open_txg);
+            self.txg_cv.notify_all();
+            if !self.opts.sync_thread {
+                drop(t);
+                self.sync_once()?;
+                t = self.txg.lock().unwrap();
+                continue;
+            }
+            t = self
+                .txg_cv
+                .wait_timeout(t, Duration::from_millis(100))
+                .unwrap()
+                .0;
+            if let Some(r) = self.suspended.lock().unwrap().clone() {
+                return Err(PoolError::Suspended(r));
+            }
+        }
+        Ok(())
+    }
+
+    fn account_dirty(&self, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let mut t = self.txg.lock().unwrap();
+        t.dirty_bytes += bytes;
+        if t.dirty_bytes >= self.opts.dirty_sync_bytes {
+            self.txg_cv.notify_all();
+        }
+    }
+
+    // ---- object sets ----
+
+    fn validate_objset_name(name: &str) -> Result<(), PoolError> {
+        let ok = !name.is_empty()
+            && name.len() <= 255
+            && name.split('/').all(|c| {
+                !c.is_empty()
+                    && c.chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || "_-.:".contains(ch))
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(PoolError::InvalidArgument(format!(
+                "invalid object set name '{name}'"
+            )))
+        }
+    }
+
+    pub fn create_objset(&self, name: &str, props: &str) -> Result<u64, PoolError> {
+        Self::validate_objset_name(name)?;
+        self.admit(0)?;
+        let _g = self.gate.read().unwrap();
+        let mut ds = self.datasets.write().unwrap();
+        if ds.values().any(|d| d.name == name) {
+            return Err(PoolError::Exists(format!("object set '{name}'")));
+        }
+        let mut next = self.next_objset_id.lock().unwrap();
+        let id = *next;
+        *next += 1;
+        ds.insert(
+            id,
+            DatasetEntry {
+                name: name.to_string(),
+                props: props.to_string(),
+                objset: Arc::new(Objset::new_empty(id)),
+            },
+        );
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        Ok(id)
+    }
+
+    pub fn destroy_objset(&self, id: u64) -> Result<(), PoolError> {
+        self.admit(0)?;
+        // No sync may be writing this object set while it goes away.
+        let _no_sync = self.sync_lock.lock().unwrap();
+        let _g = self.gate.read().unwrap();
+        let entry = self
+            .datasets
+            .write()
+            .unwrap()
+            .remove(&id)
+            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))?;
+        // Its committed blocks are freed by the sync that commits the removal; changes
+        // still open in it never got space and are dropped with it.
+        self.pending_destroy
+            .lock()
+            .unwrap()
+            .push(entry.objset.root_bp());
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    pub fn list_objsets(&self) -> Vec<(u64, String, String)> {
+        self.datasets
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(id, d)| (*id, d.name.clone(), d.props.clone()))
+            .collect()
+    }
+
+    pub fn objset_id(&self, name: &str) -> Option<u64> {
+        self.datasets
+            .read()
+            .unwrap()
+            .iter()
+            .find(|(_, d)| d.name == name)
+            .map(|(id, _)| *id)
+    }
+
+    pub fn set_objset_props(&self, id: u64, props: &str) -> Result<(), PoolError> {
+        self.admit(0)?;
+        let _g = self.gate.read().unwrap();
+        let mut ds = self.datasets.write().unwrap();
+        let d = ds
+            .get_mut(&id)
+            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))?;
+        d.props = props.to_string();
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn objset(&self, id: u64) -> Result<Arc<Objset>, PoolError> {
+        self.datasets
+            .read()
+            .unwrap()
+            .get(&id)
+            .map(|d| d.objset.clone())
+            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))
+    }
+
+    // ---- objects ----
+
+    pub fn create_object(
+        &self,
+        os: u64,
+        object_type: u8,
+        block_size: u32,
+        compression: Compression,
+        checksum: ChecksumKind,
+    ) -> Result<u64, PoolError> {
+        self.admit(crate::dnode::DNODE_SIZE as u64)?;
+        let _g = self.gate.read().unwrap();
+        let r = self
+            .objset(os)?
+            .create_object(object_type, block_size, compression, checksum)?;
+        self.account_dirty(crate::dnode::DNODE_SIZE as u64);
+        Ok(r)
+    }
+
+    pub fn write(&self, os: u64, obj: u64, offset: u64, data: &[u8]) -> Result<(), PoolError> {
+        self.admit(data.len() as u64)?;
+        let _g = self.gate.read().unwrap();
+        let dirtied = self.objset(os)?.write(&self.storage, obj, offset, data)?;
+        self.account_dirty(dirtied);
+        Ok(())
+    }
+
+    pub fn read(&self, os: u64, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
+        if len > 64 << 20 {
+            return Err(PoolError::InvalidArgument(
+                "read of more than 64 MiB at once".into(),
+            ));
+        }
+        self.objset(os)?.read(&self.storage, obj, offset, len)
+    }
+
+    pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {
+        self.admit(0)?;
+        let _g = self.gate.read().unwrap();
+        self.objset(os)?.free_range(&self.storage, obj, offset, len)
+    }
+
+    pub fn free_object(&self, os: u64, obj: u64) -> Result<(), PoolError> {
+        self.admit(0)?;
+        let _g = self.gate.read().unwrap();
+        self.objset(os)?.free_object(&self.storage, obj)
+    }
+
+    pub fn set_bonus(
+        &self,
+        os: u64,
+        obj: u64,
+        bonus: &[u8],
+        generation: Option<u64>,
+    ) -> Result<(), PoolError> {
+        self.admit(bonus.len() as u64)?;
+        let _g = self.gate.read().unwrap();
+        self.objset(os)?
+            .set_bonus(&self.storage, obj, bonus, generation)
+    }
+
+    pub fn object_info(&self, os: u64, obj: u64) -> Result<ObjectInfo, PoolError> {
+        self.objset(os)?.info(&self.storage, obj)
+    }
+
+    // ---- transaction groups ----
+
+    /// Commits everything changed so far; returns the txg that holds it.
+    pub fn sync(&self) -> Result<u64, PoolError> {
+        self.check_writable()?;
+        let target = {
+            let mut t = self.txg.lock().unwrap();
+            t.requested_txg = t.requested_txg.max(t.open_txg);
+            self.txg_cv.notify_all();
+            t.open_txg
+        };
+        if !self.opts.sync_thread || self.sync_thread.lock().unwrap().is_none() {
+            while self.txg.lock().unwrap().synced_txg < target {
+                self.sync_once()?;
+            }
+            return Ok(target);
+        }
+        let mut t = self.txg.lock().unwrap();
+        while t.synced_txg < target {
+            if let Some(r) = self.suspended.lock().unwrap().clone() {
+                return Err(PoolError::Suspended(r));
+            }
+            t = self
+                .txg_cv
+                .wait_timeout(t, Duration::from_millis(100))
+                .unwrap()
+                .0;
+        }
+        Ok(target)
+    }
+
+    pub fn synced_txg(&self) -> u64 {
+        self.txg.lock().unwrap().synced_txg
+    }
+
+    /// One quiesce + sync + commit.
+    fn sync_once(&self) -> Result<(), PoolError> {
+        let _one_at_a_time = self.sync_lock.lock().unwrap();
+        self.check_writable()?;
+        let (txg, objsets, changed) = {
+            let _quiesce = self.gate.write().unwrap();
+            let mut t = self.txg.lock().unwrap();
+            let txg = t.open_txg;
+            t.open_txg += 1;
+            t.dirty_bytes = 0;
+            self.txg_cv.notify_all();
+            drop(t);
+            let objsets: Vec<Arc<Objset>> = self
+                .datasets
+                .read()
+                .unwrap()
+                .values()
+                .map(|d| d.objset.clone())
+                .collect();
+            let mut changed = self.directory_dirty.swap(false, Ordering::SeqCst);
+            let mut dirty_sets = Vec::new();
+            for os in objsets {
+                if os.quiesce() {
+                    changed = true;
+                    dirty_sets.push(os);
+                }
+            }
+            (txg, dirty_sets, changed)
+        };
+        let result = if changed {
+            self.sync_txg(txg, &objsets)
+        } else {
+            Ok(())
+        };
+        let mut t = self.txg.lock().unwrap();
+        match &result {
+            Ok(()) => {
+                t.synced_txg = txg;
+                drop(t);
+                self.storage.alloc.lock().unwrap().txg_committed(txg);
+            }
+            Err(e) => {
+                drop(t);
+                *self.suspended.lock().unwrap() = Some(format!("txg {txg}: {e}"));
+            }
+        }
+        self.txg_cv.notify_all();
+        result
+    }
+
+    fn sync_txg(&self, txg: u64, objsets: &[Arc<Objset>]) -> Result<(), PoolError> {
+        let st = &self.storage;
+        for os in objsets {
+            os.sync(st, txg)?;
+        }
+        for root in std::mem::take(&mut *self.pending_destroy.lock().unwrap()) {
+            let mut doomed = Vec::new();
+            visit_objset(st, root, &mut |bp| {
+                doomed.push(*bp);
+                Ok(())
+            })?;
+            for bp in doomed {
+                st.free_block(&bp, txg);
+            }
+        }
+        // Directory.
+        let entries: Vec<(u64, String, BlockPointer, String)> = self
+            .datasets
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(id, d)| (*id, d.name.clone(), d.objset.root_bp(), d.props.clone()))
+            .collect();
+        let next_id = *self.next_objset_id.lock().unwrap();
+        let dir_bytes = encode_directory(&entries, next_id)?;
+        let old = *self.committed.lock().unwrap();
+        let directory = st.write_block(
+            &dir_bytes,
+            BlockSpec::metadata(BlockType::Directory, 0),
+            txg,
+            true,
+        )?;
+        st.free_block(&old.directory, txg);
+        let (spacelog_head, spacelog_len) =
+            spacelog::write_txg(st, txg, old.spacelog_head, old.spacelog_len)?;
+        if !st.flush_all() {
+            return Err(PoolError::Io("flush failed on too many devices".into()));
+        }
+        let ub = Uberblock {
+            txg,
+            pool_guid: self.guid,
+            time_ns: uberblock::now_ns(),
+            directory,
+            spacelog_head,
+            spacelog_len,
+        };
+        let image = ub.encode();
+        for top in &st.tops {
+            let mut written = 0;
+            for leaf in &top.leaves {
+                if let Some(dev) = leaf.device().filter(|_| leaf.is_usable()) {
+                    if label::write_uberblock(&*dev, &[0, 1, 2, 3], txg, &image).is_ok() {
+                        written += 1;
+                    }
+                }
+            }
+            if written == 0 {
+                return Err(PoolError::Io(format!(
+                    "no device of vdev {} took the uberblock",
+                    top.id
+                )));
+            }
+        }
+        if !st.flush_all() {
+            return Err(PoolError::Io("flush failed on too many devices".into()));
+        }
+        *self.committed.lock().unwrap() = Committed {
+            txg,
+            directory,
+            spacelog_head,
+            spacelog_len,
+        };
+        Ok(())
+    }
+
+    /// Stops the sync thread after committing everything; labels say "exported".
+    pub fn export(&self) -> Result<(), PoolError> {
+        let synced = self.sync();
+        self.stop_sync_thread();
+        synced?;
+        self.config.lock().unwrap().state = PoolState::Exported;
+        self.config.lock().unwrap().config_txg += 1;
+        self.write_labels()
+    }
+
+    /// Destroys the pool: its labels are wiped so the devices can be reused.
+    pub fn destroy(&self) -> Result<(), PoolError> {
+        self.stop_sync_thread();
+        for leaf in self.all_leaves() {
+            if let Some(dev) = leaf.device() {
+                let _ = label::clear_labels(&*dev);
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_sync_thread(&self) {
+        {
+            let mut t = self.txg.lock().unwrap();
+            t.shutdown = true;
+            self.txg_cv.notify_all();
+        }
+        if let Some(h) = self.sync_thread.lock().unwrap().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    // ---- status, scrub, check ----
+
+    pub fn health(&self) -> Health {
+        let mut worst = Health::Online;
+        for t in &self.storage.tops {
+            match t.health() {
+                Health::Faulted | Health::Unavail => return Health::Faulted,
+                Health::Degraded => worst = Health::Degraded,
+                Health::Online => {}
+            }
+        }
+        if self.is_suspended() {
+            return Health::Faulted;
+        }
+        worst
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        let (capacity, free, per_vdev_free) = {
+            let a = self.storage.alloc.lock().unwrap();
+            (
+                a.capacity(),
+                a.free_bytes(),
+                a.vdevs.iter().map(|v| v.free_bytes()).collect::<Vec<_>>(),
+            )
+        };
+        PoolStatus {
+            name: self.name.clone(),
+            guid: self.guid,
+            health: self.health().name().into(),
+            txg: self.synced_txg(),
+            capacity_bytes: capacity,
+            allocated_bytes: capacity - free,
+            free_bytes: free,
+            vdevs: self
+                .storage
+                .tops
+                .iter()
+                .map(|t| TopStatus {
+                    id: t.id,
+                    layout: t.layout.name(),
+                    health: t.health().name().into(),
+                    capacity_bytes: t.capacity_bytes(),
+                    free_bytes: per_vdev_free[t.id as usize],
+                    children: t.leaves.iter().map(|l| leaf_status(l)).collect(),
+                })
+                .collect(),
+            log: self.log_leaves.iter().map(|l| leaf_status(l)).collect(),
+            cache: self.cache_leaves.iter().map(|l| leaf_status(l)).collect(),
+            arc: self.storage.arc.stats().into(),
+            suspended: self.suspended.lock().unwrap().clone(),
+            last_scrub: self.last_scrub.lock().unwrap().clone(),
+            unrecoverable_reads: self
+                .storage
+                .counters
+                .unrecoverable_reads
+                .load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every block pointer of the committed state: directory, space log, object sets.
+    fn committed_blocks(&self) -> Result<Vec<BlockPointer>, PoolError> {
+        let st = &self.storage;
+        let c = *self.committed.lock().unwrap();
+        let mut out = Vec::new();
+        if !c.directory.is_hole() {
+            out.push(c.directory);
+            let block = st.read_block(&c.directory)?;
+            let (entries, _) = decode_directory(block.bytes())?;
+            for (_, _, root, _) in entries {
+                visit_objset(st, root, &mut |bp| {
+                    out.push(*bp);
+                    Ok(())
+                })?;
+            }
+        }
+        out.extend(spacelog::chain_blocks(st, c.spacelog_head)?);
+        Ok(out)
+    }
+
+    /// Reads and verifies every copy of every allocated block, repairing what is bad.
+    pub fn scrub(&self, progress: &dyn Fn(ScrubProgress)) -> Result<ScrubSummary, PoolError> {
+        if self.scrub_running.swap(true, Ordering::SeqCst) {
+            return Err(PoolError::InvalidArgument(
+                "a scrub is already running".into(),
+            ));
+        }
+        let started = Instant::now();
+        // Hold syncs while the block list is taken, so it names one consistent txg;
+        // the scrub then reads blocks that deferred frees keep intact for two txgs, and
+        // a block freed later than that is skipped if it no longer verifies... so hold
+        // syncing for the whole walk instead: correctness over concurrency.
+        let _hold = self.sync_lock.lock().unwrap();
+        let result = (|| {
+            let blocks = self.committed_blocks()?;
+            let total: u64 = blocks.iter().map(|b| b.asize_total()).sum();
+            let mut summary = ScrubSummary::default();
+            let mut done = 0u64;
+            let mut last_report = Instant::now();
+            for bp in &blocks {
+                match self.storage.read_uncached(bp, ReadMode::Scrub) {
+                    Ok((_, report)) => {
+                        summary.repaired_bytes += report.repaired_bytes;
+                        summary.bad_copies += report.bad_copies;
+                    }
+                    Err(_) => summary.errors += 1,
+                }
+                summary.blocks += 1;
+                summary.bytes += bp.lsize as u64;
+                done += bp.asize_total();
+                if last_report.elapsed() > Duration::from_millis(200) {
+                    progress(ScrubProgress {
+                        bytes_done: done,
+                        bytes_total: total,
+                    });
+                    last_report = Instant::now();
+                }
+            }
+            progress(ScrubProgress {
+                bytes_done: total,
+                bytes_total: total,
+            });
+            summary.seconds = started.elapsed().as_secs_f64();
+            summary.finished_at_txg = self.committed.lock().unwrap().txg;
+            Ok(summary)
+        })();
+        self.scrub_running.store(false, Ordering::SeqCst);
+        if let Ok(s) = &result {
+            *self.last_scrub.lock().unwrap() = Some(s.clone());
+        }
+        result
+    }
+
+    /// Walks every block of the committed state: each must verify, lie in allocated
+    /// space, and not overlap another; allocated space nobody references is a leak.
+    pub fn check(&self) -> Result<CheckReport, PoolError> {
+        let _hold = self.sync_lock.lock().unwrap();
+        let mut report = CheckReport::default();
+        let blocks = match self.committed_blocks() {
+            Ok(b) => b,
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("cannot walk the block tree: {e}"));
+                return Ok(report);
+            }
+        };
+        let mut extents: Vec<Extent> = Vec::new();
+        for bp in &blocks {
+            report.blocks += 1;
+            if let Err(e) = self.storage.read_uncached(bp, ReadMode::Normal) {
+                report
+                    .problems
+                    .push(format!("block of txg {}: {e}", bp.birth_txg));
+            }
+            for d in bp.copies() {
+                extents.push(Extent {
+                    vdev: d.vdev,
+                    offset: d.offset,
+                    len: d.asize(),
+                });
+            }
+        }
+        extents.sort();
+        for w in extents.windows(2) {
+            if w[0].vdev == w[1].vdev && w[0].offset + w[0].len > w[1].offset {
+                report
+                    .problems
+                    .push(format!("blocks overlap: {:?} and {:?}", w[0], w[1]));
+            }
+        }
+        let alloc = self.storage.alloc.lock().unwrap();
+        for e in &extents {
+            match alloc.vdevs.get(e.vdev as usize) {
+                None => report
+                    .problems
+                    .push(format!("block on missing vdev {}", e.vdev)),
+                Some(v) if v.overlaps_free(e.offset, e.len) => report
+                    .problems
+                    .push(format!("block {e:?} lies in free space")),
+                _ => {}
+            }
+        }
+        report.referenced_bytes = extents.iter().map(|e| e.len).sum();
+        report.allocated_bytes = alloc.capacity() - alloc.free_bytes();
+        report.deferred_bytes = alloc.deferred_bytes();
+        if report.referenced_bytes + report.deferred_bytes != report.allocated_bytes {
+            report.problems.push(format!(
+                "space accounting: {} referenced + {} awaiting free != {} allocated",
+                report.referenced_bytes, report.deferred_bytes, report.allocated_bytes
+            ));
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let mut t = self.txg.lock().unwrap();
+        t.shutdown = true;
+        self.txg_cv.notify_all();
+    }
+}
+
+fn encode_directory(
+    entries: &[(u64, String, BlockPointer, String)],
+    next_id: u64,
+) -> Result<Vec<u8>, PoolError> {
+    let mut b = Vec::with_capacity(4096);
+    b.extend_from_slice(DIR_MAGIC);
+    b.extend_from_slice(&DIR_VERSION.to_le_bytes());
+    b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    b.extend_from_slice(&next_id.to_le_bytes());
+    for (id, name, root, props) in entries {
+        b.extend_from_slice(&id.to_le_bytes());
+        b.extend_from_slice(&root.to_bytes());
+        b.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&(props.len() as u32).to_le_bytes());
+        b.extend_from_slice(props.as_bytes());
+    }
+    if b.len() > DIR_MAX_BYTES {
+        return Err(PoolError::NoSpace);
+    }
+    Ok(b)
+}
+
+type DirEntries = Vec<(u64, String, BlockPointer, String)>;
+
+fn decode_directory(b: &[u8]) -> Result<(DirEntries, u64), PoolError> {
+    let bad = |w: &str| PoolError::Corrupt(format!("directory: {w}"));
+    if b.len() < 24 || &b[0..8] != DIR_MAGIC {
+        return Err(bad("magic"));
+    }
+    if u32::from_le_bytes(b[8..12].try_into().unwrap()) != DIR_VERSION {
+        return Err(bad("version"));
+    }
+    let count = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    let next = u64::from_le_bytes(b[16..24].try_into().unwrap());
+    let mut pos = 24;
+    let mut take = |n: usize| -> Result<&[u8], PoolError> {
+        if pos + n > b.len() {
+            return Err(bad("truncated"));
+        }
+        pos += n;
+        Ok(&b[pos - n..pos])
+    };
+    let mut out = Vec::with_capacity(count.min(10_000));
+    for _ in 0..count {
+        let id = u64::from_le_bytes(take(8)?.try_into().unwrap());
+        let root = BlockPointer::decode(take(BLKPTR_SIZE)?)?;
+        let nlen = u16::from_le_bytes(take(2)?.try_into().unwrap()) as usize;
+        let name = String::from_utf8(take(nlen)?.to_vec()).map_err(|_| bad("name"))?;
+        let plen = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
+        let props = String::from_utf8(take(plen)?.to_vec()).map_err(|_| bad("props"))?;
+        if id >= next {
+            return Err(bad("object set id beyond next id"));
+        }
+        out.push((id, name, root, props));
+    }
+    Ok((out, next))
+}

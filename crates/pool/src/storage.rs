@@ -1,0 +1,337 @@
+//! Block I/O of the pool: compress, checksum, allocate and write a block; read a block
+//! through the ARC, verify it against its pointer, heal bad copies, decompress.
+//!
+//! Invariants:
+//! - A block is written only to freshly allocated space (copy-on-write); nothing
+//!   written here overwrites live data. Only `label.rs` writes in place.
+//! - Every read is verified against the checksum in its pointer before anything
+//!   else looks at it; data that fails is never returned (the vdev layer tries every
+//!   copy and RAID-Z combination, then the next DVA is tried).
+//! - A stored block is compressed only when that saves at least one sector.
+//! - The ARC holds verified, decompressed blocks keyed by (first DVA, birth txg), which
+//!   names one immutable block version: a key never maps to different contents.
+
+use crate::alloc::{Allocator, Extent};
+use crate::arc::{AccessKind, AdaptiveCache, Weighted};
+use crate::blkptr::{BlockPointer, BlockType, Dva, MAX_DVAS};
+use crate::checksum::{self, ChecksumKind};
+use crate::compress::{self, Compression};
+use crate::PoolError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use vdev::{AlignedBuf, ReadMode, RepairReport, TopVdev, SECTOR_SIZE};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    pub vdev: u32,
+    pub offset: u64,
+    pub birth: u64,
+}
+
+impl BlockKey {
+    pub fn of(bp: &BlockPointer) -> BlockKey {
+        BlockKey {
+            vdev: bp.dvas[0].vdev,
+            offset: bp.dvas[0].offset,
+            birth: bp.birth_txg,
+        }
+    }
+}
+
+/// A verified, decompressed block, shared between the ARC and readers without copying.
+#[derive(Debug)]
+pub enum BlockBytes {
+    Aligned(AlignedBuf, usize),
+    Owned(Vec<u8>),
+}
+
+impl BlockBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            BlockBytes::Aligned(b, len) => &b[..*len],
+            BlockBytes::Owned(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CachedBlock(pub Arc<BlockBytes>);
+
+impl CachedBlock {
+    pub fn from_vec(v: Vec<u8>) -> CachedBlock {
+        CachedBlock(Arc::new(BlockBytes::Owned(v)))
+    }
+    pub fn bytes(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+impl Weighted for CachedBlock {
+    fn weight_bytes(&self) -> usize {
+        self.bytes().len() + 128
+    }
+}
+
+/// How to write one block.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockSpec {
+    pub block_type: BlockType,
+    pub level: u8,
+    pub compression: Compression,
+    pub checksum: ChecksumKind,
+    pub copies: usize,
+    pub fill: u64,
+}
+
+impl BlockSpec {
+    pub fn metadata(block_type: BlockType, level: u8) -> BlockSpec {
+        BlockSpec {
+            block_type,
+            level,
+            compression: Compression::Lz4,
+            checksum: ChecksumKind::Fletcher4,
+            copies: 2,
+            fill: 0,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct PoolCounters {
+    pub blocks_written: AtomicU64,
+    pub blocks_read: AtomicU64,
+    pub logical_bytes_written: AtomicU64,
+    pub physical_bytes_written: AtomicU64,
+    pub healed_copies: AtomicU64,
+    pub unrecoverable_reads: AtomicU64,
+}
+
+/// The vdevs, allocator and ARC of one pool.
+pub struct Storage {
+    pub tops: Vec<Arc<TopVdev>>,
+    pub alloc: Mutex<Allocator>,
+    pub arc: AdaptiveCache<BlockKey, CachedBlock>,
+    pub counters: PoolCounters,
+}
+
+fn sector_round(n: u64) -> u64 {
+    n.div_ceil(SECTOR_SIZE as u64) * SECTOR_SIZE as u64
+}
+
+impl Storage {
+    pub fn new(tops: Vec<Arc<TopVdev>>, alloc: Allocator, arc_max_bytes: u64) -> Storage {
+        Storage {
+            tops,
+            alloc: Mutex::new(alloc),
+            arc: AdaptiveCache::new(arc_max_bytes),
+            counters: PoolCounters::default(),
+        }
+    }
+
+    /// Compresses, checksums, allocates and writes `data` as one block of `txg`.
+    /// `logged` is false only for the space log's own blocks.
+    pub fn write_block(
+        &self,
+        data: &[u8],
+        spec: BlockSpec,
+        txg: u64,
+        logged: bool,
+    ) -> Result<BlockPointer, PoolError> {
+        assert!(!data.is_empty() && data.len() <= crate::dnode::MAX_BLOCK_SIZE as usize);
+        assert!(txg > 0);
+        let lsize = data.len();
+        let rounded = sector_round(lsize as u64) as usize;
+        let compressed = if spec.compression != Compression::Off && rounded > SECTOR_SIZE {
+            compress::compress(spec.compression, data, rounded - SECTOR_SIZE + 1)
+        } else {
+            None
+        };
+        let (stored, compression): (&[u8], Compression) = match &compressed {
+            Some(c) => (c, spec.compression),
+            None => (data, Compression::Off),
+        };
+        let psize = stored.len();
+        let io_size = sector_round(psize as u64) as usize;
+        let mut io = AlignedBuf::zeroed(io_size);
+        io[..psize].copy_from_slice(stored);
+        let cksum = checksum::compute(spec.checksum, &io[..psize]);
+
+        let copies = spec.copies.clamp(1, MAX_DVAS);
+        let extents = {
+            let mut alloc = self.alloc.lock().unwrap();
+            alloc
+                .allocate(copies, &|v| self.tops[v].asize(io_size as u64), logged)
+                .ok_or(PoolError::NoSpace)?
+        };
+        let mut dvas = [Dva::default(); MAX_DVAS];
+        let mut result = Ok(());
+        for (i, e) in extents.iter().enumerate() {
+            dvas[i] = Dva {
+                vdev: e.vdev,
+                asize_sectors: (e.len / SECTOR_SIZE as u64) as u32,
+                offset: e.offset,
+            };
+            if let Err(err) = self.tops[e.vdev as usize].write(e.offset, &io) {
+                result = Err(PoolError::Io(err.to_string()));
+            }
+        }
+        if let Err(e) = result {
+            let mut alloc = self.alloc.lock().unwrap();
+            for ex in extents {
+                alloc.free(ex, txg, logged);
+            }
+            return Err(e);
+        }
+        let bp = BlockPointer {
+            dvas,
+            lsize: lsize as u32,
+            psize: psize as u32,
+            compression,
+            checksum_kind: spec.checksum,
+            level: spec.level,
+            block_type: spec.block_type,
+            birth_txg: txg,
+            fill: spec.fill,
+            checksum: cksum,
+        };
+        self.counters.blocks_written.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .logical_bytes_written
+            .fetch_add(lsize as u64, Ordering::Relaxed);
+        self.counters
+            .physical_bytes_written
+            .fetch_add(bp.asize_total(), Ordering::Relaxed);
+        let cached = if compression == Compression::Off {
+            CachedBlock(Arc::new(BlockBytes::Aligned(io, lsize)))
+        } else {
+            CachedBlock::from_vec(data.to_vec())
+        };
+        self.arc
+            .insert(BlockKey::of(&bp), cached, AccessKind::Demand);
+        Ok(bp)
+    }
+
+    /// Frees every copy of `bp` in `txg` (deferred) and drops it from the ARC.
+    pub fn free_block(&self, bp: &BlockPointer, txg: u64) {
+        if bp.is_hole() {
+            return;
+        }
+        self.arc.remove(&BlockKey::of(bp));
+        let mut alloc = self.alloc.lock().unwrap();
+        for d in bp.copies() {
+            alloc.free(
+                Extent {
+                    vdev: d.vdev,
+                    offset: d.offset,
+                    len: d.asize(),
+                },
+                txg,
+                true,
+            );
+        }
+    }
+
+    pub fn read_block(&self, bp: &BlockPointer) -> Result<CachedBlock, PoolError> {
+        self.read_block_as(bp, AccessKind::Demand)
+    }
+
+    /// Reads a block through the ARC.
+    pub fn read_block_as(
+        &self,
+        bp: &BlockPointer,
+        kind: AccessKind,
+    ) -> Result<CachedBlock, PoolError> {
+        assert!(!bp.is_hole(), "reading a hole");
+        let key = BlockKey::of(bp);
+        if let Some(b) = self.arc.get(&key, kind) {
+            return Ok(b);
+        }
+        let (block, _) = self.read_uncached(bp, ReadMode::Normal)?;
+        self.arc.insert(key, block.clone(), kind);
+        Ok(block)
+    }
+
+    /// Reads every copy (scrub) or the first good one (normal), verifying and healing.
+    pub fn read_uncached(
+        &self,
+        bp: &BlockPointer,
+        mode: ReadMode,
+    ) -> Result<(CachedBlock, RepairReport), PoolError> {
+        self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+        let psize = bp.psize as usize;
+        let io_size = sector_round(bp.psize as u64);
+        let verify = |buf: &[u8]| checksum::compute(bp.checksum_kind, &buf[..psize]) == bp.checksum;
+        let mut report = RepairReport::default();
+        let mut good: Option<AlignedBuf> = None;
+        let mut bad_dvas: Vec<Dva> = Vec::new();
+        let mut last_err = String::new();
+        for dva in bp.copies() {
+            let Some(top) = self.tops.get(dva.vdev as usize) else {
+                last_err = format!("pointer names vdev {} which does not exist", dva.vdev);
+                continue;
+            };
+            if dva.offset + top.asize(io_size) > top.capacity_bytes() {
+                last_err = "pointer past the end of its vdev".into();
+                continue;
+            }
+            match top.read(dva.offset, io_size, &verify, mode) {
+                Ok((buf, r)) => {
+                    report.bad_copies += r.bad_copies;
+                    report.repaired_bytes += r.repaired_bytes;
+                    if good.is_none() {
+                        good = Some(buf);
+                    }
+                    if mode == ReadMode::Normal {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    last_err = e.to_string();
+                    bad_dvas.push(*dva);
+                }
+            }
+        }
+        let Some(io) = good else {
+            self.counters
+                .unrecoverable_reads
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(PoolError::Checksum(format!(
+                "block of birth txg {} unreadable: {last_err}",
+                bp.birth_txg
+            )));
+        };
+        // A whole DVA was lost but another copy was good: rewrite it in place of the bad
+        // one (its space is still allocated to this block).
+        for dva in bad_dvas {
+            if self.tops[dva.vdev as usize].write(dva.offset, &io).is_ok() {
+                report.bad_copies += 1;
+                report.repaired_bytes += io_size;
+            }
+        }
+        if report.repaired_bytes > 0 {
+            self.counters
+                .healed_copies
+                .fetch_add(report.bad_copies, Ordering::Relaxed);
+        }
+        let lsize = bp.lsize as usize;
+        let block = if bp.compression == Compression::Off {
+            CachedBlock(Arc::new(BlockBytes::Aligned(io, lsize)))
+        } else {
+            let mut out = vec![0u8; lsize];
+            compress::decompress(bp.compression, &io[..psize], &mut out).map_err(|e| {
+                PoolError::Corrupt(format!("block verified but does not decompress: {e}"))
+            })?;
+            CachedBlock::from_vec(out)
+        };
+        Ok((block, report))
+    }
+
+    /// Flushes every top-level vdev; false if one lost more leaves than it tolerates.
+    pub fn flush_all(&self) -> bool {
+        let mut ok = true;
+        for t in &self.tops {
+            ok &= t.flush();
+        }
+        ok
+    }
+}

@@ -1,0 +1,102 @@
+//! Shared helpers for the pool's integration tests: pools on simulated devices and a
+//! deterministic random generator.
+
+#![allow(dead_code)]
+
+use pool::checksum::ChecksumKind;
+use pool::compress::Compression;
+use pool::pool::{DeviceArg, TopArg};
+use pool::{Pool, PoolOptions};
+use std::sync::Arc;
+use vdev::{CrashClock, Layout, SimDevice};
+
+pub const DEV_SIZE: u64 = 64 << 20;
+
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            v.extend_from_slice(&self.next().to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+    /// Compressible-ish data: runs of a repeated random byte mixed with noise.
+    pub fn mixed(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n);
+        while v.len() < n {
+            let run = 1 + self.below(64) as usize;
+            let b = self.next() as u8;
+            if self.below(2) == 0 {
+                v.extend(std::iter::repeat_n(b, run));
+            } else {
+                v.extend(self.bytes(run));
+            }
+        }
+        v.truncate(n);
+        v
+    }
+}
+
+pub fn opts() -> PoolOptions {
+    PoolOptions {
+        arc_max_bytes: Some(64 << 20),
+        sync_thread: false,
+        ..PoolOptions::default()
+    }
+}
+
+pub fn sim_devices(n: usize, seed: u64, clock: Option<Arc<CrashClock>>) -> Vec<Arc<SimDevice>> {
+    (0..n)
+        .map(|i| match &clock {
+            Some(c) => SimDevice::with_clock(DEV_SIZE, seed * 100 + i as u64, c.clone()),
+            None => SimDevice::new(DEV_SIZE, seed * 100 + i as u64),
+        })
+        .collect()
+}
+
+pub fn args(devs: &[Arc<SimDevice>]) -> Vec<DeviceArg> {
+    devs.iter()
+        .enumerate()
+        .map(|(i, d)| DeviceArg {
+            path: format!("sim{i}"),
+            device: d.clone(),
+        })
+        .collect()
+}
+
+/// `layout` over all of `devs` as one top-level vdev.
+pub fn create_pool(layout: Layout, devs: &[Arc<SimDevice>]) -> Arc<Pool> {
+    Pool::create(
+        "tank",
+        vec![TopArg {
+            layout,
+            devices: args(devs),
+        }],
+        vec![],
+        vec![],
+        opts(),
+    )
+    .expect("create pool")
+}
+
+pub fn import(devs: &[Arc<SimDevice>]) -> Arc<Pool> {
+    Pool::import(args(devs), Some("tank"), opts()).expect("import pool")
+}
+
+pub fn new_file(pool: &Pool, os: u64, block_size: u32, compression: Compression) -> u64 {
+    pool.create_object(os, 19, block_size, compression, ChecksumKind::Fletcher4)
+        .expect("create object")
+}

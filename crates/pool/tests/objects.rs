@@ -1,0 +1,250 @@
+//! Objects on a pool of simulated devices: writes, reads, holes, frees, persistence
+//! across export/import, every compression and checksum, and a clean ENOSPC.
+
+mod common;
+
+use common::*;
+use pool::checksum::ChecksumKind;
+use pool::compress::Compression;
+use pool::PoolError;
+use vdev::Layout;
+
+#[test]
+fn write_sync_import_read_back_on_every_layout() {
+    for (layout, n) in [
+        (Layout::Disk, 1),
+        (Layout::Mirror, 2),
+        (Layout::Mirror, 3),
+        (Layout::RaidZ { nparity: 1 }, 3),
+        (Layout::RaidZ { nparity: 2 }, 6),
+        (Layout::RaidZ { nparity: 3 }, 7),
+    ] {
+        let devs = sim_devices(n, 1, None);
+        let pool = create_pool(layout, &devs);
+        let os = pool.create_objset("tank/fs", "{}").unwrap();
+        let mut rng = Rng(n as u64);
+        let a = new_file(&pool, os, 128 * 1024, Compression::Off);
+        let b = new_file(&pool, os, 4096, Compression::Lz4);
+        let data_a = rng.bytes(1_000_003);
+        let data_b = rng.mixed(300_000);
+        pool.write(os, a, 0, &data_a).unwrap();
+        pool.write(os, b, 12345, &data_b).unwrap();
+        // Visible before the sync.
+        assert_eq!(pool.read(os, a, 0, data_a.len()).unwrap(), data_a);
+        pool.sync().unwrap();
+        assert_eq!(pool.read(os, b, 12345, data_b.len()).unwrap(), data_b);
+        pool.export().unwrap();
+        drop(pool);
+
+        let pool = import(&devs);
+        let os2 = pool.objset_id("tank/fs").unwrap();
+        assert_eq!(os2, os);
+        assert_eq!(
+            pool.read(os, a, 0, data_a.len()).unwrap(),
+            data_a,
+            "{layout:?}"
+        );
+        let got = pool.read(os, b, 0, 12345 + data_b.len()).unwrap();
+        assert!(got[..12345].iter().all(|&x| x == 0));
+        assert_eq!(&got[12345..], &data_b[..]);
+        let report = pool.check().unwrap();
+        assert!(
+            report.problems.is_empty(),
+            "{layout:?}: {:?}",
+            report.problems
+        );
+    }
+}
+
+#[test]
+fn every_compression_and_checksum_round_trips() {
+    let devs = sim_devices(3, 2, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank", "{}").unwrap();
+    let mut rng = Rng(7);
+    let algs: Vec<Compression> = [
+        "off", "lzjb", "gzip-1", "gzip-6", "gzip-9", "lz4", "zstd", "zstd-19",
+    ]
+    .iter()
+    .map(|s| s.parse().unwrap())
+    .collect();
+    let mut files = Vec::new();
+    for (i, alg) in algs.iter().enumerate() {
+        for ck in [ChecksumKind::Fletcher4, ChecksumKind::Blake3] {
+            let obj = pool.create_object(os, 19, 32 * 1024, *alg, ck).unwrap();
+            let data = if i % 2 == 0 {
+                rng.mixed(200_000)
+            } else {
+                rng.bytes(100_000)
+            };
+            pool.write(os, obj, 0, &data).unwrap();
+            files.push((obj, data));
+        }
+    }
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let pool = import(&devs);
+    for (obj, data) in &files {
+        assert_eq!(&pool.read(os, *obj, 0, data.len()).unwrap(), data);
+    }
+    // Compressible data really was stored smaller.
+    let st = pool.status();
+    assert!(st.allocated_bytes > 0);
+    assert!(pool.check().unwrap().problems.is_empty());
+}
+
+#[test]
+fn holes_overwrites_and_frees() {
+    let devs = sim_devices(2, 3, None);
+    let pool = create_pool(Layout::Mirror, &devs);
+    let os = pool.create_objset("tank", "{}").unwrap();
+    let f = new_file(&pool, os, 8192, Compression::Off);
+    let mut rng = Rng(3);
+    let mut shadow = vec![0u8; 4 << 20];
+    // A sparse write far out forces a multi-level tree.
+    let far = 8192u64 * 3000;
+    let tail = rng.bytes(8192);
+    pool.write(os, f, far, &tail).unwrap();
+    for round in 0..6 {
+        for _ in 0..40 {
+            let off = rng.below(shadow.len() as u64 - 20_000) as usize;
+            let len = 1 + rng.below(20_000) as usize;
+            let d = rng.bytes(len);
+            shadow[off..off + len].copy_from_slice(&d);
+            pool.write(os, f, off as u64, &d).unwrap();
+        }
+        let off = rng.below(shadow.len() as u64 / 2) as usize;
+        let len = rng.below(200_000) as usize;
+        shadow[off..off + len].fill(0);
+        pool.free_range(os, f, off as u64, len as u64).unwrap();
+        if round % 2 == 0 {
+            pool.sync().unwrap();
+        }
+        assert_eq!(pool.read(os, f, 0, shadow.len()).unwrap(), shadow);
+    }
+    pool.sync().unwrap();
+    assert_eq!(pool.read(os, f, far, 8192).unwrap(), tail);
+    let before = pool.status().allocated_bytes;
+    pool.free_object(os, f).unwrap();
+    assert!(matches!(
+        pool.read(os, f, 0, 1),
+        Err(PoolError::NotFound(_))
+    ));
+    for _ in 0..4 {
+        pool.sync().unwrap();
+    }
+    let after = pool.status().allocated_bytes;
+    assert!(
+        after < before / 2,
+        "freeing the object returned space ({before} -> {after})"
+    );
+    let report = pool.check().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[test]
+fn full_pool_reports_enospc_and_stays_usable() {
+    let devs = sim_devices(1, 4, None);
+    let pool = create_pool(Layout::Disk, &devs);
+    let os = pool.create_objset("tank", "{}").unwrap();
+    let f = new_file(&pool, os, 128 * 1024, Compression::Off);
+    let mut rng = Rng(4);
+    let chunk = rng.bytes(1 << 20);
+    let mut written = 0u64;
+    let err = loop {
+        match pool.write(os, f, written, &chunk) {
+            Ok(()) => written += chunk.len() as u64,
+            Err(e) => break e,
+        }
+        assert!(
+            written < DEV_SIZE,
+            "a 64 MiB device cannot take {written} bytes"
+        );
+    };
+    assert!(matches!(err, PoolError::NoSpace), "{err}");
+    assert!(written > 16 << 20);
+    pool.sync().unwrap();
+    // Freeing makes room again, and the pool still commits.
+    pool.free_range(os, f, 0, written).unwrap();
+    for _ in 0..4 {
+        pool.sync().unwrap();
+    }
+    pool.write(os, f, 0, &chunk).unwrap();
+    pool.sync().unwrap();
+    assert_eq!(pool.read(os, f, 0, chunk.len()).unwrap(), chunk);
+    assert!(pool.check().unwrap().problems.is_empty());
+}
+
+#[test]
+fn many_small_objects_and_objset_destroy() {
+    let devs = sim_devices(3, 5, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool
+        .create_objset("tank/many", "{\"compression\":\"lz4\"}")
+        .unwrap();
+    let mut objs = Vec::new();
+    for i in 0..500u32 {
+        let o = new_file(&pool, os, 512, Compression::Lz4);
+        pool.write(os, o, 0, &i.to_le_bytes()).unwrap();
+        pool.set_bonus(os, o, &i.to_be_bytes(), Some(i as u64))
+            .unwrap();
+        objs.push(o);
+    }
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let pool = import(&devs);
+    for (i, o) in objs.iter().enumerate() {
+        assert_eq!(pool.read(os, *o, 0, 4).unwrap(), (i as u32).to_le_bytes());
+        let info = pool.object_info(os, *o).unwrap();
+        assert_eq!(info.bonus, (i as u32).to_be_bytes());
+        assert_eq!(info.generation, i as u64);
+    }
+    let used = pool.status().allocated_bytes;
+    pool.destroy_objset(os).unwrap();
+    for _ in 0..4 {
+        pool.sync().unwrap();
+    }
+    assert!(pool.status().allocated_bytes < used);
+    assert!(pool.objset_id("tank/many").is_none());
+    assert!(pool.check().unwrap().problems.is_empty());
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let devs = sim_devices(2, 6, None);
+    assert!(pool::Pool::create(
+        "9bad",
+        vec![pool::pool::TopArg {
+            layout: Layout::Mirror,
+            devices: args(&devs)
+        }],
+        vec![],
+        vec![],
+        opts()
+    )
+    .is_err());
+    let pool = create_pool(Layout::Mirror, &devs);
+    // Devices of a live pool cannot be reused.
+    assert!(matches!(
+        pool::Pool::create(
+            "other",
+            vec![pool::pool::TopArg {
+                layout: Layout::Mirror,
+                devices: args(&devs)
+            }],
+            vec![],
+            vec![],
+            opts()
+        ),
+        Err(PoolError::Exists(_))
+    ));
+    let os = pool.create_objset("tank", "{}").unwrap();
+    assert!(pool.create_objset("tank", "{}").is_err());
+    assert!(pool
+        .create_object(os, 19, 1000, Compression::Off, ChecksumKind::Fletcher4)
+        .is_err());
+    assert!(pool.read(os, 99, 0, 10).is_err());
+    assert!(pool.read(777, 1, 0, 10).is_err());
+}

@@ -1,0 +1,570 @@
+//! `shoal pool ...`: create, status, scrub, check, export, import, destroy.
+//!
+//! Every command validates all of its arguments before it writes anything, and
+//! `create` removes the files it made if anything fails, so a wrong argument never
+//! leaves a half-made pool behind.
+
+use crate::registry::{lock_pool, Registry};
+use crate::units::{human, parse_size};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Subcommand;
+use pool::pool::{DeviceArg, PoolStatus, TopArg};
+use pool::{Pool, PoolOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use vdev::{Device, FileDevice, Layout};
+
+#[derive(Subcommand)]
+pub enum PoolCommand {
+    /// Create a pool: LAYOUT reads like zpool's, e.g. `raidz2 a b c d e f log x cache y`.
+    Create {
+        /// Directory for relative device paths.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Create missing device files of this size (e.g. 1G).
+        #[arg(long)]
+        size: Option<String>,
+        name: String,
+        #[arg(required = true, num_args = 1..)]
+        layout: Vec<String>,
+    },
+    /// Show pool health, devices and error counters.
+    Status {
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify every allocated block and repair from redundancy.
+    Scrub {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Walk every block and report problems (checksums, overlaps, leaks).
+    Check {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Commit everything and mark the pool exported, so it can be imported elsewhere.
+    Export { name: String },
+    /// Find pools on the devices in DIR and import one.
+    Import {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Destroy a pool: its devices' labels are wiped.
+    Destroy { name: String },
+}
+
+pub fn run(cmd: PoolCommand) -> Result<()> {
+    match cmd {
+        PoolCommand::Create {
+            dir,
+            size,
+            name,
+            layout,
+        } => create(dir, size, &name, &layout),
+        PoolCommand::Status { name, json } => status(name, json),
+        PoolCommand::Scrub { name, json } => scrub(&name, json),
+        PoolCommand::Check { name, json } => check(&name, json),
+        PoolCommand::Export { name } => export(&name),
+        PoolCommand::Import { dir, name, json } => import(dir, name, json),
+        PoolCommand::Destroy { name } => destroy(&name),
+    }
+}
+
+fn cli_options() -> PoolOptions {
+    PoolOptions {
+        sync_thread: false,
+        ..PoolOptions::default()
+    }
+}
+
+#[derive(Debug)]
+struct ParsedLayout {
+    tops: Vec<(Layout, Vec<PathBuf>)>,
+    log: Vec<PathBuf>,
+    cache: Vec<PathBuf>,
+}
+
+fn parse_layout(words: &[String], dir: &Path) -> Result<ParsedLayout> {
+    #[derive(PartialEq)]
+    enum Class {
+        Data,
+        Log,
+        Cache,
+    }
+    let mut out = ParsedLayout {
+        tops: Vec::new(),
+        log: Vec::new(),
+        cache: Vec::new(),
+    };
+    let mut class = Class::Data;
+    let mut group: Option<(Layout, Vec<PathBuf>)> = None;
+    let resolve = |w: &str| -> PathBuf {
+        let p = PathBuf::from(w);
+        if p.is_absolute() {
+            p
+        } else {
+            dir.join(p)
+        }
+    };
+    let finish =
+        |group: &mut Option<(Layout, Vec<PathBuf>)>, out: &mut ParsedLayout| -> Result<()> {
+            if let Some((layout, devs)) = group.take() {
+                let min = match layout {
+                    Layout::Disk => 1,
+                    Layout::Mirror => 2,
+                    Layout::RaidZ { nparity } => nparity + 2,
+                };
+                if devs.len() < min {
+                    bail!(
+                        "{} needs at least {min} devices, got {}",
+                        layout.name(),
+                        devs.len()
+                    );
+                }
+                out.tops.push((layout, devs));
+            }
+            Ok(())
+        };
+    for w in words {
+        let keyword = match w.as_str() {
+            "mirror" => Some(Layout::Mirror),
+            "raidz" | "raidz1" => Some(Layout::RaidZ { nparity: 1 }),
+            "raidz2" => Some(Layout::RaidZ { nparity: 2 }),
+            "raidz3" => Some(Layout::RaidZ { nparity: 3 }),
+            _ => None,
+        };
+        if let Some(layout) = keyword {
+            if class != Class::Data {
+                bail!("'{w}' after log/cache: log and cache devices are plain devices");
+            }
+            finish(&mut group, &mut out)?;
+            group = Some((layout, Vec::new()));
+            continue;
+        }
+        match w.as_str() {
+            "log" => {
+                finish(&mut group, &mut out)?;
+                class = Class::Log;
+            }
+            "cache" => {
+                finish(&mut group, &mut out)?;
+                class = Class::Cache;
+            }
+            _ => match class {
+                Class::Log => out.log.push(resolve(w)),
+                Class::Cache => out.cache.push(resolve(w)),
+                Class::Data => match &mut group {
+                    Some((_, devs)) => devs.push(resolve(w)),
+                    None => out.tops.push((Layout::Disk, vec![resolve(w)])),
+                },
+            },
+        }
+    }
+    finish(&mut group, &mut out)?;
+    if out.tops.is_empty() {
+        bail!("no data devices: give at least one device, mirror or raidz group");
+    }
+    Ok(out)
+}
+
+fn open_device(path: &Path) -> Result<Arc<dyn Device>> {
+    let dev = FileDevice::open(path).with_context(|| format!("opening {}", path.display()))?;
+    Ok(Arc::new(dev))
+}
+
+fn create(dir: Option<PathBuf>, size: Option<String>, name: &str, words: &[String]) -> Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from("."));
+    let size = size.map(|s| parse_size(&s)).transpose()?;
+    let layout = parse_layout(words, &dir)?;
+    let _lock = lock_pool(name)?;
+    let mut registry = Registry::load()?;
+    if registry.pools.contains_key(name) {
+        bail!("pool '{name}' already exists");
+    }
+    let all: Vec<PathBuf> = layout
+        .tops
+        .iter()
+        .flat_map(|(_, d)| d.iter().cloned())
+        .chain(layout.log.iter().cloned())
+        .chain(layout.cache.iter().cloned())
+        .collect();
+    // Validate everything before touching the disk.
+    let mut to_create = Vec::new();
+    for p in &all {
+        if !p.exists() {
+            match size {
+                Some(_) => to_create.push(p.clone()),
+                None => bail!(
+                    "{} does not exist (give --size to create device files)",
+                    p.display()
+                ),
+            }
+        }
+    }
+    if let Some(s) = size {
+        if s < vdev::label::MIN_DEVICE_BYTES {
+            bail!("--size {} is below the 64M minimum device size", human(s));
+        }
+    }
+    let mut created: Vec<PathBuf> = Vec::new();
+    let result = (|| -> Result<Arc<Pool>> {
+        let size = size.map(|s| s / vdev::SECTOR_SIZE as u64 * vdev::SECTOR_SIZE as u64);
+        if let Some(parent) = to_create.first().and_then(|p| p.parent()) {
+            std::fs::create_dir_all(parent).ok();
+        }
+        for p in &to_create {
+            FileDevice::create(p, size.unwrap())
+                .with_context(|| format!("creating {}", p.display()))?;
+            created.push(p.clone());
+        }
+        let arg = |p: &PathBuf| -> Result<DeviceArg> {
+            let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            Ok(DeviceArg {
+                path: abs.display().to_string(),
+                device: open_device(p)?,
+            })
+        };
+        let tops = layout
+            .tops
+            .iter()
+            .map(|(l, devs)| {
+                Ok(TopArg {
+                    layout: *l,
+                    devices: devs.iter().map(arg).collect::<Result<_>>()?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let log = layout.log.iter().map(arg).collect::<Result<Vec<_>>>()?;
+        let cache = layout.cache.iter().map(arg).collect::<Result<Vec<_>>>()?;
+        Ok(Pool::create(name, tops, log, cache, cli_options())?)
+    })();
+    let pool = match result {
+        Ok(p) => p,
+        Err(e) => {
+            for p in created {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+    };
+    let paths: Vec<String> = all
+        .iter()
+        .map(|p| {
+            std::fs::canonicalize(p)
+                .unwrap_or_else(|_| p.clone())
+                .display()
+                .to_string()
+        })
+        .collect();
+    registry.pools.insert(name.to_string(), paths);
+    registry.save()?;
+    let st = pool.status();
+    println!(
+        "created pool '{}' ({} usable before redundancy)",
+        name,
+        human(st.capacity_bytes)
+    );
+    Ok(())
+}
+
+/// Imports a registered pool for the duration of one command.
+fn open_registered(name: &str) -> Result<Arc<Pool>> {
+    let registry = Registry::load()?;
+    let paths = registry.pools.get(name).ok_or_else(|| {
+        anyhow!("no pool named '{name}' (see `shoal pool status`, or `shoal pool import`)")
+    })?;
+    let mut devices = Vec::new();
+    for p in paths {
+        match FileDevice::open(Path::new(p)) {
+            Ok(d) => devices.push(DeviceArg {
+                path: p.clone(),
+                device: Arc::new(d),
+            }),
+            Err(e) => eprintln!("warning: cannot open {p}: {e}"),
+        }
+    }
+    Ok(Pool::import(devices, Some(name), cli_options())?)
+}
+
+fn print_status(st: &PoolStatus) {
+    println!("  pool: {}", st.name);
+    println!(" state: {}", st.health);
+    if let Some(s) = &st.suspended {
+        println!("status: SUSPENDED: {s}");
+    }
+    println!("   txg: {}", st.txg);
+    println!(
+        "  size: {}  allocated: {}  free: {}",
+        human(st.capacity_bytes),
+        human(st.allocated_bytes),
+        human(st.free_bytes)
+    );
+    if let Some(s) = &st.last_scrub {
+        println!(
+            " scrub: repaired {} in {:.1}s with {} errors",
+            human(s.repaired_bytes),
+            s.seconds,
+            s.errors
+        );
+    }
+    println!("config:\n");
+    println!(
+        "\t{:<40} {:<8} {:>5} {:>5} {:>5}  {}",
+        "NAME", "STATE", "READ", "WRITE", "CKSUM", "IO"
+    );
+    println!("\t{:<40} {:<8}", st.name, st.health);
+    let leaf = |indent: &str, l: &pool::pool::LeafStatus| {
+        println!(
+            "\t{indent}{:<w$} {:<8} {:>5} {:>5} {:>5}  {}",
+            l.path,
+            l.health,
+            l.read_errors,
+            l.write_errors,
+            l.cksum_errors,
+            l.io_mode,
+            w = 40 - indent.len()
+        );
+    };
+    for t in &st.vdevs {
+        if t.layout == "disk" {
+            leaf("  ", &t.children[0]);
+            continue;
+        }
+        let errs = |f: fn(&pool::pool::LeafStatus) -> u64| t.children.iter().map(f).sum::<u64>();
+        println!(
+            "\t  {:<38} {:<8} {:>5} {:>5} {:>5}",
+            format!("{}-{}", t.layout, t.id),
+            t.health,
+            errs(|l| l.read_errors),
+            errs(|l| l.write_errors),
+            errs(|l| l.cksum_errors)
+        );
+        for l in &t.children {
+            leaf("    ", l);
+        }
+    }
+    if !st.log.is_empty() {
+        println!("\tlogs");
+        for l in &st.log {
+            leaf("  ", l);
+        }
+    }
+    if !st.cache.is_empty() {
+        println!("\tcache");
+        for l in &st.cache {
+            leaf("  ", l);
+        }
+    }
+    println!();
+}
+
+fn status(name: Option<String>, json: bool) -> Result<()> {
+    let names: Vec<String> = match name {
+        Some(n) => vec![n],
+        None => Registry::load()?.pools.keys().cloned().collect(),
+    };
+    let mut all = Vec::new();
+    for n in &names {
+        let _lock = lock_pool(n)?;
+        let pool = open_registered(n)?;
+        all.push(pool.status());
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+    } else if all.is_empty() {
+        println!("no pools");
+    } else {
+        for st in &all {
+            print_status(st);
+        }
+    }
+    Ok(())
+}
+
+fn scrub(name: &str, json: bool) -> Result<()> {
+    let _lock = lock_pool(name)?;
+    let pool = open_registered(name)?;
+    let bar = if json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "scrub {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap(),
+        );
+        b
+    };
+    let summary = pool.scrub(&|p| {
+        bar.set_length(p.bytes_total);
+        bar.set_position(p.bytes_done);
+    })?;
+    bar.finish_and_clear();
+    pool.storage.flush_all();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "scrub repaired {} in {:.1}s with {} errors ({} blocks, {} bad copies found)",
+            human(summary.repaired_bytes),
+            summary.seconds,
+            summary.errors,
+            summary.blocks,
+            summary.bad_copies
+        );
+    }
+    if summary.errors > 0 {
+        bail!("{} blocks could not be read from any copy", summary.errors);
+    }
+    Ok(())
+}
+
+fn check(name: &str, json: bool) -> Result<()> {
+    let _lock = lock_pool(name)?;
+    let pool = open_registered(name)?;
+    let report = pool.check()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "checked {} blocks: {} referenced, {} allocated, {} awaiting free",
+            report.blocks,
+            human(report.referenced_bytes),
+            human(report.allocated_bytes),
+            human(report.deferred_bytes)
+        );
+        for p in &report.problems {
+            println!("problem: {p}");
+        }
+        if report.problems.is_empty() {
+            println!("no problems found");
+        }
+    }
+    if !report.problems.is_empty() {
+        bail!("{} problems found", report.problems.len());
+    }
+    Ok(())
+}
+
+fn export(name: &str) -> Result<()> {
+    let _lock = lock_pool(name)?;
+    let pool = open_registered(name)?;
+    pool.export()?;
+    let mut registry = Registry::load()?;
+    registry.pools.remove(name);
+    registry.save()?;
+    println!("exported pool '{name}'");
+    Ok(())
+}
+
+fn scan_dir(dir: &Path) -> Result<Vec<DeviceArg>> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    for e in entries.flatten() {
+        let p = e.path();
+        let Ok(meta) = std::fs::metadata(&p) else {
+            continue;
+        };
+        use std::os::unix::fs::FileTypeExt;
+        let ft = meta.file_type();
+        if !(ft.is_file() || ft.is_block_device())
+            || (ft.is_file() && meta.len() < vdev::label::MIN_DEVICE_BYTES)
+        {
+            continue;
+        }
+        if let Ok(d) = FileDevice::open(&p) {
+            let abs = std::fs::canonicalize(&p).unwrap_or(p);
+            out.push(DeviceArg {
+                path: abs.display().to_string(),
+                device: Arc::new(d),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn import(dir: Option<PathBuf>, name: Option<String>, json: bool) -> Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from("."));
+    let devices = scan_dir(&dir)?;
+    let lock_name = name.clone().unwrap_or_else(|| "import".into());
+    let _lock = lock_pool(&lock_name)?;
+    let mut registry = Registry::load()?;
+    if let Some(n) = &name {
+        if registry.pools.contains_key(n) {
+            bail!("pool '{n}' is already imported");
+        }
+    }
+    let pool = Pool::import(devices, name.as_deref(), cli_options())?;
+    if registry.pools.contains_key(&pool.name) {
+        bail!("pool '{}' is already imported", pool.name);
+    }
+    let st = pool.status();
+    let paths: Vec<String> = st
+        .vdevs
+        .iter()
+        .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
+        .chain(st.log.iter().map(|l| l.path.clone()))
+        .chain(st.cache.iter().map(|l| l.path.clone()))
+        .collect();
+    registry.pools.insert(pool.name.clone(), paths);
+    registry.save()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+    } else {
+        println!(
+            "imported pool '{}' at txg {} ({})",
+            st.name, st.txg, st.health
+        );
+    }
+    Ok(())
+}
+
+fn destroy(name: &str) -> Result<()> {
+    let _lock = lock_pool(name)?;
+    let pool = open_registered(name)?;
+    pool.destroy()?;
+    let mut registry = Registry::load()?;
+    registry.pools.remove(name);
+    registry.save()?;
+    println!("destroyed pool '{name}'");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn layouts_parse_like_zpool() {
+        let l = parse_layout(&words("raidz2 a b c d e f log x cache y"), Path::new("/d")).unwrap();
+        assert_eq!(l.tops.len(), 1);
+        assert_eq!(l.tops[0].0, Layout::RaidZ { nparity: 2 });
+        assert_eq!(l.tops[0].1.len(), 6);
+        assert_eq!(l.log, vec![PathBuf::from("/d/x")]);
+        assert_eq!(l.cache, vec![PathBuf::from("/d/y")]);
+        let l = parse_layout(&words("mirror a b mirror c d"), Path::new("/d")).unwrap();
+        assert_eq!(l.tops.len(), 2);
+        let l = parse_layout(&words("a /abs/b"), Path::new("/d")).unwrap();
+        assert_eq!(l.tops[1].1[0], PathBuf::from("/abs/b"));
+    }
+
+    #[test]
+    fn bad_layouts_are_refused() {
+        assert!(parse_layout(&words("mirror a"), Path::new(".")).is_err());
+        assert!(parse_layout(&words("raidz2 a b c"), Path::new(".")).is_err());
+        assert!(parse_layout(&words("log x"), Path::new(".")).is_err());
+        assert!(parse_layout(&words("log mirror a b"), Path::new(".")).is_err());
+    }
+}

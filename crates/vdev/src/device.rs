@@ -1,0 +1,59 @@
+//! The one device trait all pool I/O goes through, so a simulated device can stand in
+//! for a real one in crash, fault and slow-disk tests.
+//!
+//! Invariants: every offset and length is a multiple of `SECTOR_SIZE` and inside the
+//! device (checked by `check_io`); `flush` is a barrier: when it returns Ok, every
+//! write that returned Ok before it was called is durable.
+
+use std::io;
+
+/// The pool's unit of I/O and allocation (ashift 12).
+pub const SECTOR_SIZE: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// O_DIRECT: the OS page cache is bypassed.
+    Direct,
+    /// The file system refused O_DIRECT (tmpfs): buffered I/O plus fdatasync.
+    Buffered,
+    /// The simulated in-memory device.
+    Memory,
+}
+
+impl IoMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            IoMode::Direct => "direct",
+            IoMode::Buffered => "buffered",
+            IoMode::Memory => "memory",
+        }
+    }
+}
+
+pub trait Device: Send + Sync + std::fmt::Debug {
+    fn size_bytes(&self) -> u64;
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// A real barrier: when it returns Ok, every write that returned Ok before the call is durable.
+    fn flush(&self) -> io::Result<()>;
+    fn io_mode(&self) -> IoMode;
+    fn describe(&self) -> String;
+}
+
+/// Alignment and range check shared by every device.
+pub fn check_io(offset: u64, len: usize, size: u64) -> io::Result<()> {
+    let s = SECTOR_SIZE as u64;
+    if offset % s != 0 || len as u64 % s != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("I/O at offset {offset} length {len} is not aligned to {SECTOR_SIZE} bytes"),
+        ));
+    }
+    if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("I/O at offset {offset} length {len} is past the device end ({size} bytes)"),
+        ));
+    }
+    Ok(())
+}

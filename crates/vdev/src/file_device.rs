@@ -1,0 +1,227 @@
+//! Leaf devices backed by a regular file or a block device.
+//!
+//! O_DIRECT is tried first so the ARC is the only cache and "read from disk" means it
+//! (DESIGN.md invariant 6). File systems that refuse O_DIRECT (tmpfs answers EINVAL)
+//! get buffered I/O instead, with fdatasync as the flush; `io_mode` tells which, and
+//! pool status shows it. With O_DIRECT, a caller's buffer that is not sector-aligned is
+//! bounced through an `AlignedBuf`.
+
+use crate::aligned::AlignedBuf;
+use crate::device::{check_io, Device, IoMode, SECTOR_SIZE};
+use crate::label::MIN_DEVICE_BYTES;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    size: u64,
+    mode: IoMode,
+}
+
+impl FileDevice {
+    /// Opens an existing file or block device read-write, bypassing the page cache
+    /// where the file system allows it.
+    pub fn open(path: impl AsRef<Path>) -> io::Result<FileDevice> {
+        Self::open_mode(path.as_ref(), true)
+    }
+
+    /// Opens with buffered I/O (page cache) and fdatasync as the flush.
+    pub fn open_buffered(path: impl AsRef<Path>) -> io::Result<FileDevice> {
+        Self::open_mode(path.as_ref(), false)
+    }
+
+    fn open_mode(path: &Path, try_direct: bool) -> io::Result<FileDevice> {
+        let direct = if try_direct {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+        } else {
+            Err(io::Error::from_raw_os_error(libc::EINVAL))
+        };
+        let (mut file, mode) = match direct {
+            Ok(f) => (f, IoMode::Direct),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+                OpenOptions::new().read(true).write(true).open(path)?,
+                IoMode::Buffered,
+            ),
+            Err(e) => return Err(e),
+        };
+        let end = file.seek(SeekFrom::End(0))?;
+        let size = end / SECTOR_SIZE as u64 * SECTOR_SIZE as u64;
+        let mut dev = FileDevice {
+            file,
+            path: path.to_path_buf(),
+            size,
+            mode,
+        };
+        if mode == IoMode::Direct && size >= SECTOR_SIZE as u64 {
+            // Some file systems accept the flag at open and refuse the I/O.
+            let mut probe = AlignedBuf::zeroed(SECTOR_SIZE);
+            if let Err(e) = dev.file.read_exact_at(&mut probe, 0) {
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    dev.file = OpenOptions::new().read(true).write(true).open(path)?;
+                    dev.mode = IoMode::Buffered;
+                } else {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(dev)
+    }
+
+    /// Creates a new sparse file of `size_bytes` and opens it.
+    pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> io::Result<FileDevice> {
+        let path = path.as_ref();
+        if size_bytes % SECTOR_SIZE as u64 != 0 || size_bytes < MIN_DEVICE_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "device size {size_bytes} must be a multiple of {SECTOR_SIZE} and at least {MIN_DEVICE_BYTES} bytes"
+                ),
+            ));
+        }
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        f.set_len(size_bytes)?;
+        f.sync_all()?;
+        drop(f);
+        FileDevice::open(path)
+    }
+
+    fn aligned(buf: &[u8]) -> bool {
+        (buf.as_ptr() as usize) % SECTOR_SIZE == 0
+    }
+}
+
+impl Device for FileDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        check_io(offset, buf.len(), self.size)?;
+        if self.mode == IoMode::Direct && !Self::aligned(buf) {
+            let mut bounce = AlignedBuf::zeroed(buf.len());
+            self.file.read_exact_at(&mut bounce, offset)?;
+            buf.copy_from_slice(&bounce);
+            return Ok(());
+        }
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        check_io(offset, buf.len(), self.size)?;
+        if self.mode == IoMode::Direct && !Self::aligned(buf) {
+            let bounce = AlignedBuf::from_slice(buf);
+            return self.file.write_all_at(&bounce, offset);
+        }
+        self.file.write_all_at(buf, offset)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn io_mode(&self) -> IoMode {
+        self.mode
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(dir: &Path) -> IoMode {
+        round_trip_with(dir, false)
+    }
+
+    fn round_trip_with(dir: &Path, buffered: bool) -> IoMode {
+        let path = dir.join("dev.img");
+        let dev = FileDevice::create(&path, MIN_DEVICE_BYTES).unwrap();
+        let dev = if buffered {
+            FileDevice::open_buffered(&path).unwrap()
+        } else {
+            dev
+        };
+        assert_eq!(dev.size_bytes(), MIN_DEVICE_BYTES);
+        let data: Vec<u8> = (0..3 * SECTOR_SIZE).map(|i| (i * 7 % 251) as u8).collect();
+        dev.write_at(8192, &data).unwrap();
+        dev.flush().unwrap();
+        // Unaligned buffers work too (bounced).
+        let mut raw = vec![0u8; data.len() + 1];
+        dev.read_at(8192, &mut raw[1..]).unwrap();
+        assert_eq!(&raw[1..], &data[..]);
+        let mut aligned = AlignedBuf::zeroed(data.len());
+        dev.read_at(8192, &mut aligned).unwrap();
+        assert_eq!(&aligned[..], &data[..]);
+        assert!(dev.read_at(100, &mut [0u8; 4096]).is_err());
+        assert!(dev.write_at(MIN_DEVICE_BYTES, &[0u8; 4096]).is_err());
+        assert!(
+            FileDevice::create(&path, MIN_DEVICE_BYTES).is_err(),
+            "create refuses an existing file"
+        );
+        let reopened = FileDevice::open(&path).unwrap();
+        let mut back = vec![0u8; data.len()];
+        reopened.read_at(8192, &mut back).unwrap();
+        assert_eq!(back, data);
+        dev.io_mode()
+    }
+
+    #[test]
+    fn file_on_disk() {
+        // The build directory is on the real disk; /tmp may be tmpfs.
+        let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target");
+        std::fs::create_dir_all(base).unwrap();
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let mode = round_trip(dir.path());
+        assert!(mode == IoMode::Direct || mode == IoMode::Buffered);
+    }
+
+    #[test]
+    fn tmpfs_mode_follows_what_the_kernel_allows() {
+        // tmpfs refused O_DIRECT before Linux 6.6 and accepts it since: the device must
+        // pick whichever the running kernel allows.
+        let shm = Path::new("/dev/shm");
+        assert!(shm.is_dir(), "this test needs the tmpfs at /dev/shm");
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let probe = dir.path().join("probe");
+        std::fs::write(&probe, vec![0u8; 4096]).unwrap();
+        let kernel_allows = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&probe)
+            .is_ok();
+        let expect = if kernel_allows {
+            IoMode::Direct
+        } else {
+            IoMode::Buffered
+        };
+        assert_eq!(round_trip(dir.path()), expect);
+    }
+
+    #[test]
+    fn buffered_mode_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(round_trip_with(dir.path(), true), IoMode::Buffered);
+    }
+
+    #[test]
+    fn too_small_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = FileDevice::create(dir.path().join("x"), 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+}

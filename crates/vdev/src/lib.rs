@@ -1,0 +1,18 @@
+//! shoal's device layer: leaf devices (files, block devices, the simulated device),
+//! their labels, and the mirror and RAID-Z layouts with reconstruction and
+//! self-healing. It knows sectors and copies, never files or datasets.
+
+pub mod aligned;
+pub mod device;
+pub mod file_device;
+pub mod label;
+pub mod raidz_map;
+pub mod raidz_math;
+pub mod sim_device;
+pub mod tree;
+
+pub use aligned::AlignedBuf;
+pub use device::{Device, IoMode, SECTOR_SIZE};
+pub use file_device::FileDevice;
+pub use sim_device::{CrashClock, CrashPolicy, Fault, SimDevice, SpeedLimit};
+pub use tree::{Health, Layout, Leaf, ReadMode, RepairReport, TopVdev, VdevError};

@@ -1,0 +1,602 @@
+//! The simulated device: an in-memory, seeded, deterministic disk for crash, fault and
+//! slow-disk tests.
+//!
+//! Content model: `durable` sectors (what survives power loss), the list of writes since
+//! the last flush, and `current` sectors (what reads see). `flush` moves the unflushed
+//! writes into `durable`. `restart` models power loss and reboot: each unflushed write
+//! is kept, dropped or torn (some of its sectors land) according to a `CrashPolicy`
+//! and the device's seed; the old handle stays dead and a new one is returned.
+//!
+//! Storage is sparse (sectors that were never written read as zeros and take no memory)
+//! so thousands of crash runs over 64 MiB devices stay cheap.
+//!
+//! A `CrashClock` shared by the devices of one simulated machine counts their write and
+//! flush operations; when it fires, that operation and every later one fails on every
+//! device sharing it, and the triggering write is not applied.
+
+use crate::device::{check_io, Device, IoMode, SECTOR_SIZE};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// SplitMix64: tiny, seedable, good enough for fault choices.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Debug)]
+pub struct CrashClock {
+    ops: AtomicU64,
+    target: AtomicU64,
+    crashed: AtomicBool,
+}
+
+impl CrashClock {
+    pub fn new() -> Arc<CrashClock> {
+        Arc::new(CrashClock {
+            ops: AtomicU64::new(0),
+            target: AtomicU64::new(u64::MAX),
+            crashed: AtomicBool::new(false),
+        })
+    }
+    /// Crash when `after_ops` more write/flush operations have been issued.
+    pub fn arm(&self, after_ops: u64) {
+        self.target.store(
+            self.ops.load(Ordering::SeqCst) + after_ops.max(1),
+            Ordering::SeqCst,
+        );
+    }
+    pub fn disarm(&self) {
+        self.target.store(u64::MAX, Ordering::SeqCst);
+    }
+    pub fn ops(&self) -> u64 {
+        self.ops.load(Ordering::SeqCst)
+    }
+    pub fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+    /// Counts one operation; false if the machine has crashed (now or before).
+    fn tick(&self) -> bool {
+        if self.crashed() {
+            return false;
+        }
+        let n = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
+        if n >= self.target.load(Ordering::SeqCst) {
+            self.crashed.store(true, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPolicy {
+    KeepAll,
+    DropAll,
+    /// Each unflushed write independently kept, dropped or torn.
+    Random,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Reads overlapping the range fail `times` times (`u32::MAX` = forever).
+    ReadError {
+        offset: u64,
+        len: u64,
+        times: u32,
+    },
+    WriteError {
+        offset: u64,
+        len: u64,
+        times: u32,
+    },
+    /// Flip one bit of current and durable content, silently.
+    BitFlip {
+        offset: u64,
+        bit: u8,
+    },
+    /// The next write lands at `offset + delta_bytes` and reports success.
+    MisdirectNextWrite {
+        delta_bytes: i64,
+    },
+    /// Every operation fails until `revive`.
+    Dead,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpeedLimit {
+    pub bytes_per_sec: Option<u64>,
+    pub iops: Option<u64>,
+    /// Charged when an operation does not start where the previous one ended.
+    pub seek: Duration,
+}
+
+impl SpeedLimit {
+    /// Roughly a 7200 rpm disk: 160 MB/s streaming, 8.5 ms per random access.
+    pub fn hdd_7200() -> SpeedLimit {
+        SpeedLimit {
+            bytes_per_sec: Some(160_000_000),
+            iops: None,
+            seek: Duration::from_micros(8500),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimStats {
+    pub reads: u64,
+    pub writes: u64,
+    pub flushes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub failed_ops: u64,
+    pub simulated_busy: Duration,
+}
+
+type Sectors = HashMap<u64, Box<[u8]>>;
+
+#[derive(Debug)]
+struct State {
+    current: Sectors,
+    durable: Sectors,
+    unflushed: Vec<(u64, Vec<u8>)>,
+    rng: SplitMix,
+    dead: bool,
+    defunct: bool,
+    read_faults: Vec<(u64, u64, u32)>,
+    write_faults: Vec<(u64, u64, u32)>,
+    misdirect: Option<i64>,
+    speed: Option<SpeedLimit>,
+    head: u64,
+    stats: SimStats,
+}
+
+#[derive(Debug)]
+pub struct SimDevice {
+    id: u64,
+    size: u64,
+
+    clock: Option<Arc<CrashClock>>,
+    state: Mutex<State>,
+}
+
+fn sim_error(what: &str) -> io::Error {
+    io::Error::other(what.to_string())
+}
+
+fn overlaps(a_off: u64, a_len: u64, b_off: u64, b_len: u64) -> bool {
+    a_off < b_off + b_len && b_off < a_off + a_len
+}
+
+fn put(map: &mut Sectors, offset: u64, data: &[u8]) {
+    for (i, chunk) in data.chunks(SECTOR_SIZE).enumerate() {
+        let sector = offset / SECTOR_SIZE as u64 + i as u64;
+        if chunk.iter().all(|&b| b == 0) {
+            map.remove(&sector);
+        } else {
+            map.insert(sector, chunk.to_vec().into_boxed_slice());
+        }
+    }
+}
+
+fn get(map: &Sectors, offset: u64, buf: &mut [u8]) {
+    for (i, chunk) in buf.chunks_mut(SECTOR_SIZE).enumerate() {
+        let sector = offset / SECTOR_SIZE as u64 + i as u64;
+        match map.get(&sector) {
+            Some(s) => chunk.copy_from_slice(s),
+            None => chunk.fill(0),
+        }
+    }
+}
+
+fn flip(map: &mut Sectors, offset: u64, bit: u8) {
+    let sector = offset / SECTOR_SIZE as u64;
+    let s = map
+        .entry(sector)
+        .or_insert_with(|| vec![0u8; SECTOR_SIZE].into_boxed_slice());
+    s[(offset % SECTOR_SIZE as u64) as usize] ^= 1 << (bit % 8);
+}
+
+impl SimDevice {
+    pub fn new(size_bytes: u64, seed: u64) -> Arc<SimDevice> {
+        Self::build(size_bytes, seed, None, Sectors::new())
+    }
+
+    pub fn with_clock(size_bytes: u64, seed: u64, clock: Arc<CrashClock>) -> Arc<SimDevice> {
+        Self::build(size_bytes, seed, Some(clock), Sectors::new())
+    }
+
+    fn build(
+        size_bytes: u64,
+        seed: u64,
+        clock: Option<Arc<CrashClock>>,
+        content: Sectors,
+    ) -> Arc<SimDevice> {
+        assert!(
+            size_bytes % SECTOR_SIZE as u64 == 0,
+            "simulated size must be sector aligned"
+        );
+        Arc::new(SimDevice {
+            id: seed,
+            size: size_bytes,
+
+            clock,
+            state: Mutex::new(State {
+                current: content.clone(),
+                durable: content,
+                unflushed: Vec::new(),
+                rng: SplitMix(seed ^ 0x5151_5151),
+                dead: false,
+                defunct: false,
+                read_faults: Vec::new(),
+                write_faults: Vec::new(),
+                misdirect: None,
+                speed: None,
+                head: 0,
+                stats: SimStats::default(),
+            }),
+        })
+    }
+
+    /// Power loss now, then reboot: returns the device as it comes back.
+    pub fn restart(&self, policy: CrashPolicy) -> Arc<SimDevice> {
+        self.restart_with_clock(policy, None)
+    }
+
+    pub fn restart_with_clock(
+        &self,
+        policy: CrashPolicy,
+        clock: Option<Arc<CrashClock>>,
+    ) -> Arc<SimDevice> {
+        let mut st = self.state.lock().unwrap();
+        st.defunct = true;
+        let mut durable = st.durable.clone();
+        let unflushed = std::mem::take(&mut st.unflushed);
+        for (offset, data) in unflushed {
+            let choice = match policy {
+                CrashPolicy::KeepAll => 0,
+                CrashPolicy::DropAll => 1,
+                CrashPolicy::Random => st.rng.below(3),
+            };
+            match choice {
+                0 => put(&mut durable, offset, &data),
+                1 => {}
+                _ => {
+                    for (i, chunk) in data.chunks(SECTOR_SIZE).enumerate() {
+                        if st.rng.below(2) == 0 {
+                            put(&mut durable, offset + (i * SECTOR_SIZE) as u64, chunk);
+                        }
+                    }
+                }
+            }
+        }
+        let seed = st.rng.next();
+        drop(st);
+        Self::build(self.size, seed, clock, durable)
+    }
+
+    pub fn inject(&self, fault: Fault) {
+        let mut st = self.state.lock().unwrap();
+        match fault {
+            Fault::ReadError { offset, len, times } => st.read_faults.push((offset, len, times)),
+            Fault::WriteError { offset, len, times } => st.write_faults.push((offset, len, times)),
+            Fault::BitFlip { offset, bit } => {
+                assert!(offset < self.size);
+                flip(&mut st.current, offset, bit);
+                flip(&mut st.durable, offset, bit);
+            }
+            Fault::MisdirectNextWrite { delta_bytes } => st.misdirect = Some(delta_bytes),
+            Fault::Dead => st.dead = true,
+        }
+    }
+
+    pub fn revive(&self) {
+        let mut st = self.state.lock().unwrap();
+        st.dead = false;
+    }
+
+    /// Overwrites `[offset, offset+len)` with seeded random bytes, silently.
+    pub fn corrupt_range(&self, offset: u64, len: u64, seed: u64) {
+        assert!(offset % SECTOR_SIZE as u64 == 0 && len % SECTOR_SIZE as u64 == 0);
+        assert!(offset + len <= self.size);
+        let mut rng = SplitMix(seed);
+        let mut data = vec![0u8; len as usize];
+        for chunk in data.chunks_mut(8) {
+            let r = rng.next().to_le_bytes();
+            chunk.copy_from_slice(&r[..chunk.len()]);
+        }
+        let mut st = self.state.lock().unwrap();
+        put(&mut st.current, offset, &data);
+        put(&mut st.durable, offset, &data);
+    }
+
+    pub fn set_speed(&self, speed: Option<SpeedLimit>) {
+        self.state.lock().unwrap().speed = speed;
+    }
+
+    pub fn stats(&self) -> SimStats {
+        self.state.lock().unwrap().stats
+    }
+
+    /// Bytes of unflushed writes (what a crash now could lose).
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap()
+            .unflushed
+            .iter()
+            .map(|(_, d)| d.len() as u64)
+            .sum()
+    }
+
+    fn alive(&self, st: &mut State, counts_as_op: bool) -> io::Result<()> {
+        if st.defunct {
+            st.stats.failed_ops += 1;
+            return Err(sim_error(
+                "simulated device was restarted; this handle is gone",
+            ));
+        }
+        if st.dead {
+            st.stats.failed_ops += 1;
+            return Err(sim_error("simulated device is dead"));
+        }
+        if let Some(c) = &self.clock {
+            let ok = if counts_as_op { c.tick() } else { !c.crashed() };
+            if !ok {
+                st.stats.failed_ops += 1;
+                return Err(sim_error("simulated crash"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges service time like a disk head would, and sleeps it.
+    fn service(&self, st: &mut State, offset: u64, len: usize) -> Option<Duration> {
+        let speed = st.speed?;
+        let mut t = Duration::ZERO;
+        if offset != st.head {
+            t += speed.seek;
+        }
+        if let Some(bw) = speed.bytes_per_sec {
+            t += Duration::from_secs_f64(len as f64 / bw as f64);
+        }
+        if let Some(iops) = speed.iops {
+            t = t.max(Duration::from_secs_f64(1.0 / iops as f64));
+        }
+        st.head = offset + len as u64;
+        st.stats.simulated_busy += t;
+        Some(t)
+    }
+
+    fn take_fault(faults: &mut [(u64, u64, u32)], offset: u64, len: u64) -> bool {
+        for f in faults.iter_mut() {
+            if f.2 > 0 && overlaps(offset, len, f.0, f.1) {
+                if f.2 != u32::MAX {
+                    f.2 -= 1;
+                }
+                return true;
+            }
+        }
+        false
+    }
+}
+
+impl Device for SimDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        check_io(offset, buf.len(), self.size)?;
+        let mut st = self.state.lock().unwrap();
+        self.alive(&mut st, false)?;
+        let sleep = self.service(&mut st, offset, buf.len());
+        if Self::take_fault(&mut st.read_faults, offset, buf.len() as u64) {
+            st.stats.failed_ops += 1;
+            return Err(sim_error("simulated read error"));
+        }
+        get(&st.current, offset, buf);
+        st.stats.reads += 1;
+        st.stats.bytes_read += buf.len() as u64;
+        drop(st);
+        if let Some(t) = sleep {
+            std::thread::sleep(t);
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        check_io(offset, buf.len(), self.size)?;
+        let mut st = self.state.lock().unwrap();
+        self.alive(&mut st, true)?;
+        let sleep = self.service(&mut st, offset, buf.len());
+        if Self::take_fault(&mut st.write_faults, offset, buf.len() as u64) {
+            st.stats.failed_ops += 1;
+            return Err(sim_error("simulated write error"));
+        }
+        let mut target = offset;
+        if let Some(delta) = st.misdirect.take() {
+            let t = offset as i64 + delta;
+            if t < 0
+                || t as u64 % SECTOR_SIZE as u64 != 0
+                || t as u64 + buf.len() as u64 > self.size
+            {
+                st.stats.writes += 1;
+                return Ok(()); // lost entirely, yet reported done
+            }
+            target = t as u64;
+        }
+        put(&mut st.current, target, buf);
+        st.unflushed.push((target, buf.to_vec()));
+        st.stats.writes += 1;
+        st.stats.bytes_written += buf.len() as u64;
+        drop(st);
+        if let Some(t) = sleep {
+            std::thread::sleep(t);
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let mut st = self.state.lock().unwrap();
+        self.alive(&mut st, true)?;
+        let unflushed = std::mem::take(&mut st.unflushed);
+        for (offset, data) in unflushed {
+            put(&mut st.durable, offset, &data);
+        }
+        st.stats.flushes += 1;
+        Ok(())
+    }
+
+    fn io_mode(&self) -> IoMode {
+        IoMode::Memory
+    }
+
+    fn describe(&self) -> String {
+        format!("sim:{}", self.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: u64 = 1 << 20;
+
+    fn pattern(b: u8) -> Vec<u8> {
+        vec![b; SECTOR_SIZE * 2]
+    }
+
+    fn read(d: &SimDevice, off: u64) -> Vec<u8> {
+        let mut v = vec![0u8; SECTOR_SIZE * 2];
+        d.read_at(off, &mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn flushed_survive_unflushed_follow_policy() {
+        for (policy, expect_second) in [(CrashPolicy::KeepAll, true), (CrashPolicy::DropAll, false)]
+        {
+            let d = SimDevice::new(4 * MB, 1);
+            d.write_at(0, &pattern(1)).unwrap();
+            d.flush().unwrap();
+            d.write_at(8192, &pattern(2)).unwrap();
+            assert_eq!(read(&d, 8192), pattern(2), "reads see unflushed writes");
+            let after = d.restart(policy);
+            assert_eq!(read(&after, 0), pattern(1));
+            assert_eq!(read(&after, 8192) == pattern(2), expect_second);
+            assert!(
+                d.read_at(0, &mut [0u8; 4096]).is_err(),
+                "old handle is dead"
+            );
+        }
+    }
+
+    #[test]
+    fn random_policy_is_deterministic_and_tears() {
+        let run = |seed| {
+            let d = SimDevice::new(4 * MB, seed);
+            for i in 0..64u64 {
+                d.write_at(i * 8192, &pattern(i as u8 + 1)).unwrap();
+            }
+            let after = d.restart(CrashPolicy::Random);
+            (0..64u64)
+                .map(|i| {
+                    let v = read(&after, i * 8192);
+                    let first = v[0] != 0;
+                    let second = v[SECTOR_SIZE] != 0;
+                    (first, second)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(9), run(9));
+        let outcome = run(9);
+        assert!(outcome.iter().any(|&(a, b)| a != b), "some write torn");
+        assert!(outcome.contains(&(true, true)));
+        assert!(outcome.contains(&(false, false)));
+    }
+
+    #[test]
+    fn clock_fires_at_exact_op_across_devices() {
+        let clock = CrashClock::new();
+        let a = SimDevice::with_clock(4 * MB, 1, clock.clone());
+        let b = SimDevice::with_clock(4 * MB, 2, clock.clone());
+        clock.arm(3);
+        a.write_at(0, &pattern(1)).unwrap();
+        b.write_at(0, &pattern(2)).unwrap();
+        assert!(a.flush().is_err(), "third op crashes");
+        assert!(clock.crashed());
+        assert!(b.write_at(0, &pattern(3)).is_err());
+        assert!(b.read_at(0, &mut vec![0u8; 4096]).is_err());
+        let a2 = a.restart(CrashPolicy::DropAll);
+        let b2 = b.restart(CrashPolicy::KeepAll);
+        assert_eq!(read(&a2, 0), vec![0u8; 8192]);
+        assert_eq!(read(&b2, 0), pattern(2));
+    }
+
+    #[test]
+    fn faults_are_observable() {
+        let d = SimDevice::new(4 * MB, 3);
+        d.write_at(0, &pattern(7)).unwrap();
+        d.inject(Fault::ReadError {
+            offset: 0,
+            len: 4096,
+            times: 2,
+        });
+        assert!(d.read_at(0, &mut vec![0u8; 4096]).is_err());
+        assert!(d.read_at(0, &mut vec![0u8; 4096]).is_err());
+        assert_eq!(read(&d, 0), pattern(7));
+        d.inject(Fault::BitFlip { offset: 5, bit: 1 });
+        assert_eq!(read(&d, 0)[5], 7 ^ 2);
+        d.inject(Fault::MisdirectNextWrite { delta_bytes: 65536 });
+        d.write_at(16384, &pattern(9)).unwrap();
+        assert_eq!(read(&d, 16384), vec![0u8; 8192]);
+        assert_eq!(read(&d, 16384 + 65536), pattern(9));
+        d.inject(Fault::WriteError {
+            offset: 0,
+            len: 4096,
+            times: 1,
+        });
+        assert!(d.write_at(0, &pattern(1)).is_err());
+        d.write_at(0, &pattern(1)).unwrap();
+        d.inject(Fault::Dead);
+        assert!(d.read_at(0, &mut vec![0u8; 4096]).is_err());
+        assert!(d.flush().is_err());
+        d.revive();
+        assert_eq!(read(&d, 0), pattern(1));
+        d.corrupt_range(0, 4096, 5);
+        assert_ne!(read(&d, 0)[..4096], pattern(1)[..4096]);
+        assert!(d.stats().failed_ops >= 5);
+    }
+
+    #[test]
+    fn speed_limit_charges_seeks_and_transfer() {
+        let d = SimDevice::new(4 * MB, 4);
+        d.set_speed(Some(SpeedLimit {
+            bytes_per_sec: Some(1_000_000_000),
+            iops: None,
+            seek: Duration::from_micros(100),
+        }));
+        d.write_at(0, &vec![1u8; 4096]).unwrap(); // starts at head 0: no seek
+        d.write_at(4096, &vec![1u8; 4096]).unwrap(); // sequential
+        let seq = d.stats().simulated_busy;
+        d.write_at(MB, &vec![1u8; 4096]).unwrap(); // seek
+        let busy = d.stats().simulated_busy;
+        assert!(seq < Duration::from_micros(100));
+        assert!(busy - seq >= Duration::from_micros(100));
+    }
+}

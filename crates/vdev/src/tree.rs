@@ -1,0 +1,715 @@
+//! The vdev tree: leaf devices grouped into top-level vdevs (a single disk, an N-way
+//! mirror, or a RAID-Z1/2/3 group), and the block I/O that runs over them.
+//!
+//! This layer knows sectors and copies, never files or datasets. It does not know the
+//! checksum format either: every read takes a `verify` closure from the pool layer,
+//! which holds the checksum in the parent block pointer. That closure is what drives
+//! self-healing: a copy or a stripe reconstruction is accepted only when it verifies,
+//! and any copy or column that turns out to be wrong is rewritten with the good data
+//! and counted against its leaf.
+//!
+//! Invariants:
+//! - A write is acknowledged only if the block stays readable: a mirror needs one
+//!   child written, RAID-Z needs at most `nparity` columns missing.
+//! - Reads never return data that failed `verify`.
+//! - A leaf is FAULTED after a failed write (its contents may be stale) or after
+//!   `LEAF_ERROR_LIMIT` read errors; faulted leaves get no I/O until replaced.
+//! - Offsets given to a top-level vdev are logical byte offsets within its data space
+//!   (see `raidz_map` for RAID-Z); leaves add their data-area start.
+
+use crate::aligned::AlignedBuf;
+use crate::device::{Device, SECTOR_SIZE};
+use crate::label;
+use crate::raidz_map::{raidz_asize, raidz_map};
+use crate::raidz_math;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Read errors after which a leaf is taken out of service.
+pub const LEAF_ERROR_LIMIT: u64 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Online,
+    Degraded,
+    Faulted,
+    /// The device could not be opened at import.
+    Unavail,
+}
+
+impl Health {
+    pub fn name(self) -> &'static str {
+        match self {
+            Health::Online => "ONLINE",
+            Health::Degraded => "DEGRADED",
+            Health::Faulted => "FAULTED",
+            Health::Unavail => "UNAVAIL",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct LeafCounters {
+    pub read_ops: AtomicU64,
+    pub write_ops: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub read_errors: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub cksum_errors: AtomicU64,
+    pub repaired_bytes: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeafCountersSnapshot {
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub cksum_errors: u64,
+    pub repaired_bytes: u64,
+}
+
+/// One leaf device of the pool.
+#[derive(Debug)]
+pub struct Leaf {
+    pub guid: u64,
+    pub path: String,
+    device: RwLock<Option<Arc<dyn Device>>>,
+    health: Mutex<Health>,
+    pub counters: LeafCounters,
+    data_start: u64,
+    data_len: u64,
+}
+
+impl Leaf {
+    pub fn new(guid: u64, path: String, device: Arc<dyn Device>) -> Leaf {
+        let (data_start, data_len) = label::data_area(device.size_bytes());
+        Leaf {
+            guid,
+            path,
+            device: RwLock::new(Some(device)),
+            health: Mutex::new(Health::Online),
+            counters: LeafCounters::default(),
+            data_start,
+            data_len,
+        }
+    }
+
+    /// A leaf whose device could not be opened.
+    pub fn missing(guid: u64, path: String, data_len: u64) -> Leaf {
+        Leaf {
+            guid,
+            path,
+            device: RwLock::new(None),
+            health: Mutex::new(Health::Unavail),
+            counters: LeafCounters::default(),
+            data_start: label::DATA_AREA_START,
+            data_len,
+        }
+    }
+
+    pub fn device(&self) -> Option<Arc<dyn Device>> {
+        self.device.read().unwrap().clone()
+    }
+
+    pub fn data_len(&self) -> u64 {
+        self.data_len
+    }
+
+    pub fn health(&self) -> Health {
+        *self.health.lock().unwrap()
+    }
+
+    pub fn set_health(&self, health: Health) {
+        *self.health.lock().unwrap() = health;
+    }
+
+    pub fn io_mode(&self) -> Option<crate::device::IoMode> {
+        self.device().map(|d| d.io_mode())
+    }
+
+    pub fn is_usable(&self) -> bool {
+        self.health() == Health::Online && self.device().is_some()
+    }
+
+    pub fn counters(&self) -> LeafCountersSnapshot {
+        let c = &self.counters;
+        LeafCountersSnapshot {
+            read_ops: c.read_ops.load(Ordering::Relaxed),
+            write_ops: c.write_ops.load(Ordering::Relaxed),
+            read_bytes: c.read_bytes.load(Ordering::Relaxed),
+            write_bytes: c.write_bytes.load(Ordering::Relaxed),
+            read_errors: c.read_errors.load(Ordering::Relaxed),
+            write_errors: c.write_errors.load(Ordering::Relaxed),
+            cksum_errors: c.cksum_errors.load(Ordering::Relaxed),
+            repaired_bytes: c.repaired_bytes.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn clear_counters(&self) {
+        let c = &self.counters;
+        for a in [
+            &c.read_errors,
+            &c.write_errors,
+            &c.cksum_errors,
+            &c.repaired_bytes,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
+        let Some(dev) = self.device() else {
+            return false;
+        };
+        if self.health() != Health::Online {
+            return false;
+        }
+        assert!(
+            offset + buf.len() as u64 <= self.data_len,
+            "read past data area"
+        );
+        self.counters.read_ops.fetch_add(1, Ordering::Relaxed);
+        match dev.read_at(self.data_start + offset, buf) {
+            Ok(()) => {
+                self.counters
+                    .read_bytes
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                true
+            }
+            Err(_) => {
+                let n = self.counters.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
+                if n >= LEAF_ERROR_LIMIT {
+                    self.set_health(Health::Faulted);
+                }
+                false
+            }
+        }
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> bool {
+        let Some(dev) = self.device() else {
+            return false;
+        };
+        if self.health() != Health::Online {
+            return false;
+        }
+        assert!(
+            offset + data.len() as u64 <= self.data_len,
+            "write past data area"
+        );
+        self.counters.write_ops.fetch_add(1, Ordering::Relaxed);
+        match dev.write_at(self.data_start + offset, data) {
+            Ok(()) => {
+                self.counters
+                    .write_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                true
+            }
+            Err(_) => {
+                self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                self.set_health(Health::Faulted);
+                false
+            }
+        }
+    }
+
+    fn repair(&self, offset: u64, data: &[u8]) {
+        if self.write(offset, data) {
+            self.counters
+                .repaired_bytes
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn count_cksum(&self) {
+        self.counters.cksum_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Flush the device; a failure faults the leaf.
+    pub fn flush(&self) -> bool {
+        let Some(dev) = self.device() else {
+            return false;
+        };
+        if self.health() != Health::Online {
+            return false;
+        }
+        match dev.flush() {
+            Ok(()) => true,
+            Err(_) => {
+                self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                self.set_health(Health::Faulted);
+                false
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Disk,
+    Mirror,
+    RaidZ { nparity: usize },
+}
+
+impl Layout {
+    pub fn name(self) -> String {
+        match self {
+            Layout::Disk => "disk".into(),
+            Layout::Mirror => "mirror".into(),
+            Layout::RaidZ { nparity } => format!("raidz{nparity}"),
+        }
+    }
+    /// How many leaves may be lost while every block stays readable.
+    pub fn tolerance(self, leaves: usize) -> usize {
+        match self {
+            Layout::Disk => 0,
+            Layout::Mirror => leaves - 1,
+            Layout::RaidZ { nparity } => nparity,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Read the cheapest copy; fall back to redundancy only on failure.
+    Normal,
+    /// Read and verify every copy and every parity column; repair what is wrong.
+    Scrub,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Copies or columns found bad (read error or wrong contents).
+    pub bad_copies: u64,
+    pub repaired_bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VdevError {
+    #[error("vdev {vdev}: no copy of the block at offset {offset} verifies ({detail})")]
+    Unrecoverable {
+        vdev: u32,
+        offset: u64,
+        detail: String,
+    },
+    #[error("vdev {vdev}: write at offset {offset} failed on too many devices")]
+    WriteFailed { vdev: u32, offset: u64 },
+}
+
+/// A top-level vdev: the unit the allocator stripes across.
+#[derive(Debug)]
+pub struct TopVdev {
+    pub id: u32,
+    pub layout: Layout,
+    pub leaves: Vec<Arc<Leaf>>,
+    /// Usable bytes of each child's data area (the smallest child decides).
+    child_bytes: u64,
+}
+
+fn sector_round(n: u64) -> u64 {
+    n.div_ceil(SECTOR_SIZE as u64) * SECTOR_SIZE as u64
+}
+
+impl TopVdev {
+    pub fn new(id: u32, layout: Layout, leaves: Vec<Arc<Leaf>>) -> TopVdev {
+        assert!(!leaves.is_empty());
+        match layout {
+            Layout::Disk => assert_eq!(leaves.len(), 1),
+            Layout::Mirror => assert!(leaves.len() >= 2),
+            Layout::RaidZ { nparity } => {
+                assert!((1..=3).contains(&nparity) && leaves.len() > nparity)
+            }
+        }
+        let child_bytes = leaves.iter().map(|l| l.data_len()).min().unwrap();
+        let child_bytes = child_bytes / SECTOR_SIZE as u64 * SECTOR_SIZE as u64;
+        TopVdev {
+            id,
+            layout,
+            leaves,
+            child_bytes,
+        }
+    }
+
+    /// Logical bytes the allocator may hand out.
+    pub fn capacity_bytes(&self) -> u64 {
+        match self.layout {
+            Layout::Disk | Layout::Mirror => self.child_bytes,
+            Layout::RaidZ { .. } => self.child_bytes * self.leaves.len() as u64,
+        }
+    }
+
+    /// Allocated (logical) size of a block of `io_size` bytes.
+    pub fn asize(&self, io_size: u64) -> u64 {
+        let io_size = sector_round(io_size);
+        match self.layout {
+            Layout::Disk | Layout::Mirror => io_size,
+            Layout::RaidZ { nparity } => raidz_asize(self.leaves.len(), nparity, io_size),
+        }
+    }
+
+    /// Approximate data bytes a logical byte of this vdev can hold (for free-space
+    /// reporting in user terms): 1 for disks and mirrors, d/(d+p) for RAID-Z.
+    pub fn data_fraction(&self) -> f64 {
+        match self.layout {
+            Layout::Disk | Layout::Mirror => 1.0,
+            Layout::RaidZ { nparity } => {
+                let n = self.leaves.len() as f64;
+                (n - nparity as f64) / n
+            }
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        let down = self.leaves.iter().filter(|l| !l.is_usable()).count();
+        if down == 0 {
+            Health::Online
+        } else if down <= self.layout.tolerance(self.leaves.len()) {
+            Health::Degraded
+        } else {
+            Health::Faulted
+        }
+    }
+
+    /// Writes one block (`data.len()` a sector multiple) at logical `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
+        assert!(data.len() % SECTOR_SIZE == 0 && !data.is_empty());
+        assert!(offset + self.asize(data.len() as u64) <= self.capacity_bytes());
+        let failed = || VdevError::WriteFailed {
+            vdev: self.id,
+            offset,
+        };
+        match self.layout {
+            Layout::Disk => self.leaves[0]
+                .write(offset, data)
+                .then_some(())
+                .ok_or_else(failed),
+            Layout::Mirror => {
+                let written = self.leaves.iter().filter(|l| l.write(offset, data)).count();
+                if written > 0 {
+                    Ok(())
+                } else {
+                    Err(failed())
+                }
+            }
+            Layout::RaidZ { nparity } => {
+                let map = raidz_map(self.leaves.len(), nparity, offset, data.len() as u64);
+                let parity_len = map.columns[0].size;
+                let mut parity: Vec<Vec<u8>> = vec![vec![0u8; parity_len]; nparity];
+                let mut chunks = Vec::with_capacity(map.columns.len() - nparity);
+                let mut pos = 0;
+                for col in map.data_columns() {
+                    chunks.push(&data[pos..pos + col.size]);
+                    pos += col.size;
+                }
+                {
+                    let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+                    raidz_math::generate_parity(nparity, &chunks, &mut prefs);
+                }
+                let mut failures = 0;
+                for (i, col) in map.columns.iter().enumerate() {
+                    let buf: &[u8] = if i < nparity {
+                        &parity[i]
+                    } else {
+                        chunks[i - nparity]
+                    };
+                    if !self.leaves[col.child].write(col.child_offset, buf) {
+                        failures += 1;
+                    }
+                }
+                if failures <= nparity {
+                    Ok(())
+                } else {
+                    Err(failed())
+                }
+            }
+        }
+    }
+
+    /// Reads the block of `io_size` bytes at logical `offset`, accepting only data for
+    /// which `verify` returns true, repairing bad copies on the way.
+    pub fn read(
+        &self,
+        offset: u64,
+        io_size: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+        mode: ReadMode,
+    ) -> Result<(AlignedBuf, RepairReport), VdevError> {
+        assert!(io_size % SECTOR_SIZE as u64 == 0 && io_size > 0);
+        assert!(offset + self.asize(io_size) <= self.capacity_bytes());
+        match self.layout {
+            Layout::Disk | Layout::Mirror => self.read_copies(offset, io_size, verify, mode),
+            Layout::RaidZ { nparity } => self.read_raidz(nparity, offset, io_size, verify, mode),
+        }
+    }
+
+    fn unrecoverable(&self, offset: u64, detail: impl Into<String>) -> VdevError {
+        VdevError::Unrecoverable {
+            vdev: self.id,
+            offset,
+            detail: detail.into(),
+        }
+    }
+
+    fn read_copies(
+        &self,
+        offset: u64,
+        io_size: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+        mode: ReadMode,
+    ) -> Result<(AlignedBuf, RepairReport), VdevError> {
+        let n = self.leaves.len();
+        // Spread reads over mirror sides by 1 MiB region, so one stream stays sequential
+        // on each side while concurrent streams use all sides.
+        let first = ((offset >> 20) as usize) % n;
+        let mut report = RepairReport::default();
+        let mut good: Option<AlignedBuf> = None;
+        let mut bad: Vec<usize> = Vec::new();
+        for k in 0..n {
+            let i = (first + k) % n;
+            let leaf = &self.leaves[i];
+            if !leaf.is_usable() {
+                continue;
+            }
+            let mut buf = AlignedBuf::zeroed(io_size as usize);
+            if !leaf.read(offset, &mut buf) {
+                bad.push(i);
+                continue;
+            }
+            if verify(&buf) {
+                if good.is_none() {
+                    good = Some(buf);
+                }
+                if mode == ReadMode::Normal {
+                    break;
+                }
+            } else {
+                leaf.count_cksum();
+                bad.push(i);
+            }
+        }
+        let Some(good) = good else {
+            return Err(self.unrecoverable(offset, format!("{} copies bad", bad.len())));
+        };
+        report.bad_copies = bad.len() as u64;
+        for i in bad {
+            let leaf = &self.leaves[i];
+            if leaf.is_usable() {
+                leaf.repair(offset, &good);
+                report.repaired_bytes += io_size;
+            }
+        }
+        Ok((good, report))
+    }
+
+    fn read_raidz(
+        &self,
+        nparity: usize,
+        offset: u64,
+        io_size: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+        mode: ReadMode,
+    ) -> Result<(AlignedBuf, RepairReport), VdevError> {
+        let map = raidz_map(self.leaves.len(), nparity, offset, io_size);
+        let ncols = map.columns.len();
+        let mut report = RepairReport::default();
+
+        // Fast path: data columns straight into the output buffer.
+        let mut out = AlignedBuf::zeroed(io_size as usize);
+        let mut data_ok = vec![true; ncols];
+        {
+            let mut pos = 0;
+            for (i, col) in map.columns.iter().enumerate().skip(nparity) {
+                data_ok[i] =
+                    self.leaves[col.child].read(col.child_offset, &mut out[pos..pos + col.size]);
+                pos += col.size;
+            }
+        }
+        let all_data_read = data_ok.iter().all(|&ok| ok);
+        if all_data_read && mode == ReadMode::Normal && verify(&out) {
+            return Ok((out, report));
+        }
+
+        // Slow path: every column in its own buffer.
+        let mut cols: Vec<Vec<u8>> = Vec::with_capacity(ncols);
+        let mut errored: Vec<usize> = Vec::new();
+        {
+            let mut pos = 0;
+            for (i, col) in map.columns.iter().enumerate() {
+                if i >= nparity {
+                    cols.push(out[pos..pos + col.size].to_vec());
+                    pos += col.size;
+                    if !data_ok[i] {
+                        errored.push(i);
+                    }
+                } else {
+                    let mut buf = vec![0u8; col.size];
+                    if !self.leaves[col.child].read(col.child_offset, &mut buf) {
+                        errored.push(i);
+                    }
+                    cols.push(buf);
+                }
+            }
+        }
+        if errored.len() > nparity {
+            return Err(self.unrecoverable(offset, format!("{} columns unreadable", errored.len())));
+        }
+        let assemble = |cols: &[Vec<u8>]| -> Vec<u8> {
+            let mut v = Vec::with_capacity(io_size as usize);
+            for c in &cols[nparity..] {
+                v.extend_from_slice(c);
+            }
+            v
+        };
+        let rebuild = |cols: &[Vec<u8>], missing: &[usize]| -> Vec<Vec<u8>> {
+            let mut work = cols.to_vec();
+            if !missing.is_empty() {
+                let mut refs: Vec<&mut [u8]> = work.iter_mut().map(|c| &mut c[..]).collect();
+                raidz_math::reconstruct(nparity, &mut refs, missing)
+                    .expect("missing columns within parity");
+            }
+            work
+        };
+
+        // Try the known-bad columns first, then widen the guess one column at a time.
+        let others: Vec<usize> = (0..ncols).filter(|i| !errored.contains(i)).collect();
+        let mut found: Option<(Vec<Vec<u8>>, Vec<usize>)> = None;
+        'search: for extra in 0..=(nparity - errored.len()) {
+            for combo in combinations(&others, extra) {
+                let mut missing = errored.clone();
+                missing.extend_from_slice(&combo);
+                if missing.iter().all(|&m| m < nparity) && !missing.is_empty() && extra > 0 {
+                    // Only parity guessed wrong: data unchanged, tried already at extra = 0.
+                    continue;
+                }
+                let work = rebuild(&cols, &missing);
+                if verify(&assemble(&work)) {
+                    found = Some((work, missing));
+                    break 'search;
+                }
+            }
+        }
+        let Some((mut good, missing)) = found else {
+            return Err(self.unrecoverable(offset, "no column combination verifies"));
+        };
+        // Parity columns not already rebuilt are checked against the good data in a
+        // scrub, or whenever the data needed repair (so repaired stripes are whole).
+        let mut wrong: Vec<usize> = missing
+            .iter()
+            .copied()
+            .filter(|&i| errored.contains(&i) || good[i] != cols[i])
+            .collect();
+        if mode == ReadMode::Scrub || !wrong.is_empty() {
+            let all_parity: Vec<usize> = (0..nparity).collect();
+            let regenerated = rebuild(&good, &all_parity);
+            for p in 0..nparity {
+                if !missing.contains(&p) && regenerated[p] != cols[p] {
+                    wrong.push(p);
+                    good[p] = regenerated[p].clone();
+                }
+            }
+        }
+        for &i in &wrong {
+            let col = map.columns[i];
+            let leaf = &self.leaves[col.child];
+            report.bad_copies += 1;
+            if !errored.contains(&i) {
+                leaf.count_cksum();
+            }
+            if leaf.is_usable() {
+                leaf.repair(col.child_offset, &good[i]);
+                report.repaired_bytes += col.size as u64;
+            }
+        }
+        let mut pos = 0;
+        for c in &good[nparity..] {
+            out[pos..pos + c.len()].copy_from_slice(c);
+            pos += c.len();
+        }
+        Ok((out, report))
+    }
+
+    /// Writes the parts of a block that belong to `leaf_index` (resilver), reading the
+    /// block through redundancy first. Returns bytes written.
+    pub fn resilver_block(
+        &self,
+        offset: u64,
+        io_size: u64,
+        leaf_index: usize,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<u64, VdevError> {
+        let (data, _) = self.read(offset, io_size, verify, ReadMode::Normal)?;
+        let leaf = &self.leaves[leaf_index];
+        match self.layout {
+            Layout::Disk | Layout::Mirror => {
+                leaf.write(offset, &data);
+                Ok(io_size)
+            }
+            Layout::RaidZ { nparity } => {
+                let map = raidz_map(self.leaves.len(), nparity, offset, io_size);
+                let mut chunks = Vec::new();
+                let mut pos = 0;
+                for col in map.data_columns() {
+                    chunks.push(&data[pos..pos + col.size]);
+                    pos += col.size;
+                }
+                let mut parity = vec![vec![0u8; map.columns[0].size]; nparity];
+                {
+                    let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+                    raidz_math::generate_parity(nparity, &chunks, &mut prefs);
+                }
+                let mut written = 0;
+                for (i, col) in map.columns.iter().enumerate() {
+                    if col.child == leaf_index {
+                        let buf: &[u8] = if i < nparity {
+                            &parity[i]
+                        } else {
+                            chunks[i - nparity]
+                        };
+                        leaf.write(col.child_offset, buf);
+                        written += col.size as u64;
+                    }
+                }
+                Ok(written)
+            }
+        }
+    }
+
+    /// Flushes every usable leaf; true if enough of them succeeded to keep the data.
+    pub fn flush(&self) -> bool {
+        let failed = self
+            .leaves
+            .iter()
+            .filter(|l| l.is_usable() && !l.flush())
+            .count();
+        let down = self.leaves.iter().filter(|l| !l.is_usable()).count();
+        failed == 0 || down <= self.layout.tolerance(self.leaves.len())
+    }
+}
+
+/// Every `k`-element subset of `items`, in lexicographic order.
+fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
+    fn go(
+        items: &[usize],
+        k: usize,
+        start: usize,
+        cur: &mut Vec<usize>,
+        out: &mut Vec<Vec<usize>>,
+    ) {
+        if cur.len() == k {
+            out.push(cur.clone());
+            return;
+        }
+        for i in start..items.len() {
+            cur.push(items[i]);
+            go(items, k, i + 1, cur, out);
+            cur.pop();
+        }
+    }
+    let mut out = Vec::new();
+    go(items, k, 0, &mut Vec::new(), &mut out);
+    out
+}
