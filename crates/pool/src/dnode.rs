@@ -60,7 +60,8 @@ impl Dnode {
     ) -> Dnode {
         assert!(object_type != 0, "type 0 marks a free slot");
         assert!(
-            (MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) && block_size % 512 == 0,
+            (MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
+                && block_size.is_multiple_of(512),
             "block size {block_size} out of range"
         );
         Dnode {

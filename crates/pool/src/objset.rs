@@ -210,7 +210,9 @@ impl Objset {
         compression: Compression,
         checksum: ChecksumKind,
     ) -> Result<u64, PoolError> {
-        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) || block_size % 512 != 0 {
+        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
+            || !block_size.is_multiple_of(512)
+        {
             return Err(PoolError::InvalidArgument(format!(
                 "block size {block_size} must be a multiple of 512 from 512 to 1M"
             )));
@@ -223,8 +225,10 @@ impl Objset {
         let mut inner = self.inner.lock().unwrap();
         let obj = inner.next_object;
         inner.next_object += 1;
-        let mut open = DirtySet::default();
-        open.dnode_dirty = true;
+        let open = DirtySet {
+            dnode_dirty: true,
+            ..DirtySet::default()
+        };
         let dnode = Dnode::new(object_type, block_size, compression, checksum);
         inner.objects.insert(
             obj,
@@ -894,9 +898,9 @@ fn update_tree(
     for level in 1..levels {
         for (&idx, &bp) in &current {
             let key = (level, idx >> INDIRECT_SHIFT);
-            if !nodes.contains_key(&key) {
+            if let std::collections::btree_map::Entry::Vacant(e) = nodes.entry(key) {
                 let loaded = load_old(key.0, key.1)?;
-                nodes.insert(key, loaded);
+                e.insert(loaded);
             }
             let (block, _) = nodes.get_mut(&key).unwrap();
             let slot = ((idx & (BPS_PER_INDIRECT - 1)) as usize) * BLKPTR_SIZE;

@@ -1261,8 +1261,9 @@ impl Pool {
         }
     }
 
-    /// Every block pointer of the committed state: directory, space log, object sets.
-    fn committed_blocks(&self) -> Result<Vec<BlockPointer>, PoolError> {
+    /// Every block pointer of the committed state: directory, space log, object sets
+    /// (for scrub, check, and tests that aim faults at real blocks).
+    pub fn committed_blocks(&self) -> Result<Vec<BlockPointer>, PoolError> {
         let st = &self.storage;
         let c = *self.committed.lock().unwrap();
         let mut out = Vec::new();

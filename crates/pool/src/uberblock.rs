@@ -87,7 +87,7 @@ pub fn candidates(slots: &[Vec<u8>], pool_guid: u64) -> Vec<Uberblock> {
         .filter_map(|s| Uberblock::decode(s))
         .filter(|u| u.pool_guid == pool_guid && u.txg > 0)
         .collect();
-    ubs.sort_by(|a, b| b.txg.cmp(&a.txg));
+    ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
     ubs.dedup_by(|a, b| a == b);
     ubs
 }

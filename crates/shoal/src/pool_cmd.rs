@@ -316,8 +316,8 @@ fn print_status(st: &PoolStatus) {
     }
     println!("config:\n");
     println!(
-        "\t{:<40} {:<8} {:>5} {:>5} {:>5}  {}",
-        "NAME", "STATE", "READ", "WRITE", "CKSUM", "IO"
+        "\t{:<40} {:<8} {:>5} {:>5} {:>5}  IO",
+        "NAME", "STATE", "READ", "WRITE", "CKSUM"
     );
     println!("\t{:<40} {:<8}", st.name, st.health);
     let leaf = |indent: &str, l: &pool::pool::LeafStatus| {

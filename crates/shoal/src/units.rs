@@ -21,7 +21,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
         other => bail!("unknown size unit '{other}' in '{s}' (use K, M, G or T)"),
     };
     let bytes = n * mult as f64;
-    if !(bytes.is_finite() && bytes >= 1.0 && bytes < 1e18) {
+    if !(bytes.is_finite() && (1.0..1e18).contains(&bytes)) {
         bail!("size '{s}' out of range");
     }
     Ok(bytes as u64)

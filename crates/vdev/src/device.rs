@@ -43,7 +43,7 @@ pub trait Device: Send + Sync + std::fmt::Debug {
 /// Alignment and range check shared by every device.
 pub fn check_io(offset: u64, len: usize, size: u64) -> io::Result<()> {
     let s = SECTOR_SIZE as u64;
-    if offset % s != 0 || len as u64 % s != 0 {
+    if !offset.is_multiple_of(s) || !(len as u64).is_multiple_of(s) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("I/O at offset {offset} length {len} is not aligned to {SECTOR_SIZE} bytes"),

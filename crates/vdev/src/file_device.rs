@@ -78,7 +78,7 @@ impl FileDevice {
     /// Creates a new sparse file of `size_bytes` and opens it.
     pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> io::Result<FileDevice> {
         let path = path.as_ref();
-        if size_bytes % SECTOR_SIZE as u64 != 0 || size_bytes < MIN_DEVICE_BYTES {
+        if !size_bytes.is_multiple_of(SECTOR_SIZE as u64) || size_bytes < MIN_DEVICE_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -98,7 +98,7 @@ impl FileDevice {
     }
 
     fn aligned(buf: &[u8]) -> bool {
-        (buf.as_ptr() as usize) % SECTOR_SIZE == 0
+        (buf.as_ptr() as usize).is_multiple_of(SECTOR_SIZE)
     }
 }
 

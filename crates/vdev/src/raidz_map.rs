@@ -48,7 +48,7 @@ impl RaidzMap {
 
 fn sectors_of(bytes: u64) -> u64 {
     assert!(
-        bytes % SECTOR_SIZE as u64 == 0,
+        bytes.is_multiple_of(SECTOR_SIZE as u64),
         "size {bytes} not sector aligned"
     );
     bytes / SECTOR_SIZE as u64
@@ -56,7 +56,7 @@ fn sectors_of(bytes: u64) -> u64 {
 
 /// Bytes to allocate for a block of `io_size` bytes (sector multiple).
 pub fn raidz_asize(ncols: usize, nparity: usize, io_size: u64) -> u64 {
-    assert!(nparity >= 1 && nparity <= 3 && ncols > nparity);
+    assert!((1..=3).contains(&nparity) && ncols > nparity);
     let s = sectors_of(io_size);
     assert!(s > 0, "empty block");
     let data_width = (ncols - nparity) as u64;
@@ -68,7 +68,7 @@ pub fn raidz_asize(ncols: usize, nparity: usize, io_size: u64) -> u64 {
 
 /// The stripe map of a block of `io_size` bytes at logical byte `offset`.
 pub fn raidz_map(ncols: usize, nparity: usize, offset: u64, io_size: u64) -> RaidzMap {
-    assert!(nparity >= 1 && nparity <= 3 && ncols > nparity);
+    assert!((1..=3).contains(&nparity) && ncols > nparity);
     let sector = SECTOR_SIZE as u64;
     let b = sectors_of(offset);
     let s = sectors_of(io_size);

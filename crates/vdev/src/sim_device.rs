@@ -227,7 +227,7 @@ impl SimDevice {
         content: Sectors,
     ) -> Arc<SimDevice> {
         assert!(
-            size_bytes % SECTOR_SIZE as u64 == 0,
+            size_bytes.is_multiple_of(SECTOR_SIZE as u64),
             "simulated size must be sector aligned"
         );
         Arc::new(SimDevice {
@@ -311,7 +311,9 @@ impl SimDevice {
 
     /// Overwrites `[offset, offset+len)` with seeded random bytes, silently.
     pub fn corrupt_range(&self, offset: u64, len: u64, seed: u64) {
-        assert!(offset % SECTOR_SIZE as u64 == 0 && len % SECTOR_SIZE as u64 == 0);
+        assert!(
+            offset.is_multiple_of(SECTOR_SIZE as u64) && len.is_multiple_of(SECTOR_SIZE as u64)
+        );
         assert!(offset + len <= self.size);
         let mut rng = SplitMix(seed);
         let mut data = vec![0u8; len as usize];
@@ -432,7 +434,7 @@ impl Device for SimDevice {
         if let Some(delta) = st.misdirect.take() {
             let t = offset as i64 + delta;
             if t < 0
-                || t as u64 % SECTOR_SIZE as u64 != 0
+                || !(t as u64).is_multiple_of(SECTOR_SIZE as u64)
                 || t as u64 + buf.len() as u64 > self.size
             {
                 st.stats.writes += 1;

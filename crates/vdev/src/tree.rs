@@ -376,7 +376,7 @@ impl TopVdev {
 
     /// Writes one block (`data.len()` a sector multiple) at logical `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
-        assert!(data.len() % SECTOR_SIZE == 0 && !data.is_empty());
+        assert!(data.len().is_multiple_of(SECTOR_SIZE) && !data.is_empty());
         assert!(offset + self.asize(data.len() as u64) <= self.capacity_bytes());
         let failed = || VdevError::WriteFailed {
             vdev: self.id,
@@ -438,7 +438,7 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         mode: ReadMode,
     ) -> Result<(AlignedBuf, RepairReport), VdevError> {
-        assert!(io_size % SECTOR_SIZE as u64 == 0 && io_size > 0);
+        assert!(io_size.is_multiple_of(SECTOR_SIZE as u64) && io_size > 0);
         assert!(offset + self.asize(io_size) <= self.capacity_bytes());
         match self.layout {
             Layout::Disk | Layout::Mirror => self.read_copies(offset, io_size, verify, mode),

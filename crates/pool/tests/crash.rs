@@ -1,0 +1,223 @@
+//! Crash tests on the simulated device: a seeded workload runs until a crash clock fires
+//! at a chosen write or flush; every unflushed write is then kept, dropped or torn; the
+//! pool is imported and must (1) check clean, (2) hold exactly the contents of the last
+//! acknowledged sync or of the sync that was in flight, never anything else, and (3) keep
+//! working. Every crash point of each workload is tried, so a run covers thousands.
+//!
+//! `SHOAL_CRASH_SEEDS=N` runs N workloads per layout (default 6) for a longer soak.
+
+mod common;
+
+use common::*;
+use pool::compress::Compression;
+use pool::PoolError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use vdev::{CrashClock, CrashPolicy, Layout, SimDevice};
+
+type Model = BTreeMap<u64, Vec<u8>>;
+
+/// One deterministic workload. Returns (acknowledged model, in-flight model) at the
+/// moment the workload stopped (crash or end).
+fn workload(pool: &pool::Pool, os: u64, seed: u64) -> (Model, Model) {
+    let mut rng = Rng(seed);
+    let mut model: Model = BTreeMap::new();
+    let mut acked = model.clone();
+    for _txg in 0..4 {
+        let ops = 1 + rng.below(6);
+        for _ in 0..ops {
+            let objs: Vec<u64> = model.keys().copied().collect();
+            let choice = rng.below(10);
+            let r: Result<(), PoolError> = if objs.is_empty() || choice < 2 {
+                let bs = [4096u32, 16384, 131072][rng.below(3) as usize];
+                let comp = if rng.below(2) == 0 {
+                    Compression::Off
+                } else {
+                    Compression::Lz4
+                };
+                match pool.create_object(os, 19, bs, comp, pool::checksum::ChecksumKind::Fletcher4)
+                {
+                    Ok(o) => {
+                        model.insert(o, Vec::new());
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            } else {
+                let obj = objs[rng.below(objs.len() as u64) as usize];
+                match choice {
+                    2..=6 => {
+                        let off = rng.below(600_000) as usize;
+                        let len = 1 + rng.below(150_000) as usize;
+                        let data = rng.mixed(len);
+                        let r = pool.write(os, obj, off as u64, &data);
+                        if r.is_ok() {
+                            let m = model.get_mut(&obj).unwrap();
+                            if m.len() < off + len {
+                                m.resize(off + len, 0);
+                            }
+                            m[off..off + len].copy_from_slice(&data);
+                        }
+                        r
+                    }
+                    7 | 8 => {
+                        let m = model.get_mut(&obj).unwrap();
+                        let off = rng.below(m.len() as u64 + 1) as usize;
+                        let len = rng.below(300_000) as usize;
+                        let r = pool.free_range(os, obj, off as u64, len as u64);
+                        if r.is_ok() {
+                            let end = (off + len).min(m.len());
+                            if off < end {
+                                m[off..end].fill(0);
+                            }
+                        }
+                        r
+                    }
+                    _ => {
+                        let r = pool.free_object(os, obj);
+                        if r.is_ok() {
+                            model.remove(&obj);
+                        }
+                        r
+                    }
+                }
+            };
+            if r.is_err() {
+                return (acked, model);
+            }
+        }
+        match pool.sync() {
+            Ok(_) => acked = model.clone(),
+            Err(_) => return (acked, model),
+        }
+    }
+    (acked, model)
+}
+
+fn contents_match(pool: &pool::Pool, os: u64, model: &Model, other: &Model) -> bool {
+    for obj in model.keys().chain(other.keys()) {
+        let got = match model.get(obj) {
+            Some(data) => pool.read(os, *obj, 0, data.len()).ok().map(|g| g == *data),
+            None => Some(matches!(
+                pool.read(os, *obj, 0, 1),
+                Err(PoolError::NotFound(_))
+            )),
+        };
+        if got != Some(true) {
+            return false;
+        }
+    }
+    true
+}
+
+struct Outcome {
+    points: u64,
+    inflight_won: u64,
+}
+
+fn run_layout(layout: Layout, ndev: usize, seeds: u64) -> Outcome {
+    let mut out = Outcome {
+        points: 0,
+        inflight_won: 0,
+    };
+    for seed in 0..seeds {
+        // Dry run: how many device operations does the workload issue?
+        let clock = CrashClock::new();
+        let devs = sim_devices(ndev, seed, Some(clock.clone()));
+        let pool = create_pool(layout, &devs);
+        let os = pool.create_objset("tank/crash", "{}").unwrap();
+        pool.sync().unwrap();
+        let start = clock.ops();
+        workload(&pool, os, seed);
+        let total = clock.ops() - start;
+        drop(pool);
+
+        for point in 1..=total {
+            let clock = CrashClock::new();
+            let devs = sim_devices(ndev, seed, Some(clock.clone()));
+            let pool = create_pool(layout, &devs);
+            let os = pool.create_objset("tank/crash", "{}").unwrap();
+            pool.sync().unwrap();
+            clock.arm(point);
+            let (acked, inflight) = workload(&pool, os, seed);
+            drop(pool);
+            let policy = [
+                CrashPolicy::Random,
+                CrashPolicy::Random,
+                CrashPolicy::Random,
+                CrashPolicy::DropAll,
+                CrashPolicy::KeepAll,
+            ][(point % 5) as usize];
+            let after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
+            let pool = import(&after);
+            let report = pool.check().unwrap();
+            assert!(
+                report.problems.is_empty(),
+                "{layout:?} seed {seed} point {point}: check found {:?}",
+                report.problems
+            );
+            let is_acked = contents_match(&pool, os, &acked, &inflight);
+            let is_inflight = contents_match(&pool, os, &inflight, &acked);
+            assert!(
+                is_acked || is_inflight,
+                "{layout:?} seed {seed} crash point {point}/{total}: contents are neither the acknowledged nor the in-flight state"
+            );
+            if !is_acked {
+                out.inflight_won += 1;
+            }
+            // The pool keeps working after the crash.
+            let obj = pool
+                .create_object(
+                    os,
+                    19,
+                    4096,
+                    Compression::Off,
+                    pool::checksum::ChecksumKind::Blake3,
+                )
+                .unwrap();
+            pool.write(os, obj, 0, b"after the crash").unwrap();
+            pool.sync().unwrap();
+            assert_eq!(pool.read(os, obj, 0, 15).unwrap(), b"after the crash");
+            assert!(pool.check().unwrap().problems.is_empty());
+            out.points += 1;
+        }
+    }
+    out
+}
+
+fn seeds() -> u64 {
+    std::env::var("SHOAL_CRASH_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6)
+}
+
+#[test]
+fn crash_at_every_point_raidz2() {
+    let o = run_layout(Layout::RaidZ { nparity: 2 }, 4, seeds());
+    println!(
+        "raidz2: {} crash points tested, {} committed the in-flight txg",
+        o.points, o.inflight_won
+    );
+    assert!(o.points > 500);
+}
+
+#[test]
+fn crash_at_every_point_mirror() {
+    let o = run_layout(Layout::Mirror, 2, seeds());
+    println!(
+        "mirror: {} crash points tested, {} committed the in-flight txg",
+        o.points, o.inflight_won
+    );
+    assert!(o.points > 200);
+}
+
+#[test]
+fn crash_at_every_point_single_disk() {
+    let o = run_layout(Layout::Disk, 1, seeds());
+    println!(
+        "disk: {} crash points tested, {} committed the in-flight txg",
+        o.points, o.inflight_won
+    );
+    assert!(o.points > 100);
+}

@@ -1,0 +1,324 @@
+//! Fault tests: silent corruption on up to `nparity` devices of a RAID-Z group or on all
+//! but one side of a mirror, read errors, misdirected writes and dead devices. Every
+//! read must return the right bytes, scrub must repair everything, and the per-device
+//! checksum counters must equal exactly what was injected.
+
+mod common;
+
+use common::*;
+use pool::blkptr::BlockPointer;
+use pool::compress::Compression;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use vdev::raidz_map::raidz_map;
+use vdev::{label, Device, Fault, Health, Layout, SimDevice, SECTOR_SIZE};
+
+type Files = Vec<(u64, Vec<u8>)>;
+
+fn fill(pool: &pool::Pool, os: u64, seed: u64) -> Files {
+    let mut rng = Rng(seed);
+    let mut files = Vec::new();
+    for (bs, comp, len) in [
+        (131072u32, Compression::Off, 2_000_000usize),
+        (16384, Compression::Lz4, 700_000),
+        (4096, Compression::Gzip(6), 90_000),
+        (131072, Compression::Zstd(3), 1_500_000),
+        (512, Compression::Off, 3_000),
+    ] {
+        let obj = new_file(pool, os, bs, comp);
+        let data = if comp == Compression::Off {
+            rng.bytes(len)
+        } else {
+            rng.mixed(len)
+        };
+        pool.write(os, obj, 0, &data).unwrap();
+        files.push((obj, data));
+    }
+    pool.sync().unwrap();
+    files
+}
+
+fn verify_files(pool: &pool::Pool, os: u64, files: &Files) {
+    for (obj, data) in files {
+        assert_eq!(
+            &pool.read(os, *obj, 0, data.len()).unwrap(),
+            data,
+            "object {obj}"
+        );
+    }
+}
+
+fn io_size(bp: &BlockPointer) -> u64 {
+    (bp.psize as u64).div_ceil(SECTOR_SIZE as u64) * SECTOR_SIZE as u64
+}
+
+fn data_start(dev: &SimDevice) -> u64 {
+    label::data_area(dev.size_bytes()).0
+}
+
+fn cksum_errors(pool: &pool::Pool) -> Vec<u64> {
+    pool.status().vdevs[0]
+        .children
+        .iter()
+        .map(|c| c.cksum_errors)
+        .collect()
+}
+
+/// Creates, fills and exports a pool; returns its devices, object set and files.
+fn prepared(
+    layout: Layout,
+    ndev: usize,
+    seed: u64,
+) -> (Vec<Arc<SimDevice>>, u64, Files, Vec<BlockPointer>) {
+    let devs = sim_devices(ndev, seed, None);
+    let pool = create_pool(layout, &devs);
+    let os = pool.create_objset("tank/data", "{}").unwrap();
+    let files = fill(&pool, os, seed);
+    let blocks = pool.committed_blocks().unwrap();
+    pool.export().unwrap();
+    (devs, os, files, blocks)
+}
+
+#[test]
+fn raidz_silent_corruption_on_up_to_nparity_devices() {
+    for nparity in 1..=3usize {
+        let ndev = nparity + 4;
+        let (devs, os, files, blocks) = prepared(Layout::RaidZ { nparity }, ndev, nparity as u64);
+        let mut rng = Rng(100 + nparity as u64);
+        // The devices that will carry corruption.
+        let mut victims: Vec<usize> = Vec::new();
+        while victims.len() < nparity {
+            let v = rng.below(ndev as u64) as usize;
+            if !victims.contains(&v) {
+                victims.push(v);
+            }
+        }
+        let mut expected = vec![0u64; ndev];
+        for bp in &blocks {
+            for dva in bp.copies() {
+                if rng.below(2) == 0 {
+                    continue;
+                }
+                let map = raidz_map(ndev, nparity, dva.offset, io_size(bp));
+                for col in &map.columns {
+                    if victims.contains(&col.child) && rng.below(3) != 0 {
+                        // Byte 0 of a column always lies inside the checksummed bytes.
+                        let dev = &devs[col.child];
+                        let offset = data_start(dev) + col.child_offset;
+                        dev.inject(Fault::BitFlip {
+                            offset,
+                            bit: rng.below(8) as u8,
+                        });
+                        expected[col.child] += 1;
+                    }
+                }
+            }
+        }
+        let injected: u64 = expected.iter().sum();
+        assert!(
+            injected > 20,
+            "the test must inject real damage ({injected})"
+        );
+
+        let pool = import(&devs);
+        verify_files(&pool, os, &files);
+        let summary = pool.scrub(&|_| {}).unwrap();
+        assert_eq!(summary.errors, 0);
+        assert_eq!(
+            cksum_errors(&pool),
+            expected,
+            "raidz{nparity}: counters must match the injection"
+        );
+        let second = pool.scrub(&|_| {}).unwrap();
+        assert_eq!(
+            second.bad_copies, 0,
+            "raidz{nparity}: the first scrub repaired everything"
+        );
+        assert_eq!(cksum_errors(&pool), expected);
+        assert!(pool.check().unwrap().problems.is_empty());
+        pool.export().unwrap();
+        drop(pool);
+        let pool = import(&devs);
+        verify_files(&pool, os, &files);
+        assert_eq!(
+            cksum_errors(&pool),
+            vec![0; ndev],
+            "repairs were written back"
+        );
+    }
+}
+
+#[test]
+fn mirror_corruption_on_all_but_one_side() {
+    let ndev = 3;
+    let (devs, os, files, blocks) = prepared(Layout::Mirror, ndev, 9);
+    let mut rng = Rng(9);
+    let mut expected = vec![0u64; ndev];
+    for bp in &blocks {
+        for dva in bp.copies() {
+            if rng.below(2) == 0 {
+                continue;
+            }
+            let survivor = rng.below(ndev as u64) as usize;
+            for (i, dev) in devs.iter().enumerate() {
+                if i != survivor {
+                    let len = io_size(bp).min(SECTOR_SIZE as u64);
+                    dev.corrupt_range(data_start(dev) + dva.offset, len, rng.next());
+                    expected[i] += 1;
+                }
+            }
+        }
+    }
+    let pool = import(&devs);
+    verify_files(&pool, os, &files);
+    let summary = pool.scrub(&|_| {}).unwrap();
+    assert_eq!(summary.errors, 0);
+    assert_eq!(cksum_errors(&pool), expected);
+    assert_eq!(pool.scrub(&|_| {}).unwrap().bad_copies, 0);
+    assert!(pool.check().unwrap().problems.is_empty());
+}
+
+#[test]
+fn read_errors_and_misdirected_writes_heal() {
+    let devs = sim_devices(5, 11, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank/data", "{}").unwrap();
+    let mut files = fill(&pool, os, 11);
+    // A misdirected write: reported done, landed 1 MiB away.
+    devs[2].inject(Fault::MisdirectNextWrite {
+        delta_bytes: 1 << 20,
+    });
+    let mut rng = Rng(12);
+    let obj = new_file(&pool, os, 131072, Compression::Off);
+    let data = rng.bytes(3_000_000);
+    pool.write(os, obj, 0, &data).unwrap();
+    files.push((obj, data));
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let pool = import(&devs);
+    verify_files(&pool, os, &files);
+    let summary = pool.scrub(&|_| {}).unwrap();
+    assert_eq!(summary.errors, 0);
+    assert!(pool.status().vdevs[0].children[2].cksum_errors > 0);
+    pool.export().unwrap();
+    drop(pool);
+    // Then read errors over a wide range of another device, a few times each.
+    let pool = import(&devs);
+    devs[4].inject(Fault::ReadError {
+        offset: 0,
+        len: 1 << 30,
+        times: 10,
+    });
+    verify_files(&pool, os, &files);
+    let summary = pool.scrub(&|_| {}).unwrap();
+    assert_eq!(summary.errors, 0);
+    assert!(pool.status().vdevs[0].children[4].read_errors > 0);
+    assert_eq!(pool.scrub(&|_| {}).unwrap().bad_copies, 0);
+    verify_files(&pool, os, &files);
+    assert!(pool.check().unwrap().problems.is_empty());
+}
+
+#[test]
+fn dead_devices_degrade_then_fault_without_wrong_data() {
+    let devs = sim_devices(6, 13, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 2 }, &devs);
+    let os = pool.create_objset("tank/data", "{}").unwrap();
+    let files = fill(&pool, os, 13);
+    pool.export().unwrap();
+    drop(pool);
+    devs[1].inject(Fault::Dead);
+    devs[4].inject(Fault::Dead);
+    let pool = import(&devs);
+    verify_files(&pool, os, &files);
+    // Writes and commits go on while degraded.
+    let mut rng = Rng(14);
+    let obj = new_file(&pool, os, 131072, Compression::Off);
+    let data = rng.bytes(1_000_000);
+    pool.write(os, obj, 0, &data).unwrap();
+    pool.sync().unwrap();
+    assert_eq!(pool.read(os, obj, 0, data.len()).unwrap(), data);
+    assert_eq!(pool.health(), Health::Degraded);
+    let st = pool.status();
+    let states: Vec<&str> = st.vdevs[0]
+        .children
+        .iter()
+        .map(|c| c.health.as_str())
+        .collect();
+    assert_eq!(
+        states.iter().filter(|s| **s != "ONLINE").count(),
+        2,
+        "{states:?}"
+    );
+    // A third death exceeds raidz2: reads fail cleanly, never return wrong bytes.
+    devs[0].inject(Fault::Dead);
+    let fresh = import_result(&devs);
+    assert!(
+        fresh.is_err(),
+        "a raidz2 missing three devices must not import"
+    );
+    let mut wrong = 0;
+    let mut failed = 0;
+    for (obj, data) in &files {
+        match pool.read(os, *obj, 0, data.len()) {
+            Ok(got) if &got == data => {}
+            Ok(_) => wrong += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    assert_eq!(wrong, 0);
+    let _ = failed; // cached blocks may still read; uncached ones fail
+}
+
+fn import_result(devs: &[Arc<SimDevice>]) -> Result<Arc<pool::Pool>, pool::PoolError> {
+    pool::Pool::import(args(devs), Some("tank"), opts())
+}
+
+#[test]
+fn metadata_copies_are_spread() {
+    let devs = sim_devices(2, 15, None);
+    let pool = pool::Pool::create(
+        "tank",
+        vec![
+            pool::pool::TopArg {
+                layout: Layout::Disk,
+                devices: args(&devs[0..1]),
+            },
+            pool::pool::TopArg {
+                layout: Layout::Disk,
+                devices: vec![pool::pool::DeviceArg {
+                    path: "sim1".into(),
+                    device: devs[1].clone(),
+                }],
+            },
+        ],
+        vec![],
+        vec![],
+        opts(),
+    )
+    .unwrap();
+    let os = pool.create_objset("tank/data", "{}").unwrap();
+    let files = fill(&pool, os, 15);
+    let blocks = pool.committed_blocks().unwrap();
+    let mut per_vdev: BTreeMap<u32, u64> = BTreeMap::new();
+    for bp in blocks.iter().filter(|b| b.block_type.is_metadata()) {
+        let vdevs: Vec<u32> = bp.copies().map(|d| d.vdev).collect();
+        assert_eq!(vdevs.len(), 2, "metadata has two copies");
+        assert_ne!(vdevs[0], vdevs[1], "on different vdevs when there are two");
+        for v in vdevs {
+            *per_vdev.entry(v).or_default() += 1;
+        }
+    }
+    // Lose all data on one plain disk: metadata survives on the other; data on the
+    // lost disk is unreadable (no redundancy), which reads report instead of lying.
+    pool.export().unwrap();
+    drop(pool);
+    devs[1].corrupt_range(data_start(&devs[1]), 32 << 20, 1);
+    let pool = import(&devs);
+    for (obj, data) in &files {
+        if let Ok(got) = pool.read(os, *obj, 0, data.len()) {
+            assert_eq!(&got, data);
+        }
+    }
+    assert!(per_vdev.len() == 2);
+}
