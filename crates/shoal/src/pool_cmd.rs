@@ -196,6 +196,12 @@ fn create(dir: Option<PathBuf>, size: Option<String>, name: &str, words: &[Strin
         .chain(layout.cache.iter().cloned())
         .collect();
     // Validate everything before touching the disk.
+    let mut seen = std::collections::HashSet::new();
+    for p in &all {
+        if !seen.insert(p.clone()) {
+            bail!("device {} named twice", p.display());
+        }
+    }
     let mut to_create = Vec::new();
     for p in &all {
         if !p.exists() {
