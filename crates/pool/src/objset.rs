@@ -25,6 +25,7 @@ use crate::checksum::ChecksumKind;
 use crate::compress::Compression;
 use crate::dnode::*;
 use crate::storage::{BlockSpec, Storage};
+use crate::prefetch::{PrefetchConfig, StreamDetector};
 use crate::PoolError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -101,7 +102,11 @@ pub struct ObjectInfo {
 pub struct Objset {
     pub id: u64,
     inner: Mutex<Inner>,
+    /// Read-ahead stream detectors per object (bounded: cleared past MAX_DETECTORS).
+    detectors: Mutex<HashMap<u64, StreamDetector>>,
 }
+
+const MAX_DETECTORS: usize = 4096;
 
 fn meta_dnode() -> Dnode {
     Dnode::new(
@@ -125,6 +130,7 @@ impl Objset {
                 syncing_next_object: 1,
                 root_bp: BlockPointer::HOLE,
             }),
+            detectors: Mutex::new(HashMap::new()),
         }
     }
 
@@ -162,6 +168,7 @@ impl Objset {
                 syncing_next_object: next_object,
                 root_bp,
             }),
+            detectors: Mutex::new(HashMap::new()),
         })
     }
 
@@ -351,6 +358,37 @@ impl Objset {
             }
         }
         Ok(out)
+    }
+
+    /// Feeds a demand read to the object's stream detector; returns the block ids to
+    /// read ahead.
+    pub fn note_read(&self, obj: u64, offset: u64, len: u64, block_size: u64) -> std::ops::Range<u64> {
+        if len == 0 || block_size == 0 {
+            return 0..0;
+        }
+        let first = offset / block_size;
+        let last = (offset + len - 1) / block_size;
+        let mut d = self.detectors.lock().unwrap();
+        if d.len() >= MAX_DETECTORS && !d.contains_key(&obj) {
+            d.clear();
+        }
+        d.entry(obj)
+            .or_insert_with(|| StreamDetector::new(PrefetchConfig::default()))
+            .on_read(first, last - first + 1, block_size, std::time::Instant::now())
+    }
+
+    /// Reads one block into the ARC ahead of demand (no-op for holes and dirty blocks).
+    pub fn prefetch_block(&self, st: &Storage, obj: u64, blkid: u64) {
+        let source = {
+            let mut inner = self.inner.lock().unwrap();
+            match Self::load(st, &mut inner, obj) {
+                Ok(s) if blkid < s.dnode.nblocks => Self::source_of(s, blkid),
+                _ => return,
+            }
+        };
+        if let Source::Tree(root, levels) = source {
+            let _ = read_tree_block(st, root, levels, blkid, AccessKind::Prefetch);
+        }
     }
 
     /// Block ids of `obj` that hold data in the committed tree, within `[start, end)`,

@@ -40,6 +40,10 @@ use vdev::{Device, Health, Layout, Leaf, ReadMode, TopVdev};
 const DIR_MAGIC: &[u8; 8] = b"SHOALDIR";
 const DIR_VERSION: u32 = 1;
 const DIR_MAX_BYTES: usize = 1024 * 1024;
+const PREFETCH_WORKERS: usize = 8;
+const PREFETCH_QUEUE: usize = 1024;
+
+type PrefetchJob = (Arc<Objset>, u64, u64);
 
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
@@ -52,6 +56,8 @@ pub struct PoolOptions {
     pub dirty_max_bytes: u64,
     /// Run the background sync thread (tests may drive syncs by hand).
     pub sync_thread: bool,
+    /// Detect sequential streams and read ahead.
+    pub prefetch: bool,
 }
 
 impl Default for PoolOptions {
@@ -62,6 +68,7 @@ impl Default for PoolOptions {
             dirty_sync_bytes: 256 << 20,
             dirty_max_bytes: 1024 << 20,
             sync_thread: true,
+            prefetch: true,
         }
     }
 }
@@ -239,6 +246,7 @@ pub struct Pool {
     sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     scrub_running: AtomicBool,
     last_scrub: Mutex<Option<ScrubSummary>>,
+    prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<PrefetchJob>>>,
     opts: PoolOptions,
 }
 
@@ -490,6 +498,7 @@ impl Pool {
             sync_thread: Mutex::new(None),
             scrub_running: AtomicBool::new(false),
             last_scrub: Mutex::new(None),
+            prefetch_tx: Mutex::new(None),
             opts,
         }
     }
@@ -971,11 +980,52 @@ impl Pool {
 
     pub fn read(&self, os: u64, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
         if len > 64 << 20 {
-            return Err(PoolError::InvalidArgument(
-                "read of more than 64 MiB at once".into(),
-            ));
+            return Err(PoolError::InvalidArgument("read of more than 64 MiB at once".into()));
         }
-        self.objset(os)?.read(&self.storage, obj, offset, len)
+        let objset = self.objset(os)?;
+        let data = objset.read(&self.storage, obj, offset, len)?;
+        if self.opts.prefetch {
+            let bs = objset.info(&self.storage, obj).map(|i| i.block_size as u64).unwrap_or(0);
+            let ahead = objset.note_read(obj, offset, len as u64, bs);
+            if !ahead.is_empty() {
+                self.start_prefetchers();
+                let tx = self.prefetch_tx.lock().unwrap().clone();
+                if let Some(tx) = tx {
+                    for blkid in ahead {
+                        // A full queue drops read-ahead, never blocks a reader.
+                        if tx.try_send((objset.clone(), obj, blkid)).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(data)
+    }
+
+    /// Starts the read-ahead workers on first use.
+    fn start_prefetchers(&self) {
+        let mut slot = self.prefetch_tx.lock().unwrap();
+        if slot.is_some() {
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<PrefetchJob>(PREFETCH_QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..PREFETCH_WORKERS {
+            let rx = rx.clone();
+            let storage = self.storage.clone();
+            std::thread::Builder::new()
+                .name(format!("prefetch-{i}"))
+                .spawn(move || loop {
+                    let job = rx.lock().unwrap().recv();
+                    match job {
+                        Ok((objset, obj, blkid)) => objset.prefetch_block(&storage, obj, blkid),
+                        Err(_) => return, // the pool is gone
+                    }
+                })
+                .expect("spawn prefetch worker");
+        }
+        *slot = Some(tx);
     }
 
     pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {

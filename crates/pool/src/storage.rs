@@ -18,7 +18,8 @@ use crate::checksum::{self, ChecksumKind};
 use crate::compress::{self, Compression};
 use crate::PoolError;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex};
 use vdev::{AlignedBuf, ReadMode, RepairReport, TopVdev, SECTOR_SIZE};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,6 +113,8 @@ pub struct Storage {
     pub alloc: Mutex<Allocator>,
     pub arc: AdaptiveCache<BlockKey, CachedBlock>,
     pub counters: PoolCounters,
+    inflight: Mutex<HashSet<BlockKey>>,
+    inflight_cv: Condvar,
 }
 
 fn sector_round(n: u64) -> u64 {
@@ -125,6 +128,8 @@ impl Storage {
             alloc: Mutex::new(alloc),
             arc: AdaptiveCache::new(arc_max_bytes),
             counters: PoolCounters::default(),
+            inflight: Mutex::new(HashSet::new()),
+            inflight_cv: Condvar::new(),
         }
     }
 
@@ -243,12 +248,32 @@ impl Storage {
     ) -> Result<CachedBlock, PoolError> {
         assert!(!bp.is_hole(), "reading a hole");
         let key = BlockKey::of(bp);
-        if let Some(b) = self.arc.get(&key, kind) {
-            return Ok(b);
+        loop {
+            if let Some(b) = self.arc.get(&key, kind) {
+                return Ok(b);
+            }
+            // One device read per block at a time: a reader that finds the block in
+            // flight (a prefetch, or another client) waits for it instead of reading again.
+            let mut inflight = self.inflight.lock().unwrap();
+            if inflight.contains(&key) {
+                while inflight.contains(&key) {
+                    inflight = self.inflight_cv.wait(inflight).unwrap();
+                }
+                continue;
+            }
+            inflight.insert(key);
+            break;
         }
-        let (block, _) = self.read_uncached(bp, ReadMode::Normal)?;
-        self.arc.insert(key, block.clone(), kind);
-        Ok(block)
+        let result = self.read_uncached(bp, ReadMode::Normal);
+        if let Ok((block, _)) = &result {
+            let evicted = self.arc.insert(key, block.clone(), kind);
+            drop(evicted);
+        }
+        let mut inflight = self.inflight.lock().unwrap();
+        inflight.remove(&key);
+        self.inflight_cv.notify_all();
+        drop(inflight);
+        result.map(|(b, _)| b)
     }
 
     /// Reads every copy (scrub) or the first good one (normal), verifying and healing.
