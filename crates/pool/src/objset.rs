@@ -24,20 +24,23 @@ use crate::blkptr::{BlockPointer, BlockType, BLKPTR_SIZE};
 use crate::checksum::ChecksumKind;
 use crate::compress::Compression;
 use crate::dnode::*;
-use crate::storage::{BlockSpec, Storage};
 use crate::prefetch::{PrefetchConfig, StreamDetector};
+use crate::storage::{BlockSpec, Storage};
 use crate::PoolError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use vdev::AlignedBuf;
 
 pub const OBJSET_ROOT_SIZE: usize = 4096;
 const OBJSET_MAGIC: &[u8; 8] = b"SHOALOS\0";
 const OBJSET_VERSION: u32 = 1;
 /// Parallel writers of data blocks during a sync.
 const SYNC_WRITERS: usize = 4;
+/// Data blocks per write batch (32 MiB of 128 KiB records).
+const BATCH_BLOCKS: usize = 256;
 
-type Bytes = Arc<Vec<u8>>;
+type Bytes = Arc<AlignedBuf>;
 
 #[derive(Debug, Default, Clone)]
 struct DirtySet {
@@ -362,7 +365,13 @@ impl Objset {
 
     /// Feeds a demand read to the object's stream detector; returns the block ids to
     /// read ahead.
-    pub fn note_read(&self, obj: u64, offset: u64, len: u64, block_size: u64) -> std::ops::Range<u64> {
+    pub fn note_read(
+        &self,
+        obj: u64,
+        offset: u64,
+        len: u64,
+        block_size: u64,
+    ) -> std::ops::Range<u64> {
         if len == 0 || block_size == 0 {
             return 0..0;
         }
@@ -374,7 +383,12 @@ impl Objset {
         }
         d.entry(obj)
             .or_insert_with(|| StreamDetector::new(PrefetchConfig::default()))
-            .on_read(first, last - first + 1, block_size, std::time::Instant::now())
+            .on_read(
+                first,
+                last - first + 1,
+                block_size,
+                std::time::Instant::now(),
+            )
     }
 
     /// Reads one block into the ARC ahead of demand (no-op for holes and dirty blocks).
@@ -430,15 +444,15 @@ impl Objset {
             let to = end.min(block_start + bs);
             let src = &data[(from - offset) as usize..(to - offset) as usize];
             let contents = if from == block_start && to == block_start + bs {
-                src.to_vec()
+                AlignedBuf::from_slice(src)
             } else {
                 let mut base = match Self::source_of(s, blkid) {
-                    Source::Mem(b) => b.as_ref().clone(),
-                    Source::Zero => vec![0u8; bs as usize],
+                    Source::Mem(b) => AlignedBuf::from_slice(&b),
+                    Source::Zero => AlignedBuf::zeroed(bs as usize),
                     Source::Tree(root, levels) => {
                         match read_tree_block(st, root, levels, blkid, AccessKind::Demand)? {
-                            Some(b) => b.bytes().to_vec(),
-                            None => vec![0u8; bs as usize],
+                            Some(b) => AlignedBuf::from_slice(b.bytes()),
+                            None => AlignedBuf::zeroed(bs as usize),
                         }
                     }
                 };
@@ -722,36 +736,42 @@ fn write_parallel(
     txg: u64,
     writes: &[(usize, u64, Bytes, BlockSpec)],
 ) -> Result<Vec<BlockPointer>, PoolError> {
-    let results: Vec<Mutex<Option<Result<BlockPointer, PoolError>>>> =
-        writes.iter().map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    let work = || loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        if i >= writes.len() {
-            break;
-        }
-        let (_, _, data, spec) = &writes[i];
-        let r = if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
-            Ok(BlockPointer::HOLE) // zero blocks become holes when compression is on
-        } else {
-            st.write_block(data, *spec, txg, true)
-        };
-        *results[i].lock().unwrap() = Some(r);
-    };
-    let threads = SYNC_WRITERS.min(writes.len());
-    if threads <= 1 {
-        work();
-    } else {
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(work);
+    let mut out = Vec::with_capacity(writes.len());
+    // Batches bound the memory of planned writes and let adjacent blocks merge.
+    for chunk in writes.chunks(BATCH_BLOCKS) {
+        let batch = st.new_batch();
+        let results: Vec<Mutex<Option<Result<BlockPointer, PoolError>>>> =
+            chunk.iter().map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        let work = || loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= chunk.len() {
+                break;
             }
-        });
+            let (_, _, data, spec) = &chunk[i];
+            let r = if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+                Ok(BlockPointer::HOLE) // zero blocks become holes when compression is on
+            } else {
+                st.write_block_shared(data, *spec, txg, Some(&batch))
+            };
+            *results[i].lock().unwrap() = Some(r);
+        };
+        let threads = SYNC_WRITERS.min(chunk.len());
+        if threads <= 1 {
+            work();
+        } else {
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(work);
+                }
+            });
+        }
+        for r in results {
+            out.push(r.into_inner().unwrap().unwrap()?);
+        }
+        st.submit_batch(batch)?;
     }
-    results
-        .into_iter()
-        .map(|m| m.into_inner().unwrap().unwrap())
-        .collect()
+    Ok(out)
 }
 
 fn bp_at(block: &[u8], index: u64) -> Result<BlockPointer, PoolError> {

@@ -65,8 +65,8 @@ impl Default for PoolOptions {
         PoolOptions {
             arc_max_bytes: None,
             txg_interval: Duration::from_secs(5),
-            dirty_sync_bytes: 256 << 20,
-            dirty_max_bytes: 1024 << 20,
+            dirty_sync_bytes: 64 << 20,
+            dirty_max_bytes: 256 << 20,
             sync_thread: true,
             prefetch: true,
         }
@@ -980,12 +980,17 @@ impl Pool {
 
     pub fn read(&self, os: u64, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
         if len > 64 << 20 {
-            return Err(PoolError::InvalidArgument("read of more than 64 MiB at once".into()));
+            return Err(PoolError::InvalidArgument(
+                "read of more than 64 MiB at once".into(),
+            ));
         }
         let objset = self.objset(os)?;
         let data = objset.read(&self.storage, obj, offset, len)?;
         if self.opts.prefetch {
-            let bs = objset.info(&self.storage, obj).map(|i| i.block_size as u64).unwrap_or(0);
+            let bs = objset
+                .info(&self.storage, obj)
+                .map(|i| i.block_size as u64)
+                .unwrap_or(0);
             let ahead = objset.note_read(obj, offset, len as u64, bs);
             if !ahead.is_empty() {
                 self.start_prefetchers();

@@ -17,8 +17,8 @@ use crate::blkptr::{BlockPointer, BlockType, Dva, MAX_DVAS};
 use crate::checksum::{self, ChecksumKind};
 use crate::compress::{self, Compression};
 use crate::PoolError;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use vdev::{AlignedBuf, ReadMode, RepairReport, TopVdev, SECTOR_SIZE};
 
@@ -43,6 +43,8 @@ impl BlockKey {
 #[derive(Debug)]
 pub enum BlockBytes {
     Aligned(AlignedBuf, usize),
+    /// The dirty buffer a block was written from, shared with the ARC.
+    Shared(Arc<AlignedBuf>, usize),
     Owned(Vec<u8>),
 }
 
@@ -50,6 +52,7 @@ impl BlockBytes {
     pub fn as_slice(&self) -> &[u8] {
         match self {
             BlockBytes::Aligned(b, len) => &b[..*len],
+            BlockBytes::Shared(b, len) => &b[..*len],
             BlockBytes::Owned(v) => v,
         }
     }
@@ -107,6 +110,14 @@ pub struct PoolCounters {
     pub unrecoverable_reads: AtomicU64,
 }
 
+/// Writes of one sync phase collected per top-level vdev, issued together so adjacent
+/// writes merge into large I/Os. Blocks in a batch are on disk only after
+/// `submit_batch`; until then they are reachable only through the syncing dirty state
+/// that holds their data, never through a committed tree.
+pub struct WriteBatch {
+    per_top: Vec<Mutex<Vec<vdev::tree::PlannedWrite>>>,
+}
+
 /// The vdevs, allocator and ARC of one pool.
 pub struct Storage {
     pub tops: Vec<Arc<TopVdev>>,
@@ -142,6 +153,45 @@ impl Storage {
         txg: u64,
         logged: bool,
     ) -> Result<BlockPointer, PoolError> {
+        self.write_block_inner(data, None, spec, txg, logged, None)
+    }
+
+    /// Writes a data block from a shared aligned buffer: uncompressed blocks go to the
+    /// devices and into the ARC without another copy.
+    pub fn write_block_shared(
+        &self,
+        data: &Arc<AlignedBuf>,
+        spec: BlockSpec,
+        txg: u64,
+        batch: Option<&WriteBatch>,
+    ) -> Result<BlockPointer, PoolError> {
+        self.write_block_inner(data, Some(data), spec, txg, true, batch)
+    }
+
+    pub fn new_batch(&self) -> WriteBatch {
+        WriteBatch {
+            per_top: self.tops.iter().map(|_| Mutex::new(Vec::new())).collect(),
+        }
+    }
+
+    /// Issues a batch: each top-level vdev merges adjacent writes per leaf.
+    pub fn submit_batch(&self, batch: WriteBatch) -> Result<(), PoolError> {
+        for (top, writes) in self.tops.iter().zip(batch.per_top) {
+            top.write_planned(writes.into_inner().unwrap())
+                .map_err(|e| PoolError::Io(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn write_block_inner(
+        &self,
+        data: &[u8],
+        shared: Option<&Arc<AlignedBuf>>,
+        spec: BlockSpec,
+        txg: u64,
+        logged: bool,
+        batch: Option<&WriteBatch>,
+    ) -> Result<BlockPointer, PoolError> {
         assert!(!data.is_empty() && data.len() <= crate::dnode::MAX_BLOCK_SIZE as usize);
         assert!(txg > 0);
         let lsize = data.len();
@@ -157,8 +207,18 @@ impl Storage {
         };
         let psize = stored.len();
         let io_size = sector_round(psize as u64) as usize;
-        let mut io = AlignedBuf::zeroed(io_size);
-        io[..psize].copy_from_slice(stored);
+        let direct = compressed.is_none() && psize == io_size && shared.is_some();
+        let owned_io = if direct {
+            None
+        } else {
+            let mut io = AlignedBuf::zeroed(io_size);
+            io[..psize].copy_from_slice(stored);
+            Some(io)
+        };
+        let io: &[u8] = match &owned_io {
+            Some(b) => b,
+            None => shared.unwrap(),
+        };
         let cksum = checksum::compute(spec.checksum, &io[..psize]);
 
         let copies = spec.copies.clamp(1, MAX_DVAS);
@@ -170,14 +230,27 @@ impl Storage {
         };
         let mut dvas = [Dva::default(); MAX_DVAS];
         let mut result = Ok(());
+        let batch_buf: Option<Arc<AlignedBuf>> = batch.map(|_| match &owned_io {
+            Some(b) => Arc::new(b.clone()),
+            None => shared.unwrap().clone(),
+        });
         for (i, e) in extents.iter().enumerate() {
             dvas[i] = Dva {
                 vdev: e.vdev,
                 asize_sectors: (e.len / SECTOR_SIZE as u64) as u32,
                 offset: e.offset,
             };
-            if let Err(err) = self.tops[e.vdev as usize].write(e.offset, &io) {
-                result = Err(PoolError::Io(err.to_string()));
+            let top = &self.tops[e.vdev as usize];
+            match (batch, &batch_buf) {
+                (Some(b), Some(buf)) => {
+                    let planned = top.plan_write(e.offset, buf.clone());
+                    b.per_top[e.vdev as usize].lock().unwrap().extend(planned);
+                }
+                _ => {
+                    if let Err(err) = top.write(e.offset, io) {
+                        result = Err(PoolError::Io(err.to_string()));
+                    }
+                }
             }
         }
         if let Err(e) = result {
@@ -206,10 +279,12 @@ impl Storage {
         self.counters
             .physical_bytes_written
             .fetch_add(bp.asize_total(), Ordering::Relaxed);
-        let cached = if compression == Compression::Off {
-            CachedBlock(Arc::new(BlockBytes::Aligned(io, lsize)))
-        } else {
-            CachedBlock::from_vec(data.to_vec())
+        let cached = match (shared, owned_io) {
+            (Some(buf), _) => CachedBlock(Arc::new(BlockBytes::Shared(buf.clone(), lsize))),
+            (None, Some(io)) if compression == Compression::Off => {
+                CachedBlock(Arc::new(BlockBytes::Aligned(io, lsize)))
+            }
+            _ => CachedBlock::from_vec(data.to_vec()),
         };
         self.arc
             .insert(BlockKey::of(&bp), cached, AccessKind::Demand);

@@ -25,6 +25,18 @@ use crate::raidz_math;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+/// Largest I/O a batch of adjacent writes is merged into.
+pub const MAX_AGGREGATE_BYTES: usize = 1 << 20;
+
+/// One leaf write of a batch: `buf[range]` goes to `leaf` at `offset`.
+#[derive(Debug, Clone)]
+pub struct PlannedWrite {
+    pub leaf: usize,
+    pub offset: u64,
+    pub buf: Arc<AlignedBuf>,
+    pub range: std::ops::Range<usize>,
+}
+
 /// Read errors after which a leaf is taken out of service.
 pub const LEAF_ERROR_LIMIT: u64 = 16;
 
@@ -429,6 +441,145 @@ impl TopVdev {
         }
     }
 
+    /// The leaf writes that store one block (`data` is the whole sector-rounded block):
+    /// every mirror side, or every RAID-Z column with freshly generated parity. Nothing
+    /// is written yet; `write_planned` issues a batch of them.
+    pub fn plan_write(&self, offset: u64, data: Arc<AlignedBuf>) -> Vec<PlannedWrite> {
+        let len = data.len();
+        assert!(len.is_multiple_of(SECTOR_SIZE) && len > 0);
+        assert!(offset + self.asize(len as u64) <= self.capacity_bytes());
+        match self.layout {
+            Layout::Disk | Layout::Mirror => (0..self.leaves.len())
+                .map(|leaf| PlannedWrite {
+                    leaf,
+                    offset,
+                    buf: data.clone(),
+                    range: 0..len,
+                })
+                .collect(),
+            Layout::RaidZ { nparity } => {
+                let map = raidz_map(self.leaves.len(), nparity, offset, len as u64);
+                let parity_len = map.columns[0].size;
+                let mut parity: Vec<AlignedBuf> = (0..nparity)
+                    .map(|_| AlignedBuf::for_overwrite(parity_len))
+                    .collect();
+                let mut ranges = Vec::with_capacity(map.columns.len() - nparity);
+                let mut pos = 0;
+                for col in map.data_columns() {
+                    ranges.push(pos..pos + col.size);
+                    pos += col.size;
+                }
+                {
+                    let chunks: Vec<&[u8]> = ranges.iter().map(|r| &data[r.clone()]).collect();
+                    let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+                    raidz_math::generate_parity(nparity, &chunks, &mut prefs);
+                }
+                let mut out = Vec::with_capacity(map.columns.len());
+                for (i, p) in parity.into_iter().enumerate() {
+                    let col = map.columns[i];
+                    out.push(PlannedWrite {
+                        leaf: col.child,
+                        offset: col.child_offset,
+                        buf: Arc::new(p),
+                        range: 0..col.size,
+                    });
+                }
+                for (i, col) in map.data_columns().iter().enumerate() {
+                    out.push(PlannedWrite {
+                        leaf: col.child,
+                        offset: col.child_offset,
+                        buf: data.clone(),
+                        range: ranges[i].clone(),
+                    });
+                }
+                out
+            }
+        }
+    }
+
+    /// Issues a batch of planned writes: per leaf, sorted by offset, adjacent writes
+    /// merged into I/Os of up to `MAX_AGGREGATE_BYTES`, all leaves in parallel. Fails
+    /// if more leaves failed than the layout tolerates (the failed leaves are FAULTED).
+    pub fn write_planned(&self, writes: Vec<PlannedWrite>) -> Result<(), VdevError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let first_offset = writes[0].offset;
+        let mut per_leaf: Vec<Vec<PlannedWrite>> =
+            (0..self.leaves.len()).map(|_| Vec::new()).collect();
+        for w in writes {
+            per_leaf[w.leaf].push(w);
+        }
+        let failed: Vec<bool> = std::thread::scope(|s| {
+            let handles: Vec<_> = per_leaf
+                .into_iter()
+                .enumerate()
+                .filter(|(_, ws)| !ws.is_empty())
+                .map(|(leaf, mut ws)| {
+                    let leaf_ref = &self.leaves[leaf];
+                    s.spawn(move || {
+                        ws.sort_by_key(|w| w.offset);
+                        let mut ok = true;
+                        let mut i = 0;
+                        while i < ws.len() {
+                            // Extend a run of exactly adjacent writes.
+                            let mut j = i + 1;
+                            let mut run_len = ws[i].range.len();
+                            while j < ws.len()
+                                && ws[j].offset == ws[i].offset + run_len as u64
+                                && run_len + ws[j].range.len() <= MAX_AGGREGATE_BYTES
+                            {
+                                run_len += ws[j].range.len();
+                                j += 1;
+                            }
+                            let done = if j == i + 1 {
+                                leaf_ref.write(ws[i].offset, &ws[i].buf[ws[i].range.clone()])
+                            } else {
+                                let mut merged = AlignedBuf::for_overwrite(run_len);
+                                let mut pos = 0;
+                                for w in &ws[i..j] {
+                                    merged[pos..pos + w.range.len()]
+                                        .copy_from_slice(&w.buf[w.range.clone()]);
+                                    pos += w.range.len();
+                                }
+                                leaf_ref.write(ws[i].offset, &merged)
+                            };
+                            ok &= done;
+                            i = j;
+                        }
+                        (leaf, ok)
+                    })
+                })
+                .collect();
+            let mut failed = vec![false; self.leaves.len()];
+            for h in handles {
+                let (leaf, ok) = h.join().expect("leaf writer panicked");
+                failed[leaf] = !ok;
+            }
+            failed
+        });
+        let down = self
+            .leaves
+            .iter()
+            .enumerate()
+            .filter(|(i, l)| failed[*i] || !l.is_usable())
+            .count();
+        let survivors = self.leaves.len() - down;
+        let ok = match self.layout {
+            Layout::Disk => down == 0,
+            Layout::Mirror => survivors > 0,
+            Layout::RaidZ { nparity } => down <= nparity,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(VdevError::WriteFailed {
+                vdev: self.id,
+                offset: first_offset,
+            })
+        }
+    }
+
     /// Reads the block of `io_size` bytes at logical `offset`, accepting only data for
     /// which `verify` returns true, repairing bad copies on the way.
     pub fn read(
@@ -474,7 +625,7 @@ impl TopVdev {
             if !leaf.is_usable() {
                 continue;
             }
-            let mut buf = AlignedBuf::zeroed(io_size as usize);
+            let mut buf = AlignedBuf::for_overwrite(io_size as usize);
             if !leaf.read(offset, &mut buf) {
                 bad.push(i);
                 continue;
@@ -518,7 +669,7 @@ impl TopVdev {
         let mut report = RepairReport::default();
 
         // Fast path: data columns straight into the output buffer.
-        let mut out = AlignedBuf::zeroed(io_size as usize);
+        let mut out = AlignedBuf::for_overwrite(io_size as usize);
         let mut data_ok = vec![true; ncols];
         {
             let mut pos = 0;

@@ -1,0 +1,254 @@
+//! pool-bench: drives the pool engine directly (no NFS) through one workload on real
+//! device files and prints one JSON object. `bench/pool.sh` runs it next to fio on the
+//! raw disk and computes the ratios. This is a benchmark, never a test.
+
+use clap::Parser;
+use pool::checksum::ChecksumKind;
+use pool::compress::Compression;
+use pool::pool::{DeviceArg, TopArg};
+use pool::{Pool, PoolOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vdev::{FileDevice, Layout};
+
+// Block-sized buffers come and go at device speed; glibc's malloc serves them from fresh
+// mmaps that the kernel must zero. mimalloc keeps them in its own segments.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+struct Args {
+    /// Directory for the device files (on the disk under test).
+    #[arg(long)]
+    dir: PathBuf,
+    /// raidz1:N, raidz2:N, raidz3:N, mirror:N or disk.
+    #[arg(long, default_value = "raidz2:6")]
+    layout: String,
+    /// Size of each device file in MiB.
+    #[arg(long, default_value_t = 2048)]
+    dev_mib: u64,
+    /// seqwrite, seqread, randread or arcread.
+    #[arg(long)]
+    workload: String,
+    /// Data written or read, MiB.
+    #[arg(long, default_value_t = 4096)]
+    data_mib: u64,
+    /// ARC size in MiB.
+    #[arg(long, default_value_t = 256)]
+    arc_mib: u64,
+    /// Threads for randread.
+    #[arg(long, default_value_t = 32)]
+    threads: usize,
+    /// Seconds for randread.
+    #[arg(long, default_value_t = 20)]
+    seconds: u64,
+}
+
+fn layout_of(s: &str) -> (Layout, usize) {
+    let (kind, n) = s.split_once(':').unwrap_or((s, "1"));
+    let n: usize = n.parse().expect("device count");
+    let layout = match kind {
+        "disk" => Layout::Disk,
+        "mirror" => Layout::Mirror,
+        "raidz1" => Layout::RaidZ { nparity: 1 },
+        "raidz2" => Layout::RaidZ { nparity: 2 },
+        "raidz3" => Layout::RaidZ { nparity: 3 },
+        _ => panic!("unknown layout {kind}"),
+    };
+    (layout, n)
+}
+
+fn devices(dir: &Path, n: usize, dev_mib: u64, create: bool) -> Vec<DeviceArg> {
+    (0..n)
+        .map(|i| {
+            let p = dir.join(format!("dev{i}.img"));
+            let dev = if create {
+                let _ = std::fs::remove_file(&p);
+                FileDevice::create(&p, dev_mib << 20).expect("create device file")
+            } else {
+                FileDevice::open(&p).expect("open device file")
+            };
+            DeviceArg {
+                path: p.display().to_string(),
+                device: Arc::new(dev),
+            }
+        })
+        .collect()
+}
+
+fn opts(arc_mib: u64) -> PoolOptions {
+    PoolOptions {
+        arc_max_bytes: Some(arc_mib << 20),
+        ..PoolOptions::default()
+    }
+}
+
+/// CPU seconds (user + system) of this process so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn random_buffer(len: usize) -> Vec<u8> {
+    let mut x = 0x2545F4914F6CDD1Du64;
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn main() {
+    let a = Args::parse();
+    std::fs::create_dir_all(&a.dir).unwrap();
+    let (layout, n) = layout_of(&a.layout);
+    let data_bytes = a.data_mib << 20;
+    let chunk = 1usize << 20;
+    let result = match a.workload.as_str() {
+        "seqwrite" => {
+            let pool = Pool::create(
+                "bench",
+                vec![TopArg {
+                    layout,
+                    devices: devices(&a.dir, n, a.dev_mib, true),
+                }],
+                vec![],
+                vec![],
+                opts(a.arc_mib),
+            )
+            .unwrap();
+            let os = pool.create_objset("bench/fs", "{}").unwrap();
+            let obj = pool
+                .create_object(os, 19, 128 << 10, Compression::Off, ChecksumKind::Fletcher4)
+                .unwrap();
+            let buf = random_buffer(64 << 20);
+            let cpu0 = cpu_seconds();
+            let t = Instant::now();
+            let mut off = 0u64;
+            while off < data_bytes {
+                let at = (off as usize / chunk * 4099) % (buf.len() - chunk);
+                pool.write(os, obj, off, &buf[at..at + chunk]).unwrap();
+                off += chunk as u64;
+            }
+            pool.sync().unwrap();
+            let secs = t.elapsed().as_secs_f64();
+            let cpu = cpu_seconds() - cpu0;
+            pool.export().unwrap();
+            serde_json::json!({"workload": "seqwrite", "layout": a.layout, "bytes": data_bytes, "seconds": secs,
+                "mb_per_s": data_bytes as f64 / 1e6 / secs, "cpu_seconds": cpu})
+        }
+        "seqread" | "arcread" => {
+            let pool = Pool::import(
+                devices(&a.dir, n, a.dev_mib, false),
+                Some("bench"),
+                opts(a.arc_mib),
+            )
+            .unwrap();
+            let os = pool.objset_id("bench/fs").unwrap();
+            let obj = 1;
+            let passes = if a.workload == "arcread" { 4 } else { 1 };
+            if a.workload == "arcread" {
+                // Warm the ARC with the first data_mib.
+                let mut off = 0;
+                while off < data_bytes {
+                    pool.read(os, obj, off, chunk).unwrap();
+                    off += chunk as u64;
+                }
+            }
+            let cpu0 = cpu_seconds();
+            let t = Instant::now();
+            let mut total = 0u64;
+            for _ in 0..passes {
+                let mut off = 0;
+                while off < data_bytes {
+                    let got = pool.read(os, obj, off, chunk).unwrap();
+                    assert_eq!(got.len(), chunk);
+                    off += chunk as u64;
+                    total += chunk as u64;
+                }
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let cpu = cpu_seconds() - cpu0;
+            let arc = pool.status().arc;
+            serde_json::json!({"workload": a.workload, "layout": a.layout, "bytes": total, "seconds": secs,
+                "mb_per_s": total as f64 / 1e6 / secs, "cpu_seconds": cpu,
+                "cpu_seconds_per_gb": cpu / (total as f64 / 1e9),
+                "arc_max_mib": a.arc_mib, "arc_demand_hits": arc.demand_hits, "arc_demand_misses": arc.demand_misses,
+                "arc_prefetch_hits": arc.prefetch_hits})
+        }
+        "randread" => {
+            // A file of 8K records, then random 8K reads from many threads.
+            let pool = Pool::create(
+                "bench8k",
+                vec![TopArg {
+                    layout,
+                    devices: devices(&a.dir, n, a.dev_mib, true),
+                }],
+                vec![],
+                vec![],
+                opts(a.arc_mib),
+            )
+            .unwrap();
+            let os = pool.create_objset("bench8k/fs", "{}").unwrap();
+            let obj = pool
+                .create_object(os, 19, 8192, Compression::Off, ChecksumKind::Fletcher4)
+                .unwrap();
+            let buf = random_buffer(64 << 20);
+            let mut off = 0u64;
+            while off < data_bytes {
+                let at = (off as usize / chunk * 4099) % (buf.len() - chunk);
+                pool.write(os, obj, off, &buf[at..at + chunk]).unwrap();
+                off += chunk as u64;
+            }
+            pool.export().unwrap();
+            drop(pool);
+            let pool = Arc::new(
+                Pool::import(
+                    devices(&a.dir, n, a.dev_mib, false),
+                    Some("bench8k"),
+                    PoolOptions {
+                        prefetch: false,
+                        ..opts(a.arc_mib)
+                    },
+                )
+                .unwrap(),
+            );
+            let ops = Arc::new(AtomicU64::new(0));
+            let deadline = Instant::now() + Duration::from_secs(a.seconds);
+            let blocks = data_bytes / 8192;
+            std::thread::scope(|s| {
+                for t in 0..a.threads {
+                    let pool = pool.clone();
+                    let ops = ops.clone();
+                    s.spawn(move || {
+                        let mut x = 0x9E3779B97F4A7C15u64 ^ (t as u64 + 1);
+                        while Instant::now() < deadline {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let b = x % blocks;
+                            pool.read(os, obj, b * 8192, 8192).unwrap();
+                            ops.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+            });
+            let n_ops = ops.load(Ordering::Relaxed);
+            let arc = pool.status().arc;
+            serde_json::json!({"workload": "randread", "layout": a.layout, "ops": n_ops, "seconds": a.seconds,
+                "iops": n_ops as f64 / a.seconds as f64, "threads": a.threads,
+                "arc_demand_hits": arc.demand_hits, "arc_demand_misses": arc.demand_misses})
+        }
+        other => panic!("unknown workload {other}"),
+    };
+    println!("{result}");
+}
