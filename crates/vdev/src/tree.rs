@@ -47,6 +47,8 @@ pub enum Health {
     Faulted,
     /// The device could not be opened at import.
     Unavail,
+    /// A replacement being filled: written to, not yet read from.
+    Resilvering,
 }
 
 impl Health {
@@ -56,6 +58,7 @@ impl Health {
             Health::Degraded => "DEGRADED",
             Health::Faulted => "FAULTED",
             Health::Unavail => "UNAVAIL",
+            Health::Resilvering => "RESILVERING",
         }
     }
 }
@@ -87,39 +90,37 @@ pub struct LeafCountersSnapshot {
 /// One leaf device of the pool.
 #[derive(Debug)]
 pub struct Leaf {
-    pub guid: u64,
-    pub path: String,
+    /// (guid, path): changes only when the device is replaced.
+    identity: Mutex<(u64, String)>,
     device: RwLock<Option<Arc<dyn Device>>>,
     health: Mutex<Health>,
     pub counters: LeafCounters,
     data_start: u64,
-    data_len: u64,
+    data_len: AtomicU64,
 }
 
 impl Leaf {
     pub fn new(guid: u64, path: String, device: Arc<dyn Device>) -> Leaf {
         let (data_start, data_len) = label::data_area(device.size_bytes());
         Leaf {
-            guid,
-            path,
+            identity: Mutex::new((guid, path)),
             device: RwLock::new(Some(device)),
             health: Mutex::new(Health::Online),
             counters: LeafCounters::default(),
             data_start,
-            data_len,
+            data_len: AtomicU64::new(data_len),
         }
     }
 
     /// A leaf whose device could not be opened.
     pub fn missing(guid: u64, path: String, data_len: u64) -> Leaf {
         Leaf {
-            guid,
-            path,
+            identity: Mutex::new((guid, path)),
             device: RwLock::new(None),
             health: Mutex::new(Health::Unavail),
             counters: LeafCounters::default(),
             data_start: label::DATA_AREA_START,
-            data_len,
+            data_len: AtomicU64::new(data_len),
         }
     }
 
@@ -128,7 +129,33 @@ impl Leaf {
     }
 
     pub fn data_len(&self) -> u64 {
-        self.data_len
+        self.data_len.load(Ordering::Relaxed)
+    }
+
+    pub fn guid(&self) -> u64 {
+        self.identity.lock().unwrap().0
+    }
+
+    pub fn path(&self) -> String {
+        self.identity.lock().unwrap().1.clone()
+    }
+
+    /// Puts a new device in this slot. It takes writes at once but serves no reads
+    /// until `finish_resilver`, because it holds none of the existing blocks yet.
+    pub fn replace_device(&self, guid: u64, path: String, device: Arc<dyn Device>) {
+        let (_, data_len) = label::data_area(device.size_bytes());
+        *self.identity.lock().unwrap() = (guid, path);
+        *self.device.write().unwrap() = Some(device);
+        self.data_len.store(data_len, Ordering::Relaxed);
+        self.clear_counters();
+        self.set_health(Health::Resilvering);
+    }
+
+    pub fn finish_resilver(&self) {
+        let mut h = self.health.lock().unwrap();
+        if *h == Health::Resilvering {
+            *h = Health::Online;
+        }
     }
 
     pub fn health(&self) -> Health {
@@ -181,7 +208,7 @@ impl Leaf {
             return false;
         }
         assert!(
-            offset + buf.len() as u64 <= self.data_len,
+            offset + buf.len() as u64 <= self.data_len(),
             "read past data area"
         );
         self.counters.read_ops.fetch_add(1, Ordering::Relaxed);
@@ -206,11 +233,11 @@ impl Leaf {
         let Some(dev) = self.device() else {
             return false;
         };
-        if self.health() != Health::Online {
+        if !matches!(self.health(), Health::Online | Health::Resilvering) {
             return false;
         }
         assert!(
-            offset + data.len() as u64 <= self.data_len,
+            offset + data.len() as u64 <= self.data_len(),
             "write past data area"
         );
         self.counters.write_ops.fetch_add(1, Ordering::Relaxed);
@@ -246,7 +273,7 @@ impl Leaf {
         let Some(dev) = self.device() else {
             return false;
         };
-        if self.health() != Health::Online {
+        if !matches!(self.health(), Health::Online | Health::Resilvering) {
             return false;
         }
         match dev.flush() {
