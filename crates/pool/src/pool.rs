@@ -229,6 +229,7 @@ pub struct PoolStatus {
     pub log: Vec<LeafStatus>,
     pub cache: Vec<LeafStatus>,
     pub arc: ArcStatus,
+    pub l2arc: Option<crate::l2arc::L2Stats>,
     pub suspended: Option<String>,
     pub last_scrub: Option<ScrubSummary>,
     pub unrecoverable_reads: u64,
@@ -444,6 +445,11 @@ impl Pool {
             Allocator::new(&capacities),
             arc_max,
         ));
+        let l2_devices: Vec<Arc<dyn Device>> =
+            cache_leaves.iter().filter_map(|l| l.device()).collect();
+        if let Some(l2) = crate::l2arc::L2Arc::start(l2_devices) {
+            let _ = storage.l2.set(l2);
+        }
         let pool = Arc::new(Pool::assemble(
             name,
             guid,
@@ -665,6 +671,15 @@ impl Pool {
             );
             match pool.load(&ub) {
                 Ok(()) => {
+                    let l2_devices: Vec<Arc<dyn Device>> = pool
+                        .cache_leaves
+                        .iter()
+                        .filter(|l| l.is_usable())
+                        .filter_map(|l| l.device())
+                        .collect();
+                    if let Some(l2) = crate::l2arc::L2Arc::start(l2_devices) {
+                        let _ = pool.storage.l2.set(l2);
+                    }
                     let pool = Arc::new(pool);
                     pool.write_labels()?;
                     pool.start_sync_thread();
@@ -1252,6 +1267,9 @@ impl Pool {
     }
 
     fn stop_sync_thread(&self) {
+        if let Some(l2) = self.storage.l2.get() {
+            l2.stop();
+        }
         {
             let mut t = self.txg.lock().unwrap();
             t.shutdown = true;
@@ -1314,6 +1332,7 @@ impl Pool {
             log: self.log_leaves.iter().map(|l| leaf_status(l)).collect(),
             cache: self.cache_leaves.iter().map(|l| leaf_status(l)).collect(),
             arc: self.storage.arc.stats().into(),
+            l2arc: self.storage.l2.get().map(|l| l.stats()),
             suspended: self.suspended.lock().unwrap().clone(),
             last_scrub: self.last_scrub.lock().unwrap().clone(),
             unrecoverable_reads: self

@@ -126,6 +126,8 @@ pub struct Storage {
     pub counters: PoolCounters,
     inflight: Mutex<HashSet<BlockKey>>,
     inflight_cv: Condvar,
+    /// The second-level cache on cache devices, if the pool has any.
+    pub l2: std::sync::OnceLock<Arc<crate::l2arc::L2Arc>>,
 }
 
 fn sector_round(n: u64) -> u64 {
@@ -141,6 +143,7 @@ impl Storage {
             counters: PoolCounters::default(),
             inflight: Mutex::new(HashSet::new()),
             inflight_cv: Condvar::new(),
+            l2: std::sync::OnceLock::new(),
         }
     }
 
@@ -286,9 +289,16 @@ impl Storage {
             }
             _ => CachedBlock::from_vec(data.to_vec()),
         };
-        self.arc
-            .insert(BlockKey::of(&bp), cached, AccessKind::Demand);
+        self.arc_insert(BlockKey::of(&bp), cached, AccessKind::Demand);
         Ok(bp)
+    }
+
+    /// Inserts into the ARC and hands what it evicts to the L2ARC.
+    fn arc_insert(&self, key: BlockKey, block: CachedBlock, kind: AccessKind) {
+        let evicted = self.arc.insert(key, block, kind);
+        if let Some(l2) = self.l2.get() {
+            l2.feed(evicted);
+        }
     }
 
     /// Frees every copy of `bp` in `txg` (deferred) and drops it from the ARC.
@@ -297,6 +307,9 @@ impl Storage {
             return;
         }
         self.arc.remove(&BlockKey::of(bp));
+        if let Some(l2) = self.l2.get() {
+            l2.forget(&BlockKey::of(bp));
+        }
         let mut alloc = self.alloc.lock().unwrap();
         for d in bp.copies() {
             alloc.free(
@@ -339,10 +352,13 @@ impl Storage {
             inflight.insert(key);
             break;
         }
-        let result = self.read_uncached(bp, ReadMode::Normal);
+        let l2_hit = self.l2.get().and_then(|l2| l2.read(&key));
+        let result = match l2_hit {
+            Some(block) => Ok((block, RepairReport::default())),
+            None => self.read_uncached(bp, ReadMode::Normal),
+        };
         if let Ok((block, _)) = &result {
-            let evicted = self.arc.insert(key, block.clone(), kind);
-            drop(evicted);
+            self.arc_insert(key, block.clone(), kind);
         }
         let mut inflight = self.inflight.lock().unwrap();
         inflight.remove(&key);

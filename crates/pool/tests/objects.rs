@@ -248,3 +248,86 @@ fn bad_arguments_are_refused() {
     assert!(pool.read(os, 99, 0, 10).is_err());
     assert!(pool.read(777, 1, 0, 10).is_err());
 }
+
+#[test]
+fn l2arc_serves_evicted_blocks_and_survives_a_bad_cache_device() {
+    let devs = sim_devices(3, 30, None);
+    let cache = vdev::SimDevice::new(DEV_SIZE, 31);
+    let mut o = opts();
+    o.arc_max_bytes = Some(2 << 20);
+    o.prefetch = false;
+    let pool = pool::Pool::create(
+        "tank",
+        vec![pool::pool::TopArg {
+            layout: Layout::RaidZ { nparity: 1 },
+            devices: args(&devs),
+        }],
+        vec![],
+        vec![pool::pool::DeviceArg {
+            path: "cache0".into(),
+            device: cache.clone(),
+        }],
+        o,
+    )
+    .unwrap();
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let f = new_file(&pool, os, 128 * 1024, Compression::Off);
+    let mut rng = Rng(30);
+    let data = rng.bytes(16 << 20);
+    pool.write(os, f, 0, &data).unwrap();
+    pool.sync().unwrap();
+    // Reading 16 MiB through a 2 MiB ARC evicts most blocks toward the cache device.
+    for _ in 0..3 {
+        assert_eq!(pool.read(os, f, 0, data.len()).unwrap(), data);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let l2 = pool.status().l2arc.unwrap();
+    assert!(l2.written_bytes > 4 << 20, "{l2:?}");
+    assert!(l2.hits > 0, "{l2:?}");
+    // A cache device that returns garbage costs speed, never correctness.
+    cache.corrupt_range(label_start(&cache), 32 << 20, 7);
+    assert_eq!(pool.read(os, f, 0, data.len()).unwrap(), data);
+    let l2 = pool.status().l2arc.unwrap();
+    assert!(l2.bad_reads > 0, "{l2:?}");
+}
+
+fn label_start(dev: &vdev::SimDevice) -> u64 {
+    use vdev::Device;
+    vdev::label::data_area(dev.size_bytes()).0
+}
+
+fn sequential_read_hits(prefetch: bool) -> u64 {
+    let devs = sim_devices(3, 40, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let f = new_file(&pool, os, 128 * 1024, Compression::Off);
+    let data = Rng(40).bytes(32 << 20);
+    pool.write(os, f, 0, &data).unwrap();
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let mut o = opts();
+    o.prefetch = prefetch;
+    let pool = pool::Pool::import(args(&devs), Some("tank"), o).unwrap();
+    let before = pool.status().arc;
+    let mut off = 0;
+    while off < data.len() {
+        let got = pool.read(os, f, off as u64, 128 * 1024).unwrap();
+        assert_eq!(got, &data[off..off + 128 * 1024]);
+        off += 128 * 1024;
+        // Give read-ahead a moment, as a client's think time would.
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    pool.status().arc.demand_hits - before.demand_hits
+}
+
+#[test]
+fn sequential_reads_are_prefetched() {
+    let without = sequential_read_hits(false);
+    let with = sequential_read_hits(true);
+    // 256 data blocks: with read-ahead most of them are already in the ARC.
+    assert!(
+        with >= without + 200,
+        "read-ahead hits: {with} with, {without} without"
+    );
+}

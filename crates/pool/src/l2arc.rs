@@ -1,0 +1,283 @@
+//! The L2ARC: a second-level read cache on cache devices (SSDs), fed from the ARC's
+//! eviction end.
+//!
+//! Blocks the ARC evicts are queued (bounded; a full queue drops, never blocks the
+//! reader that caused the eviction) to a writer thread that packs them into large
+//! writes laid out as a ring over each cache device's data area. The index (block key
+//! -> device, offset, length, fletcher4 of the contents) lives in memory only: the cache
+//! starts empty after import, which is always correct.
+//!
+//! Invariants:
+//! - Before the writer overwrites a region of the ring, every index entry in that region
+//!   is removed, so a new lookup never points at a region being written.
+//! - A reader that looked up an entry just before it was overwritten still cannot return
+//!   wrong data: every L2 read is verified against the checksum kept in the index, and a
+//!   mismatch is a miss (counted), after which the block is read from the pool.
+//! - Nothing on a cache device is ever needed for correctness: losing one loses speed.
+
+use crate::arc::Weighted;
+use crate::checksum::{self, Checksum, ChecksumKind};
+use crate::storage::{BlockKey, CachedBlock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use vdev::{label, AlignedBuf, Device, SECTOR_SIZE};
+
+/// Evicted blocks waiting to be written.
+const FEED_QUEUE: usize = 4096;
+/// Largest single write to a cache device.
+const WRITE_BATCH_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    device: usize,
+    offset: u64,
+    len: u32,
+    stored: u32,
+    sum: Checksum,
+}
+
+struct Ring {
+    device: Arc<dyn Device>,
+    start: u64,
+    len: u64,
+    hand: u64,
+    /// Ring offset -> key of the entry stored there.
+    by_offset: BTreeMap<u64, BlockKey>,
+}
+
+struct State {
+    rings: Vec<Ring>,
+    index: HashMap<BlockKey, Entry>,
+    next_ring: usize,
+}
+
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct L2Stats {
+    pub hits: u64,
+    pub misses: u64,
+    pub bad_reads: u64,
+    pub written_bytes: u64,
+    pub dropped_feeds: u64,
+    pub size_bytes: u64,
+    pub entries: u64,
+}
+
+pub struct L2Arc {
+    state: Mutex<State>,
+    feed: Mutex<Option<SyncSender<(BlockKey, CachedBlock)>>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    bad_reads: AtomicU64,
+    written_bytes: AtomicU64,
+    dropped_feeds: AtomicU64,
+}
+
+fn sector_round(n: usize) -> usize {
+    n.div_ceil(SECTOR_SIZE) * SECTOR_SIZE
+}
+
+impl L2Arc {
+    /// Starts an L2ARC over the data areas of `devices` (empty: no L2ARC).
+    pub fn start(devices: Vec<Arc<dyn Device>>) -> Option<Arc<L2Arc>> {
+        if devices.is_empty() {
+            return None;
+        }
+        let rings = devices
+            .into_iter()
+            .map(|device| {
+                let (start, len) = label::data_area(device.size_bytes());
+                Ring {
+                    device,
+                    start,
+                    len,
+                    hand: 0,
+                    by_offset: BTreeMap::new(),
+                }
+            })
+            .collect();
+        let (tx, rx) = std::sync::mpsc::sync_channel(FEED_QUEUE);
+        let l2 = Arc::new(L2Arc {
+            state: Mutex::new(State {
+                rings,
+                index: HashMap::new(),
+                next_ring: 0,
+            }),
+            feed: Mutex::new(Some(tx)),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            bad_reads: AtomicU64::new(0),
+            written_bytes: AtomicU64::new(0),
+            dropped_feeds: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&l2);
+        std::thread::Builder::new()
+            .name("l2arc-feed".into())
+            .spawn(move || writer(weak, rx))
+            .expect("spawn l2arc writer");
+        Some(l2)
+    }
+
+    /// Offers blocks the ARC evicted. Never blocks.
+    pub fn feed(&self, evicted: Vec<(BlockKey, CachedBlock)>) {
+        if evicted.is_empty() {
+            return;
+        }
+        let tx = self.feed.lock().unwrap().clone();
+        let Some(tx) = tx else { return };
+        for item in evicted {
+            match tx.try_send(item) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                    self.dropped_feeds.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Looks a block up and reads it from the cache device, verified.
+    pub fn read(&self, key: &BlockKey) -> Option<CachedBlock> {
+        let (entry, device) = {
+            let st = self.state.lock().unwrap();
+            match st.index.get(key) {
+                Some(e) => (*e, st.rings[e.device].device.clone()),
+                None => {
+                    drop(st);
+                    self.misses.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+            }
+        };
+        let start = {
+            let st = self.state.lock().unwrap();
+            st.rings[entry.device].start
+        };
+        let mut buf = AlignedBuf::for_overwrite(entry.stored as usize);
+        let ok = device.read_at(start + entry.offset, &mut buf).is_ok()
+            && checksum::compute(ChecksumKind::Fletcher4, &buf[..entry.len as usize]) == entry.sum;
+        if !ok {
+            self.bad_reads.fetch_add(1, Ordering::Relaxed);
+            self.forget(key);
+            return None;
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(CachedBlock(Arc::new(crate::storage::BlockBytes::Aligned(
+            buf,
+            entry.len as usize,
+        ))))
+    }
+
+    /// Drops a block (freed in the pool).
+    pub fn forget(&self, key: &BlockKey) {
+        let mut st = self.state.lock().unwrap();
+        if let Some(e) = st.index.remove(key) {
+            st.rings[e.device].by_offset.remove(&e.offset);
+        }
+    }
+
+    pub fn stats(&self) -> L2Stats {
+        let st = self.state.lock().unwrap();
+        L2Stats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            bad_reads: self.bad_reads.load(Ordering::Relaxed),
+            written_bytes: self.written_bytes.load(Ordering::Relaxed),
+            dropped_feeds: self.dropped_feeds.load(Ordering::Relaxed),
+            size_bytes: st.index.values().map(|e| e.stored as u64).sum(),
+            entries: st.index.len() as u64,
+        }
+    }
+
+    /// Stops feeding (pool export); the writer thread ends.
+    pub fn stop(&self) {
+        self.feed.lock().unwrap().take();
+    }
+
+    /// Writes one batch at the hand of the next ring.
+    fn write_batch(&self, items: Vec<(BlockKey, CachedBlock)>) {
+        let total: usize = items
+            .iter()
+            .map(|(_, b)| sector_round(b.bytes().len()))
+            .sum();
+        if total == 0 {
+            return;
+        }
+        // Reserve the region and retire what it overwrites.
+        let (ring_index, device, start, offset) = {
+            let mut st = self.state.lock().unwrap();
+            let n = st.rings.len();
+            let r = st.next_ring % n;
+            st.next_ring = st.next_ring.wrapping_add(1);
+            let ring = &mut st.rings[r];
+            if total as u64 > ring.len {
+                return;
+            }
+            if ring.hand + total as u64 > ring.len {
+                ring.hand = 0;
+            }
+            let offset = ring.hand;
+            ring.hand += total as u64;
+            let doomed: Vec<(u64, BlockKey)> = ring
+                .by_offset
+                .range(offset..offset + total as u64)
+                .map(|(o, k)| (*o, *k))
+                .collect();
+            let (device, start) = (ring.device.clone(), ring.start);
+            for (o, k) in doomed {
+                st.rings[r].by_offset.remove(&o);
+                st.index.remove(&k);
+            }
+            (r, device, start, offset)
+        };
+        let mut buf = AlignedBuf::zeroed(total);
+        let mut pos = 0;
+        let mut entries = Vec::with_capacity(items.len());
+        for (key, block) in &items {
+            let data = block.bytes();
+            buf[pos..pos + data.len()].copy_from_slice(data);
+            let stored = sector_round(data.len());
+            entries.push((
+                *key,
+                Entry {
+                    device: ring_index,
+                    offset: offset + pos as u64,
+                    len: data.len() as u32,
+                    stored: stored as u32,
+                    sum: checksum::compute(ChecksumKind::Fletcher4, data),
+                },
+            ));
+            pos += stored;
+        }
+        if device.write_at(start + offset, &buf).is_err() {
+            return; // a failing cache device just caches nothing
+        }
+        self.written_bytes
+            .fetch_add(total as u64, Ordering::Relaxed);
+        let mut st = self.state.lock().unwrap();
+        for (key, e) in entries {
+            if let Some(old) = st.index.insert(key, e) {
+                st.rings[old.device].by_offset.remove(&old.offset);
+            }
+            st.rings[ring_index].by_offset.insert(e.offset, key);
+        }
+    }
+}
+
+fn writer(l2: std::sync::Weak<L2Arc>, rx: Receiver<(BlockKey, CachedBlock)>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        let mut bytes = batch[0].1.weight_bytes();
+        while bytes < WRITE_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(item) => {
+                    bytes += item.1.weight_bytes();
+                    batch.push(item);
+                }
+                Err(_) => break,
+            }
+        }
+        let Some(l2) = l2.upgrade() else { return };
+        l2.write_batch(batch);
+    }
+}
