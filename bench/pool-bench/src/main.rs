@@ -167,11 +167,11 @@ fn main() {
             let cpu0 = cpu_seconds();
             let t = Instant::now();
             let mut total = 0u64;
+            let mut buf = vec![0u8; chunk];
             for _ in 0..passes {
                 let mut off = 0;
                 while off < data_bytes {
-                    let got = pool.read(os, obj, off, chunk).unwrap();
-                    assert_eq!(got.len(), chunk);
+                    pool.read_into(os, obj, off, &mut buf).unwrap();
                     off += chunk as u64;
                     total += chunk as u64;
                 }
@@ -231,12 +231,13 @@ fn main() {
                     let ops = ops.clone();
                     s.spawn(move || {
                         let mut x = 0x9E3779B97F4A7C15u64 ^ (t as u64 + 1);
+                        let mut buf = vec![0u8; 8192];
                         while Instant::now() < deadline {
                             x ^= x << 13;
                             x ^= x >> 7;
                             x ^= x << 17;
                             let b = x % blocks;
-                            pool.read(os, obj, b * 8192, 8192).unwrap();
+                            pool.read_into(os, obj, b * 8192, &mut buf).unwrap();
                             ops.fetch_add(1, Ordering::Relaxed);
                         }
                     });

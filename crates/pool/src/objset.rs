@@ -329,8 +329,21 @@ impl Objset {
         len: usize,
     ) -> Result<Vec<u8>, PoolError> {
         let mut out = vec![0u8; len];
+        self.read_into(st, obj, offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads `out.len()` bytes at `offset` into `out`.
+    pub fn read_into(
+        &self,
+        st: &Storage,
+        obj: u64,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), PoolError> {
+        let len = out.len();
         if len == 0 {
-            return Ok(out);
+            return Ok(());
         }
         let (bs, plan) = {
             let mut inner = self.inner.lock().unwrap();
@@ -342,25 +355,56 @@ impl Objset {
                 (first..=last).map(|b| (b, Self::source_of(s, b))).collect();
             (bs, plan)
         };
-        for (blkid, source) in plan {
+        // Resolve the committed blocks first, then read them in one aggregated batch.
+        let mut tree_bps: Vec<BlockPointer> = Vec::new();
+        let mut tree_slot: Vec<Option<usize>> = Vec::with_capacity(plan.len());
+        for (blkid, source) in &plan {
+            match source {
+                Source::Tree(root, levels) => match tree_block_bp(st, *root, *levels, *blkid)? {
+                    Some(bp) => {
+                        tree_slot.push(Some(tree_bps.len()));
+                        tree_bps.push(bp);
+                    }
+                    None => tree_slot.push(None),
+                },
+                _ => tree_slot.push(None),
+            }
+        }
+        let blocks = if tree_bps.len() > 1 {
+            st.read_batch(&tree_bps, AccessKind::Demand)
+        } else {
+            tree_bps
+                .iter()
+                .map(|bp| st.read_block_as(bp, AccessKind::Demand))
+                .collect()
+        };
+        let mut blocks: Vec<Option<crate::storage::CachedBlock>> = blocks
+            .into_iter()
+            .map(|r| r.map(Some))
+            .collect::<Result<_, _>>()?;
+        for ((blkid, source), slot) in plan.into_iter().zip(tree_slot) {
             let block_start = blkid * bs;
             let from = offset.max(block_start);
             let to = (offset + len as u64).min(block_start + bs);
             let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
             let src_range = (from - block_start) as usize..(to - block_start) as usize;
             match source {
-                Source::Zero => {}
+                Source::Zero => dst.fill(0),
                 Source::Mem(b) => dst.copy_from_slice(&b[src_range]),
-                Source::Tree(root, levels) => {
-                    if let Some(block) =
-                        read_tree_block(st, root, levels, blkid, AccessKind::Demand)?
-                    {
+                Source::Tree(..) => match slot.and_then(|i| blocks[i].take()) {
+                    Some(block) => {
+                        if block.bytes().len() < src_range.end {
+                            return Err(PoolError::Corrupt(
+                                "data block shorter than the object's block size".into(),
+                            ));
+                        }
                         dst.copy_from_slice(&block.bytes()[src_range]);
                     }
-                }
+                    None => dst.fill(0),
+                },
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Feeds a demand read to the object's stream detector; returns the block ids to
@@ -389,6 +433,32 @@ impl Objset {
                 block_size,
                 std::time::Instant::now(),
             )
+    }
+
+    /// Reads a range of blocks into the ARC ahead of demand, in one aggregated batch
+    /// (holes and dirty blocks are skipped).
+    pub fn prefetch_range(&self, st: &Storage, obj: u64, range: std::ops::Range<u64>) {
+        let sources: Vec<(u64, Source)> = {
+            let mut inner = self.inner.lock().unwrap();
+            match Self::load(st, &mut inner, obj) {
+                Ok(s) => range
+                    .filter(|&b| b < s.dnode.nblocks)
+                    .map(|b| (b, Self::source_of(s, b)))
+                    .collect(),
+                Err(_) => return,
+            }
+        };
+        let mut bps = Vec::new();
+        for (blkid, source) in sources {
+            if let Source::Tree(root, levels) = source {
+                if let Ok(Some(bp)) = tree_block_bp(st, root, levels, blkid) {
+                    bps.push(bp);
+                }
+            }
+        }
+        if !bps.is_empty() {
+            let _ = st.read_batch(&bps, AccessKind::Prefetch);
+        }
     }
 
     /// Reads one block into the ARC ahead of demand (no-op for holes and dirty blocks).
@@ -787,6 +857,36 @@ fn check_child(parent_level: u8, bp: &BlockPointer) -> Result<(), PoolError> {
         )));
     }
     Ok(())
+}
+
+/// The level-0 pointer of block `blkid` of a tree; `None` for a hole.
+pub fn tree_block_bp(
+    st: &Storage,
+    root: BlockPointer,
+    levels: u8,
+    blkid: u64,
+) -> Result<Option<BlockPointer>, PoolError> {
+    if levels == 0 || root.is_hole() {
+        return Ok(None);
+    }
+    let span_shift = INDIRECT_SHIFT * (levels as u32 - 1);
+    if span_shift < 64 && (blkid >> span_shift) > 0 {
+        return Ok(None);
+    }
+    let mut bp = root;
+    for level in (1..levels).rev() {
+        let block = st.read_block(&bp)?;
+        let index = (blkid >> (INDIRECT_SHIFT * (level as u32 - 1))) & (BPS_PER_INDIRECT - 1);
+        if block.bytes().len() != INDIRECT_BLOCK_SIZE {
+            return Err(PoolError::Corrupt("indirect block of wrong size".into()));
+        }
+        bp = bp_at(block.bytes(), index)?;
+        check_child(level, &bp)?;
+        if bp.is_hole() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(bp))
 }
 
 /// Reads block `blkid` of a tree; `None` for a hole.

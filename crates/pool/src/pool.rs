@@ -43,7 +43,10 @@ const DIR_MAX_BYTES: usize = 1024 * 1024;
 const PREFETCH_WORKERS: usize = 8;
 const PREFETCH_QUEUE: usize = 1024;
 
-type PrefetchJob = (Arc<Objset>, u64, u64);
+/// (object set, object, block range)
+type PrefetchJob = (Arc<Objset>, u64, std::ops::Range<u64>);
+/// Blocks per read-ahead job: one aggregated batch each.
+const PREFETCH_JOB_BLOCKS: u64 = 8;
 
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
@@ -1007,8 +1010,27 @@ impl Pool {
                 "read of more than 64 MiB at once".into(),
             ));
         }
+        let mut data = vec![0u8; len];
+        self.read_into(os, obj, offset, &mut data)?;
+        Ok(data)
+    }
+
+    /// Reads into a caller's buffer (holes as zeros), feeding read-ahead.
+    pub fn read_into(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), PoolError> {
+        let len = data.len();
+        if len > 64 << 20 {
+            return Err(PoolError::InvalidArgument(
+                "read of more than 64 MiB at once".into(),
+            ));
+        }
         let objset = self.objset(os)?;
-        let data = objset.read(&self.storage, obj, offset, len)?;
+        objset.read_into(&self.storage, obj, offset, data)?;
         if self.opts.prefetch {
             let bs = objset
                 .info(&self.storage, obj)
@@ -1019,16 +1041,19 @@ impl Pool {
                 self.start_prefetchers();
                 let tx = self.prefetch_tx.lock().unwrap().clone();
                 if let Some(tx) = tx {
-                    for blkid in ahead {
+                    let mut start = ahead.start;
+                    while start < ahead.end {
+                        let end = (start + PREFETCH_JOB_BLOCKS).min(ahead.end);
                         // A full queue drops read-ahead, never blocks a reader.
-                        if tx.try_send((objset.clone(), obj, blkid)).is_err() {
+                        if tx.try_send((objset.clone(), obj, start..end)).is_err() {
                             break;
                         }
+                        start = end;
                     }
                 }
             }
         }
-        Ok(data)
+        Ok(())
     }
 
     /// Starts the read-ahead workers on first use.
@@ -1047,7 +1072,7 @@ impl Pool {
                 .spawn(move || loop {
                     let job = rx.lock().unwrap().recv();
                     match job {
-                        Ok((objset, obj, blkid)) => objset.prefetch_block(&storage, obj, blkid),
+                        Ok((objset, obj, range)) => objset.prefetch_range(&storage, obj, range),
                         Err(_) => return, // the pool is gone
                     }
                 })

@@ -367,6 +367,83 @@ impl Storage {
         result.map(|(b, _)| b)
     }
 
+    /// Reads many blocks through the ARC with aggregated device I/O (read-ahead and
+    /// multi-block reads). Blocks another reader already has in flight, and blocks whose
+    /// fast read fails or does not verify, go through `read_block_as` one by one.
+    pub fn read_batch(
+        &self,
+        bps: &[BlockPointer],
+        kind: AccessKind,
+    ) -> Vec<Result<CachedBlock, PoolError>> {
+        let mut results: Vec<Option<Result<CachedBlock, PoolError>>> =
+            bps.iter().map(|_| None).collect();
+        let mut claimed: Vec<usize> = Vec::new();
+        {
+            let mut inflight = self.inflight.lock().unwrap();
+            for (i, bp) in bps.iter().enumerate() {
+                let key = BlockKey::of(bp);
+                if let Some(b) = self.arc.get(&key, kind) {
+                    results[i] = Some(Ok(b));
+                } else if !inflight.contains(&key) && self.l2.get().is_none() {
+                    inflight.insert(key);
+                    claimed.push(i);
+                }
+            }
+        }
+        // Group the claimed blocks by the vdev of their first copy.
+        let mut by_top: std::collections::BTreeMap<u32, Vec<usize>> =
+            std::collections::BTreeMap::new();
+        for &i in &claimed {
+            by_top.entry(bps[i].dvas[0].vdev).or_default().push(i);
+        }
+        for (vdev, idxs) in by_top {
+            let Some(top) = self.tops.get(vdev as usize) else {
+                continue;
+            };
+            let reqs: Vec<(u64, u64)> = idxs
+                .iter()
+                .map(|&i| (bps[i].dvas[0].offset, sector_round(bps[i].psize as u64)))
+                .filter(|&(off, size)| off + top.asize(size) <= top.capacity_bytes())
+                .collect();
+            if reqs.len() != idxs.len() {
+                continue; // a pointer past its vdev: leave it to the careful path
+            }
+            let bufs = top.read_many(&reqs);
+            for (&i, buf) in idxs.iter().zip(bufs) {
+                let bp = &bps[i];
+                let Some(io) = buf else { continue };
+                let psize = bp.psize as usize;
+                if checksum::compute(bp.checksum_kind, &io[..psize]) != bp.checksum {
+                    continue;
+                }
+                self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+                let block = if bp.compression == Compression::Off {
+                    CachedBlock(Arc::new(BlockBytes::Aligned(io, bp.lsize as usize)))
+                } else {
+                    let mut out = vec![0u8; bp.lsize as usize];
+                    if compress::decompress(bp.compression, &io[..psize], &mut out).is_err() {
+                        continue;
+                    }
+                    CachedBlock::from_vec(out)
+                };
+                self.arc_insert(BlockKey::of(bp), block.clone(), kind);
+                results[i] = Some(Ok(block));
+            }
+        }
+        {
+            let mut inflight = self.inflight.lock().unwrap();
+            for &i in &claimed {
+                inflight.remove(&BlockKey::of(&bps[i]));
+            }
+            self.inflight_cv.notify_all();
+        }
+        results
+            .into_iter()
+            .zip(bps)
+            .map(|(r, bp)| r.unwrap_or_else(|| self.read_block_as(bp, kind)))
+            .collect()
+    }
+
     /// Reads every copy (scrub) or the first good one (normal), verifying and healing.
     pub fn read_uncached(
         &self,

@@ -285,15 +285,16 @@ fn l2arc_serves_evicted_blocks_and_survives_a_bad_cache_device() {
     assert!(l2.written_bytes > 4 << 20, "{l2:?}");
     assert!(l2.hits > 0, "{l2:?}");
     // A cache device that returns garbage costs speed, never correctness.
-    cache.corrupt_range(label_start(&cache), 32 << 20, 7);
+    let (start, len) = label_area(&cache);
+    cache.corrupt_range(start, len, 7);
     assert_eq!(pool.read(os, f, 0, data.len()).unwrap(), data);
     let l2 = pool.status().l2arc.unwrap();
     assert!(l2.bad_reads > 0, "{l2:?}");
 }
 
-fn label_start(dev: &vdev::SimDevice) -> u64 {
+fn label_area(dev: &vdev::SimDevice) -> (u64, u64) {
     use vdev::Device;
-    vdev::label::data_area(dev.size_bytes()).0
+    vdev::label::data_area(dev.size_bytes())
 }
 
 fn sequential_read_hits(prefetch: bool) -> u64 {

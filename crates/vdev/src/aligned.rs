@@ -55,9 +55,14 @@ fn give_storage(v: Vec<u8>) {
         lists: HashMap::new(),
         bytes: 0,
     });
-    if r.bytes + capacity <= RECYCLE_MAX_BYTES {
+    // Each size class gets at most a quarter of the bound, so one size cannot starve
+    // the others.
+    let list = r.lists.entry(capacity).or_default();
+    if r.bytes + capacity <= RECYCLE_MAX_BYTES
+        && (list.len() + 1) * capacity <= RECYCLE_MAX_BYTES / 4
+    {
+        list.push(v);
         r.bytes += capacity;
-        r.lists.entry(capacity).or_default().push(v);
     }
 }
 

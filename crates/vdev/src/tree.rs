@@ -607,6 +607,83 @@ impl TopVdev {
         }
     }
 
+    /// Reads many blocks with as few device I/Os as possible: data columns (or one mirror
+    /// side) per leaf, sorted, adjacent pieces merged into reads of up to
+    /// `MAX_AGGREGATE_BYTES`, all leaves in parallel. Nothing is verified here: a `None`
+    /// (a piece failed to read) or a block that fails its checksum must go through
+    /// `read`, which reconstructs and heals.
+    pub fn read_many(&self, reqs: &[(u64, u64)]) -> Vec<Option<AlignedBuf>> {
+        let n = self.leaves.len();
+        // (child offset, size, request, position in the request's buffer)
+        let mut per_leaf: Vec<Vec<(u64, usize, usize, usize)>> = vec![Vec::new(); n];
+        match self.layout {
+            Layout::Disk | Layout::Mirror => {
+                let first = reqs.first().map_or(0, |r| ((r.0 >> 20) as usize) % n);
+                let Some(side) = (0..n)
+                    .map(|k| (first + k) % n)
+                    .find(|&i| self.leaves[i].is_usable())
+                else {
+                    return reqs.iter().map(|_| None).collect();
+                };
+                for (i, &(offset, size)) in reqs.iter().enumerate() {
+                    per_leaf[side].push((offset, size as usize, i, 0));
+                }
+            }
+            Layout::RaidZ { nparity } => {
+                for (i, &(offset, size)) in reqs.iter().enumerate() {
+                    let map = raidz_map(n, nparity, offset, size);
+                    let mut pos = 0;
+                    for col in map.data_columns() {
+                        per_leaf[col.child].push((col.child_offset, col.size, i, pos));
+                        pos += col.size;
+                    }
+                }
+            }
+        }
+        let outs: Vec<Mutex<Option<AlignedBuf>>> = reqs
+            .iter()
+            .map(|&(_, size)| Mutex::new(Some(AlignedBuf::for_overwrite(size as usize))))
+            .collect();
+        // Leaves are read one after another in the calling thread: callers (read-ahead
+        // workers, client threads) already provide the parallelism, and spawning
+        // threads per call cost more (stack maps, TLB shootdowns) than it saved.
+        for (leaf, mut pieces) in per_leaf.into_iter().enumerate() {
+            if pieces.is_empty() {
+                continue;
+            }
+            let leaf = &self.leaves[leaf];
+            pieces.sort_by_key(|p| p.0);
+            let mut i = 0;
+            while i < pieces.len() {
+                let mut j = i + 1;
+                let mut run = pieces[i].1;
+                while j < pieces.len()
+                    && pieces[j].0 == pieces[i].0 + run as u64
+                    && run + pieces[j].1 <= MAX_AGGREGATE_BYTES
+                {
+                    run += pieces[j].1;
+                    j += 1;
+                }
+                let mut buf = AlignedBuf::for_overwrite(run);
+                let ok = leaf.read(pieces[i].0, &mut buf);
+                let mut pos = 0;
+                for p in &pieces[i..j] {
+                    let mut slot = outs[p.2].lock().unwrap();
+                    if ok {
+                        if let Some(out) = slot.as_mut() {
+                            out[p.3..p.3 + p.1].copy_from_slice(&buf[pos..pos + p.1]);
+                        }
+                    } else {
+                        *slot = None;
+                    }
+                    pos += p.1;
+                }
+                i = j;
+            }
+        }
+        outs.into_iter().map(|m| m.into_inner().unwrap()).collect()
+    }
+
     /// Reads the block of `io_size` bytes at logical `offset`, accepting only data for
     /// which `verify` returns true, repairing bad copies on the way.
     pub fn read(
