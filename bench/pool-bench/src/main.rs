@@ -13,10 +13,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vdev::{FileDevice, Layout};
 
-// Block-sized buffers come and go at device speed; glibc's malloc serves them from fresh
-// mmaps that the kernel must zero. mimalloc keeps them in its own segments.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc keeps block-sized buffers in its own segments (glibc would mmap and unmap
+/// them at device speed). Two options matter for a storage engine: never hand freed
+/// memory back to the OS (re-faulting it cost more than a third of the write path's
+/// CPU), and no transparent huge pages (a fault then zeroes 2 MiB for a 128 KiB buffer).
+fn tune_allocator() {
+    const MI_OPTION_ALLOW_LARGE_OS_PAGES: libmimalloc_sys::mi_option_t = 6;
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: mi_option_set stores an integer in mimalloc's option table; it has no
+    // pointer arguments and no preconditions, and is safe to call from any thread.
+    unsafe {
+        libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_LARGE_OS_PAGES, 0);
+        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1);
+    }
+}
 
 #[derive(Parser)]
 struct Args {
@@ -108,6 +121,7 @@ fn random_buffer(len: usize) -> Vec<u8> {
 }
 
 fn main() {
+    tune_allocator();
     let a = Args::parse();
     std::fs::create_dir_all(&a.dir).unwrap();
     let (layout, n) = layout_of(&a.layout);

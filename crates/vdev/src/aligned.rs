@@ -13,9 +13,9 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Mutex;
 
 /// Bytes kept on the free lists at most.
-pub const RECYCLE_MAX_BYTES: usize = 512 << 20;
+pub const RECYCLE_MAX_BYTES: usize = 1 << 30;
 /// Buffers smaller than this are not worth recycling.
-const RECYCLE_MIN_BYTES: usize = 64 << 10;
+const RECYCLE_MIN_BYTES: usize = 16 << 10;
 
 struct Recycler {
     lists: HashMap<usize, Vec<Vec<u8>>>,
@@ -55,11 +55,11 @@ fn give_storage(v: Vec<u8>) {
         lists: HashMap::new(),
         bytes: 0,
     });
-    // Each size class gets at most a quarter of the bound, so one size cannot starve
+    // Each size class gets at most half of the bound, so one size cannot starve
     // the others.
     let list = r.lists.entry(capacity).or_default();
     if r.bytes + capacity <= RECYCLE_MAX_BYTES
-        && (list.len() + 1) * capacity <= RECYCLE_MAX_BYTES / 4
+        && (list.len() + 1) * capacity <= RECYCLE_MAX_BYTES / 2
     {
         list.push(v);
         r.bytes += capacity;

@@ -38,6 +38,18 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn flush(&self) -> io::Result<()>;
     fn io_mode(&self) -> IoMode;
     fn describe(&self) -> String;
+
+    /// Writes `bufs` back to back from `offset`, as one I/O where the device can.
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut joined = crate::aligned::AlignedBuf::for_overwrite(total);
+        let mut pos = 0;
+        for b in bufs {
+            joined[pos..pos + b.len()].copy_from_slice(b);
+            pos += b.len();
+        }
+        self.write_at(offset, &joined)
+    }
 }
 
 /// Alignment and range check shared by every device.
