@@ -120,6 +120,24 @@ fn random_buffer(len: usize) -> Vec<u8> {
     v
 }
 
+/// 64 MiB of random bytes, made once (outside any timed section).
+fn data_source() -> &'static [u8] {
+    static BUF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BUF.get_or_init(|| random_buffer(64 << 20))
+}
+
+/// Writes `bytes` of incompressible data to an object in 1 MiB writes.
+fn fill(pool: &Pool, os: u64, obj: u64, bytes: u64) {
+    let buf = data_source();
+    let chunk = 1usize << 20;
+    let mut off = 0u64;
+    while off < bytes {
+        let at = (off as usize / chunk * 4099) % (buf.len() - chunk);
+        pool.write(os, obj, off, &buf[at..at + chunk]).unwrap();
+        off += chunk as u64;
+    }
+}
+
 fn main() {
     tune_allocator();
     let a = Args::parse();
@@ -144,15 +162,10 @@ fn main() {
             let obj = pool
                 .create_object(os, 19, 128 << 10, Compression::Off, ChecksumKind::Fletcher4)
                 .unwrap();
-            let buf = random_buffer(64 << 20);
+            data_source();
             let cpu0 = cpu_seconds();
             let t = Instant::now();
-            let mut off = 0u64;
-            while off < data_bytes {
-                let at = (off as usize / chunk * 4099) % (buf.len() - chunk);
-                pool.write(os, obj, off, &buf[at..at + chunk]).unwrap();
-                off += chunk as u64;
-            }
+            fill(&pool, os, obj, data_bytes);
             pool.sync().unwrap();
             let secs = t.elapsed().as_secs_f64();
             let cpu = cpu_seconds() - cpu0;
@@ -216,13 +229,7 @@ fn main() {
             let obj = pool
                 .create_object(os, 19, 8192, Compression::Off, ChecksumKind::Fletcher4)
                 .unwrap();
-            let buf = random_buffer(64 << 20);
-            let mut off = 0u64;
-            while off < data_bytes {
-                let at = (off as usize / chunk * 4099) % (buf.len() - chunk);
-                pool.write(os, obj, off, &buf[at..at + chunk]).unwrap();
-                off += chunk as u64;
-            }
+            fill(&pool, os, obj, data_bytes);
             pool.export().unwrap();
             drop(pool);
             let pool = Arc::new(

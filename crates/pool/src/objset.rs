@@ -897,27 +897,10 @@ pub fn read_tree_block(
     blkid: u64,
     kind: AccessKind,
 ) -> Result<Option<crate::storage::CachedBlock>, PoolError> {
-    if levels == 0 || root.is_hole() {
-        return Ok(None);
+    match tree_block_bp(st, root, levels, blkid)? {
+        Some(bp) => Ok(Some(st.read_block_as(&bp, kind)?)),
+        None => Ok(None),
     }
-    let span_shift = INDIRECT_SHIFT * (levels as u32 - 1);
-    if span_shift < 64 && (blkid >> span_shift) > 0 {
-        return Ok(None);
-    }
-    let mut bp = root;
-    for level in (1..levels).rev() {
-        let block = st.read_block(&bp)?;
-        let index = (blkid >> (INDIRECT_SHIFT * (level as u32 - 1))) & (BPS_PER_INDIRECT - 1);
-        if block.bytes().len() != INDIRECT_BLOCK_SIZE {
-            return Err(PoolError::Corrupt("indirect block of wrong size".into()));
-        }
-        bp = bp_at(block.bytes(), index)?;
-        check_child(level, &bp)?;
-        if bp.is_hole() {
-            return Ok(None);
-        }
-    }
-    Ok(Some(st.read_block_as(&bp, kind)?))
 }
 
 /// Block ids in `[start, end)` that are not holes in the tree.

@@ -478,6 +478,16 @@ fn export(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Every device path of a pool, as the registry records them.
+fn device_paths(st: &PoolStatus) -> Vec<String> {
+    st.vdevs
+        .iter()
+        .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
+        .chain(st.log.iter().map(|l| l.path.clone()))
+        .chain(st.cache.iter().map(|l| l.path.clone()))
+        .collect()
+}
+
 fn scan_dir(dir: &Path) -> Result<Vec<DeviceArg>> {
     let mut out = Vec::new();
     let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
@@ -520,13 +530,7 @@ fn import(dir: Option<PathBuf>, name: Option<String>, json: bool) -> Result<()> 
         bail!("pool '{}' is already imported", pool.name);
     }
     let st = pool.status();
-    let paths: Vec<String> = st
-        .vdevs
-        .iter()
-        .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
-        .chain(st.log.iter().map(|l| l.path.clone()))
-        .chain(st.cache.iter().map(|l| l.path.clone()))
-        .collect();
+    let paths = device_paths(&st);
     registry.pools.insert(pool.name.clone(), paths);
     registry.save()?;
     if json {
@@ -596,13 +600,7 @@ fn replace(name: &str, old: &str, new: &Path, size: Option<String>, json: bool) 
     };
     let mut registry = Registry::load()?;
     let st = pool.status();
-    let paths: Vec<String> = st
-        .vdevs
-        .iter()
-        .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
-        .chain(st.log.iter().map(|l| l.path.clone()))
-        .chain(st.cache.iter().map(|l| l.path.clone()))
-        .collect();
+    let paths = device_paths(&st);
     registry.pools.insert(name.to_string(), paths);
     registry.save()?;
     if json {

@@ -292,6 +292,15 @@ mod tests {
     }
 
     #[test]
+    fn refused_o_direct_falls_back_to_buffered() {
+        // Character devices refuse O_DIRECT with EINVAL on every kernel, which is the
+        // answer tmpfs gave before Linux 6.6: the device must come up buffered.
+        let dev = FileDevice::open("/dev/null").unwrap();
+        assert_eq!(dev.io_mode(), IoMode::Buffered);
+        assert_eq!(dev.size_bytes(), 0);
+    }
+
+    #[test]
     fn buffered_mode_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(round_trip_with(dir.path(), true), IoMode::Buffered);

@@ -230,33 +230,11 @@ impl Leaf {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> bool {
-        let Some(dev) = self.device() else {
-            return false;
-        };
-        if !matches!(self.health(), Health::Online | Health::Resilvering) {
-            return false;
-        }
-        assert!(
-            offset + data.len() as u64 <= self.data_len(),
-            "write past data area"
-        );
-        self.counters.write_ops.fetch_add(1, Ordering::Relaxed);
-        match dev.write_at(self.data_start + offset, data) {
-            Ok(()) => {
-                self.counters
-                    .write_bytes
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
-                true
-            }
-            Err(_) => {
-                self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
-                self.set_health(Health::Faulted);
-                false
-            }
-        }
+        self.write_vectored(offset, &[data])
     }
 
-    /// Writes adjacent pieces as one I/O (same accounting as `write`).
+    /// Writes adjacent pieces as one I/O. A failed write faults the leaf: what it holds
+    /// may now be stale.
     fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> bool {
         let Some(dev) = self.device() else {
             return false;
@@ -270,7 +248,11 @@ impl Leaf {
             "write past data area"
         );
         self.counters.write_ops.fetch_add(1, Ordering::Relaxed);
-        match dev.write_vectored_at(self.data_start + offset, bufs) {
+        let result = match bufs {
+            [one] => dev.write_at(self.data_start + offset, one),
+            _ => dev.write_vectored_at(self.data_start + offset, bufs),
+        };
+        match result {
             Ok(()) => {
                 self.counters
                     .write_bytes
