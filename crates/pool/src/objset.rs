@@ -807,40 +807,52 @@ fn write_parallel(
     writes: &[(usize, u64, Bytes, BlockSpec)],
 ) -> Result<Vec<BlockPointer>, PoolError> {
     let mut out = Vec::with_capacity(writes.len());
-    // Batches bound the memory of planned writes and let adjacent blocks merge.
-    for chunk in writes.chunks(BATCH_BLOCKS) {
-        let batch = st.new_batch();
-        let results: Vec<Mutex<Option<Result<BlockPointer, PoolError>>>> =
-            chunk.iter().map(|_| Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= chunk.len() {
-                break;
-            }
-            let (_, _, data, spec) = &chunk[i];
-            let r = if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
-                Ok(BlockPointer::HOLE) // zero blocks become holes when compression is on
-            } else {
-                st.write_block_shared(data, *spec, txg, Some(&batch))
-            };
-            *results[i].lock().unwrap() = Some(r);
-        };
-        let threads = SYNC_WRITERS.min(chunk.len());
-        if threads <= 1 {
-            work();
-        } else {
-            std::thread::scope(|s| {
-                for _ in 0..threads {
-                    s.spawn(work);
+    // Batches bound the memory of planned writes and let adjacent blocks merge. While
+    // one batch goes to the devices, the next one is compressed, checksummed and given
+    // parity, so the CPU and the disks work at the same time.
+    std::thread::scope(|scope| -> Result<(), PoolError> {
+        let mut in_flight: Option<std::thread::ScopedJoinHandle<'_, Result<(), PoolError>>> = None;
+        for chunk in writes.chunks(BATCH_BLOCKS) {
+            let batch = st.new_batch();
+            let results: Vec<Mutex<Option<Result<BlockPointer, PoolError>>>> =
+                chunk.iter().map(|_| Mutex::new(None)).collect();
+            let next = AtomicUsize::new(0);
+            let work = || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= chunk.len() {
+                    break;
                 }
-            });
+                let (_, _, data, spec) = &chunk[i];
+                let r = if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+                    Ok(BlockPointer::HOLE) // zero blocks become holes when compression is on
+                } else {
+                    st.write_block_shared(data, *spec, txg, Some(&batch))
+                };
+                *results[i].lock().unwrap() = Some(r);
+            };
+            let threads = SYNC_WRITERS.min(chunk.len());
+            if threads <= 1 {
+                work();
+            } else {
+                std::thread::scope(|s| {
+                    for _ in 0..threads {
+                        s.spawn(work);
+                    }
+                });
+            }
+            for r in results {
+                out.push(r.into_inner().unwrap().unwrap()?);
+            }
+            if let Some(h) = in_flight.take() {
+                h.join().expect("batch writer panicked")?;
+            }
+            in_flight = Some(scope.spawn(move || st.submit_batch(batch)));
         }
-        for r in results {
-            out.push(r.into_inner().unwrap().unwrap()?);
+        if let Some(h) = in_flight.take() {
+            h.join().expect("batch writer panicked")?;
         }
-        st.submit_batch(batch)?;
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 
