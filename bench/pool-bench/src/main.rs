@@ -244,6 +244,7 @@ fn main() {
                 .unwrap(),
             );
             let ops = Arc::new(AtomicU64::new(0));
+            let cpu0 = cpu_seconds();
             let deadline = Instant::now() + Duration::from_secs(a.seconds);
             let blocks = data_bytes / 8192;
             std::thread::scope(|s| {
@@ -265,9 +266,11 @@ fn main() {
                 }
             });
             let n_ops = ops.load(Ordering::Relaxed);
+            let cpu = cpu_seconds() - cpu0;
             let arc = pool.status().arc;
             serde_json::json!({"workload": "randread", "layout": a.layout, "ops": n_ops, "seconds": a.seconds,
                 "iops": n_ops as f64 / a.seconds as f64, "threads": a.threads,
+                "cpu_us_per_op": cpu * 1e6 / n_ops.max(1) as f64,
                 "arc_demand_hits": arc.demand_hits, "arc_demand_misses": arc.demand_misses})
         }
         other => panic!("unknown workload {other}"),
