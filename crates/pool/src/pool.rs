@@ -45,8 +45,8 @@ const PREFETCH_QUEUE: usize = 1024;
 
 /// (object set, object, block range)
 type PrefetchJob = (Arc<Objset>, u64, std::ops::Range<u64>);
-/// Blocks per read-ahead job: one aggregated batch each.
-const PREFETCH_JOB_BLOCKS: u64 = 8;
+/// Blocks per read-ahead job: one aggregated batch each (4 MiB of 128K records).
+const PREFETCH_JOB_BLOCKS: u64 = 32;
 
 #[derive(Debug, Clone)]
 pub struct PoolOptions {

@@ -24,7 +24,7 @@ impl Default for PrefetchConfig {
         PrefetchConfig {
             max_streams: 8,
             initial_distance_blocks: 2,
-            max_distance_bytes: 16 << 20,
+            max_distance_bytes: 32 << 20,
             stream_timeout: Duration::from_secs(2),
         }
     }
@@ -120,8 +120,8 @@ mod tests {
             }
         }
         assert!(d.on_read(0, 1, bs, t).is_empty() || d.stream_count() >= 1);
-        // Distance capped at 16 MiB / 128 KiB = 128 blocks ahead.
-        assert!(issued.iter().all(|&x| x <= 200 + 128));
+        // Distance capped at 32 MiB / 128 KiB = 256 blocks ahead.
+        assert!(issued.iter().all(|&x| x <= 200 + 256));
         assert!(issued.contains(&150));
         assert!(widths[1] >= 1);
     }
