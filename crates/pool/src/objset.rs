@@ -830,7 +830,11 @@ fn write_parallel(
                 };
                 *results[i].lock().unwrap() = Some(r);
             };
-            let threads = SYNC_WRITERS.min(chunk.len());
+            let threads = if st.is_deterministic() {
+                1
+            } else {
+                SYNC_WRITERS.min(chunk.len())
+            };
             if threads <= 1 {
                 work();
             } else {
@@ -846,7 +850,11 @@ fn write_parallel(
             if let Some(h) = in_flight.take() {
                 h.join().expect("batch writer panicked")?;
             }
-            in_flight = Some(scope.spawn(move || st.submit_batch(batch)));
+            if st.is_deterministic() {
+                st.submit_batch(batch)?;
+            } else {
+                in_flight = Some(scope.spawn(move || st.submit_batch(batch)));
+            }
         }
         if let Some(h) = in_flight.take() {
             h.join().expect("batch writer panicked")?;

@@ -61,6 +61,9 @@ pub struct PoolOptions {
     pub sync_thread: bool,
     /// Detect sequential streams and read ahead.
     pub prefetch: bool,
+    /// Issue a sync's device operations from one thread in a fixed order, so a crash
+    /// test replays exactly from its seed. Slower; for tests.
+    pub deterministic_io: bool,
 }
 
 impl Default for PoolOptions {
@@ -72,6 +75,7 @@ impl Default for PoolOptions {
             dirty_max_bytes: 256 << 20,
             sync_thread: true,
             prefetch: true,
+            deterministic_io: false,
         }
     }
 }
@@ -484,6 +488,9 @@ impl Pool {
         cache_leaves: Vec<Arc<Leaf>>,
         opts: PoolOptions,
     ) -> Pool {
+        storage
+            .deterministic
+            .store(opts.deterministic_io, Ordering::Relaxed);
         Pool {
             name: name.to_string(),
             guid,

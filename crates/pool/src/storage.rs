@@ -128,6 +128,9 @@ pub struct Storage {
     inflight_cv: Condvar,
     /// The second-level cache on cache devices, if the pool has any.
     pub l2: std::sync::OnceLock<Arc<crate::l2arc::L2Arc>>,
+    /// One thread issues every device operation of a sync in a fixed order (tests that
+    /// replay crashes from a seed); otherwise syncs use several threads.
+    pub deterministic: std::sync::atomic::AtomicBool,
 }
 
 fn sector_round(n: u64) -> u64 {
@@ -144,6 +147,7 @@ impl Storage {
             inflight: Mutex::new(HashSet::new()),
             inflight_cv: Condvar::new(),
             l2: std::sync::OnceLock::new(),
+            deterministic: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -171,6 +175,10 @@ impl Storage {
         self.write_block_inner(data, Some(data), spec, txg, true, batch)
     }
 
+    pub fn is_deterministic(&self) -> bool {
+        self.deterministic.load(Ordering::Relaxed)
+    }
+
     pub fn new_batch(&self) -> WriteBatch {
         WriteBatch {
             per_top: self.tops.iter().map(|_| Mutex::new(Vec::new())).collect(),
@@ -180,7 +188,7 @@ impl Storage {
     /// Issues a batch: each top-level vdev merges adjacent writes per leaf.
     pub fn submit_batch(&self, batch: WriteBatch) -> Result<(), PoolError> {
         for (top, writes) in self.tops.iter().zip(batch.per_top) {
-            top.write_planned(writes.into_inner().unwrap())
+            top.write_planned(writes.into_inner().unwrap(), !self.is_deterministic())
                 .map_err(|e| PoolError::Io(e.to_string()))?;
         }
         Ok(())

@@ -538,7 +538,13 @@ impl TopVdev {
     /// Issues a batch of planned writes: per leaf, sorted by offset, adjacent writes
     /// merged into I/Os of up to `MAX_AGGREGATE_BYTES`, all leaves in parallel. Fails
     /// if more leaves failed than the layout tolerates (the failed leaves are FAULTED).
-    pub fn write_planned(&self, writes: Vec<PlannedWrite>) -> Result<(), VdevError> {
+    /// With `parallel` false the leaves are written one after another, so the order of
+    /// device operations is deterministic (crash tests replay from a seed).
+    pub fn write_planned(
+        &self,
+        writes: Vec<PlannedWrite>,
+        parallel: bool,
+    ) -> Result<(), VdevError> {
         if writes.is_empty() {
             return Ok(());
         }
@@ -548,49 +554,49 @@ impl TopVdev {
         for w in writes {
             per_leaf[w.leaf].push(w);
         }
-        let failed: Vec<bool> = std::thread::scope(|s| {
-            let handles: Vec<_> = per_leaf
-                .into_iter()
-                .enumerate()
-                .filter(|(_, ws)| !ws.is_empty())
-                .map(|(leaf, mut ws)| {
-                    let leaf_ref = &self.leaves[leaf];
-                    s.spawn(move || {
-                        ws.sort_by_key(|w| w.offset);
-                        let mut ok = true;
-                        let mut i = 0;
-                        while i < ws.len() {
-                            // Extend a run of exactly adjacent writes.
-                            let mut j = i + 1;
-                            let mut run_len = ws[i].range.len();
-                            while j < ws.len()
-                                && ws[j].offset == ws[i].offset + run_len as u64
-                                && run_len + ws[j].range.len() <= MAX_AGGREGATE_BYTES
-                            {
-                                run_len += ws[j].range.len();
-                                j += 1;
-                            }
-                            let done = if j == i + 1 {
-                                leaf_ref.write(ws[i].offset, &ws[i].buf[ws[i].range.clone()])
-                            } else {
-                                let pieces: Vec<&[u8]> =
-                                    ws[i..j].iter().map(|w| &w.buf[w.range.clone()]).collect();
-                                leaf_ref.write_vectored(ws[i].offset, &pieces)
-                            };
-                            ok &= done;
-                            i = j;
-                        }
-                        (leaf, ok)
-                    })
-                })
-                .collect();
-            let mut failed = vec![false; self.leaves.len()];
-            for h in handles {
-                let (leaf, ok) = h.join().expect("leaf writer panicked");
-                failed[leaf] = !ok;
+        // One leaf's share of the batch: sorted, adjacent pieces merged into one I/O.
+        let write_leaf = |leaf: usize, mut ws: Vec<PlannedWrite>| -> bool {
+            let leaf_ref = &self.leaves[leaf];
+            ws.sort_by_key(|w| w.offset);
+            let mut ok = true;
+            let mut i = 0;
+            while i < ws.len() {
+                let mut j = i + 1;
+                let mut run_len = ws[i].range.len();
+                while j < ws.len()
+                    && ws[j].offset == ws[i].offset + run_len as u64
+                    && run_len + ws[j].range.len() <= MAX_AGGREGATE_BYTES
+                {
+                    run_len += ws[j].range.len();
+                    j += 1;
+                }
+                let pieces: Vec<&[u8]> = ws[i..j].iter().map(|w| &w.buf[w.range.clone()]).collect();
+                ok &= leaf_ref.write_vectored(ws[i].offset, &pieces);
+                i = j;
             }
-            failed
-        });
+            ok
+        };
+        let work: Vec<(usize, Vec<PlannedWrite>)> = per_leaf
+            .into_iter()
+            .enumerate()
+            .filter(|(_, ws)| !ws.is_empty())
+            .collect();
+        let mut failed = vec![false; self.leaves.len()];
+        if parallel {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = work
+                    .into_iter()
+                    .map(|(leaf, ws)| (leaf, s.spawn(move || write_leaf(leaf, ws))))
+                    .collect();
+                for (leaf, h) in handles {
+                    failed[leaf] = !h.join().expect("leaf writer panicked");
+                }
+            });
+        } else {
+            for (leaf, ws) in work {
+                failed[leaf] = !write_leaf(leaf, ws);
+            }
+        }
         let down = self
             .leaves
             .iter()
