@@ -4,7 +4,8 @@
 //! acknowledged sync or of the sync that was in flight, never anything else, and (3) keep
 //! working. Every crash point of each workload is tried, so a run covers thousands.
 //!
-//! `SHOAL_CRASH_SEEDS=N` runs N workloads per layout (default 6) for a longer soak.
+//! `SHOAL_CRASH_SEEDS=N` runs N workloads per layout (default 6) for a longer soak;
+//! `SHOAL_CRASH_SHOW_OPS=1` prints how many device operations each workload issued.
 
 mod common;
 
@@ -131,6 +132,9 @@ fn run_layout(layout: Layout, ndev: usize, seeds: u64) -> Outcome {
         workload(&pool, os, seed);
         let total = clock.ops() - start;
         drop(pool);
+        if std::env::var("SHOAL_CRASH_SHOW_OPS").is_ok() {
+            println!("{layout:?} seed {seed}: {total} device operations");
+        }
 
         for point in 1..=total {
             let clock = CrashClock::new();
