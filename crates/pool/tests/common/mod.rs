@@ -54,6 +54,8 @@ pub fn opts() -> PoolOptions {
     PoolOptions {
         arc_max_bytes: Some(64 << 20),
         sync_thread: false,
+        // Device operations in a fixed order: a failing seed and crash point replay.
+        deterministic_io: true,
         ..PoolOptions::default()
     }
 }
