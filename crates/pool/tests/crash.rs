@@ -117,6 +117,27 @@ struct Outcome {
 }
 
 fn run_layout(layout: Layout, ndev: usize, seeds: u64) -> Outcome {
+    run_layout_with(layout, ndev, seeds, true)
+}
+
+/// `deterministic` false runs the production sync path (parallel compression and
+/// per-leaf writers): crash points then differ run to run, and every one must hold.
+fn run_layout_with(layout: Layout, ndev: usize, seeds: u64, deterministic: bool) -> Outcome {
+    let mut o = opts();
+    o.deterministic_io = deterministic;
+    let create = |devs: &[Arc<SimDevice>]| {
+        pool::Pool::create(
+            "tank",
+            vec![pool::pool::TopArg {
+                layout,
+                devices: args(devs),
+            }],
+            vec![],
+            vec![],
+            o.clone(),
+        )
+        .expect("create pool")
+    };
     let mut out = Outcome {
         points: 0,
         inflight_won: 0,
@@ -125,7 +146,7 @@ fn run_layout(layout: Layout, ndev: usize, seeds: u64) -> Outcome {
         // Dry run: how many device operations does the workload issue?
         let clock = CrashClock::new();
         let devs = sim_devices(ndev, seed, Some(clock.clone()));
-        let pool = create_pool(layout, &devs);
+        let pool = create(&devs);
         let os = pool.create_objset("tank/crash", "{}").unwrap();
         pool.sync().unwrap();
         let start = clock.ops();
@@ -139,7 +160,7 @@ fn run_layout(layout: Layout, ndev: usize, seeds: u64) -> Outcome {
         for point in 1..=total {
             let clock = CrashClock::new();
             let devs = sim_devices(ndev, seed, Some(clock.clone()));
-            let pool = create_pool(layout, &devs);
+            let pool = create(&devs);
             let os = pool.create_objset("tank/crash", "{}").unwrap();
             pool.sync().unwrap();
             clock.arm(point);
@@ -153,7 +174,8 @@ fn run_layout(layout: Layout, ndev: usize, seeds: u64) -> Outcome {
                 CrashPolicy::KeepAll,
             ][(point % 5) as usize];
             let after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
-            let pool = import(&after);
+            let pool =
+                pool::Pool::import(args(&after), Some("tank"), o.clone()).expect("import pool");
             let report = pool.check().unwrap();
             assert!(
                 report.problems.is_empty(),
@@ -221,6 +243,16 @@ fn crash_at_every_point_single_disk() {
     let o = run_layout(Layout::Disk, 1, seeds());
     println!(
         "disk: {} crash points tested, {} committed the in-flight txg",
+        o.points, o.inflight_won
+    );
+    assert!(o.points > 100);
+}
+
+#[test]
+fn crash_at_every_point_parallel_sync_raidz1() {
+    let o = run_layout_with(Layout::RaidZ { nparity: 1 }, 3, seeds().div_ceil(3), false);
+    println!(
+        "raidz1, parallel sync: {} crash points tested, {} committed the in-flight txg",
         o.points, o.inflight_won
     );
     assert!(o.points > 100);
