@@ -183,6 +183,8 @@ pub struct Allocator {
     pending_log: Vec<SpaceEntry>,
     /// Frees waiting for their txg + DEFER_TXGS to commit.
     deferred: VecDeque<(u64, Vec<Extent>)>,
+    /// Walks in progress that need freed space kept (see `hold_frees`).
+    holds: u32,
 }
 
 impl Allocator {
@@ -193,6 +195,7 @@ impl Allocator {
             rotor_bytes: 0,
             pending_log: Vec::new(),
             deferred: VecDeque::new(),
+            holds: 0,
         }
     }
 
@@ -301,8 +304,22 @@ impl Allocator {
         }
     }
 
+    /// While held (a scrub or resilver walks a list of blocks taken earlier), freed
+    /// space stays deferred, so no listed block is overwritten under the walk.
+    pub fn hold_frees(&mut self) {
+        self.holds += 1;
+    }
+
+    pub fn release_frees(&mut self) {
+        assert!(self.holds > 0, "release without hold");
+        self.holds -= 1;
+    }
+
     /// Called after `txg` committed: frees of `txg - DEFER_TXGS` and older become usable.
     pub fn txg_committed(&mut self, txg: u64) {
+        if self.holds > 0 {
+            return;
+        }
         while let Some((t, _)) = self.deferred.front() {
             if *t + DEFER_TXGS > txg {
                 break;

@@ -1404,13 +1404,15 @@ impl Pool {
             ));
         }
         let started = Instant::now();
-        // Hold syncs while the block list is taken, so it names one consistent txg;
-        // the scrub then reads blocks that deferred frees keep intact for two txgs, and
-        // a block freed later than that is skipped if it no longer verifies... so hold
-        // syncing for the whole walk instead: correctness over concurrency.
-        let _hold = self.sync_lock.lock().unwrap();
+        // The block list is taken under the sync lock, so it names one committed txg;
+        // the walk then runs while syncs go on, and holding frees keeps every listed
+        // block's space from being reused until it ends.
+        let (listed, _frees) = {
+            let _one_txg = self.sync_lock.lock().unwrap();
+            (self.committed_blocks(), FreeHold::new(&self.storage))
+        };
         let result = (|| {
-            let blocks = self.committed_blocks()?;
+            let blocks = listed?;
             let total: u64 = blocks.iter().map(|b| b.asize_total()).sum();
             let mut summary = ScrubSummary::default();
             let mut done = 0u64;
@@ -1492,8 +1494,10 @@ impl Pool {
             )));
         }
         let started = Instant::now();
-        // Freeze the block set for the walk (as scrub does).
-        let _hold = self.sync_lock.lock().unwrap();
+        // Swap the device and list the blocks under the sync lock (no sync is writing
+        // meanwhile, and the list names one committed txg); then walk while syncs go
+        // on: the new device takes their writes, and held frees keep listed blocks.
+        let hold = self.sync_lock.lock().unwrap();
         let leaf = top.leaves[leaf_index].clone();
         let old_device = leaf.device();
         let old_path = leaf.path();
@@ -1507,6 +1511,8 @@ impl Pool {
             cfg.config_txg += 1;
         }
         let blocks = self.committed_blocks()?;
+        let _frees = FreeHold::new(&self.storage);
+        drop(hold);
         let total: u64 = blocks
             .iter()
             .flat_map(|b| {
@@ -1558,7 +1564,6 @@ impl Pool {
         }
         // Commit a txg so the new device carries a current uberblock in its labels.
         self.directory_dirty.store(true, Ordering::SeqCst);
-        drop(_hold);
         self.sync()?;
         summary.seconds = started.elapsed().as_secs_f64();
         Ok(summary)
@@ -1624,6 +1629,22 @@ impl Pool {
             ));
         }
         Ok(report)
+    }
+}
+
+/// Keeps freed space deferred for as long as it lives (see `Allocator::hold_frees`).
+struct FreeHold<'a>(&'a Storage);
+
+impl<'a> FreeHold<'a> {
+    fn new(st: &'a Storage) -> FreeHold<'a> {
+        st.alloc.lock().unwrap().hold_frees();
+        FreeHold(st)
+    }
+}
+
+impl Drop for FreeHold<'_> {
+    fn drop(&mut self) {
+        self.0.alloc.lock().unwrap().release_frees();
     }
 }
 

@@ -373,3 +373,59 @@ fn replace_a_dead_device_and_resilver_only_allocated_space() {
         assert_eq!(pool.status().unrecoverable_reads, 0);
     }
 }
+
+#[test]
+fn scrub_runs_while_txgs_commit() {
+    let devs = sim_devices(3, 41, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank/data", "{}").unwrap();
+    let files = fill(&pool, os, 41);
+    // Slow disks make the scrub long enough to commit txgs in the middle of it.
+    for d in &devs {
+        d.set_speed(Some(vdev::SpeedLimit {
+            bytes_per_sec: None,
+            iops: Some(150),
+            seek: std::time::Duration::ZERO,
+        }));
+    }
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+    let started_tx = std::sync::Mutex::new(Some(started_tx));
+    let mut rng = Rng(42);
+    let extra = rng.bytes(300_000);
+    let obj = new_file(&pool, os, 16384, Compression::Off);
+    std::thread::scope(|s| {
+        let scrub = s.spawn(|| {
+            pool.scrub(&|p| {
+                if p.bytes_done > 0 {
+                    if let Some(tx) = started_tx.lock().unwrap().take() {
+                        let _ = tx.send(());
+                    }
+                }
+            })
+        });
+        started_rx.recv().expect("scrub reports progress");
+        // Writes and two commits while the scrub walks.
+        pool.write(os, obj, 0, &extra).unwrap();
+        pool.sync().unwrap();
+        pool.free_range(os, obj, 0, 100_000).unwrap();
+        pool.sync().unwrap();
+        assert!(
+            pool.status().last_scrub.is_none() && !scrub.is_finished(),
+            "the syncs ran while the scrub was walking"
+        );
+        let summary = scrub.join().unwrap().unwrap();
+        assert_eq!(summary.errors, 0);
+        assert_eq!(summary.bad_copies, 0);
+    });
+    for d in &devs {
+        d.set_speed(None);
+    }
+    verify_files(&pool, os, &files);
+    let mut expect = extra.clone();
+    expect[..100_000].fill(0);
+    assert_eq!(pool.read(os, obj, 0, expect.len()).unwrap(), expect);
+    for _ in 0..3 {
+        pool.sync().unwrap();
+    }
+    assert!(pool.check().unwrap().problems.is_empty());
+}
