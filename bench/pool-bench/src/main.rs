@@ -2,6 +2,8 @@
 //! device files and prints one JSON object. `bench/pool.sh` runs it next to fio on the
 //! raw disk and computes the ratios. This is a benchmark, never a test.
 
+#[path = "../../../crates/shoal/src/allocator.rs"]
+mod allocator;
 use clap::Parser;
 use pool::checksum::ChecksumKind;
 use pool::compress::Compression;
@@ -12,24 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vdev::{FileDevice, Layout};
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// mimalloc keeps block-sized buffers in its own segments (glibc would mmap and unmap
-/// them at device speed). Two options matter for a storage engine: never hand freed
-/// memory back to the OS (re-faulting it cost more than a third of the write path's
-/// CPU), and no transparent huge pages (a fault then zeroes 2 MiB for a 128 KiB buffer).
-fn tune_allocator() {
-    const MI_OPTION_ALLOW_LARGE_OS_PAGES: libmimalloc_sys::mi_option_t = 6;
-    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    // SAFETY: mi_option_set stores an integer in mimalloc's option table; it has no
-    // pointer arguments and no preconditions, and is safe to call from any thread.
-    unsafe {
-        libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_LARGE_OS_PAGES, 0);
-        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1);
-    }
-}
 
 #[derive(Parser)]
 struct Args {
@@ -120,6 +104,19 @@ fn random_buffer(len: usize) -> Vec<u8> {
     v
 }
 
+/// A fresh pool on newly created device files.
+fn create_pool(name: &str, layout: Layout, a: &Args, n: usize) -> Arc<Pool> {
+    let devices = devices(&a.dir, n, a.dev_mib, true);
+    Pool::create(
+        name,
+        vec![TopArg { layout, devices }],
+        vec![],
+        vec![],
+        opts(a.arc_mib),
+    )
+    .unwrap()
+}
+
 /// 64 MiB of random bytes, made once (outside any timed section).
 fn data_source() -> &'static [u8] {
     static BUF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
@@ -139,7 +136,7 @@ fn fill(pool: &Pool, os: u64, obj: u64, bytes: u64) {
 }
 
 fn main() {
-    tune_allocator();
+    allocator::tune();
     let a = Args::parse();
     std::fs::create_dir_all(&a.dir).unwrap();
     let (layout, n) = layout_of(&a.layout);
@@ -147,17 +144,7 @@ fn main() {
     let chunk = 1usize << 20;
     let result = match a.workload.as_str() {
         "seqwrite" => {
-            let pool = Pool::create(
-                "bench",
-                vec![TopArg {
-                    layout,
-                    devices: devices(&a.dir, n, a.dev_mib, true),
-                }],
-                vec![],
-                vec![],
-                opts(a.arc_mib),
-            )
-            .unwrap();
+            let pool = create_pool("bench", layout, &a, n);
             let os = pool.create_objset("bench/fs", "{}").unwrap();
             let obj = pool
                 .create_object(os, 19, 128 << 10, Compression::Off, ChecksumKind::Fletcher4)
@@ -214,17 +201,7 @@ fn main() {
         }
         "randread" => {
             // A file of 8K records, then random 8K reads from many threads.
-            let pool = Pool::create(
-                "bench8k",
-                vec![TopArg {
-                    layout,
-                    devices: devices(&a.dir, n, a.dev_mib, true),
-                }],
-                vec![],
-                vec![],
-                opts(a.arc_mib),
-            )
-            .unwrap();
+            let pool = create_pool("bench8k", layout, &a, n);
             let os = pool.create_objset("bench8k/fs", "{}").unwrap();
             let obj = pool
                 .create_object(os, 19, 8192, Compression::Off, ChecksumKind::Fletcher4)

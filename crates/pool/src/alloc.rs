@@ -235,7 +235,7 @@ impl Allocator {
                     continue;
                 }
                 // Later copies prefer vdevs not used yet.
-                if copy > 0 && k < n && out.iter().any(|e| e.vdev as usize == v) && n > out.len() {
+                if out.iter().any(|e| e.vdev as usize == v) && n > out.len() {
                     continue;
                 }
                 let len = asize_of(v);

@@ -125,6 +125,18 @@ impl BlockPointer {
         self.dvas.iter().filter(|d| !d.is_empty())
     }
 
+    /// Bytes a copy occupies on its vdev before parity: the stored bytes, sector-rounded.
+    pub fn io_size(&self) -> u64 {
+        (self.psize as u64).div_ceil(vdev::SECTOR_SIZE as u64) * vdev::SECTOR_SIZE as u64
+    }
+
+    /// True if `io` (a copy as read, at least `psize` bytes) matches the checksum.
+    pub fn verifies(&self, io: &[u8]) -> bool {
+        io.len() >= self.psize as usize
+            && crate::checksum::compute(self.checksum_kind, &io[..self.psize as usize])
+                == self.checksum
+    }
+
     /// Bytes allocated for all copies.
     pub fn asize_total(&self) -> u64 {
         self.copies().map(|d| d.asize()).sum()

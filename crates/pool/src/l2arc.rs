@@ -138,20 +138,20 @@ impl L2Arc {
 
     /// Looks a block up and reads it from the cache device, verified.
     pub fn read(&self, key: &BlockKey) -> Option<CachedBlock> {
-        let (entry, device) = {
+        let (entry, device, start) = {
             let st = self.state.lock().unwrap();
             match st.index.get(key) {
-                Some(e) => (*e, st.rings[e.device].device.clone()),
+                Some(e) => (
+                    *e,
+                    st.rings[e.device].device.clone(),
+                    st.rings[e.device].start,
+                ),
                 None => {
                     drop(st);
                     self.misses.fetch_add(1, Ordering::Relaxed);
                     return None;
                 }
             }
-        };
-        let start = {
-            let st = self.state.lock().unwrap();
-            st.rings[entry.device].start
         };
         let mut buf = AlignedBuf::for_overwrite(entry.stored as usize);
         let ok = device.read_at(start + entry.offset, &mut buf).is_ok()

@@ -320,35 +320,23 @@ impl Objset {
         Source::Tree(s.dnode.root, s.dnode.levels)
     }
 
-    /// Reads `len` bytes at `offset`; holes and unwritten blocks read as zeros.
-    pub fn read(
-        &self,
-        st: &Storage,
-        obj: u64,
-        offset: u64,
-        len: usize,
-    ) -> Result<Vec<u8>, PoolError> {
-        let mut out = vec![0u8; len];
-        self.read_into(st, obj, offset, &mut out)?;
-        Ok(out)
-    }
-
-    /// Reads `out.len()` bytes at `offset` into `out`.
+    /// Reads `out.len()` bytes at `offset` into `out`; holes and unwritten blocks read
+    /// as zeros. Returns the object's block size (for read-ahead).
     pub fn read_into(
         &self,
         st: &Storage,
         obj: u64,
         offset: u64,
         out: &mut [u8],
-    ) -> Result<(), PoolError> {
+    ) -> Result<u64, PoolError> {
         let len = out.len();
-        if len == 0 {
-            return Ok(());
-        }
         let (bs, plan) = {
             let mut inner = self.inner.lock().unwrap();
             let s = Self::load(st, &mut inner, obj)?;
             let bs = s.dnode.block_size as u64;
+            if len == 0 {
+                return Ok(bs);
+            }
             let first = offset / bs;
             let last = (offset + len as u64 - 1) / bs;
             let plan: Vec<(u64, Source)> =
@@ -404,7 +392,7 @@ impl Objset {
                 },
             }
         }
-        Ok(())
+        Ok(bs)
     }
 
     /// Feeds a demand read to the object's stream detector; returns the block ids to
@@ -459,28 +447,6 @@ impl Objset {
         if !bps.is_empty() {
             let _ = st.read_batch(&bps, AccessKind::Prefetch);
         }
-    }
-
-    /// Reads one block into the ARC ahead of demand (no-op for holes and dirty blocks).
-    pub fn prefetch_block(&self, st: &Storage, obj: u64, blkid: u64) {
-        let source = {
-            let mut inner = self.inner.lock().unwrap();
-            match Self::load(st, &mut inner, obj) {
-                Ok(s) if blkid < s.dnode.nblocks => Self::source_of(s, blkid),
-                _ => return,
-            }
-        };
-        if let Source::Tree(root, levels) = source {
-            let _ = read_tree_block(st, root, levels, blkid, AccessKind::Prefetch);
-        }
-    }
-
-    /// Block ids of `obj` that hold data in the committed tree, within `[start, end)`,
-    /// for read-ahead: (root, levels) as of now.
-    pub fn tree_of(&self, st: &Storage, obj: u64) -> Result<(BlockPointer, u8, u32), PoolError> {
-        let mut inner = self.inner.lock().unwrap();
-        let s = Self::load(st, &mut inner, obj)?;
-        Ok((s.dnode.root, s.dnode.levels, s.dnode.block_size))
     }
 
     /// Writes `data` at `offset`. Returns the bytes newly dirtied (for the write throttle).
@@ -786,18 +752,6 @@ impl Objset {
         inner.meta = new_meta;
         inner.root_bp = root_bp;
         Ok(root_bp)
-    }
-
-    /// Drops cached objects that have no pending changes (memory bound for large sets).
-    pub fn evict_clean(&self, keep: usize) {
-        let mut inner = self.inner.lock().unwrap();
-        if inner.objects.len() <= keep {
-            return;
-        }
-        let open = inner.open_dirty.clone();
-        inner
-            .objects
-            .retain(|o, s| open.contains(o) || s.syncing.is_some() || !s.open.is_empty());
     }
 }
 

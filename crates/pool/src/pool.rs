@@ -1037,12 +1037,8 @@ impl Pool {
             ));
         }
         let objset = self.objset(os)?;
-        objset.read_into(&self.storage, obj, offset, data)?;
+        let bs = objset.read_into(&self.storage, obj, offset, data)?;
         if self.opts.prefetch {
-            let bs = objset
-                .info(&self.storage, obj)
-                .map(|i| i.block_size as u64)
-                .unwrap_or(0);
             let ahead = objset.note_read(obj, offset, len as u64, bs);
             if !ahead.is_empty() {
                 self.start_prefetchers();
@@ -1416,7 +1412,7 @@ impl Pool {
             let total: u64 = blocks.iter().map(|b| b.asize_total()).sum();
             let mut summary = ScrubSummary::default();
             let mut done = 0u64;
-            let mut last_report = Instant::now();
+            let mut ticker = Ticker::new(progress, total);
             for bp in &blocks {
                 match self.storage.read_uncached(bp, ReadMode::Scrub) {
                     Ok((_, report)) => {
@@ -1428,18 +1424,9 @@ impl Pool {
                 summary.blocks += 1;
                 summary.bytes += bp.lsize as u64;
                 done += bp.asize_total();
-                if last_report.elapsed() > Duration::from_millis(200) {
-                    progress(ScrubProgress {
-                        bytes_done: done,
-                        bytes_total: total,
-                    });
-                    last_report = Instant::now();
-                }
+                ticker.tick(done);
             }
-            progress(ScrubProgress {
-                bytes_done: total,
-                bytes_total: total,
-            });
+            ticker.finish();
             summary.seconds = started.elapsed().as_secs_f64();
             summary.finished_at_txg = self.committed.lock().unwrap().txg;
             Ok(summary)
@@ -1523,34 +1510,20 @@ impl Pool {
             .sum();
         let mut summary = ResilverSummary::default();
         let mut done = 0;
-        let mut last_report = Instant::now();
+        let mut ticker = Ticker::new(progress, total);
         for bp in &blocks {
-            let psize = bp.psize as usize;
-            let io_size =
-                (bp.psize as u64).div_ceil(vdev::SECTOR_SIZE as u64) * vdev::SECTOR_SIZE as u64;
-            let verify = |buf: &[u8]| {
-                crate::checksum::compute(bp.checksum_kind, &buf[..psize]) == bp.checksum
-            };
+            let verify = |buf: &[u8]| bp.verifies(buf);
             for d in bp.copies().filter(|d| d.vdev as usize == top_index) {
-                match top.resilver_block(d.offset, io_size, leaf_index, &verify) {
+                match top.resilver_block(d.offset, bp.io_size(), leaf_index, &verify) {
                     Ok(bytes) => summary.bytes_written += bytes,
                     Err(_) => summary.errors += 1,
                 }
                 summary.blocks += 1;
                 done += d.asize();
             }
-            if last_report.elapsed() > Duration::from_millis(200) {
-                progress(ScrubProgress {
-                    bytes_done: done,
-                    bytes_total: total,
-                });
-                last_report = Instant::now();
-            }
+            ticker.tick(done);
         }
-        progress(ScrubProgress {
-            bytes_done: total,
-            bytes_total: total,
-        });
+        ticker.finish();
         if !leaf.flush() {
             return Err(PoolError::Io(format!("flushing {} failed", new.path)));
         }
@@ -1629,6 +1602,40 @@ impl Pool {
             ));
         }
         Ok(report)
+    }
+}
+
+/// Reports a walk's progress at most every 200 ms, and once more at the end.
+struct Ticker<'a> {
+    progress: &'a dyn Fn(ScrubProgress),
+    total: u64,
+    last: Instant,
+}
+
+impl<'a> Ticker<'a> {
+    fn new(progress: &'a dyn Fn(ScrubProgress), total: u64) -> Ticker<'a> {
+        Ticker {
+            progress,
+            total,
+            last: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self, done: u64) {
+        if self.last.elapsed() > Duration::from_millis(200) {
+            (self.progress)(ScrubProgress {
+                bytes_done: done,
+                bytes_total: self.total,
+            });
+            self.last = Instant::now();
+        }
+    }
+
+    fn finish(&self) {
+        (self.progress)(ScrubProgress {
+            bytes_done: self.total,
+            bytes_total: self.total,
+        });
     }
 }
 

@@ -218,17 +218,15 @@ impl Storage {
         };
         let psize = stored.len();
         let io_size = sector_round(psize as u64) as usize;
-        let direct = compressed.is_none() && psize == io_size && shared.is_some();
-        let owned_io = if direct {
-            None
-        } else {
-            let mut io = AlignedBuf::zeroed(io_size);
-            io[..psize].copy_from_slice(stored);
-            Some(io)
-        };
-        let io: &[u8] = match &owned_io {
-            Some(b) => b,
-            None => shared.unwrap(),
+        // The buffer the devices get: the caller's own when it is stored as is and
+        // already sector sized, else the stored bytes zero-padded to whole sectors.
+        let io: Arc<AlignedBuf> = match shared {
+            Some(buf) if compressed.is_none() && psize == io_size => buf.clone(),
+            _ => {
+                let mut io = AlignedBuf::zeroed(io_size);
+                io[..psize].copy_from_slice(stored);
+                Arc::new(io)
+            }
         };
         let cksum = checksum::compute(spec.checksum, &io[..psize]);
 
@@ -241,10 +239,6 @@ impl Storage {
         };
         let mut dvas = [Dva::default(); MAX_DVAS];
         let mut result = Ok(());
-        let batch_buf: Option<Arc<AlignedBuf>> = batch.map(|_| match &owned_io {
-            Some(b) => Arc::new(b.clone()),
-            None => shared.unwrap().clone(),
-        });
         for (i, e) in extents.iter().enumerate() {
             dvas[i] = Dva {
                 vdev: e.vdev,
@@ -252,13 +246,12 @@ impl Storage {
                 offset: e.offset,
             };
             let top = &self.tops[e.vdev as usize];
-            match (batch, &batch_buf) {
-                (Some(b), Some(buf)) => {
-                    let planned = top.plan_write(e.offset, buf.clone());
-                    b.per_top[e.vdev as usize].lock().unwrap().extend(planned);
-                }
-                _ => {
-                    if let Err(err) = top.write(e.offset, io) {
+            let planned = top.plan_write(e.offset, io.clone());
+            match batch {
+                Some(b) => b.per_top[e.vdev as usize].lock().unwrap().extend(planned),
+                // Single metadata blocks: leaf by leaf, no threads to spawn for them.
+                None => {
+                    if let Err(err) = top.write_planned(planned, false) {
                         result = Err(PoolError::Io(err.to_string()));
                     }
                 }
@@ -290,12 +283,13 @@ impl Storage {
         self.counters
             .physical_bytes_written
             .fetch_add(bp.asize_total(), Ordering::Relaxed);
-        let cached = match (shared, owned_io) {
-            (Some(buf), _) => CachedBlock(Arc::new(BlockBytes::Shared(buf.clone(), lsize))),
-            (None, Some(io)) if compression == Compression::Off => {
-                CachedBlock(Arc::new(BlockBytes::Aligned(io, lsize)))
+        // The ARC keeps the logical bytes: the written buffer itself when uncompressed.
+        let cached = match shared {
+            Some(buf) => CachedBlock(Arc::new(BlockBytes::Shared(buf.clone(), lsize))),
+            None if compression == Compression::Off => {
+                CachedBlock(Arc::new(BlockBytes::Shared(io, lsize)))
             }
-            _ => CachedBlock::from_vec(data.to_vec()),
+            None => CachedBlock::from_vec(data.to_vec()),
         };
         self.arc_insert(BlockKey::of(&bp), cached, AccessKind::Demand);
         Ok(bp)
@@ -410,7 +404,7 @@ impl Storage {
             };
             let reqs: Vec<(u64, u64)> = idxs
                 .iter()
-                .map(|&i| (bps[i].dvas[0].offset, sector_round(bps[i].psize as u64)))
+                .map(|&i| (bps[i].dvas[0].offset, bps[i].io_size()))
                 .filter(|&(off, size)| off + top.asize(size) <= top.capacity_bytes())
                 .collect();
             if reqs.len() != idxs.len() {
@@ -420,10 +414,10 @@ impl Storage {
             for (&i, buf) in idxs.iter().zip(bufs) {
                 let bp = &bps[i];
                 let Some(io) = buf else { continue };
-                let psize = bp.psize as usize;
-                if checksum::compute(bp.checksum_kind, &io[..psize]) != bp.checksum {
+                if !bp.verifies(&io) {
                     continue;
                 }
+                let psize = bp.psize as usize;
                 self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
                 let block = if bp.compression == Compression::Off {
                     CachedBlock(Arc::new(BlockBytes::Aligned(io, bp.lsize as usize)))
@@ -460,8 +454,8 @@ impl Storage {
     ) -> Result<(CachedBlock, RepairReport), PoolError> {
         self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
         let psize = bp.psize as usize;
-        let io_size = sector_round(bp.psize as u64);
-        let verify = |buf: &[u8]| checksum::compute(bp.checksum_kind, &buf[..psize]) == bp.checksum;
+        let io_size = bp.io_size();
+        let verify = |buf: &[u8]| bp.verifies(buf);
         let mut report = RepairReport::default();
         let mut good: Option<AlignedBuf> = None;
         let mut bad_dvas: Vec<Dva> = Vec::new();

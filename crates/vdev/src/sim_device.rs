@@ -334,17 +334,6 @@ impl SimDevice {
         self.state.lock().unwrap().stats
     }
 
-    /// Bytes of unflushed writes (what a crash now could lose).
-    pub fn unflushed_bytes(&self) -> u64 {
-        self.state
-            .lock()
-            .unwrap()
-            .unflushed
-            .iter()
-            .map(|(_, d)| d.len() as u64)
-            .sum()
-    }
-
     fn alive(&self, st: &mut State, counts_as_op: bool) -> io::Result<()> {
         if st.defunct {
             st.stats.failed_ops += 1;

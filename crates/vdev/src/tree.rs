@@ -401,18 +401,6 @@ impl TopVdev {
         }
     }
 
-    /// Approximate data bytes a logical byte of this vdev can hold (for free-space
-    /// reporting in user terms): 1 for disks and mirrors, d/(d+p) for RAID-Z.
-    pub fn data_fraction(&self) -> f64 {
-        match self.layout {
-            Layout::Disk | Layout::Mirror => 1.0,
-            Layout::RaidZ { nparity } => {
-                let n = self.leaves.len() as f64;
-                (n - nparity as f64) / n
-            }
-        }
-    }
-
     pub fn health(&self) -> Health {
         let down = self.leaves.iter().filter(|l| !l.is_usable()).count();
         if down == 0 {
@@ -424,59 +412,11 @@ impl TopVdev {
         }
     }
 
-    /// Writes one block (`data.len()` a sector multiple) at logical `offset`.
+    /// Writes one block (`data.len()` a sector multiple) at logical `offset`, leaf by
+    /// leaf in the calling thread (repairs; the sync path batches `plan_write`s).
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
-        assert!(data.len().is_multiple_of(SECTOR_SIZE) && !data.is_empty());
-        assert!(offset + self.asize(data.len() as u64) <= self.capacity_bytes());
-        let failed = || VdevError::WriteFailed {
-            vdev: self.id,
-            offset,
-        };
-        match self.layout {
-            Layout::Disk => self.leaves[0]
-                .write(offset, data)
-                .then_some(())
-                .ok_or_else(failed),
-            Layout::Mirror => {
-                let written = self.leaves.iter().filter(|l| l.write(offset, data)).count();
-                if written > 0 {
-                    Ok(())
-                } else {
-                    Err(failed())
-                }
-            }
-            Layout::RaidZ { nparity } => {
-                let map = raidz_map(self.leaves.len(), nparity, offset, data.len() as u64);
-                let parity_len = map.columns[0].size;
-                let mut parity: Vec<Vec<u8>> = vec![vec![0u8; parity_len]; nparity];
-                let mut chunks = Vec::with_capacity(map.columns.len() - nparity);
-                let mut pos = 0;
-                for col in map.data_columns() {
-                    chunks.push(&data[pos..pos + col.size]);
-                    pos += col.size;
-                }
-                {
-                    let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
-                    raidz_math::generate_parity(nparity, &chunks, &mut prefs);
-                }
-                let mut failures = 0;
-                for (i, col) in map.columns.iter().enumerate() {
-                    let buf: &[u8] = if i < nparity {
-                        &parity[i]
-                    } else {
-                        chunks[i - nparity]
-                    };
-                    if !self.leaves[col.child].write(col.child_offset, buf) {
-                        failures += 1;
-                    }
-                }
-                if failures <= nparity {
-                    Ok(())
-                } else {
-                    Err(failed())
-                }
-            }
-        }
+        let planned = self.plan_write(offset, Arc::new(AlignedBuf::from_slice(data)));
+        self.write_planned(planned, false)
     }
 
     /// The leaf writes that store one block (`data` is the whole sector-rounded block):
@@ -910,39 +850,16 @@ impl TopVdev {
     ) -> Result<u64, VdevError> {
         let (data, _) = self.read(offset, io_size, verify, ReadMode::Normal)?;
         let leaf = &self.leaves[leaf_index];
-        match self.layout {
-            Layout::Disk | Layout::Mirror => {
-                leaf.write(offset, &data);
-                Ok(io_size)
-            }
-            Layout::RaidZ { nparity } => {
-                let map = raidz_map(self.leaves.len(), nparity, offset, io_size);
-                let mut chunks = Vec::new();
-                let mut pos = 0;
-                for col in map.data_columns() {
-                    chunks.push(&data[pos..pos + col.size]);
-                    pos += col.size;
-                }
-                let mut parity = vec![vec![0u8; map.columns[0].size]; nparity];
-                {
-                    let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
-                    raidz_math::generate_parity(nparity, &chunks, &mut prefs);
-                }
-                let mut written = 0;
-                for (i, col) in map.columns.iter().enumerate() {
-                    if col.child == leaf_index {
-                        let buf: &[u8] = if i < nparity {
-                            &parity[i]
-                        } else {
-                            chunks[i - nparity]
-                        };
-                        leaf.write(col.child_offset, buf);
-                        written += col.size as u64;
-                    }
-                }
-                Ok(written)
-            }
+        let mut written = 0;
+        for w in self
+            .plan_write(offset, Arc::new(data))
+            .into_iter()
+            .filter(|w| w.leaf == leaf_index)
+        {
+            leaf.write(w.offset, &w.buf[w.range.clone()]);
+            written += w.range.len() as u64;
         }
+        Ok(written)
     }
 
     /// Flushes every usable leaf; true if enough of them succeeded to keep the data.
