@@ -17,7 +17,7 @@ pub mod spacelog;
 pub mod storage;
 pub mod uberblock;
 
-pub use pool::{Pool, PoolOptions, PoolStatus};
+pub use pool::{Pool, PoolOptions, PoolStatus, Tx};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {

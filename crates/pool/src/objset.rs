@@ -513,6 +513,58 @@ impl Objset {
         Ok(dirtied)
     }
 
+    /// Grows the block size of an object with at most one block, keeping its contents:
+    /// a small file stores one block of its own size and grows it up to the recordsize.
+    /// The new block 0 goes to the open set, so readers never see a block whose size
+    /// differs from the dnode's. Returns the bytes newly dirtied.
+    pub fn grow_block_size(
+        &self,
+        st: &Storage,
+        obj: u64,
+        block_size: u32,
+    ) -> Result<u64, PoolError> {
+        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
+            || !block_size.is_multiple_of(512)
+        {
+            return Err(PoolError::InvalidArgument(format!(
+                "block size {block_size} must be a multiple of 512 from 512 to 1M"
+            )));
+        }
+        let mut inner = self.inner.lock().unwrap();
+        let s = Self::load(st, &mut inner, obj)?;
+        let old = s.dnode.block_size;
+        if block_size <= old {
+            return Ok(0);
+        }
+        if s.dnode.nblocks > 1 || s.open.blocks.keys().any(|&b| b > 0) {
+            return Err(PoolError::InvalidArgument(format!(
+                "object {obj} has more than one block; its block size is fixed"
+            )));
+        }
+        let mut grown = AlignedBuf::zeroed(block_size as usize);
+        let had_block = match Self::source_of(s, 0) {
+            Source::Mem(b) => {
+                grown[..b.len()].copy_from_slice(&b);
+                true
+            }
+            Source::Zero => s.dnode.nblocks > 0,
+            Source::Tree(root, levels) => {
+                if let Some(b) = read_tree_block(st, root, levels, 0, AccessKind::Demand)? {
+                    let n = b.bytes().len().min(block_size as usize);
+                    grown[..n].copy_from_slice(&b.bytes()[..n]);
+                }
+                s.dnode.nblocks > 0
+            }
+        };
+        s.dnode.block_size = block_size;
+        s.open.dnode_dirty = true;
+        if had_block {
+            s.open.blocks.insert(0, Some(Arc::new(grown)));
+        }
+        inner.open_dirty.insert(obj);
+        Ok(block_size as u64)
+    }
+
     /// Punches whole blocks inside `[offset, offset+len)` to holes and zeroes the
     /// partial blocks at either end.
     pub fn free_range(

@@ -815,6 +815,22 @@ impl Pool {
         (cap / 32).max(32 << 20).min(cap / 2)
     }
 
+    /// Logical bytes the pool can hold in all and can still take now, after slop,
+    /// dirty data not yet allocated, and worst-case parity and rounding: what a
+    /// filesystem reports to `statfs`.
+    pub fn usable_space(&self) -> (u64, u64) {
+        let (cap, free) = {
+            let a = self.storage.alloc.lock().unwrap();
+            (a.capacity(), a.free_bytes())
+        };
+        let dirty = self.txg.lock().unwrap().dirty_bytes;
+        let inflation = self.inflation();
+        let slop = self.slop_bytes();
+        let total = (cap.saturating_sub(slop) as f64 / inflation) as u64;
+        let avail = (free.saturating_sub(slop) as f64 / inflation) as u64;
+        (total, avail.saturating_sub(dirty))
+    }
+
     /// Worst-case allocated bytes per logical byte (parity, rounding, metadata).
     fn inflation(&self) -> f64 {
         let worst = self
@@ -837,10 +853,12 @@ impl Pool {
                 (a.capacity() - a.free_bytes(), a.capacity())
             };
             let need = ((dirty + bytes) as f64 * self.inflation()) as u64;
-            if used + need + self.slop_bytes() <= cap {
+            // A change that only frees (bytes == 0) may use the slop: deleting must work
+            // on a full pool, which is what the slop is kept for.
+            if bytes == 0 || used + need + self.slop_bytes() <= cap {
                 break;
             }
-            if waited_for_space || bytes == 0 {
+            if waited_for_space {
                 return Err(PoolError::NoSpace);
             }
             // Pending frees may make room once they pass their deferral.
@@ -902,26 +920,7 @@ impl Pool {
     }
 
     pub fn create_objset(&self, name: &str, props: &str) -> Result<u64, PoolError> {
-        Self::validate_objset_name(name)?;
-        self.admit(0)?;
-        let _g = self.gate.read().unwrap();
-        let mut ds = self.datasets.write().unwrap();
-        if ds.values().any(|d| d.name == name) {
-            return Err(PoolError::Exists(format!("object set '{name}'")));
-        }
-        let mut next = self.next_objset_id.lock().unwrap();
-        let id = *next;
-        *next += 1;
-        ds.insert(
-            id,
-            DatasetEntry {
-                name: name.to_string(),
-                props: props.to_string(),
-                objset: Arc::new(Objset::new_empty(id)),
-            },
-        );
-        self.directory_dirty.store(true, Ordering::SeqCst);
-        Ok(id)
+        self.begin(0)?.create_objset(name, props)
     }
 
     pub fn destroy_objset(&self, id: u64) -> Result<(), PoolError> {
@@ -964,15 +963,7 @@ impl Pool {
     }
 
     pub fn set_objset_props(&self, id: u64, props: &str) -> Result<(), PoolError> {
-        self.admit(0)?;
-        let _g = self.gate.read().unwrap();
-        let mut ds = self.datasets.write().unwrap();
-        let d = ds
-            .get_mut(&id)
-            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))?;
-        d.props = props.to_string();
-        self.directory_dirty.store(true, Ordering::SeqCst);
-        Ok(())
+        self.begin(0)?.set_objset_props(id, props)
     }
 
     fn objset(&self, id: u64) -> Result<Arc<Objset>, PoolError> {
@@ -994,21 +985,33 @@ impl Pool {
         compression: Compression,
         checksum: ChecksumKind,
     ) -> Result<u64, PoolError> {
-        self.admit(crate::dnode::DNODE_SIZE as u64)?;
-        let _g = self.gate.read().unwrap();
-        let r = self
-            .objset(os)?
-            .create_object(object_type, block_size, compression, checksum)?;
-        self.account_dirty(crate::dnode::DNODE_SIZE as u64);
-        Ok(r)
+        self.begin(crate::dnode::DNODE_SIZE as u64)?.create_object(
+            os,
+            object_type,
+            block_size,
+            compression,
+            checksum,
+        )
     }
 
     pub fn write(&self, os: u64, obj: u64, offset: u64, data: &[u8]) -> Result<(), PoolError> {
-        self.admit(data.len() as u64)?;
-        let _g = self.gate.read().unwrap();
-        let dirtied = self.objset(os)?.write(&self.storage, obj, offset, data)?;
-        self.account_dirty(dirtied);
-        Ok(())
+        self.begin(data.len() as u64)?.write(os, obj, offset, data)
+    }
+
+    /// Starts a group of changes that land in one transaction group, so a crash keeps
+    /// all of them or none. `bytes` is about how much the changes add (0 for changes
+    /// that only free or rename); the write throttle and the space check run here,
+    /// before the group holds the txg open. Keep a `Tx` short and never call the
+    /// pool's own change methods while holding one: a sync waits for every open `Tx`.
+    pub fn begin(&self, bytes: u64) -> Result<Tx<'_>, PoolError> {
+        self.admit(bytes)?;
+        let gate = self.gate.read().unwrap();
+        let txg = self.txg.lock().unwrap().open_txg;
+        Ok(Tx {
+            pool: self,
+            txg,
+            _gate: gate,
+        })
     }
 
     pub fn read(&self, os: u64, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
@@ -1085,15 +1088,11 @@ impl Pool {
     }
 
     pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {
-        self.admit(0)?;
-        let _g = self.gate.read().unwrap();
-        self.objset(os)?.free_range(&self.storage, obj, offset, len)
+        self.begin(0)?.free_range(os, obj, offset, len)
     }
 
     pub fn free_object(&self, os: u64, obj: u64) -> Result<(), PoolError> {
-        self.admit(0)?;
-        let _g = self.gate.read().unwrap();
-        self.objset(os)?.free_object(&self.storage, obj)
+        self.begin(0)?.free_object(os, obj)
     }
 
     pub fn set_bonus(
@@ -1103,10 +1102,8 @@ impl Pool {
         bonus: &[u8],
         generation: Option<u64>,
     ) -> Result<(), PoolError> {
-        self.admit(bonus.len() as u64)?;
-        let _g = self.gate.read().unwrap();
-        self.objset(os)?
-            .set_bonus(&self.storage, obj, bonus, generation)
+        self.begin(bonus.len() as u64)?
+            .set_bonus(os, obj, bonus, generation)
     }
 
     pub fn object_info(&self, os: u64, obj: u64) -> Result<ObjectInfo, PoolError> {
@@ -1720,4 +1717,109 @@ fn decode_directory(b: &[u8]) -> Result<(DirEntries, u64), PoolError> {
         out.push((id, name, root, props));
     }
     Ok((out, next))
+}
+
+/// A group of changes that commit in the same transaction group (see [`Pool::begin`]).
+/// While it lives the txg it names cannot quiesce, so everything done through it is in
+/// that txg's on-disk state or, after a crash before that txg commits, none of it is.
+pub struct Tx<'a> {
+    pool: &'a Pool,
+    txg: u64,
+    _gate: std::sync::RwLockReadGuard<'a, ()>,
+}
+
+impl Tx<'_> {
+    /// The transaction group these changes belong to.
+    pub fn txg(&self) -> u64 {
+        self.txg
+    }
+
+    pub fn create_objset(&self, name: &str, props: &str) -> Result<u64, PoolError> {
+        let p = self.pool;
+        Pool::validate_objset_name(name)?;
+        let mut ds = p.datasets.write().unwrap();
+        if ds.values().any(|d| d.name == name) {
+            return Err(PoolError::Exists(format!("object set '{name}'")));
+        }
+        let mut next = p.next_objset_id.lock().unwrap();
+        let id = *next;
+        *next += 1;
+        ds.insert(
+            id,
+            DatasetEntry {
+                name: name.to_string(),
+                props: props.to_string(),
+                objset: Arc::new(Objset::new_empty(id)),
+            },
+        );
+        p.directory_dirty.store(true, Ordering::SeqCst);
+        Ok(id)
+    }
+
+    pub fn set_objset_props(&self, id: u64, props: &str) -> Result<(), PoolError> {
+        let p = self.pool;
+        let mut ds = p.datasets.write().unwrap();
+        let d = ds
+            .get_mut(&id)
+            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))?;
+        d.props = props.to_string();
+        p.directory_dirty.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    pub fn create_object(
+        &self,
+        os: u64,
+        object_type: u8,
+        block_size: u32,
+        compression: Compression,
+        checksum: ChecksumKind,
+    ) -> Result<u64, PoolError> {
+        let r =
+            self.pool
+                .objset(os)?
+                .create_object(object_type, block_size, compression, checksum)?;
+        self.pool.account_dirty(crate::dnode::DNODE_SIZE as u64);
+        Ok(r)
+    }
+
+    pub fn write(&self, os: u64, obj: u64, offset: u64, data: &[u8]) -> Result<(), PoolError> {
+        let p = self.pool;
+        let dirtied = p.objset(os)?.write(&p.storage, obj, offset, data)?;
+        p.account_dirty(dirtied);
+        Ok(())
+    }
+
+    pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {
+        let p = self.pool;
+        p.objset(os)?.free_range(&p.storage, obj, offset, len)
+    }
+
+    pub fn free_object(&self, os: u64, obj: u64) -> Result<(), PoolError> {
+        let p = self.pool;
+        p.objset(os)?.free_object(&p.storage, obj)
+    }
+
+    pub fn set_bonus(
+        &self,
+        os: u64,
+        obj: u64,
+        bonus: &[u8],
+        generation: Option<u64>,
+    ) -> Result<(), PoolError> {
+        let p = self.pool;
+        p.objset(os)?
+            .set_bonus(&p.storage, obj, bonus, generation)?;
+        p.account_dirty(bonus.len() as u64);
+        Ok(())
+    }
+
+    /// Grows the block size of an object that has at most one block (a small file
+    /// growing towards its recordsize); its contents are kept.
+    pub fn grow_block_size(&self, os: u64, obj: u64, block_size: u32) -> Result<(), PoolError> {
+        let p = self.pool;
+        let dirtied = p.objset(os)?.grow_block_size(&p.storage, obj, block_size)?;
+        p.account_dirty(dirtied);
+        Ok(())
+    }
 }

@@ -3,6 +3,8 @@
 //! become clients of its HTTP API.
 
 mod allocator;
+mod fs_cmd;
+mod fuse_mount;
 mod pool_cmd;
 mod registry;
 mod units;
@@ -25,6 +27,20 @@ enum Command {
     /// Create, inspect, scrub, import and export pools.
     #[command(subcommand)]
     Pool(pool_cmd::PoolCommand),
+    /// Create, list, inspect and change filesystems (datasets).
+    #[command(subcommand)]
+    Fs(fs_cmd::FsCommand),
+    /// Mount a filesystem on a local directory (FUSE); runs until unmounted.
+    Mount {
+        /// pool/filesystem
+        dataset: String,
+        mountpoint: std::path::PathBuf,
+        /// ro, rw, allow_other (comma separated)
+        #[arg(short = 'o')]
+        options: Vec<String>,
+    },
+    /// Unmount a shoal filesystem; its mount process commits and exits.
+    Unmount { mountpoint: std::path::PathBuf },
 }
 
 fn main() {
@@ -32,6 +48,13 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Pool(cmd) => pool_cmd::run(cmd),
+        Command::Fs(cmd) => fs_cmd::run(cmd),
+        Command::Mount {
+            dataset,
+            mountpoint,
+            options,
+        } => fuse_mount::mount(&dataset, &mountpoint, &options),
+        Command::Unmount { mountpoint } => fuse_mount::unmount(&mountpoint),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e:#}");

@@ -299,7 +299,7 @@ fn create(dir: Option<PathBuf>, size: Option<String>, name: &str, words: &[Strin
 }
 
 /// Imports a registered pool for the duration of one command.
-fn open_registered(name: &str) -> Result<Arc<Pool>> {
+pub(crate) fn open_registered(name: &str) -> Result<Arc<Pool>> {
     let registry = Registry::load()?;
     let paths = registry.pools.get(name).ok_or_else(|| {
         anyhow!("no pool named '{name}' (see `shoal pool status`, or `shoal pool import`)")

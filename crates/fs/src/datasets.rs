@@ -1,0 +1,192 @@
+//! Datasets of one pool: the `pool/a/b` hierarchy, each dataset an object set holding a
+//! filesystem, with local properties in the pool's object-set directory. The dataset
+//! named like the pool is its root and is made on first use. Creating a dataset makes
+//! its object set and lays out its root directory in one pool transaction, so a crash
+//! leaves either no dataset or a usable one.
+
+use crate::filesystem::Filesystem;
+use crate::props::{resolve, EffectiveProps, PropValue, Props};
+use crate::{FsError, Result};
+use pool::Pool;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetInfo {
+    pub name: String,
+    pub objset: u64,
+    pub props: Vec<PropValue>,
+}
+
+pub struct Datasets {
+    pool: Arc<Pool>,
+    open: Mutex<HashMap<u64, Arc<Filesystem>>>,
+}
+
+impl Datasets {
+    pub fn new(pool: Arc<Pool>) -> Result<Datasets> {
+        let d = Datasets {
+            pool,
+            open: Mutex::new(HashMap::new()),
+        };
+        if d.pool.objset_id(&d.pool.name).is_none() {
+            d.make(&d.pool.name.clone(), Props::default())?;
+        }
+        Ok(d)
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    fn check_name(&self, name: &str) -> Result<()> {
+        let root = &self.pool.name;
+        let ok = name == root
+            || name
+                .strip_prefix(root.as_str())
+                .is_some_and(|r| r.starts_with('/'));
+        if !ok {
+            return Err(FsError::Invalid(format!(
+                "dataset '{name}' must be '{root}' or start with '{root}/'"
+            )));
+        }
+        if name.split('/').any(|c| {
+            c.is_empty()
+                || !c
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "_-.:".contains(ch))
+        }) || name.len() > 255
+        {
+            return Err(FsError::Invalid(format!(
+                "dataset name '{name}': use letters, digits and _ - . : between slashes (at most 255)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn make(&self, name: &str, props: Props) -> Result<u64> {
+        let tx = self.pool.begin(64 * 1024)?;
+        let os = tx.create_objset(name, &props.to_json())?;
+        Filesystem::format(&tx, &self.pool, os)?;
+        Ok(os)
+    }
+
+    /// Creates `name` with the given properties (`[("compression", "lz4")]`).
+    pub fn create(&self, name: &str, settings: &[(String, String)]) -> Result<DatasetInfo> {
+        self.check_name(name)?;
+        if self.pool.objset_id(name).is_some() {
+            return Err(FsError::Exists);
+        }
+        let parent = name.rsplit_once('/').map(|p| p.0).unwrap_or("");
+        if self.pool.objset_id(parent).is_none() {
+            return Err(FsError::NotFound(format!(": parent dataset '{parent}'")));
+        }
+        let mut props = Props::default();
+        for (k, v) in settings {
+            props.set(k, v)?;
+        }
+        self.make(name, props)?;
+        self.info(name)
+    }
+
+    fn local(&self, name: &str) -> Result<(u64, Props)> {
+        let (id, _, json) = self
+            .pool
+            .list_objsets()
+            .into_iter()
+            .find(|(_, n, _)| n == name)
+            .ok_or_else(|| FsError::NotFound(format!(": dataset '{name}'")))?;
+        Ok((id, Props::from_json(&json)?))
+    }
+
+    fn chain(&self, name: &str) -> Result<Vec<(String, Props)>> {
+        let all = self.pool.list_objsets();
+        let mut chain = Vec::new();
+        let mut at = Some(name.to_string());
+        while let Some(n) = at {
+            let json = all
+                .iter()
+                .find(|(_, nm, _)| *nm == n)
+                .map(|x| x.2.clone())
+                .ok_or_else(|| FsError::NotFound(format!(": dataset '{n}'")))?;
+            chain.push((n.clone(), Props::from_json(&json)?));
+            at = n.rsplit_once('/').map(|p| p.0.to_string());
+        }
+        Ok(chain)
+    }
+
+    pub fn effective(&self, name: &str) -> Result<EffectiveProps> {
+        Ok(resolve(&self.chain(name)?).0)
+    }
+
+    pub fn info(&self, name: &str) -> Result<DatasetInfo> {
+        let (id, _) = self.local(name)?;
+        Ok(DatasetInfo {
+            name: name.to_string(),
+            objset: id,
+            props: resolve(&self.chain(name)?).1,
+        })
+    }
+
+    pub fn list(&self) -> Result<Vec<DatasetInfo>> {
+        let mut names: Vec<String> = self.pool.list_objsets().into_iter().map(|x| x.1).collect();
+        names.sort();
+        names.iter().map(|n| self.info(n)).collect()
+    }
+
+    /// Sets (`Some`) or inherits (`None`) a property; open filesystems below see it.
+    pub fn set(&self, name: &str, prop: &str, value: Option<&str>) -> Result<()> {
+        let (id, mut props) = self.local(name)?;
+        match value {
+            Some(v) => props.set(prop, v)?,
+            None => props.inherit(prop)?,
+        }
+        self.pool.set_objset_props(id, &props.to_json())?;
+        let open = self.open.lock().unwrap();
+        for (_, n, _) in self.pool.list_objsets() {
+            if n == name || n.starts_with(&format!("{name}/")) {
+                if let Some(fs) = self.pool.objset_id(&n).and_then(|id| open.get(&id)) {
+                    fs.set_props(self.effective(&n)?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn destroy(&self, name: &str) -> Result<()> {
+        self.check_name(name)?;
+        if name == self.pool.name {
+            return Err(FsError::Invalid(format!(
+                "'{name}' is the pool's root dataset; destroy the pool instead"
+            )));
+        }
+        let (id, _) = self.local(name)?;
+        let prefix = format!("{name}/");
+        if let Some((_, child, _)) = self
+            .pool
+            .list_objsets()
+            .into_iter()
+            .find(|(_, n, _)| n.starts_with(&prefix))
+        {
+            return Err(FsError::Invalid(format!(
+                "'{name}' has children ({child}); destroy them first"
+            )));
+        }
+        self.open.lock().unwrap().remove(&id);
+        self.pool.destroy_objset(id)?;
+        Ok(())
+    }
+
+    /// The filesystem of `name`, opened once and shared.
+    pub fn open(&self, name: &str) -> Result<Arc<Filesystem>> {
+        let (id, _) = self.local(name)?;
+        let mut open = self.open.lock().unwrap();
+        if let Some(fs) = open.get(&id) {
+            return Ok(fs.clone());
+        }
+        let fs = Filesystem::open(self.pool.clone(), id, name, self.effective(name)?)?;
+        open.insert(id, fs.clone());
+        Ok(fs)
+    }
+}

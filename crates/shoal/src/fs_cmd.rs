@@ -1,0 +1,184 @@
+//! `shoal fs ...`: create, list, get, set, inherit and destroy datasets. Each command
+//! opens the pool through the local registry, makes its change, and commits it before
+//! it returns, so what it printed is on disk.
+
+use crate::pool_cmd::open_registered;
+use crate::registry::lock_pool;
+use anyhow::{anyhow, bail, Result};
+use clap::Subcommand;
+use fs::Datasets;
+
+#[derive(Subcommand)]
+pub enum FsCommand {
+    /// Create a filesystem, e.g. `shoal fs create tank/home -o compression=lz4`.
+    Create {
+        name: String,
+        /// property=value, repeatable.
+        #[arg(short = 'o', long = "option")]
+        options: Vec<String>,
+    },
+    /// List filesystems (all, or those of one pool).
+    List {
+        pool: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show properties with their sources.
+    Get {
+        name: String,
+        /// Property names; all when omitted.
+        properties: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set properties: `shoal fs set tank/home atime=off recordsize=16K`.
+    Set {
+        name: String,
+        #[arg(required = true)]
+        assignments: Vec<String>,
+    },
+    /// Drop a local setting so the property is inherited again.
+    Inherit { name: String, property: String },
+    /// Destroy a filesystem and everything in it.
+    Destroy { name: String },
+}
+
+fn pool_of(name: &str) -> &str {
+    name.split('/').next().unwrap_or(name)
+}
+
+fn parse_assignment(a: &str) -> Result<(String, String)> {
+    let (k, v) = a
+        .split_once('=')
+        .ok_or_else(|| anyhow!("'{a}' is not property=value"))?;
+    if k.is_empty() || v.is_empty() {
+        bail!("'{a}' is not property=value");
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// Opens the datasets of the pool that `name` lives in, under the pool's lock.
+fn with_datasets<T>(name: &str, f: impl FnOnce(&Datasets) -> Result<T>) -> Result<T> {
+    let pool_name = pool_of(name);
+    let _lock = lock_pool(pool_name)?;
+    let pool = open_registered(pool_name)?;
+    let ds = Datasets::new(pool.clone())?;
+    let r = f(&ds);
+    pool.sync()?;
+    r
+}
+
+pub fn run(cmd: FsCommand) -> Result<()> {
+    match cmd {
+        FsCommand::Create { name, options } => {
+            let settings = options
+                .iter()
+                .map(|o| parse_assignment(o))
+                .collect::<Result<Vec<_>>>()?;
+            with_datasets(&name, |ds| {
+                ds.create(&name, &settings)?;
+                println!("created {name}");
+                Ok(())
+            })
+        }
+        FsCommand::List { pool, json } => {
+            let pools: Vec<String> = match pool {
+                Some(p) => vec![p],
+                None => crate::registry::Registry::load()?
+                    .pools
+                    .keys()
+                    .cloned()
+                    .collect(),
+            };
+            let mut all = Vec::new();
+            for p in pools {
+                with_datasets(&p, |ds| {
+                    all.extend(ds.list()?);
+                    Ok(())
+                })?;
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&all)?);
+            } else {
+                println!(
+                    "{:<32} {:>10} {:>12} {:>6}",
+                    "NAME", "RECORDSIZE", "COMPRESSION", "ATIME"
+                );
+                for d in &all {
+                    let v = |p: &str| {
+                        d.props
+                            .iter()
+                            .find(|x| x.property == p)
+                            .map(|x| x.value.clone())
+                            .unwrap_or_default()
+                    };
+                    println!(
+                        "{:<32} {:>10} {:>12} {:>6}",
+                        d.name,
+                        v("recordsize"),
+                        v("compression"),
+                        v("atime")
+                    );
+                }
+            }
+            Ok(())
+        }
+        FsCommand::Get {
+            name,
+            properties,
+            json,
+        } => with_datasets(&name, |ds| {
+            let info = ds.info(&name)?;
+            for p in &properties {
+                if !fs::props::NAMES.contains(&p.as_str()) {
+                    bail!(
+                        "unknown property '{p}' (known: {})",
+                        fs::props::NAMES.join(", ")
+                    );
+                }
+            }
+            let shown: Vec<_> = info
+                .props
+                .into_iter()
+                .filter(|v| properties.is_empty() || properties.contains(&v.property))
+                .collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&shown)?);
+            } else {
+                println!("{:<32} {:<12} {:<12} SOURCE", "NAME", "PROPERTY", "VALUE");
+                for v in shown {
+                    println!(
+                        "{:<32} {:<12} {:<12} {}",
+                        name, v.property, v.value, v.source
+                    );
+                }
+            }
+            Ok(())
+        }),
+        FsCommand::Set { name, assignments } => {
+            let parsed = assignments
+                .iter()
+                .map(|a| parse_assignment(a))
+                .collect::<Result<Vec<_>>>()?;
+            with_datasets(&name, |ds| {
+                // Validate every assignment before applying any.
+                let mut trial = fs::Props::default();
+                for (k, v) in &parsed {
+                    trial.set(k, v)?;
+                }
+                for (k, v) in &parsed {
+                    ds.set(&name, k, Some(v))?;
+                }
+                Ok(())
+            })
+        }
+        FsCommand::Inherit { name, property } => {
+            with_datasets(&name, |ds| Ok(ds.set(&name, &property, None)?))
+        }
+        FsCommand::Destroy { name } => with_datasets(&name, |ds| {
+            ds.destroy(&name)?;
+            println!("destroyed {name}");
+            Ok(())
+        }),
+    }
+}

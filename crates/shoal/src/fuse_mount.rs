@@ -1,0 +1,698 @@
+//! `shoal mount` / `shoal unmount`: a shoal filesystem on a local directory through
+//! FUSE (the fuser crate, speaking to /dev/fuse directly). Inode numbers are object ids
+//! (the root directory is object 1, as FUSE wants) and the generation is the object's.
+//!
+//! The kernel checks access permissions (`default_permissions`); ownership of new files
+//! comes from the caller's uid/gid. The mount process owns the pool while it runs:
+//! SIGTERM or SIGINT (or `shoal unmount`) unmounts, commits the open transaction group
+//! and exits; nothing acknowledged is lost.
+
+use crate::pool_cmd::open_registered;
+use crate::registry::lock_pool;
+use anyhow::{bail, Context, Result};
+use fs::{Attr, Cred, FsError, Kind, SetAttr, Timespec};
+use fuser::{
+    Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner,
+    MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL,
+    TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const TTL: Duration = Duration::from_secs(1);
+
+struct ShoalFuse {
+    fs: Arc<fs::Filesystem>,
+}
+
+fn errno(e: FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn to_system(t: Timespec) -> SystemTime {
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + Duration::from_nanos(t.nsec as u64)
+    }
+}
+
+fn from_system(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
+            if nsec > 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - nsec;
+            }
+            Timespec { sec, nsec }
+        }
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
+    }
+}
+
+fn fuse_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.used_bytes.div_ceil(512),
+        atime: to_system(a.atime),
+        mtime: to_system(a.mtime),
+        ctime: to_system(a.ctime),
+        crtime: to_system(a.crtime),
+        kind: file_type(a.kind),
+        perm: a.perm as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev as u32,
+        blksize: 128 * 1024,
+        flags: 0,
+    }
+}
+
+/// The caller's credentials, with supplementary groups read from /proc (FUSE does not
+/// pass them), needed where group membership decides (chown to a group, setgid).
+fn cred(req: &Request, with_groups: bool) -> Cred {
+    let mut c = Cred {
+        uid: req.uid(),
+        gid: req.gid(),
+        groups: Vec::new(),
+    };
+    if with_groups {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
+            if let Some(l) = s.lines().find(|l| l.starts_with("Groups:")) {
+                c.groups = l[7..]
+                    .split_whitespace()
+                    .filter_map(|g| g.parse().ok())
+                    .collect();
+            }
+        }
+    }
+    c
+}
+
+impl ShoalFuse {
+    fn entry(&self, r: fs::Result<Attr>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(a.generation)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+impl fuser::Filesystem for ShoalFuse {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(self.fs.lookup(parent.0, name.as_bytes()), reply);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let t = |x: Option<TimeOrNow>| {
+            x.map(|v| match v {
+                TimeOrNow::Now => Timespec::now(),
+                TimeOrNow::SpecificTime(s) => from_system(s),
+            })
+        };
+        let set = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: t(atime),
+            mtime: t(mtime),
+            ctime: ctime.map(from_system),
+        };
+        match self
+            .fs
+            .setattr(ino.0, &set, &cred(req, gid.is_some() || mode.is_some()))
+        {
+            Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = Kind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if kind == Kind::Dir || kind == Kind::Symlink {
+            return reply.error(Errno::EINVAL);
+        }
+        let perm = mode & 0o7777 & !umask;
+        self.entry(
+            self.fs.create(
+                parent.0,
+                name.as_bytes(),
+                kind,
+                perm,
+                rdev as u64,
+                &cred(req, false),
+            ),
+            reply,
+        );
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let perm = mode & 0o7777 & !umask;
+        self.entry(
+            self.fs.create(
+                parent.0,
+                name.as_bytes(),
+                Kind::Dir,
+                perm,
+                0,
+                &cred(req, false),
+            ),
+            reply,
+        );
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.unlink(parent.0, name.as_bytes(), &cred(req, false)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.rmdir(parent.0, name.as_bytes(), &cred(req, false)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs.symlink(
+                parent.0,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                &cred(req, false),
+            ),
+            reply,
+        );
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let bits = flags.bits();
+        if bits & !libc::RENAME_NOREPLACE != 0 {
+            return reply.error(Errno::EINVAL); // RENAME_EXCHANGE and WHITEOUT: not supported
+        }
+        let noreplace = bits & libc::RENAME_NOREPLACE != 0;
+        match self.fs.rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            noreplace,
+            &cred(req, false),
+        ) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs
+                .link(ino.0, newparent.0, newname.as_bytes(), &cred(req, false)),
+            reply,
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(ino.0) {
+            Ok(_) => {
+                self.fs.opened(ino.0);
+                reply.opened(FileHandle(0), FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size as usize) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.fs.write(ino.0, offset, data).and_then(|n| {
+            let f = flags.0;
+            if f & (libc::O_SYNC | libc::O_DSYNC) != 0
+                || self.fs.props().sync == fs::props::SyncMode::Always
+            {
+                self.fs.fsync(ino.0)?;
+            }
+            Ok(n)
+        });
+        match r {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.released(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.fsync(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let mut cookie = offset;
+        loop {
+            let page = match self.fs.readdir(ino.0, cookie, 128) {
+                Ok(p) => p,
+                Err(e) => return reply.error(errno(e)),
+            };
+            if page.is_empty() {
+                break;
+            }
+            for e in page {
+                if reply.add(
+                    INodeNo(e.ino),
+                    e.cookie,
+                    file_type(e.kind),
+                    OsStr::from_bytes(&e.name),
+                ) {
+                    return reply.ok();
+                }
+                cookie = e.cookie;
+            }
+        }
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.fsync(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => {
+                let bs = s.block_size as u64;
+                reply.statfs(
+                    s.total_bytes / bs,
+                    s.free_bytes / bs,
+                    s.avail_bytes / bs,
+                    s.files,
+                    s.free_files,
+                    s.block_size,
+                    s.name_max,
+                    s.block_size,
+                )
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let create = flags & libc::XATTR_CREATE != 0;
+        let replace = flags & libc::XATTR_REPLACE != 0;
+        match self
+            .fs
+            .setxattr(ino.0, name.as_bytes(), Some(value), create, replace)
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name.as_bytes()) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() <= size as usize => reply.data(&v),
+            Ok(_) => reply.error(Errno::ERANGE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() <= size as usize {
+                    reply.data(&buf)
+                } else {
+                    reply.error(Errno::ERANGE)
+                }
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.setxattr(ino.0, name.as_bytes(), None, false, false) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let perm = mode & 0o7777 & !umask;
+        match self.fs.create(
+            parent.0,
+            name.as_bytes(),
+            Kind::File,
+            perm,
+            0,
+            &cred(req, false),
+        ) {
+            Ok(a) => {
+                self.fs.opened(a.ino);
+                reply.created(
+                    &TTL,
+                    &fuse_attr(&a),
+                    Generation(a.generation),
+                    FileHandle(0),
+                    FopenFlags::empty(),
+                )
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = if mode == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE {
+            self.fs.punch(ino.0, offset, length)
+        } else if mode == 0 {
+            // Copy-on-write cannot reserve blocks ahead; the size grows as asked.
+            match self.fs.getattr(ino.0) {
+                Ok(a) if offset.saturating_add(length) > a.size => self
+                    .fs
+                    .setattr(
+                        ino.0,
+                        &SetAttr {
+                            size: Some(offset + length),
+                            ..Default::default()
+                        },
+                        &cred(req, false),
+                    )
+                    .map(|_| ()),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            }
+        } else {
+            return reply.error(Errno::EOPNOTSUPP);
+        };
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+/// `shoal mount POOL/FS MOUNTPOINT [-o ro,allow_other]`: runs until unmounted.
+pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()> {
+    let mut ro = false;
+    let mut allow_other = false;
+    for o in options.iter().flat_map(|o| o.split(',')) {
+        match o {
+            "ro" => ro = true,
+            "rw" => ro = false,
+            "allow_other" => allow_other = true,
+            "" => {}
+            other => bail!("unknown mount option '{other}' (known: ro, rw, allow_other)"),
+        }
+    }
+    if !mountpoint.is_dir() {
+        bail!("mount point {} is not a directory", mountpoint.display());
+    }
+    let pool_name = dataset.split('/').next().unwrap_or(dataset);
+    let _lock = lock_pool(pool_name)?;
+    let pool = open_registered(pool_name)?;
+    let datasets = fs::Datasets::new(pool.clone())?;
+    let filesystem = datasets
+        .open(dataset)
+        .with_context(|| format!("opening {dataset}"))?;
+    let mut mount_options = vec![
+        MountOption::FSName(format!("shoal:{dataset}")),
+        MountOption::Subtype("shoal".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if ro || filesystem.props().readonly {
+        mount_options.push(MountOption::RO);
+    }
+    let mut config = Config::default();
+    config.mount_options = mount_options;
+    config.acl = if allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(4);
+    let mut session = fuser::Session::new(
+        ShoalFuse {
+            fs: filesystem.clone(),
+        },
+        mountpoint,
+        &config,
+    )
+    .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    let mut unmounter = session.unmount_callable();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    let handle = signals.handle();
+    let mp = mountpoint.to_path_buf();
+    let signal_thread = std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            if let Err(e) = unmounter.unmount() {
+                eprintln!("shoal: unmounting {}: {e}", mp.display());
+            }
+        }
+    });
+    eprintln!("mounted {dataset} on {}", mountpoint.display());
+    let result = session.run();
+    handle.close();
+    let _ = signal_thread.join();
+    drop(filesystem);
+    drop(datasets);
+    pool.sync().context("committing on unmount")?;
+    result.context("FUSE session")?;
+    Ok(())
+}
+
+/// `shoal unmount MOUNTPOINT`: asks the kernel to unmount; the mount process then
+/// commits and exits.
+pub fn unmount(mountpoint: &Path) -> Result<()> {
+    let path: PathBuf = mountpoint
+        .canonicalize()
+        .with_context(|| format!("{}", mountpoint.display()))?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts")?;
+    let is_shoal = mounts.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        let (src, dst) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
+        dst == path.to_string_lossy() && src.starts_with("shoal:")
+    });
+    if !is_shoal {
+        bail!("{} is not a shoal mount", path.display());
+    }
+    let status = std::process::Command::new("umount")
+        .arg(&path)
+        .status()
+        .context("running umount")?;
+    if !status.success() {
+        bail!("umount {} failed ({status})", path.display());
+    }
+    Ok(())
+}
