@@ -524,6 +524,10 @@ impl Filesystem {
         p.mtime = now;
         p.ctime = now;
         self.put_attr(&tx, &p)?;
+        drop(tx);
+        let mut a = a;
+        let info = self.pool.object_info(self.os, obj)?;
+        a.used_bytes = info.nblocks * info.block_size as u64;
         Ok(a)
     }
 

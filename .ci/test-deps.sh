@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond cargo, on a fresh Debian machine, as root:
+# pjdfstest (the Rust POSIX test suite, run against the FUSE mount) with its build
+# dependency libacl, and the unprivileged users pjdfstest switches to. Idempotent.
+set -euo pipefail
+PJDFSTEST_VERSION=0.2.2
+if ! dpkg -s libacl1-dev >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get install -y -qq libacl1-dev acl >/dev/null
+fi
+if [ ! -e /dev/fuse ]; then
+    echo "test-deps: /dev/fuse is missing; the FUSE tests need it" >&2
+    exit 1
+fi
+getent group nogroup >/dev/null || groupadd nogroup
+id tests >/dev/null 2>&1 || useradd -M -U tests
+if ! "$HOME/.cargo/bin/pjdfstest" -l >/dev/null 2>&1; then
+    cargo install --locked -q pjdfstest --version "$PJDFSTEST_VERSION"
+fi
+"$HOME/.cargo/bin/pjdfstest" -l >/dev/null
+echo "test-deps: pjdfstest $PJDFSTEST_VERSION, users nobody and tests ready"

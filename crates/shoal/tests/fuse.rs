@@ -1,0 +1,305 @@
+//! `shoal mount` end to end: real device files, a real FUSE mount driven by ordinary
+//! system calls and by pjdfstest, SIGTERM and `shoal unmount` that commit, and the data
+//! there again after the pool is reopened.
+//!
+//! Needs root (to mount), /dev/fuse, and the pjdfstest runner with its dummy users
+//! (`.ci/test-deps.sh` installs them; `PJDFSTEST` may point at the binary).
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn shoal(state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .env("SHOAL_STATE_DIR", state)
+        .output()
+        .expect("run shoal")
+}
+
+fn ok(state: &Path, args: &[&str]) -> String {
+    let out = shoal(state, args);
+    assert!(
+        out.status.success(),
+        "shoal {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn is_mounted(p: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let p = p.to_string_lossy();
+    mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(&*p))
+}
+
+/// A running `shoal mount`; unmounts lazily if a test fails before it does.
+struct Mount {
+    child: Option<Child>,
+    at: PathBuf,
+}
+
+impl Mount {
+    fn start(state: &Path, dataset: &str, at: &Path, opts: &[&str]) -> Mount {
+        std::fs::create_dir_all(at).unwrap();
+        let mut args = vec!["mount", dataset, at.to_str().unwrap()];
+        args.extend_from_slice(opts);
+        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(&args)
+            .env("SHOAL_STATE_DIR", state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start shoal mount");
+        let mut m = Mount {
+            child: Some(child),
+            at: at.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_mounted(at) {
+            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                let mut err = String::new();
+                m.child
+                    .as_mut()
+                    .unwrap()
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("shoal mount exited ({status}): {err}");
+            }
+            assert!(Instant::now() < deadline, "mount did not appear");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    /// Waits for the mount process to finish after an unmount or a signal.
+    fn wait(mut self) {
+        let mut child = self.child.take().unwrap();
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(status.success(), "shoal mount failed: {err}");
+        assert!(!is_mounted(&self.at));
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn make_pool(dir: &Path, state: &Path) {
+    let devs = dir.join("devs");
+    ok(
+        state,
+        &[
+            "pool",
+            "create",
+            "--dir",
+            devs.to_str().unwrap(),
+            "--size",
+            "512M",
+            "tank",
+            "raidz1",
+            "a",
+            "b",
+            "c",
+        ],
+    );
+}
+
+#[test]
+fn files_survive_unmount_signal_and_reopen() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = t.path().join("state");
+    make_pool(t.path(), &state);
+    ok(
+        &state,
+        &[
+            "fs",
+            "create",
+            "tank/home",
+            "-o",
+            "compression=lz4",
+            "-o",
+            "recordsize=32K",
+        ],
+    );
+    let got = ok(&state, &["fs", "get", "tank/home", "recordsize", "--json"]);
+    assert!(got.contains("\"32K\"") && got.contains("local"), "{got}");
+    let mnt = t.path().join("mnt");
+    let m = Mount::start(&state, "tank/home", &mnt, &[]);
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i * 7 + i / 999) as u8).collect();
+    std::fs::write(mnt.join("big"), &data).unwrap();
+    std::fs::create_dir(mnt.join("dir")).unwrap();
+    std::fs::write(mnt.join("dir/small"), b"x").unwrap();
+    std::fs::hard_link(mnt.join("dir/small"), mnt.join("hard")).unwrap();
+    std::os::unix::fs::symlink("dir/small", mnt.join("sym")).unwrap();
+    std::fs::set_permissions(mnt.join("big"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(mnt.join("dir/small"))
+            .unwrap();
+        f.write_all(b"yz").unwrap();
+        f.sync_all().unwrap();
+    }
+    for i in 0..300 {
+        std::fs::write(mnt.join(format!("dir/n{i}")), i.to_string()).unwrap();
+    }
+    assert_eq!(std::fs::read_dir(mnt.join("dir")).unwrap().count(), 301);
+    let st = std::fs::metadata(mnt.join("hard")).unwrap();
+    assert_eq!((st.nlink(), st.len()), (2, 3));
+    // SIGTERM unmounts and commits.
+    assert!(Command::new("kill")
+        .arg("-TERM")
+        .arg(m.pid().to_string())
+        .status()
+        .unwrap()
+        .success());
+    m.wait();
+
+    let m = Mount::start(&state, "tank/home", &mnt, &[]);
+    assert!(std::fs::read(mnt.join("big")).unwrap() == data);
+    assert_eq!(std::fs::read(mnt.join("hard")).unwrap(), b"xyz");
+    assert_eq!(
+        std::fs::read_link(mnt.join("sym")).unwrap(),
+        Path::new("dir/small")
+    );
+    assert_eq!(
+        std::fs::metadata(mnt.join("big")).unwrap().mode() & 0o7777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("dir/n299")).unwrap(),
+        "299"
+    );
+    std::fs::remove_file(mnt.join("big")).unwrap();
+    ok(&state, &["unmount", mnt.to_str().unwrap()]);
+    m.wait();
+
+    // A read-only mount refuses changes.
+    let m = Mount::start(&state, "tank/home", &mnt, &["-o", "ro"]);
+    assert!(!mnt.join("big").exists());
+    let e = std::fs::write(mnt.join("new"), b"no").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc_erofs()));
+    ok(&state, &["unmount", mnt.to_str().unwrap()]);
+    m.wait();
+    let check = ok(&state, &["pool", "check", "tank"]);
+    assert!(check.contains("no problems found"), "{check}");
+}
+
+fn libc_erofs() -> i32 {
+    30
+}
+
+fn pjdfstest_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("PJDFSTEST") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var("HOME").unwrap_or_default();
+    let cargo_bin = Path::new(&home).join(".cargo/bin/pjdfstest");
+    assert!(
+        cargo_bin.exists(),
+        "pjdfstest is not installed: run .ci/test-deps.sh (or set PJDFSTEST)"
+    );
+    cargo_bin
+}
+
+#[test]
+fn pjdfstest_passes_on_a_fuse_mount() {
+    let bin = pjdfstest_binary();
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // pjdfstest switches to unprivileged users: they must reach the mount point.
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = t.path().join("state");
+    make_pool(t.path(), &state);
+    ok(&state, &["fs", "create", "tank/pjd"]);
+    let mnt = t.path().join("pjd");
+    // EXDEV tests need a second file system: a small tmpfs.
+    let mnt2 = t.path().join("other");
+    let m = Mount::start(&state, "tank/pjd", &mnt, &["-o", "allow_other"]);
+    std::fs::set_permissions(&mnt, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::create_dir_all(&mnt2).unwrap();
+    let secondary = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m", "shoal-pjd-secondary"])
+        .arg(&mnt2)
+        .status()
+        .unwrap();
+    assert!(secondary.success(), "mounting the secondary tmpfs");
+    std::fs::set_permissions(&mnt2, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/pjdfstest");
+    // Two runs: every test with remounts off, then the EROFS tests (which remount the
+    // file system read-only) in a process of their own, because the kernel refuses a
+    // read-only remount while the runner still holds files open from earlier tests.
+    let mut skipped = Vec::new();
+    for (config, pattern) in [("fuse.toml", None), ("fuse-erofs.toml", Some("erofs"))] {
+        let mut cmd = Command::new(&bin);
+        cmd.arg("-c")
+            .arg(configs.join(config))
+            .arg("-p")
+            .arg(&mnt)
+            .arg("-s")
+            .arg(&mnt2)
+            .current_dir(&mnt);
+        if let Some(p) = pattern {
+            cmd.arg(p);
+        }
+        let out = cmd.output().expect("run pjdfstest");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let failures: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.trim_end().ends_with("FAILED"))
+            .collect();
+        let summary = stdout
+            .lines()
+            .find(|l| l.starts_with("Summary:"))
+            .unwrap_or("no summary");
+        println!("pjdfstest on FUSE ({config}): {summary}");
+        skipped.extend(
+            stdout
+                .lines()
+                .filter(|l| l.trim_end().ends_with("skipped"))
+                .map(|l| l.split_whitespace().next().unwrap_or("").to_string()),
+        );
+        assert!(
+            out.status.success() && failures.is_empty() && summary.contains(" 0 failed"),
+            "pjdfstest failed: {failures:?}\n{summary}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = Command::new("umount").arg(&mnt2).status();
+    // Only the EROFS tests may be skipped in the first run (they ran in the second),
+    // and link_count_max, which cannot learn a FUSE file system's LINK_MAX.
+    let unexpected: Vec<&String> = skipped
+        .iter()
+        .filter(|s| !s.contains("erofs") && s.as_str() != "link::link_count_max")
+        .collect();
+    assert!(unexpected.is_empty(), "unexpected skips: {unexpected:?}");
+    ok(&state, &["unmount", mnt.to_str().unwrap()]);
+    m.wait();
+    let check = ok(&state, &["pool", "check", "tank"]);
+    assert!(check.contains("no problems found"), "{check}");
+}
