@@ -33,6 +33,14 @@ fn errno(e: FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// Answers an operation that returns nothing but success or an errno.
+fn done(r: fs::Result<()>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
 fn to_system(t: Timespec) -> SystemTime {
     if t.sec >= 0 {
         UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
@@ -236,17 +244,17 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs.unlink(parent.0, name.as_bytes(), &cred(req, false)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(
+            self.fs.unlink(parent.0, name.as_bytes(), &cred(req, false)),
+            reply,
+        )
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs.rmdir(parent.0, name.as_bytes(), &cred(req, false)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(
+            self.fs.rmdir(parent.0, name.as_bytes(), &cred(req, false)),
+            reply,
+        )
     }
 
     fn symlink(
@@ -283,17 +291,17 @@ impl fuser::Filesystem for ShoalFuse {
             return reply.error(Errno::EINVAL); // RENAME_EXCHANGE and WHITEOUT: not supported
         }
         let noreplace = bits & libc::RENAME_NOREPLACE != 0;
-        match self.fs.rename(
-            parent.0,
-            name.as_bytes(),
-            newparent.0,
-            newname.as_bytes(),
-            noreplace,
-            &cred(req, false),
-        ) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(
+            self.fs.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                noreplace,
+                &cred(req, false),
+            ),
+            reply,
+        )
     }
 
     fn link(
@@ -386,10 +394,7 @@ impl fuser::Filesystem for ShoalFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.fs.released(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(self.fs.released(ino.0), reply)
     }
 
     fn fsync(
@@ -400,10 +405,7 @@ impl fuser::Filesystem for ShoalFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.fs.fsync(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(self.fs.fsync(ino.0), reply)
     }
 
     fn readdir(
@@ -446,10 +448,7 @@ impl fuser::Filesystem for ShoalFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.fs.fsync(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(self.fs.fsync(ino.0), reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -483,13 +482,11 @@ impl fuser::Filesystem for ShoalFuse {
     ) {
         let create = flags & libc::XATTR_CREATE != 0;
         let replace = flags & libc::XATTR_REPLACE != 0;
-        match self
-            .fs
-            .setxattr(ino.0, name.as_bytes(), Some(value), create, replace)
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(
+            self.fs
+                .setxattr(ino.0, name.as_bytes(), Some(value), create, replace),
+            reply,
+        )
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -522,10 +519,10 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs.setxattr(ino.0, name.as_bytes(), None, false, false) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(
+            self.fs.setxattr(ino.0, name.as_bytes(), None, false, false),
+            reply,
+        )
     }
 
     fn create(
@@ -593,10 +590,7 @@ impl fuser::Filesystem for ShoalFuse {
         } else {
             return reply.error(Errno::EOPNOTSUPP);
         };
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(r, reply)
     }
 }
 

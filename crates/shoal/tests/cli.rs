@@ -2,27 +2,10 @@
 //! check, export, import, destroy, and wrong arguments that must fail cleanly without
 //! leaving anything behind.
 
+mod common;
+use common::*;
+
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn shoal(state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(args)
-        .env("SHOAL_STATE_DIR", state)
-        .output()
-        .expect("run shoal")
-}
-
-fn ok(state: &Path, args: &[&str]) -> String {
-    let out = shoal(state, args);
-    assert!(
-        out.status.success(),
-        "shoal {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn fails(state: &Path, args: &[&str]) -> String {
     let out = shoal(state, args);

@@ -5,30 +5,14 @@
 //! Needs root (to mount), /dev/fuse, and the pjdfstest runner with its dummy users
 //! (`.ci/test-deps.sh` installs them; `PJDFSTEST` may point at the binary).
 
+mod common;
+use common::*;
+
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn shoal(state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(args)
-        .env("SHOAL_STATE_DIR", state)
-        .output()
-        .expect("run shoal")
-}
-
-fn ok(state: &Path, args: &[&str]) -> String {
-    let out = shoal(state, args);
-    assert!(
-        out.status.success(),
-        "shoal {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn is_mounted(p: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
