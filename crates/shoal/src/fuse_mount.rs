@@ -619,7 +619,9 @@ pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()>
         .with_context(|| format!("opening {dataset}"))?;
     let mut mount_options = vec![
         MountOption::FSName(format!("shoal:{dataset}")),
-        MountOption::Subtype("shoal".into()),
+        // As a kernel option, so the mount shows as type fuse.shoal and mount(8) never
+        // hands a remount of it to a generic mount.fuse helper.
+        MountOption::CUSTOM("subtype=shoal".into()),
         MountOption::DefaultPermissions,
     ];
     if ro || filesystem.props().readonly {

@@ -94,6 +94,15 @@ impl Drop for Mount {
     }
 }
 
+/// Unmounts a plain (non-shoal) mount when dropped, also when a test fails.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
 fn make_pool(dir: &Path, state: &Path) {
     let devs = dir.join("devs");
     ok(
@@ -199,6 +208,31 @@ fn libc_erofs() -> i32 {
     30
 }
 
+/// The kernel finishes closing a FUSE file (RELEASE) asynchronously, so right after a
+/// runner exits its files may still count as open for writing and a read-only remount
+/// fails with EBUSY. Waits (at most 30 s) until one succeeds, then remounts read-write.
+fn wait_until_remountable(mnt: &Path) {
+    let remount = |opt: &str| {
+        Command::new("mount")
+            .args(["-o", opt])
+            .arg(mnt)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !remount("remount,ro") {
+        assert!(Instant::now() < deadline, "{} stays busy", mnt.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        remount("remount,rw"),
+        "remounting {} read-write",
+        mnt.display()
+    );
+}
+
 fn pjdfstest_binary() -> PathBuf {
     if let Ok(p) = std::env::var("PJDFSTEST") {
         return PathBuf::from(p);
@@ -215,6 +249,21 @@ fn pjdfstest_binary() -> PathBuf {
 #[test]
 fn pjdfstest_passes_on_a_fuse_mount() {
     let bin = pjdfstest_binary();
+    // pjdfstest remounts with mount(8); with a mount.fuse helper installed (packages
+    // fuse, fuse3), mount(8) hands FUSE remounts to it and they fail.
+    let helpers: Vec<&str> = [
+        "/sbin/mount.fuse",
+        "/sbin/mount.fuse3",
+        "/usr/sbin/mount.fuse",
+        "/usr/sbin/mount.fuse3",
+    ]
+    .into_iter()
+    .filter(|p| Path::new(p).exists())
+    .collect();
+    assert!(
+        helpers.is_empty(),
+        "{helpers:?} would take over pjdfstest's read-only remounts: remove the fuse and fuse3 packages"
+    );
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     // pjdfstest switches to unprivileged users: they must reach the mount point.
     std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -227,6 +276,7 @@ fn pjdfstest_passes_on_a_fuse_mount() {
     let m = Mount::start(&state, "tank/pjd", &mnt, &["-o", "allow_other"]);
     std::fs::set_permissions(&mnt, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::create_dir_all(&mnt2).unwrap();
+    let _secondary_guard = Unmount(mnt2.clone());
     let secondary = Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=16m", "shoal-pjd-secondary"])
         .arg(&mnt2)
@@ -249,6 +299,7 @@ fn pjdfstest_passes_on_a_fuse_mount() {
             .arg(&mnt2)
             .current_dir(&mnt);
         if let Some(p) = pattern {
+            wait_until_remountable(&mnt);
             cmd.arg(p);
         }
         let out = cmd.output().expect("run pjdfstest");
@@ -274,7 +325,6 @@ fn pjdfstest_passes_on_a_fuse_mount() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let _ = Command::new("umount").arg(&mnt2).status();
     // Only the EROFS tests may be skipped in the first run (they ran in the second),
     // and link_count_max, which cannot learn a FUSE file system's LINK_MAX.
     let unexpected: Vec<&String> = skipped
