@@ -210,7 +210,8 @@ pub struct Directory<'a, S: DirStore> {
     store: &'a S,
 }
 
-fn check_name(name: &[u8]) -> Result<()> {
+/// A name a directory can hold: 1..=255 bytes, no '/', no NUL, not "." or "..".
+pub fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
         return Err(FsError::Invalid(format!(
             "'{}' is not a valid name",

@@ -254,6 +254,12 @@ impl Filesystem {
     // ---- attributes ----
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        Ok(self.attr_and_info(ino)?.0)
+    }
+
+    /// Attributes plus the pool's facts about the object (block size, block count), from
+    /// one lookup.
+    fn attr_and_info(&self, ino: u64) -> Result<(Attr, pool::objset::ObjectInfo)> {
         if ino == 0 {
             return Err(FsError::NotFound(": object 0".into()));
         }
@@ -269,7 +275,7 @@ impl Filesystem {
             return Err(FsError::NotFound(format!(": object {ino} is unlinked")));
         }
         a.used_bytes = info.nblocks * info.block_size as u64;
-        Ok(a)
+        Ok((a, info))
     }
 
     /// Attributes of `ino` if its generation matches (for NFS file handles).
@@ -302,7 +308,7 @@ impl Filesystem {
         self.writable()?;
         let _ns = self.namespace.read().unwrap();
         let _l = self.lock_attrs(&[ino]);
-        let mut a = self.getattr(ino)?;
+        let (mut a, info) = self.attr_and_info(ino)?;
         let now = Timespec::now();
         if let Some(size) = set.size {
             match a.kind {
@@ -334,7 +340,6 @@ impl Filesystem {
         if let Some(size) = set.size {
             // Bytes past the size always read as zeros: shrinking zeroes and frees
             // everything stored beyond the new end.
-            let info = self.pool.object_info(self.os, ino)?;
             let stored_end = info.nblocks * info.block_size as u64;
             if size < stored_end {
                 tx.free_range(self.os, ino, size, stored_end - size)?;
@@ -398,16 +403,11 @@ impl Filesystem {
     }
 
     fn check_new_name(name: &[u8]) -> Result<()> {
-        if name.len() > dir::NAME_MAX {
-            return Err(FsError::NameTooLong);
-        }
+        // "." and ".." always exist; every other rule is the directory's own.
         if name == b"." || name == b".." {
             return Err(FsError::Exists);
         }
-        if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-            return Err(FsError::Invalid("bad file name".into()));
-        }
-        Ok(())
+        dir::check_name(name)
     }
 
     /// Creates a file, directory, symlink or special file named `name` in `parent`.
@@ -768,18 +768,13 @@ impl Filesystem {
         self.put_attr(&tx, &s)?;
         sp.mtime = now;
         sp.ctime = now;
-        if parent == newparent {
-            // One directory: keep the nlink changes made to dp as well.
-            dp.mtime = now;
-            dp.ctime = now;
-            self.put_attr(&tx, &dp)?;
-        } else {
-            dp.mtime = now;
-            dp.ctime = now;
+        dp.mtime = now;
+        dp.ctime = now;
+        // In one directory `dp` carries every change (sp is the same object).
+        if parent != newparent {
             self.put_attr(&tx, &sp)?;
-            self.put_attr(&tx, &dp)?;
         }
-        Ok(())
+        self.put_attr(&tx, &dp)
     }
 
     /// Directory entries after `cookie` (0 = from the start; "." is 1 and ".." is 2),
@@ -859,14 +854,36 @@ impl Filesystem {
         }
     }
 
+    /// Writes `data` at `offset`; with sync=always it is durable when this returns.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
         self.writable()?;
+        let (recordsize, quota, sync) = {
+            let p = self.props.read().unwrap();
+            (p.recordsize, p.quota, p.sync)
+        };
+        let n = self.write_locked(ino, offset, data, recordsize, quota)?;
+        // Outside the attribute lock: other writers of this file need not wait for
+        // the commit.
+        if sync == SyncMode::Always {
+            self.fsync(ino)?;
+        }
+        Ok(n)
+    }
+
+    fn write_locked(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        recordsize: u32,
+        quota: u64,
+    ) -> Result<usize> {
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(FsError::TooBig)?;
         let _l = self.lock_attrs(&[ino]);
-        let mut a = self.getattr(ino)?;
+        let (mut a, info) = self.attr_and_info(ino)?;
         match a.kind {
             Kind::File => {}
             Kind::Dir => return Err(FsError::IsDir),
@@ -875,12 +892,9 @@ impl Filesystem {
         if data.is_empty() {
             return Ok(0);
         }
-        let quota = self.props.read().unwrap().quota;
         if quota > 0 && end > a.size && self.used_bytes() + (end - a.size) > quota {
             return Err(FsError::Quota);
         }
-        let recordsize = self.props.read().unwrap().recordsize;
-        let info = self.pool.object_info(self.os, ino)?;
         let tx = self.pool.begin(data.len() as u64)?;
         if info.block_size < recordsize && info.nblocks <= 1 {
             // A small file keeps one block of its own size, growing to the recordsize.
@@ -995,16 +1009,23 @@ impl Filesystem {
         if self.readonly() {
             return Ok(());
         }
-        let _ns = self.namespace.write().unwrap();
-        let _l = self.lock_attrs(&[ino]);
-        let info = match self.pool.object_info(self.os, ino) {
-            Ok(i) => i,
-            Err(_) => return Ok(()),
+        // Almost every close is of a file that still has a name: decide that without
+        // the namespace lock, and take it (and look again) only for an unlinked one.
+        let unlinked = |fs: &Filesystem| -> Result<Option<Attr>> {
+            let Ok(info) = fs.pool.object_info(fs.os, ino) else {
+                return Ok(None);
+            };
+            let a = Attr::decode(ino, info.generation, &info.bonus)?;
+            Ok((a.nlink == 0 && !fs.is_open(ino)).then_some(a))
         };
-        let a = Attr::decode(ino, info.generation, &info.bonus)?;
-        if a.nlink > 0 || self.is_open(ino) {
+        if unlinked(self)?.is_none() {
             return Ok(());
         }
+        let _ns = self.namespace.write().unwrap();
+        let _l = self.lock_attrs(&[ino]);
+        let Some(a) = unlinked(self)? else {
+            return Ok(());
+        };
         let tx = self.pool.begin(0)?;
         let name = format!("{ino:x}");
         let _ = Directory::new(&self.store(Some(&tx), UNLINKED_INO)).remove(name.as_bytes());

@@ -39,6 +39,25 @@ fn split(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
 }
 
+fn path_of(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// A random (directory, name, path) in a directory that exists.
+fn pick_name(rng: &mut Rng, m: &Model) -> Option<(&'static str, String, String)> {
+    let dir = DIRS[rng.below(3) as usize];
+    if !m.dirs.contains_key(dir) {
+        return None;
+    }
+    let name = format!("f{}", rng.below(12));
+    let path = path_of(dir, &name);
+    Some((dir, name, path))
+}
+
 fn resolve(fs: &fs::Filesystem, dir: &str) -> u64 {
     let mut ino = 1;
     for c in dir.split('/').filter(|c| !c.is_empty()) {
@@ -179,11 +198,7 @@ fn random_operations_match_a_shadow_copy() {
             continue;
         }
         let name = format!("f{}", rng.below(12));
-        let path = if dir.is_empty() {
-            name.clone()
-        } else {
-            format!("{dir}/{name}")
-        };
+        let path = path_of(dir, &name);
         let dino = resolve(&fs, dir);
         let op = rng.below(100);
         let exists = m.names.get(&path).copied();
@@ -241,15 +256,8 @@ fn random_operations_match_a_shadow_copy() {
                 *counts.entry("punch").or_default() += 1;
             }
             (58..=67, Some(_)) => {
-                let to_dir = DIRS[rng.below(3) as usize];
-                if !m.dirs.contains_key(to_dir) {
+                let Some((to_dir, to_name, to_path)) = pick_name(&mut rng, &m) else {
                     continue;
-                }
-                let to_name = format!("f{}", rng.below(12));
-                let to_path = if to_dir.is_empty() {
-                    to_name.clone()
-                } else {
-                    format!("{to_dir}/{to_name}")
                 };
                 let tino = resolve(&fs, to_dir);
                 fs.rename(
@@ -269,15 +277,8 @@ fn random_operations_match_a_shadow_copy() {
                 *counts.entry("rename").or_default() += 1;
             }
             (68..=75, Some(id)) => {
-                let to_dir = DIRS[rng.below(3) as usize];
-                if !m.dirs.contains_key(to_dir) {
+                let Some((to_dir, to_name, to_path)) = pick_name(&mut rng, &m) else {
                     continue;
-                }
-                let to_name = format!("f{}", rng.below(12));
-                let to_path = if to_dir.is_empty() {
-                    to_name.clone()
-                } else {
-                    format!("{to_dir}/{to_name}")
                 };
                 let ino = fs.lookup(dino, name.as_bytes()).unwrap().ino;
                 let r = fs.link(ino, resolve(&fs, to_dir), to_name.as_bytes(), &cred);

@@ -111,6 +111,15 @@ pub struct Objset {
 
 const MAX_DETECTORS: usize = 4096;
 
+fn check_block_size(block_size: u32) -> Result<(), PoolError> {
+    if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) || !block_size.is_multiple_of(512) {
+        return Err(PoolError::InvalidArgument(format!(
+            "block size {block_size} must be a multiple of 512 from 512 to 1M"
+        )));
+    }
+    Ok(())
+}
+
 fn meta_dnode() -> Dnode {
     Dnode::new(
         1,
@@ -220,13 +229,7 @@ impl Objset {
         compression: Compression,
         checksum: ChecksumKind,
     ) -> Result<u64, PoolError> {
-        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
-            || !block_size.is_multiple_of(512)
-        {
-            return Err(PoolError::InvalidArgument(format!(
-                "block size {block_size} must be a multiple of 512 from 512 to 1M"
-            )));
-        }
+        check_block_size(block_size)?;
         if object_type == 0 {
             return Err(PoolError::InvalidArgument(
                 "object type 0 is reserved".into(),
@@ -523,13 +526,7 @@ impl Objset {
         obj: u64,
         block_size: u32,
     ) -> Result<u64, PoolError> {
-        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
-            || !block_size.is_multiple_of(512)
-        {
-            return Err(PoolError::InvalidArgument(format!(
-                "block size {block_size} must be a multiple of 512 from 512 to 1M"
-            )));
-        }
+        check_block_size(block_size)?;
         let mut inner = self.inner.lock().unwrap();
         let s = Self::load(st, &mut inner, obj)?;
         let old = s.dnode.block_size;

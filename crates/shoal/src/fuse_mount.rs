@@ -41,6 +41,20 @@ fn done(r: fs::Result<()>, reply: ReplyEmpty) {
     }
 }
 
+fn attr(r: fs::Result<Attr>, reply: ReplyAttr) {
+    match r {
+        Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn data(r: fs::Result<Vec<u8>>, reply: ReplyData) {
+    match r {
+        Ok(d) => reply.data(&d),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
 fn to_system(t: Timespec) -> SystemTime {
     if t.sec >= 0 {
         UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
@@ -135,10 +149,7 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+        attr(self.fs.getattr(ino.0), reply)
     }
 
     fn setattr(
@@ -174,20 +185,15 @@ impl fuser::Filesystem for ShoalFuse {
             mtime: t(mtime),
             ctime: ctime.map(from_system),
         };
-        match self
-            .fs
-            .setattr(ino.0, &set, &cred(req, gid.is_some() || mode.is_some()))
-        {
-            Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+        attr(
+            self.fs
+                .setattr(ino.0, &set, &cred(req, gid.is_some() || mode.is_some())),
+            reply,
+        )
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.0) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(e)),
-        }
+        data(self.fs.readlink(ino.0), reply)
     }
 
     fn mknod(
@@ -340,10 +346,7 @@ impl fuser::Filesystem for ShoalFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, offset, size as usize) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
-        }
+        data(self.fs.read(ino.0, offset, size as usize), reply)
     }
 
     fn write(
@@ -358,11 +361,9 @@ impl fuser::Filesystem for ShoalFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // sync=always is the filesystem's own; O_SYNC and O_DSYNC are this open's.
         let r = self.fs.write(ino.0, offset, data).and_then(|n| {
-            let f = flags.0;
-            if f & (libc::O_SYNC | libc::O_DSYNC) != 0
-                || self.fs.props().sync == fs::props::SyncMode::Always
-            {
+            if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
                 self.fs.fsync(ino.0)?;
             }
             Ok(n)
