@@ -939,14 +939,25 @@ impl Filesystem {
         self.put_attr(&tx, &a)
     }
 
-    /// Makes everything written so far durable. Until the intent log exists this
-    /// commits the open transaction group.
+    /// Makes everything changed so far durable through the pool's intent log, without
+    /// waiting for a transaction group; concurrent calls share one log write. The log
+    /// is pool-wide, so this covers every object, which is what NFS COMMIT and
+    /// metadata operations need anyway.
     pub fn fsync(&self, _ino: u64) -> Result<()> {
         if self.props.read().unwrap().sync == SyncMode::Disabled {
             return Ok(());
         }
-        self.pool.sync()?;
+        self.pool.log_commit()?;
         Ok(())
+    }
+
+    /// With sync=always every change is durable before it is acknowledged: protocol
+    /// adapters pass the result of each namespace or attribute change through here.
+    pub fn settle<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_ok() && self.props.read().unwrap().sync == SyncMode::Always {
+            self.pool.log_commit()?;
+        }
+        r
     }
 
     /// Bytes the filesystem's objects occupy (logical, rounded to blocks).

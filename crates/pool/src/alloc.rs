@@ -290,6 +290,22 @@ impl Allocator {
         Some(out)
     }
 
+    /// Allocates `len` bytes on one given vdev (a fixed reservation such as the intent
+    /// log's area), logged like any allocation.
+    pub fn allocate_on(&mut self, vdev: usize, len: u64) -> Option<Extent> {
+        let offset = self.vdevs.get_mut(vdev)?.allocate(len)?;
+        let extent = Extent {
+            vdev: vdev as u32,
+            offset,
+            len,
+        };
+        self.pending_log.push(SpaceEntry {
+            extent,
+            alloc: true,
+        });
+        Some(extent)
+    }
+
     /// Frees an extent in `txg`; it becomes reusable after `txg + DEFER_TXGS` commits.
     pub fn free(&mut self, extent: Extent, txg: u64, logged: bool) {
         if logged {

@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod compress;
 pub mod config;
 pub mod dnode;
+pub mod intent_log;
 pub mod l2arc;
 pub mod objset;
 pub mod pool;

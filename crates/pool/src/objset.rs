@@ -229,6 +229,19 @@ impl Objset {
         compression: Compression,
         checksum: ChecksumKind,
     ) -> Result<u64, PoolError> {
+        self.create_object_as(None, object_type, block_size, compression, checksum)
+    }
+
+    /// Creates object `id` when given (intent log replay: it must be at or past the next
+    /// id, so ids stay never-reused), else the next id.
+    pub fn create_object_as(
+        &self,
+        id: Option<u64>,
+        object_type: u8,
+        block_size: u32,
+        compression: Compression,
+        checksum: ChecksumKind,
+    ) -> Result<u64, PoolError> {
         check_block_size(block_size)?;
         if object_type == 0 {
             return Err(PoolError::InvalidArgument(
@@ -236,8 +249,14 @@ impl Objset {
             ));
         }
         let mut inner = self.inner.lock().unwrap();
-        let obj = inner.next_object;
-        inner.next_object += 1;
+        let obj = match id {
+            Some(id) if id < inner.next_object => {
+                return Err(PoolError::Exists(format!("object {id}")))
+            }
+            Some(id) => id,
+            None => inner.next_object,
+        };
+        inner.next_object = obj + 1;
         let open = DirtySet {
             dnode_dirty: true,
             ..DirtySet::default()

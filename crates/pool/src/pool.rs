@@ -24,6 +24,7 @@ use crate::blkptr::{BlockPointer, BlockType, BLKPTR_SIZE};
 use crate::checksum::ChecksumKind;
 use crate::compress::Compression;
 use crate::config::{new_guid, LeafConfig, PoolConfig, PoolState, TopConfig, CONFIG_VERSION};
+use crate::intent_log::{IntentLog, IntentLogStats, LogHeader, LogOp, LogSource, Ring, RingKind};
 use crate::objset::{visit_objset, ObjectInfo, Objset};
 use crate::spacelog;
 use crate::storage::{BlockSpec, Storage};
@@ -240,6 +241,7 @@ pub struct PoolStatus {
     pub suspended: Option<String>,
     pub last_scrub: Option<ScrubSummary>,
     pub unrecoverable_reads: u64,
+    pub intent_log: IntentLogStats,
 }
 
 pub struct Pool {
@@ -262,6 +264,10 @@ pub struct Pool {
     sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     scrub_running: AtomicBool,
     last_scrub: Mutex<Option<ScrubSummary>>,
+    /// The intent log and the pool's own log area (logical offset, length on top-level
+    /// vdev 0; length 0 = none).
+    intent_log: IntentLog,
+    log_area: Mutex<(u64, u64)>,
     prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<PrefetchJob>>>,
     opts: PoolOptions,
 }
@@ -473,6 +479,8 @@ impl Pool {
             }
         }
         pool.write_labels()?;
+        pool.reserve_log_area();
+        pool.intent_log.start_chain(0);
         pool.directory_dirty.store(true, Ordering::SeqCst);
         pool.sync()?;
         pool.start_sync_thread();
@@ -491,6 +499,7 @@ impl Pool {
         storage
             .deterministic
             .store(opts.deterministic_io, Ordering::Relaxed);
+        let log_device_ring = device_ring(&log_leaves);
         Pool {
             name: name.to_string(),
             guid,
@@ -522,6 +531,8 @@ impl Pool {
             sync_thread: Mutex::new(None),
             scrub_running: AtomicBool::new(false),
             last_scrub: Mutex::new(None),
+            intent_log: IntentLog::new(log_device_ring, !opts.deterministic_io),
+            log_area: Mutex::new((0, 0)),
             prefetch_tx: Mutex::new(None),
             opts,
         }
@@ -692,6 +703,7 @@ impl Pool {
                     }
                     let pool = Arc::new(pool);
                     pool.write_labels()?;
+                    pool.replay_intent_log(&ub.log)?;
                     pool.start_sync_thread();
                     return Ok(pool);
                 }
@@ -729,6 +741,12 @@ impl Pool {
         }
         *self.datasets.write().unwrap() = datasets;
         *self.next_objset_id.lock().unwrap() = next_id;
+        *self.log_area.lock().unwrap() = (ub.log.area_offset, ub.log.area_len);
+        self.intent_log.set_pool_ring(pool_ring(
+            &self.storage.tops[0],
+            ub.log.area_offset,
+            ub.log.area_len,
+        ));
         *self.committed.lock().unwrap() = Committed {
             txg: ub.txg,
             directory: ub.directory,
@@ -900,6 +918,99 @@ impl Pool {
         }
     }
 
+    // ---- intent log ----
+
+    /// Makes every change made so far durable through the intent log, without waiting
+    /// for a txg (fsync, O_SYNC writes, `sync=always`). Concurrent callers share one
+    /// log write.
+    pub fn log_commit(&self) -> Result<(), PoolError> {
+        self.check_writable()?;
+        self.intent_log.commit(self)
+    }
+
+    pub fn intent_log_stats(&self) -> IntentLogStats {
+        self.intent_log.stats()
+    }
+
+    /// Reserves the pool's log area on top-level vdev 0 (at creation, or on import of a
+    /// pool that has none): 1/32 of each child, at most `AREA_MAX_BYTES_PER_CHILD`.
+    /// Committed by the next txg like any allocation.
+    fn reserve_log_area(&self) {
+        let top = &self.storage.tops[0];
+        let sector = vdev::SECTOR_SIZE as u64;
+        let child = top.capacity_bytes() / top.leaves.len().max(1) as u64;
+        let child = match top.layout {
+            Layout::RaidZ { .. } => child,
+            _ => top.capacity_bytes(),
+        };
+        let ring = (child / 32).min(crate::intent_log::AREA_MAX_BYTES_PER_CHILD) / sector * sector;
+        if ring < crate::intent_log::RING_MIN_BYTES {
+            return;
+        }
+        let len = match top.layout {
+            Layout::RaidZ { nparity } => {
+                let ncols = top.leaves.len() as u64;
+                // Room to align the start to a whole row, rounded like any RAID-Z
+                // allocation so the gaps around it stay usable.
+                let raw = ring * ncols + (ncols - 1) * sector;
+                raw.div_ceil((nparity as u64 + 1) * sector) * (nparity as u64 + 1) * sector
+            }
+            _ => ring,
+        };
+        let Some(extent) = self.storage.alloc.lock().unwrap().allocate_on(0, len) else {
+            return;
+        };
+        *self.log_area.lock().unwrap() = (extent.offset, extent.len);
+        self.intent_log
+            .set_pool_ring(pool_ring(top, extent.offset, extent.len));
+    }
+
+    /// Replays the chain named by the imported uberblock in one txg of its own, whose
+    /// commit also starts a fresh chain. With nothing to replay the chain carries on
+    /// and no txg is needed (unless the log must move to another ring).
+    fn replay_intent_log(&self, header: &LogHeader) -> Result<(), PoolError> {
+        let committed_txg = self.synced_txg();
+        let ring = self.intent_log.ring(header.kind);
+        let read = match &ring {
+            Some(ring) => crate::intent_log::read_chain(ring, header),
+            None => Default::default(),
+        };
+        let records: Vec<LogOp> = read
+            .records
+            .iter()
+            .filter(|(txg, _)| *txg > committed_txg)
+            .map(|(_, op)| op.clone())
+            .collect();
+        let replayed = records.len() as u64;
+        let same_ring = ring.is_some() && self.intent_log.preferred_kind() == header.kind;
+        if replayed == 0 && same_ring {
+            self.intent_log.continue_chain(header, &read);
+            return Ok(());
+        }
+        let mut failures = 0u64;
+        self.intent_log.set_replaying(true);
+        for op in records {
+            let r = match op {
+                LogOp::DestroyObjset { id } => self.destroy_objset(id),
+                op => self.begin_admitted().replay(op),
+            };
+            if r.is_err() {
+                failures += 1;
+            }
+        }
+        self.intent_log.set_replaying(false);
+        self.intent_log.note_replay(replayed, failures);
+        if self.log_area.lock().unwrap().1 == 0 {
+            self.reserve_log_area();
+        }
+        // The new chain starts after the old one, which stays readable until the
+        // commit below names the new one.
+        self.intent_log
+            .start_chain(if same_ring { read.end } else { 0 });
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        self.sync().map(|_| ())
+    }
+
     // ---- object sets ----
 
     fn validate_objset_name(name: &str) -> Result<(), PoolError> {
@@ -941,6 +1052,9 @@ impl Pool {
             .unwrap()
             .push(entry.objset.root_bp());
         self.directory_dirty.store(true, Ordering::SeqCst);
+        let txg = self.txg.lock().unwrap().open_txg;
+        self.intent_log
+            .append(txg, vec![LogOp::DestroyObjset { id }]);
         Ok(())
     }
 
@@ -1005,13 +1119,19 @@ impl Pool {
     /// pool's own change methods while holding one: a sync waits for every open `Tx`.
     pub fn begin(&self, bytes: u64) -> Result<Tx<'_>, PoolError> {
         self.admit(bytes)?;
+        Ok(self.begin_admitted())
+    }
+
+    /// A `Tx` without admission (replay: its changes were admitted before the crash).
+    fn begin_admitted(&self) -> Tx<'_> {
         let gate = self.gate.read().unwrap();
         let txg = self.txg.lock().unwrap().open_txg;
-        Ok(Tx {
+        Tx {
             pool: self,
             txg,
+            log: Mutex::new(Vec::new()),
             _gate: gate,
-        })
+        }
     }
 
     pub fn read(&self, os: u64, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
@@ -1177,6 +1297,9 @@ impl Pool {
         let result = if changed {
             self.sync_txg(txg, &objsets)
         } else {
+            // Nothing changed, so no record of this txg changes anything: they are moot,
+            // though the ring's tail stays where the durable header left it.
+            self.intent_log.committed(txg, None);
             Ok(())
         };
         let mut t = self.txg.lock().unwrap();
@@ -1233,6 +1356,8 @@ impl Pool {
         if !st.flush_all() {
             return Err(PoolError::Io("flush failed on too many devices".into()));
         }
+        let area = *self.log_area.lock().unwrap();
+        let (log, log_tail) = self.intent_log.header_for(txg, area);
         let ub = Uberblock {
             txg,
             pool_guid: self.guid,
@@ -1240,6 +1365,7 @@ impl Pool {
             directory,
             spacelog_head,
             spacelog_len,
+            log,
         };
         let image = ub.encode();
         for top in &st.tops {
@@ -1267,6 +1393,7 @@ impl Pool {
             spacelog_head,
             spacelog_len,
         };
+        self.intent_log.committed(txg, Some(log_tail));
         Ok(())
     }
 
@@ -1354,6 +1481,7 @@ impl Pool {
                     children: t.leaves.iter().map(|l| leaf_status(l)).collect(),
                 })
                 .collect(),
+            intent_log: self.intent_log.stats(),
             log: self.log_leaves.iter().map(|l| leaf_status(l)).collect(),
             cache: self.cache_leaves.iter().map(|l| leaf_status(l)).collect(),
             arc: self.storage.arc.stats().into(),
@@ -1569,6 +1697,14 @@ impl Pool {
                 });
             }
         }
+        let (area_offset, area_len) = *self.log_area.lock().unwrap();
+        if area_len > 0 {
+            extents.push(Extent {
+                vdev: 0,
+                offset: area_offset,
+                len: area_len,
+            });
+        }
         extents.sort();
         for w in extents.windows(2) {
             if w[0].vdev == w[1].vdev && w[0].offset + w[0].len > w[1].offset {
@@ -1660,6 +1796,67 @@ impl Drop for Pool {
     }
 }
 
+/// The pool's log area as a ring: for RAID-Z, whole rows, so child `c` owns the same
+/// contiguous range of its data area; the first `nparity + 1` children hold copies. For
+/// a mirror or a disk the area is the same range on every child.
+fn pool_ring(top: &TopVdev, offset: u64, len: u64) -> Option<Ring> {
+    if len == 0 {
+        return None;
+    }
+    let sector = vdev::SECTOR_SIZE as u64;
+    let (base, ring_len, copies) = match top.layout {
+        Layout::RaidZ { nparity } => {
+            let ncols = top.leaves.len() as u64;
+            let first_row = (offset / sector).div_ceil(ncols);
+            let rows = ((offset + len) / sector).saturating_sub(first_row * ncols) / ncols;
+            (first_row * sector, rows * sector, nparity + 1)
+        }
+        _ => (offset, len, top.leaves.len()),
+    };
+    Some(Ring {
+        kind: RingKind::Pool,
+        replicas: top
+            .leaves
+            .iter()
+            .take(copies)
+            .map(|l| (l.clone(), base))
+            .collect(),
+        len: ring_len,
+    })
+}
+
+/// The log devices as one ring, mirrored on all of them.
+fn device_ring(log_leaves: &[Arc<Leaf>]) -> Option<Ring> {
+    let sector = vdev::SECTOR_SIZE as u64;
+    let len = log_leaves
+        .iter()
+        .filter(|l| l.device().is_some())
+        .map(|l| l.data_len())
+        .min()?
+        / sector
+        * sector;
+    Some(Ring {
+        kind: RingKind::LogDevices,
+        replicas: log_leaves.iter().map(|l| (l.clone(), 0)).collect(),
+        len,
+    })
+}
+
+impl LogSource for Pool {
+    fn read_for_log(&self, os: u64, obj: u64, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let objset = self.objset(os).ok()?;
+        let mut data = vec![0u8; len];
+        objset
+            .read_into(&self.storage, obj, offset, &mut data)
+            .ok()?;
+        Some(data)
+    }
+
+    fn commit_txg(&self) -> Result<(), PoolError> {
+        self.sync().map(|_| ())
+    }
+}
+
 fn encode_directory(
     entries: &[(u64, String, BlockPointer, String)],
     next_id: u64,
@@ -1725,7 +1922,18 @@ fn decode_directory(b: &[u8]) -> Result<(DirEntries, u64), PoolError> {
 pub struct Tx<'a> {
     pool: &'a Pool,
     txg: u64,
+    /// Intent log records of this transaction, appended as one when it ends.
+    log: Mutex<Vec<LogOp>>,
     _gate: std::sync::RwLockReadGuard<'a, ()>,
+}
+
+impl Drop for Tx<'_> {
+    /// Runs before the gate guard is released, so the records join the log inside
+    /// this txg and in txg order.
+    fn drop(&mut self) {
+        let ops = std::mem::take(&mut *self.log.lock().unwrap());
+        self.pool.intent_log.append(self.txg, ops);
+    }
 }
 
 impl Tx<'_> {
@@ -1734,7 +1942,16 @@ impl Tx<'_> {
         self.txg
     }
 
+    fn record(&self, op: LogOp) {
+        self.log.lock().unwrap().push(op);
+    }
+
     pub fn create_objset(&self, name: &str, props: &str) -> Result<u64, PoolError> {
+        self.create_objset_as(name, props, None)
+    }
+
+    /// `id` is given only when replaying the intent log.
+    fn create_objset_as(&self, name: &str, props: &str, id: Option<u64>) -> Result<u64, PoolError> {
         let p = self.pool;
         Pool::validate_objset_name(name)?;
         let mut ds = p.datasets.write().unwrap();
@@ -1742,8 +1959,14 @@ impl Tx<'_> {
             return Err(PoolError::Exists(format!("object set '{name}'")));
         }
         let mut next = p.next_objset_id.lock().unwrap();
-        let id = *next;
-        *next += 1;
+        let id = match id {
+            Some(id) if id < *next || ds.contains_key(&id) => {
+                return Err(PoolError::Exists(format!("object set {id}")))
+            }
+            Some(id) => id,
+            None => *next,
+        };
+        *next = id + 1;
         ds.insert(
             id,
             DatasetEntry {
@@ -1753,6 +1976,11 @@ impl Tx<'_> {
             },
         );
         p.directory_dirty.store(true, Ordering::SeqCst);
+        self.record(LogOp::CreateObjset {
+            id,
+            name: name.to_string(),
+            props: props.to_string(),
+        });
         Ok(id)
     }
 
@@ -1764,6 +1992,10 @@ impl Tx<'_> {
             .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))?;
         d.props = props.to_string();
         p.directory_dirty.store(true, Ordering::SeqCst);
+        self.record(LogOp::SetObjsetProps {
+            id,
+            props: props.to_string(),
+        });
         Ok(())
     }
 
@@ -1775,29 +2007,69 @@ impl Tx<'_> {
         compression: Compression,
         checksum: ChecksumKind,
     ) -> Result<u64, PoolError> {
-        let r =
-            self.pool
-                .objset(os)?
-                .create_object(object_type, block_size, compression, checksum)?;
+        self.create_object_as(os, None, object_type, block_size, compression, checksum)
+    }
+
+    /// `obj` is given only when replaying the intent log.
+    fn create_object_as(
+        &self,
+        os: u64,
+        obj: Option<u64>,
+        object_type: u8,
+        block_size: u32,
+        compression: Compression,
+        checksum: ChecksumKind,
+    ) -> Result<u64, PoolError> {
+        let obj = self.pool.objset(os)?.create_object_as(
+            obj,
+            object_type,
+            block_size,
+            compression,
+            checksum,
+        )?;
         self.pool.account_dirty(crate::dnode::DNODE_SIZE as u64);
-        Ok(r)
+        self.record(LogOp::CreateObject {
+            os,
+            obj,
+            object_type,
+            block_size,
+            compression,
+            checksum,
+        });
+        Ok(obj)
     }
 
     pub fn write(&self, os: u64, obj: u64, offset: u64, data: &[u8]) -> Result<(), PoolError> {
         let p = self.pool;
         let dirtied = p.objset(os)?.write(&p.storage, obj, offset, data)?;
         p.account_dirty(dirtied);
+        self.record(LogOp::Write {
+            os,
+            obj,
+            offset,
+            len: data.len() as u64,
+            data: Vec::new(),
+        });
         Ok(())
     }
 
     pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {
         let p = self.pool;
-        p.objset(os)?.free_range(&p.storage, obj, offset, len)
+        p.objset(os)?.free_range(&p.storage, obj, offset, len)?;
+        self.record(LogOp::FreeRange {
+            os,
+            obj,
+            offset,
+            len,
+        });
+        Ok(())
     }
 
     pub fn free_object(&self, os: u64, obj: u64) -> Result<(), PoolError> {
         let p = self.pool;
-        p.objset(os)?.free_object(&p.storage, obj)
+        p.objset(os)?.free_object(&p.storage, obj)?;
+        self.record(LogOp::FreeObject { os, obj });
+        Ok(())
     }
 
     pub fn set_bonus(
@@ -1811,6 +2083,12 @@ impl Tx<'_> {
         p.objset(os)?
             .set_bonus(&p.storage, obj, bonus, generation)?;
         p.account_dirty(bonus.len() as u64);
+        self.record(LogOp::SetBonus {
+            os,
+            obj,
+            bonus: bonus.to_vec(),
+            generation,
+        });
         Ok(())
     }
 
@@ -1820,6 +2098,64 @@ impl Tx<'_> {
         let p = self.pool;
         let dirtied = p.objset(os)?.grow_block_size(&p.storage, obj, block_size)?;
         p.account_dirty(dirtied);
+        self.record(LogOp::GrowBlockSize {
+            os,
+            obj,
+            block_size,
+        });
         Ok(())
+    }
+
+    /// Applies one replayed record (records are not logged again while replaying).
+    fn replay(&self, op: LogOp) -> Result<(), PoolError> {
+        match op {
+            LogOp::CreateObjset { id, name, props } => {
+                self.create_objset_as(&name, &props, Some(id)).map(|_| ())
+            }
+            LogOp::SetObjsetProps { id, props } => self.set_objset_props(id, &props),
+            LogOp::DestroyObjset { .. } => unreachable!("applied by the pool, outside a Tx"),
+            LogOp::CreateObject {
+                os,
+                obj,
+                object_type,
+                block_size,
+                compression,
+                checksum,
+            } => self
+                .create_object_as(
+                    os,
+                    Some(obj),
+                    object_type,
+                    block_size,
+                    compression,
+                    checksum,
+                )
+                .map(|_| ()),
+            LogOp::Write {
+                os,
+                obj,
+                offset,
+                data,
+                ..
+            } => self.write(os, obj, offset, &data),
+            LogOp::FreeRange {
+                os,
+                obj,
+                offset,
+                len,
+            } => self.free_range(os, obj, offset, len),
+            LogOp::FreeObject { os, obj } => self.free_object(os, obj),
+            LogOp::SetBonus {
+                os,
+                obj,
+                bonus,
+                generation,
+            } => self.set_bonus(os, obj, &bonus, generation),
+            LogOp::GrowBlockSize {
+                os,
+                obj,
+                block_size,
+            } => self.grow_block_size(os, obj, block_size),
+        }
     }
 }

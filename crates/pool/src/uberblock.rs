@@ -13,7 +13,14 @@
 //! | 40..168 | directory block pointer (object sets of the pool) |
 //! | 168..296 | space log head block pointer |
 //! | 296..304 | space log chain length u64 |
-//! | 304..4064 | zero |
+//! | 304..312 | intent log chain guid u64 |
+//! | 312..320 | intent log chain start: byte position in its ring u64 |
+//! | 320..328 | intent log chain start: sequence number u64 |
+//! | 328..332 | intent log ring u32: 0 none, 1 the pool's log area, 2 the log devices |
+//! | 332..336 | reserved, zero |
+//! | 336..344 | pool log area: logical offset on top-level vdev 0 u64 |
+//! | 344..352 | pool log area: logical length u64 (0 = none) |
+//! | 352..4064 | zero |
 //! | 4064..4096 | blake3 of bytes 0..4064 |
 //!
 //! Commit protocol (pool.rs): all blocks of txg `t` are written and every device
@@ -24,6 +31,7 @@
 //! highest-txg uberblock whose checksum, pool guid and trees all verify.
 
 use crate::blkptr::{BlockPointer, BLKPTR_SIZE};
+use crate::intent_log::{LogHeader, RingKind};
 use crate::PoolError;
 use vdev::label::UBERBLOCK_SLOT_SIZE;
 
@@ -39,6 +47,7 @@ pub struct Uberblock {
     pub directory: BlockPointer,
     pub spacelog_head: BlockPointer,
     pub spacelog_len: u64,
+    pub log: LogHeader,
 }
 
 impl Uberblock {
@@ -52,6 +61,13 @@ impl Uberblock {
         self.directory.encode(&mut b[40..40 + BLKPTR_SIZE]);
         self.spacelog_head.encode(&mut b[168..168 + BLKPTR_SIZE]);
         b[296..304].copy_from_slice(&self.spacelog_len.to_le_bytes());
+        let l = &self.log;
+        b[304..312].copy_from_slice(&l.guid.to_le_bytes());
+        b[312..320].copy_from_slice(&l.start.to_le_bytes());
+        b[320..328].copy_from_slice(&l.seq.to_le_bytes());
+        b[328..332].copy_from_slice(&l.kind.code().to_le_bytes());
+        b[336..344].copy_from_slice(&l.area_offset.to_le_bytes());
+        b[344..352].copy_from_slice(&l.area_len.to_le_bytes());
         let h = blake3::hash(&b[..HASH_AT]);
         b[HASH_AT..].copy_from_slice(h.as_bytes());
         b
@@ -76,6 +92,14 @@ impl Uberblock {
             directory: BlockPointer::decode(&b[40..40 + BLKPTR_SIZE]).ok()?,
             spacelog_head: BlockPointer::decode(&b[168..168 + BLKPTR_SIZE]).ok()?,
             spacelog_len: u64_at(296),
+            log: LogHeader {
+                guid: u64_at(304),
+                start: u64_at(312),
+                seq: u64_at(320),
+                kind: RingKind::from_code(u32::from_le_bytes(b[328..332].try_into().unwrap()))?,
+                area_offset: u64_at(336),
+                area_len: u64_at(344),
+            },
         })
     }
 }
@@ -114,6 +138,7 @@ mod tests {
             directory: BlockPointer::HOLE,
             spacelog_head: BlockPointer::HOLE,
             spacelog_len: 0,
+            log: LogHeader::default(),
         }
     }
 

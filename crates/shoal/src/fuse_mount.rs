@@ -186,8 +186,11 @@ impl fuser::Filesystem for ShoalFuse {
             ctime: ctime.map(from_system),
         };
         attr(
-            self.fs
-                .setattr(ino.0, &set, &cred(req, gid.is_some() || mode.is_some())),
+            self.fs.settle(self.fs.setattr(
+                ino.0,
+                &set,
+                &cred(req, gid.is_some() || mode.is_some()),
+            )),
             reply,
         )
     }
@@ -214,14 +217,14 @@ impl fuser::Filesystem for ShoalFuse {
         }
         let perm = mode & 0o7777 & !umask;
         self.entry(
-            self.fs.create(
+            self.fs.settle(self.fs.create(
                 parent.0,
                 name.as_bytes(),
                 kind,
                 perm,
                 rdev as u64,
                 &cred(req, false),
-            ),
+            )),
             reply,
         );
     }
@@ -237,28 +240,30 @@ impl fuser::Filesystem for ShoalFuse {
     ) {
         let perm = mode & 0o7777 & !umask;
         self.entry(
-            self.fs.create(
+            self.fs.settle(self.fs.create(
                 parent.0,
                 name.as_bytes(),
                 Kind::Dir,
                 perm,
                 0,
                 &cred(req, false),
-            ),
+            )),
             reply,
         );
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         done(
-            self.fs.unlink(parent.0, name.as_bytes(), &cred(req, false)),
+            self.fs
+                .settle(self.fs.unlink(parent.0, name.as_bytes(), &cred(req, false))),
             reply,
         )
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         done(
-            self.fs.rmdir(parent.0, name.as_bytes(), &cred(req, false)),
+            self.fs
+                .settle(self.fs.rmdir(parent.0, name.as_bytes(), &cred(req, false))),
             reply,
         )
     }
@@ -272,12 +277,12 @@ impl fuser::Filesystem for ShoalFuse {
         reply: ReplyEntry,
     ) {
         self.entry(
-            self.fs.symlink(
+            self.fs.settle(self.fs.symlink(
                 parent.0,
                 link_name.as_bytes(),
                 target.as_os_str().as_bytes(),
                 &cred(req, false),
-            ),
+            )),
             reply,
         );
     }
@@ -298,14 +303,14 @@ impl fuser::Filesystem for ShoalFuse {
         }
         let noreplace = bits & libc::RENAME_NOREPLACE != 0;
         done(
-            self.fs.rename(
+            self.fs.settle(self.fs.rename(
                 parent.0,
                 name.as_bytes(),
                 newparent.0,
                 newname.as_bytes(),
                 noreplace,
                 &cred(req, false),
-            ),
+            )),
             reply,
         )
     }
@@ -319,8 +324,10 @@ impl fuser::Filesystem for ShoalFuse {
         reply: ReplyEntry,
     ) {
         self.entry(
-            self.fs
-                .link(ino.0, newparent.0, newname.as_bytes(), &cred(req, false)),
+            self.fs.settle(
+                self.fs
+                    .link(ino.0, newparent.0, newname.as_bytes(), &cred(req, false)),
+            ),
             reply,
         );
     }
@@ -484,8 +491,10 @@ impl fuser::Filesystem for ShoalFuse {
         let create = flags & libc::XATTR_CREATE != 0;
         let replace = flags & libc::XATTR_REPLACE != 0;
         done(
-            self.fs
-                .setxattr(ino.0, name.as_bytes(), Some(value), create, replace),
+            self.fs.settle(
+                self.fs
+                    .setxattr(ino.0, name.as_bytes(), Some(value), create, replace),
+            ),
             reply,
         )
     }
@@ -521,7 +530,8 @@ impl fuser::Filesystem for ShoalFuse {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         done(
-            self.fs.setxattr(ino.0, name.as_bytes(), None, false, false),
+            self.fs
+                .settle(self.fs.setxattr(ino.0, name.as_bytes(), None, false, false)),
             reply,
         )
     }
@@ -537,14 +547,14 @@ impl fuser::Filesystem for ShoalFuse {
         reply: ReplyCreate,
     ) {
         let perm = mode & 0o7777 & !umask;
-        match self.fs.create(
+        match self.fs.settle(self.fs.create(
             parent.0,
             name.as_bytes(),
             Kind::File,
             perm,
             0,
             &cred(req, false),
-        ) {
+        )) {
             Ok(a) => {
                 self.fs.opened(a.ino);
                 reply.created(
@@ -570,7 +580,7 @@ impl fuser::Filesystem for ShoalFuse {
         reply: ReplyEmpty,
     ) {
         let r = if mode == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE {
-            self.fs.punch(ino.0, offset, length)
+            self.fs.settle(self.fs.punch(ino.0, offset, length))
         } else if mode == 0 {
             // Copy-on-write cannot reserve blocks ahead; the size grows as asked.
             match self.fs.getattr(ino.0) {

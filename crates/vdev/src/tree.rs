@@ -200,6 +200,17 @@ impl Leaf {
         }
     }
 
+    /// Reads from the data area outside any vdev layout (the intent log's ring lives in
+    /// a region of the leaf that the layout has handed over whole). False on failure.
+    pub fn read_direct(&self, offset: u64, buf: &mut [u8]) -> bool {
+        self.read(offset, buf)
+    }
+
+    /// Writes into the data area outside any vdev layout; see `read_direct`.
+    pub fn write_direct(&self, offset: u64, data: &[u8]) -> bool {
+        self.write(offset, data)
+    }
+
     fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
         let Some(dev) = self.device() else {
             return false;

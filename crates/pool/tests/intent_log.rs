@@ -1,0 +1,378 @@
+//! Crash tests for the intent log on the simulated device: a seeded workload of object
+//! changes with log commits (fsync) and the odd txg commit runs until a crash clock
+//! fires at a chosen device write or flush; unflushed writes are then kept, dropped or
+//! torn, and the pool is imported. It must check clean and hold exactly the state after
+//! some prefix of the workload that includes every change acknowledged by a log commit
+//! or a sync: nothing acknowledged lost, nothing invented, nothing out of order. Every
+//! crash point of every workload is tried, on RAID-Z (log in the pool's own area), a
+//! mirror, and with a separate log device. After recovery the pool logs again, crashes
+//! again, and must still have the new acknowledged write.
+//!
+//! `SHOAL_CRASH_SEEDS=N` runs N workloads per layout (default 4).
+
+mod common;
+
+use common::*;
+use pool::checksum::ChecksumKind;
+use pool::compress::Compression;
+use pool::pool::{DeviceArg, TopArg};
+use pool::{Pool, PoolError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use vdev::{CrashClock, CrashPolicy, Layout, SimDevice};
+
+type Model = BTreeMap<u64, Vec<u8>>;
+
+struct Run {
+    /// The model after each change (index 0: before any).
+    states: Vec<Model>,
+    /// Index into `states` of the last acknowledged state.
+    acked: usize,
+    /// Every object id the workload created.
+    ids: Vec<u64>,
+}
+
+fn workload(pool: &Pool, os: u64, seed: u64) -> Run {
+    let mut rng = Rng(seed);
+    let mut model: Model = BTreeMap::new();
+    let mut run = Run {
+        states: vec![model.clone()],
+        acked: 0,
+        ids: Vec::new(),
+    };
+    for _ in 0..24 {
+        let objs: Vec<u64> = model.keys().copied().collect();
+        let choice = rng.below(12);
+        let r: Result<(), PoolError> = if objs.is_empty() || choice < 2 {
+            let bs = [4096u32, 16384, 131072][rng.below(3) as usize];
+            let comp = [Compression::Off, Compression::Lz4][rng.below(2) as usize];
+            pool.create_object(os, 19, bs, comp, ChecksumKind::Fletcher4)
+                .map(|o| {
+                    model.insert(o, Vec::new());
+                    run.ids.push(o);
+                })
+        } else {
+            let obj = objs[rng.below(objs.len() as u64) as usize];
+            match choice {
+                2..=7 => {
+                    let off = rng.below(300_000) as usize;
+                    let len = 1 + rng.below(40_000) as usize;
+                    let data = rng.mixed(len);
+                    pool.write(os, obj, off as u64, &data).map(|_| {
+                        let m = model.get_mut(&obj).unwrap();
+                        if m.len() < off + len {
+                            m.resize(off + len, 0);
+                        }
+                        m[off..off + len].copy_from_slice(&data);
+                    })
+                }
+                8 | 9 => {
+                    let m = model.get_mut(&obj).unwrap();
+                    let off = rng.below(m.len() as u64 + 1) as usize;
+                    let len = rng.below(100_000) as usize;
+                    pool.free_range(os, obj, off as u64, len as u64).map(|_| {
+                        let end = (off + len).min(m.len());
+                        if off < end {
+                            m[off..end].fill(0);
+                        }
+                    })
+                }
+                _ => pool.free_object(os, obj).map(|_| {
+                    model.remove(&obj);
+                }),
+            }
+        };
+        if r.is_err() {
+            return run;
+        }
+        run.states.push(model.clone());
+        // Mostly log commits, now and then a txg, so replay meets both.
+        let ack = match rng.below(10) {
+            0..=4 => pool.log_commit().map(Some),
+            5 => pool.sync().map(|_| Some(())),
+            _ => Ok(None),
+        };
+        match ack {
+            Ok(Some(())) => run.acked = run.states.len() - 1,
+            Ok(None) => {}
+            Err(_) => return run,
+        }
+    }
+    run
+}
+
+fn matches(pool: &Pool, os: u64, ids: &[u64], model: &Model) -> bool {
+    ids.iter().all(|obj| match model.get(obj) {
+        Some(data) => pool
+            .read(os, *obj, 0, data.len())
+            .is_ok_and(|got| got == *data),
+        None => matches!(pool.read(os, *obj, 0, 1), Err(PoolError::NotFound(_))),
+    })
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Setup {
+    /// Log in the pool's own area.
+    Pool(Layout, usize),
+    /// Same data layout plus one log device.
+    LogDevice(Layout, usize),
+}
+
+struct Totals {
+    points: u64,
+    replayed_points: u64,
+    blocks_written: u64,
+}
+
+fn devices(setup: Setup, seed: u64, clock: &Arc<CrashClock>) -> Vec<Arc<SimDevice>> {
+    let n = match setup {
+        Setup::Pool(_, n) => n,
+        Setup::LogDevice(_, n) => n + 1,
+    };
+    sim_devices(n, seed, Some(clock.clone()))
+}
+
+fn split(setup: Setup, devs: &[Arc<SimDevice>]) -> (Vec<TopArg>, Vec<DeviceArg>) {
+    let all = args(devs);
+    match setup {
+        Setup::Pool(layout, _) => (
+            vec![TopArg {
+                layout,
+                devices: all,
+            }],
+            vec![],
+        ),
+        Setup::LogDevice(layout, n) => (
+            vec![TopArg {
+                layout,
+                devices: all[..n].to_vec(),
+            }],
+            all[n..].to_vec(),
+        ),
+    }
+}
+
+fn run(setup: Setup, seeds: u64) -> Totals {
+    let o = opts();
+    let create = |devs: &[Arc<SimDevice>]| {
+        let (tops, log) = split(setup, devs);
+        let pool = Pool::create("tank", tops, log, vec![], o.clone()).expect("create pool");
+        let os = pool.create_objset("tank/log", "{}").unwrap();
+        pool.sync().unwrap();
+        (pool, os)
+    };
+    let mut t = Totals {
+        points: 0,
+        replayed_points: 0,
+        blocks_written: 0,
+    };
+    for seed in 0..seeds {
+        let clock = CrashClock::new();
+        let devs = devices(setup, seed, &clock);
+        let (pool, os) = create(&devs);
+        let start = clock.ops();
+        workload(&pool, os, seed);
+        let total = clock.ops() - start;
+        t.blocks_written += pool.intent_log_stats().blocks_written;
+        drop(pool);
+
+        for point in 1..=total {
+            let clock = CrashClock::new();
+            let devs = devices(setup, seed, &clock);
+            let (pool, os) = create(&devs);
+            clock.arm(point);
+            let run = workload(&pool, os, seed);
+            drop(pool);
+            let policy = [
+                CrashPolicy::Random,
+                CrashPolicy::DropAll,
+                CrashPolicy::KeepAll,
+            ][(point % 3) as usize];
+            let after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
+            let (tops, log) = split(setup, &after);
+            let mut all: Vec<DeviceArg> = tops.into_iter().flat_map(|t| t.devices).collect();
+            all.extend(log);
+            let pool = Pool::import(all, Some("tank"), o.clone()).expect("import pool");
+            let report = pool.check().unwrap();
+            assert!(
+                report.problems.is_empty(),
+                "{setup:?} seed {seed} point {point}: check found {:?}",
+                report.problems
+            );
+            let found = (run.acked..run.states.len())
+                .rev()
+                .find(|&k| matches(&pool, os, &run.ids, &run.states[k]));
+            assert!(
+                found.is_some(),
+                "{setup:?} seed {seed} crash point {point}/{total}: the pool holds no state at \
+                 or after the last acknowledged change (state {} of {})",
+                run.acked,
+                run.states.len() - 1
+            );
+            if pool.intent_log_stats().records_replayed > 0 {
+                t.replayed_points += 1;
+            }
+            assert_eq!(pool.intent_log_stats().replay_failures, 0);
+
+            // The recovered pool logs again; a second crash keeps the new write.
+            let obj = pool
+                .create_object(os, 19, 4096, Compression::Off, ChecksumKind::Blake3)
+                .unwrap();
+            pool.write(os, obj, 0, b"after the crash").unwrap();
+            pool.log_commit().unwrap();
+            drop(pool);
+            let again: Vec<Arc<SimDevice>> = after
+                .iter()
+                .map(|d| d.restart(CrashPolicy::DropAll))
+                .collect();
+            let pool = Pool::import(args(&again), Some("tank"), o.clone()).expect("reimport");
+            assert_eq!(
+                pool.read(os, obj, 0, 15).unwrap(),
+                b"after the crash",
+                "{setup:?} seed {seed} point {point}: the write logged after recovery is lost"
+            );
+            assert!(pool.check().unwrap().problems.is_empty());
+            t.points += 1;
+        }
+    }
+    t
+}
+
+fn seeds() -> u64 {
+    std::env::var("SHOAL_CRASH_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4)
+}
+
+fn report(name: &str, t: &Totals) {
+    println!(
+        "{name}: {} crash points, {} of them replayed the log, {} log blocks written per workload",
+        t.points, t.replayed_points, t.blocks_written
+    );
+    // The log really was written and really was replayed: otherwise this test would
+    // only be testing txg commits.
+    assert!(t.blocks_written > 0, "{name}: nothing went to the log");
+    assert!(
+        t.replayed_points > 0,
+        "{name}: no crash point needed replay"
+    );
+}
+
+#[test]
+fn log_crash_at_every_point_raidz2() {
+    let t = run(Setup::Pool(Layout::RaidZ { nparity: 2 }, 4), seeds());
+    report("raidz2, pool log area", &t);
+    assert!(t.points > 300);
+}
+
+#[test]
+fn log_crash_at_every_point_mirror() {
+    let t = run(Setup::Pool(Layout::Mirror, 2), seeds());
+    report("mirror, pool log area", &t);
+    assert!(t.points > 200);
+}
+
+#[test]
+fn log_crash_at_every_point_log_device() {
+    let t = run(Setup::LogDevice(Layout::Disk, 1), seeds());
+    report("disk + log device", &t);
+    assert!(t.points > 100);
+}
+
+/// The log commit does not commit a txg: after an fsync-style commit the pool's synced
+/// txg is unchanged, and the change is back after a crash anyway.
+#[test]
+fn log_commit_does_not_force_a_txg() {
+    let devs = sim_devices(3, 7, None);
+    let pool = Pool::create(
+        "tank",
+        vec![TopArg {
+            layout: Layout::RaidZ { nparity: 1 },
+            devices: args(&devs),
+        }],
+        vec![],
+        vec![],
+        opts(),
+    )
+    .unwrap();
+    let os = pool.create_objset("tank/a", "{}").unwrap();
+    pool.sync().unwrap();
+    let before = pool.synced_txg();
+    let obj = pool
+        .create_object(os, 19, 131072, Compression::Off, ChecksumKind::Blake3)
+        .unwrap();
+    let data = Rng(3).bytes(300_000);
+    pool.write(os, obj, 1000, &data).unwrap();
+    pool.log_commit().unwrap();
+    assert_eq!(pool.synced_txg(), before, "the log commit forced a txg");
+    let stats = pool.intent_log_stats();
+    assert_eq!(stats.txg_fallbacks, 0);
+    assert!(stats.blocks_written >= 2, "a 300 KB write spans blocks");
+    drop(pool);
+    let after: Vec<Arc<SimDevice>> = devs
+        .iter()
+        .map(|d| d.restart(CrashPolicy::DropAll))
+        .collect();
+    let pool = Pool::import(args(&after), Some("tank"), opts()).unwrap();
+    assert_eq!(pool.synced_txg(), before + 1, "replay commits one txg");
+    assert_eq!(pool.read(os, obj, 1000, data.len()).unwrap(), data);
+    assert_eq!(pool.read(os, obj, 0, 1000).unwrap(), vec![0u8; 1000]);
+    assert!(pool.intent_log_stats().records_replayed >= 2);
+    assert!(pool.check().unwrap().problems.is_empty());
+}
+
+/// A batch larger than half the ring goes to a txg instead, and wrapping the ring many
+/// times over keeps working.
+#[test]
+fn large_batches_fall_back_and_the_ring_wraps() {
+    let devs = sim_devices(2, 9, None);
+    let pool = Pool::create(
+        "tank",
+        vec![TopArg {
+            layout: Layout::Mirror,
+            devices: args(&devs),
+        }],
+        vec![],
+        vec![],
+        opts(),
+    )
+    .unwrap();
+    let os = pool.create_objset("tank/a", "{}").unwrap();
+    let obj = pool
+        .create_object(os, 19, 131072, Compression::Off, ChecksumKind::Blake3)
+        .unwrap();
+    let ring = pool.intent_log_stats().ring_bytes;
+    assert!(ring >= 1 << 20, "ring of {ring} bytes");
+    let big = Rng(1).bytes(ring as usize);
+    pool.write(os, obj, 0, &big).unwrap();
+    pool.log_commit().unwrap();
+    assert_eq!(pool.intent_log_stats().txg_fallbacks, 1);
+    // Many small commits: several passes over the ring, with txgs now and then.
+    let mut rng = Rng(2);
+    let mut model = big.clone();
+    for i in 0..400u64 {
+        let off = rng.below(model.len() as u64 - 40_000) as usize;
+        let data = rng.bytes(30_000);
+        pool.write(os, obj, off as u64, &data).unwrap();
+        model[off..off + data.len()].copy_from_slice(&data);
+        pool.log_commit().unwrap();
+        if i % 97 == 96 {
+            pool.sync().unwrap();
+        }
+    }
+    let stats = pool.intent_log_stats();
+    assert!(
+        stats.bytes_written > 3 * ring,
+        "{} bytes logged in a ring of {ring}",
+        stats.bytes_written
+    );
+    drop(pool);
+    let after: Vec<Arc<SimDevice>> = devs
+        .iter()
+        .map(|d| d.restart(CrashPolicy::DropAll))
+        .collect();
+    let pool = Pool::import(args(&after), Some("tank"), opts()).unwrap();
+    assert_eq!(pool.read(os, obj, 0, model.len()).unwrap(), model);
+    assert!(pool.check().unwrap().problems.is_empty());
+}
