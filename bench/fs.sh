@@ -2,6 +2,8 @@
 # Filesystem benchmark through FUSE: shoal against zfs-fuse (Debian), same layout
 # (raidz2 of 6 file devices in one directory, recordsize 128K, compression off), same
 # run, same fio jobs. Prints one JSON object with the figures and shoal/zfs-fuse ratios.
+# The fsync job runs once more on shoal with a log device (a seventh file in the same
+# directory), for the log-device-versus-none ratio.
 # A benchmark, never a test. Needs root and /dev/fuse.
 #
 #   bench/fs.sh                          # 4 GiB streams under target/bench-data
@@ -113,10 +115,19 @@ shoal_remount() {
 }
 shoal_mount
 run_all shoal "$DIR/shoal-mnt" shoal_remount
-"$SHOAL" unmount "$DIR/shoal-mnt"
-while pgrep -f "shoal mount sbench/fs" >/dev/null; do sleep 0.1; done
-"$SHOAL" pool destroy sbench >&2
-rm -rf "$DIR/shoal-devs"
+shoal_destroy() {
+    "$SHOAL" unmount "$DIR/shoal-mnt"
+    while pgrep -f "shoal mount sbench/fs" >/dev/null; do sleep 0.1; done
+    "$SHOAL" pool destroy sbench >&2
+    rm -rf "$DIR/shoal-devs"
+}
+shoal_destroy
+"$SHOAL" pool create --dir "$DIR/shoal-devs" --size "${DEV_MIB}M" sbench raidz2 a b c d e f log g >&2
+"$SHOAL" fs create sbench/fs -o recordsize=128K -o compression=off >&2
+shoal_mount
+echo "shoal with a log device: 8K random writes with fsync..." >&2
+fio_job rs "$DIR/shoal-mnt" randwrite 8k --size=256M --fsync=1 --runtime="$SECONDS_SYNC" --time_based > "$OUT/shoal.rs-log"
+shoal_destroy
 
 # ---- zfs-fuse ----
 zfs-fuse --no-kstat-mount -p "$OUT/zfs.pid"
@@ -143,10 +154,15 @@ for tag in ("shoal", "zfs"):
         **{k: round(v) for k, v in r(f"{tag}.files").items()},
     }
 ratio = {k: round(fig["shoal"][k] / fig["zfs"][k], 2) for k in fig["shoal"] if fig["zfs"][k]}
+log_iops = r("shoal.rs-log")["iops"]
+fig["shoal"]["rand_write_8k_fsync_iops_log_device"] = round(log_iops, 1)
+ratio["rand_write_8k_fsync_iops_log_device"] = round(log_iops / fig["zfs"]["rand_write_8k_fsync_iops"], 2)
+log_vs_none = round(log_iops / fig["shoal"]["rand_write_8k_fsync_iops"], 2)
 print(json.dumps({
     "size_mib": int(sys.argv[2]), "files": int(sys.argv[3]),
     "layout": "raidz2 of 6 file devices, recordsize 128K, compression off",
     "shoal": fig["shoal"], "zfs_fuse": fig["zfs"], "shoal_vs_zfs_fuse": ratio,
+    "shoal_fsync_log_device_vs_none": log_vs_none,
     "targets": {"seq_write_mb_s": 4, "seq_read_uncached_mb_s": 3, "rand_write_8k_fsync_iops": 2,
                 "create_per_s": 2, "stat_per_s": 2, "delete_per_s": 2},
 }, indent=2))

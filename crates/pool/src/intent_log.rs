@@ -417,6 +417,39 @@ pub struct Ring {
     /// (leaf, byte offset of the ring inside the leaf's data area)
     pub replicas: Vec<(Arc<Leaf>, u64)>,
     pub len: u64,
+    /// One worker per replica, started on the first parallel commit; they exit when
+    /// the ring (and so every sender) is dropped.
+    pub workers: Mutex<Vec<std::sync::mpsc::Sender<ReplicaJob>>>,
+}
+
+/// Blocks to write at their ring positions, and where to say whether it worked.
+pub type ReplicaJob = (
+    Arc<Vec<(u64, Arc<AlignedBuf>)>>,
+    std::sync::mpsc::Sender<bool>,
+);
+
+/// Writes the blocks to one replica, then flushes it; false if anything failed.
+fn replica_write(leaf: &Leaf, base: u64, blocks: &[(u64, Arc<AlignedBuf>)]) -> bool {
+    leaf.is_usable()
+        && blocks.iter().all(|(pos, b)| leaf.write_direct(base + pos, b))
+        && leaf.flush()
+}
+
+fn spawn_replica_worker(
+    i: usize,
+    leaf: Arc<Leaf>,
+    base: u64,
+) -> std::sync::mpsc::Sender<ReplicaJob> {
+    let (tx, rx) = std::sync::mpsc::channel::<ReplicaJob>();
+    std::thread::Builder::new()
+        .name(format!("log-replica-{i}"))
+        .spawn(move || {
+            for (blocks, done) in rx {
+                let _ = done.send(replica_write(&leaf, base, &blocks));
+            }
+        })
+        .expect("spawn log replica worker");
+    tx
 }
 
 impl Ring {
@@ -433,49 +466,41 @@ impl Ring {
         }
     }
 
-    /// Writes one block to every usable replica; returns how many took it.
-    fn write(&self, pos: u64, block: &AlignedBuf, parallel: bool) -> usize {
-        assert!(
-            pos + block.len() as u64 <= self.len,
-            "log block past the ring"
-        );
-        let one = |(leaf, base): &(Arc<Leaf>, u64)| {
-            leaf.is_usable() && leaf.write_direct(base + pos, block)
-        };
-        if parallel && self.replicas.len() > 1 {
-            return std::thread::scope(|s| {
-                let hs: Vec<_> = self
-                    .replicas
-                    .iter()
-                    .map(|r| s.spawn(move || one(r)))
-                    .collect();
-                hs.into_iter()
-                    .map(|h| h.join().unwrap_or(false))
-                    .filter(|ok| *ok)
-                    .count()
-            });
+    /// Writes blocks to every usable replica and flushes them: true when at least one
+    /// replica holds all of them durably. In parallel, each replica's writes and flush
+    /// run on that replica's own long-lived worker thread, so a commit costs one write
+    /// and one flush of the slowest replica, and no thread start.
+    fn write_and_flush(&self, blocks: Vec<(u64, Arc<AlignedBuf>)>, parallel: bool) -> bool {
+        for (pos, b) in &blocks {
+            assert!(pos + b.len() as u64 <= self.len, "log block past the ring");
         }
-        self.replicas.iter().filter(|r| one(r)).count()
-    }
-
-    /// Flushes every usable replica; true if at least one made its writes durable
-    /// (a replica whose write or flush failed is faulted and no longer usable).
-    fn flush(&self, parallel: bool) -> bool {
-        let live: Vec<&Arc<Leaf>> = self
-            .replicas
-            .iter()
-            .map(|(l, _)| l)
-            .filter(|l| l.is_usable())
-            .collect();
-        if parallel && live.len() > 1 {
-            return std::thread::scope(|s| {
-                let hs: Vec<_> = live.iter().map(|l| s.spawn(move || l.flush())).collect();
-                hs.into_iter()
-                    .map(|h| h.join().unwrap_or(false))
-                    .fold(false, |a, b| a | b)
-            });
+        if !parallel || self.replicas.len() == 1 {
+            return self
+                .replicas
+                .iter()
+                .map(|(leaf, base)| replica_write(leaf, *base, &blocks))
+                .fold(false, |a, b| a | b);
         }
-        live.iter().map(|l| l.flush()).fold(false, |a, b| a | b)
+        let blocks = Arc::new(blocks);
+        let mut workers = self.workers.lock().unwrap();
+        if workers.is_empty() {
+            *workers = self
+                .replicas
+                .iter()
+                .enumerate()
+                .map(|(i, (leaf, base))| spawn_replica_worker(i, leaf.clone(), *base))
+                .collect();
+        }
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let mut sent = 0;
+        for w in workers.iter() {
+            if w.send((blocks.clone(), done_tx.clone())).is_ok() {
+                sent += 1;
+            }
+        }
+        drop(workers);
+        drop(done_tx);
+        done_rx.iter().take(sent).fold(false, |a, b| a | b)
     }
 
     /// Reads the block at `pos` if some replica holds a valid one of this chain and seq.
@@ -958,7 +983,7 @@ impl IntentLog {
         if cur.1 > 0 {
             blocks.push(cur);
         }
-        let mut written = 0u64;
+        let mut sealed: Vec<(u64, Arc<AlignedBuf>)> = Vec::with_capacity(blocks.len());
         for (payload, records, max_txg) in blocks {
             let size = (BLOCK_HEADER + payload.len()).div_ceil(SECTOR_SIZE) * SECTOR_SIZE;
             let (pos, guid, seq) = {
@@ -977,16 +1002,18 @@ impl IntentLog {
                 st.live.push_back(LiveBlock { v, seq, max_txg });
                 (pos, st.guid, seq)
             };
-            let block = seal_block(&payload, records, max_txg, guid, seq);
-            if ring.write(pos, &block, self.parallel) == 0 {
-                return false;
-            }
-            written += block.len() as u64;
-            let mut s = self.stats.lock().unwrap();
-            s.blocks_written += 1;
-            s.bytes_written += block.len() as u64;
+            sealed.push((pos, Arc::new(seal_block(&payload, records, max_txg, guid, seq))));
         }
-        written == 0 || ring.flush(self.parallel)
+        if sealed.is_empty() {
+            return true;
+        }
+        let bytes: u64 = sealed.iter().map(|(_, b)| b.len() as u64).sum();
+        {
+            let mut s = self.stats.lock().unwrap();
+            s.blocks_written += sealed.len() as u64;
+            s.bytes_written += bytes;
+        }
+        ring.write_and_flush(sealed, self.parallel)
     }
 }
 

@@ -1822,6 +1822,7 @@ fn pool_ring(top: &TopVdev, offset: u64, len: u64) -> Option<Ring> {
             .map(|l| (l.clone(), base))
             .collect(),
         len: ring_len,
+        workers: Mutex::new(Vec::new()),
     })
 }
 
@@ -1839,6 +1840,7 @@ fn device_ring(log_leaves: &[Arc<Leaf>]) -> Option<Ring> {
         kind: RingKind::LogDevices,
         replicas: log_leaves.iter().map(|l| (l.clone(), 0)).collect(),
         len,
+        workers: Mutex::new(Vec::new()),
     })
 }
 
