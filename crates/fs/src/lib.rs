@@ -93,6 +93,7 @@ impl From<PoolError> for FsError {
             PoolError::NotFound(s) => FsError::NotFound(format!(": {s}")),
             PoolError::Exists(_) => FsError::Exists,
             PoolError::InvalidArgument(s) => FsError::Invalid(s),
+            PoolError::ReadOnly(_) => FsError::ReadOnly,
             other => FsError::Io(other.to_string()),
         }
     }

@@ -58,6 +58,7 @@ pub enum BlockType {
     ObjsetRoot = 4,
     SpaceLog = 5,
     Directory = 6,
+    Deadlist = 7,
 }
 
 impl BlockType {
@@ -70,6 +71,7 @@ impl BlockType {
             4 => BlockType::ObjsetRoot,
             5 => BlockType::SpaceLog,
             6 => BlockType::Directory,
+            7 => BlockType::Deadlist,
             _ => return None,
         })
     }

@@ -431,7 +431,9 @@ pub type ReplicaJob = (
 /// Writes the blocks to one replica, then flushes it; false if anything failed.
 fn replica_write(leaf: &Leaf, base: u64, blocks: &[(u64, Arc<AlignedBuf>)]) -> bool {
     leaf.is_usable()
-        && blocks.iter().all(|(pos, b)| leaf.write_direct(base + pos, b))
+        && blocks
+            .iter()
+            .all(|(pos, b)| leaf.write_direct(base + pos, b))
         && leaf.flush()
 }
 
@@ -1002,7 +1004,10 @@ impl IntentLog {
                 st.live.push_back(LiveBlock { v, seq, max_txg });
                 (pos, st.guid, seq)
             };
-            sealed.push((pos, Arc::new(seal_block(&payload, records, max_txg, guid, seq))));
+            sealed.push((
+                pos,
+                Arc::new(seal_block(&payload, records, max_txg, guid, seq)),
+            ));
         }
         if sealed.is_empty() {
             return true;

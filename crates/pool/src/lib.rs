@@ -8,6 +8,7 @@ pub mod blkptr;
 pub mod checksum;
 pub mod compress;
 pub mod config;
+pub mod deadlist;
 pub mod dnode;
 pub mod intent_log;
 pub mod l2arc;
@@ -36,6 +37,8 @@ pub enum PoolError {
     Exists(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    #[error("read-only: {0} is a snapshot")]
+    ReadOnly(String),
     #[error("pool is suspended after an I/O failure: {0}")]
     Suspended(String),
 }

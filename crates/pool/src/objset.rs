@@ -107,9 +107,37 @@ pub struct Objset {
     inner: Mutex<Inner>,
     /// Read-ahead stream detectors per object (bounded: cleared past MAX_DETECTORS).
     detectors: Mutex<HashMap<u64, StreamDetector>>,
+    /// Txg of the latest snapshot of this object set (0: none): blocks born at or
+    /// before it are shared with the snapshot and go on the dead list when released.
+    keep_upto: std::sync::atomic::AtomicU64,
+    /// Blocks released by syncs since the pool last took them (`take_dead`).
+    dead: Mutex<Vec<BlockPointer>>,
 }
 
 const MAX_DETECTORS: usize = 4096;
+
+/// Where the blocks a sync stops referencing go: back to the allocator (deferred), or
+/// onto the object set's dead list when a snapshot still references them, that is when
+/// they were born at or before the latest snapshot's txg (see `deadlist.rs`).
+struct Release<'a> {
+    st: &'a Storage,
+    txg: u64,
+    keep_upto: u64,
+    dead: &'a Mutex<Vec<BlockPointer>>,
+}
+
+impl Release<'_> {
+    fn free(&self, bp: &BlockPointer) {
+        if bp.is_hole() {
+            return;
+        }
+        if bp.birth_txg <= self.keep_upto {
+            self.dead.lock().unwrap().push(*bp);
+        } else {
+            self.st.free_block(bp, self.txg);
+        }
+    }
+}
 
 fn check_block_size(block_size: u32) -> Result<(), PoolError> {
     if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) || !block_size.is_multiple_of(512) {
@@ -143,6 +171,8 @@ impl Objset {
                 root_bp: BlockPointer::HOLE,
             }),
             detectors: Mutex::new(HashMap::new()),
+            keep_upto: std::sync::atomic::AtomicU64::new(0),
+            dead: Mutex::new(Vec::new()),
         }
     }
 
@@ -181,7 +211,23 @@ impl Objset {
                 root_bp,
             }),
             detectors: Mutex::new(HashMap::new()),
+            keep_upto: std::sync::atomic::AtomicU64::new(0),
+            dead: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Blocks born at or before `txg` are shared with a snapshot from now on.
+    pub fn set_keep_upto(&self, txg: u64) {
+        self.keep_upto.store(txg, Ordering::SeqCst);
+    }
+
+    pub fn keep_upto(&self) -> u64 {
+        self.keep_upto.load(Ordering::SeqCst)
+    }
+
+    /// The blocks syncs moved to the dead list since the last call.
+    pub fn take_dead(&self) -> Vec<BlockPointer> {
+        std::mem::take(&mut *self.dead.lock().unwrap())
     }
 
     pub fn root_bp(&self) -> BlockPointer {
@@ -671,6 +717,12 @@ impl Objset {
 
     /// Writes the syncing changes as part of `txg`; returns the new root block pointer.
     pub fn sync(&self, st: &Storage, txg: u64) -> Result<BlockPointer, PoolError> {
+        let rel = Release {
+            st,
+            txg,
+            keep_upto: self.keep_upto(),
+            dead: &self.dead,
+        };
         // 1. Collect the work.
         let jobs: Vec<(u64, DirtySet, BlockPointer, u8)> = {
             let inner = self.inner.lock().unwrap();
@@ -721,7 +773,7 @@ impl Objset {
         for (j, (obj, set, root, levels)) in jobs.iter().enumerate() {
             let mut snap = set.snapshot.clone().unwrap();
             if set.freed {
-                free_tree(st, *root, *levels, txg)?;
+                free_tree(st, *root, *levels, &rel)?;
                 results.push((*obj, Dnode::free_slot()));
                 continue;
             }
@@ -742,7 +794,8 @@ impl Objset {
             let nblocks = snap
                 .nblocks
                 .max(updates.keys().next_back().map_or(0, |b| b + 1));
-            let (new_root, new_levels) = update_tree(st, txg, *root, *levels, nblocks, updates)?;
+            let (new_root, new_levels) =
+                update_tree(st, txg, &rel, *root, *levels, nblocks, updates)?;
             snap.root = new_root;
             snap.levels = new_levels;
             snap.nblocks = nblocks;
@@ -783,8 +836,15 @@ impl Objset {
         let meta_nblocks = meta
             .nblocks
             .max(meta_updates.keys().next_back().map_or(0, |b| b + 1));
-        let (meta_root, meta_levels) =
-            update_tree(st, txg, meta.root, meta.levels, meta_nblocks, meta_updates)?;
+        let (meta_root, meta_levels) = update_tree(
+            st,
+            txg,
+            &rel,
+            meta.root,
+            meta.levels,
+            meta_nblocks,
+            meta_updates,
+        )?;
         let mut new_meta = meta.clone();
         new_meta.root = meta_root;
         new_meta.levels = meta_levels;
@@ -802,7 +862,7 @@ impl Objset {
             txg,
             true,
         )?;
-        st.free_block(&old_root, txg);
+        rel.free(&old_root);
 
         // 6. Install.
         let mut inner = self.inner.lock().unwrap();
@@ -992,8 +1052,8 @@ pub fn existing_blocks(
 }
 
 /// Frees every block of a tree (object destroyed).
-fn free_tree(st: &Storage, root: BlockPointer, levels: u8, txg: u64) -> Result<(), PoolError> {
-    fn walk(st: &Storage, bp: BlockPointer, level: u8, txg: u64) -> Result<(), PoolError> {
+fn free_tree(st: &Storage, root: BlockPointer, levels: u8, rel: &Release) -> Result<(), PoolError> {
+    fn walk(st: &Storage, bp: BlockPointer, level: u8, rel: &Release) -> Result<(), PoolError> {
         if bp.is_hole() {
             return Ok(());
         }
@@ -1002,14 +1062,14 @@ fn free_tree(st: &Storage, root: BlockPointer, levels: u8, txg: u64) -> Result<(
             for i in 0..BPS_PER_INDIRECT {
                 let child = bp_at(block.bytes(), i)?;
                 check_child(level, &child)?;
-                walk(st, child, level - 1, txg)?;
+                walk(st, child, level - 1, rel)?;
             }
         }
-        st.free_block(&bp, txg);
+        rel.free(&bp);
         Ok(())
     }
     if levels > 0 {
-        walk(st, root, levels - 1, txg)?;
+        walk(st, root, levels - 1, rel)?;
     }
     Ok(())
 }
@@ -1019,6 +1079,7 @@ fn free_tree(st: &Storage, root: BlockPointer, levels: u8, txg: u64) -> Result<(
 fn update_tree(
     st: &Storage,
     txg: u64,
+    rel: &Release,
     old_root: BlockPointer,
     old_levels: u8,
     nblocks: u64,
@@ -1072,7 +1133,7 @@ fn update_tree(
         let new_root = updates[&0];
         assert_eq!(updates.len(), 1);
         if new_root != old_root {
-            st.free_block(&old_root, txg);
+            rel.free(&old_root);
         }
         return Ok((new_root, 1));
     }
@@ -1089,7 +1150,7 @@ fn update_tree(
             let slot = ((idx & (BPS_PER_INDIRECT - 1)) as usize) * BLKPTR_SIZE;
             let old = BlockPointer::decode(&block[slot..slot + BLKPTR_SIZE])?;
             if old != bp {
-                st.free_block(&old, txg);
+                rel.free(&old);
             }
             bp.encode(&mut block[slot..slot + BLKPTR_SIZE]);
         }
@@ -1119,7 +1180,7 @@ fn update_tree(
             // The replaced version is freed when the parent slot is overwritten, except
             // at the top, which has no parent.
             if level == levels - 1 && !grown {
-                st.free_block(&replaced, txg);
+                rel.free(&replaced);
             }
             let _ = replaced;
             next.insert(key.1, bp);

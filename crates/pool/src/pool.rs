@@ -13,10 +13,19 @@
 //! previous trees stay intact. After a crash, import finds the newest uberblock whose
 //! directory, object sets and space log all verify, and is exactly that txg.
 //!
-//! Directory block (logical, little-endian): 0..8 magic `SHOALDIR`; 8..12 version (1);
-//! 12..16 entry count u32; 16..24 next object set id u64; then per entry: id u64, root
-//! block pointer (128), name length u16, name (UTF-8), properties length u32,
-//! properties (UTF-8 JSON, owned by the file system layer).
+//! Directory block (logical, little-endian): 0..8 magic `SHOALDIR`; 8..12 version (2;
+//! 1 is read too); 12..16 entry count u32; 16..24 next object set id u64; then per
+//! entry: id u64, root block pointer (128), name length u16, name (UTF-8), properties
+//! length u32, properties (UTF-8 JSON, owned by the file system layer); version 2 adds
+//! kind u8 (0 dataset, 1 snapshot), origin u64 (a snapshot's dataset id, else 0),
+//! snapshot txg u64 (a snapshot's own txg, or a dataset's latest snapshot txg, 0 for
+//! none), dead list head block pointer (128) and dead list entry count u64.
+//!
+//! Snapshots (see `deadlist.rs`): taking one costs a directory entry naming the root the
+//! dataset's sync just wrote; blocks born at or before it are then released to the
+//! dataset's dead list instead of the allocator. Snapshot operations run in syncing
+//! context, after every object set of the txg has synced, so they see exactly the
+//! state the txg commits.
 
 use crate::alloc::{Allocator, Extent};
 use crate::arc::ArcStats;
@@ -24,6 +33,7 @@ use crate::blkptr::{BlockPointer, BlockType, BLKPTR_SIZE};
 use crate::checksum::ChecksumKind;
 use crate::compress::Compression;
 use crate::config::{new_guid, LeafConfig, PoolConfig, PoolState, TopConfig, CONFIG_VERSION};
+use crate::deadlist::{self, Deadlist};
 use crate::intent_log::{IntentLog, IntentLogStats, LogHeader, LogOp, LogSource, Ring, RingKind};
 use crate::objset::{visit_objset, ObjectInfo, Objset};
 use crate::spacelog;
@@ -39,7 +49,7 @@ use vdev::label;
 use vdev::{Device, Health, Layout, Leaf, ReadMode, TopVdev};
 
 const DIR_MAGIC: &[u8; 8] = b"SHOALDIR";
-const DIR_VERSION: u32 = 1;
+const DIR_VERSION: u32 = 2;
 const DIR_MAX_BYTES: usize = 1024 * 1024;
 const PREFETCH_WORKERS: usize = 8;
 const PREFETCH_QUEUE: usize = 1024;
@@ -116,6 +126,59 @@ struct DatasetEntry {
     name: String,
     props: String,
     objset: Arc<Objset>,
+    /// The dataset a snapshot was taken of; `None` for a dataset.
+    snapshot_of: Option<u64>,
+    /// A snapshot's txg, or a dataset's latest snapshot's txg (0: none).
+    snap_txg: u64,
+    deadlist: Deadlist,
+}
+
+impl DatasetEntry {
+    fn dataset(name: String, props: String, objset: Arc<Objset>) -> DatasetEntry {
+        DatasetEntry {
+            name,
+            props,
+            objset,
+            snapshot_of: None,
+            snap_txg: 0,
+            deadlist: Deadlist::EMPTY,
+        }
+    }
+}
+
+/// One directory entry as stored.
+#[derive(Debug, Clone)]
+struct DirRecord {
+    id: u64,
+    name: String,
+    root: BlockPointer,
+    props: String,
+    snapshot_of: Option<u64>,
+    snap_txg: u64,
+    deadlist: Deadlist,
+}
+
+/// Snapshot work done in syncing context; the caller waits for the sync and reads the
+/// outcome from the slot.
+#[derive(Debug)]
+enum SnapOp {
+    Create { dataset: u64, name: String },
+    Destroy { id: u64 },
+    Rollback { id: u64 },
+}
+
+type SnapSlot = Arc<Mutex<Option<Result<u64, PoolError>>>>;
+
+/// A snapshot as listed.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotInfo {
+    pub id: u64,
+    /// `dataset@snapshot`
+    pub name: String,
+    pub dataset: u64,
+    pub txg: u64,
+    /// Bytes only this snapshot holds: what destroying it frees (allocated size).
+    pub unique_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -253,7 +316,8 @@ pub struct Pool {
     cache_leaves: Vec<Arc<Leaf>>,
     datasets: RwLock<BTreeMap<u64, DatasetEntry>>,
     next_objset_id: Mutex<u64>,
-    pending_destroy: Mutex<Vec<BlockPointer>>,
+    pending_destroy: Mutex<Vec<(BlockPointer, Deadlist)>>,
+    snap_ops: Mutex<Vec<(SnapOp, SnapSlot)>>,
     directory_dirty: AtomicBool,
     committed: Mutex<Committed>,
     txg: Mutex<TxgState>,
@@ -510,6 +574,7 @@ impl Pool {
             datasets: RwLock::new(BTreeMap::new()),
             next_objset_id: Mutex::new(1),
             pending_destroy: Mutex::new(Vec::new()),
+            snap_ops: Mutex::new(Vec::new()),
             directory_dirty: AtomicBool::new(false),
             committed: Mutex::new(Committed {
                 txg: 0,
@@ -722,14 +787,20 @@ impl Pool {
             let block = st.read_block(&ub.directory)?;
             let (entries, next) = decode_directory(block.bytes())?;
             next_id = next;
-            for (id, name, root, props) in entries {
-                let objset = Arc::new(Objset::open(st, id, root)?);
+            for r in entries {
+                let objset = Arc::new(Objset::open(st, r.id, r.root)?);
+                if r.snapshot_of.is_none() {
+                    objset.set_keep_upto(r.snap_txg);
+                }
                 datasets.insert(
-                    id,
+                    r.id,
                     DatasetEntry {
-                        name,
-                        props,
+                        name: r.name,
+                        props: r.props,
                         objset,
+                        snapshot_of: r.snapshot_of,
+                        snap_txg: r.snap_txg,
+                        deadlist: r.deadlist,
                     },
                 );
             }
@@ -1011,6 +1082,239 @@ impl Pool {
         self.sync().map(|_| ())
     }
 
+    // ---- snapshots ----
+
+    /// Takes snapshot `name` of dataset `dataset`: everything changed before this call
+    /// is in it. O(1): one directory entry naming the root the dataset's sync wrote.
+    pub fn snapshot_create(&self, dataset: u64, name: &str) -> Result<u64, PoolError> {
+        Self::validate_objset_name(name)?;
+        if name.contains('/') {
+            return Err(PoolError::InvalidArgument(format!(
+                "invalid snapshot name '{name}'"
+            )));
+        }
+        self.run_snapshot_op(SnapOp::Create {
+            dataset,
+            name: name.to_string(),
+        })
+    }
+
+    /// Destroys a snapshot, freeing the blocks only it held.
+    pub fn snapshot_destroy(&self, id: u64) -> Result<(), PoolError> {
+        self.run_snapshot_op(SnapOp::Destroy { id }).map(|_| ())
+    }
+
+    /// Rolls a dataset back to its latest snapshot `id`: later changes are discarded
+    /// and their blocks freed. The dataset must not be in use (mounted or shared).
+    pub fn snapshot_rollback(&self, id: u64) -> Result<(), PoolError> {
+        self.run_snapshot_op(SnapOp::Rollback { id }).map(|_| ())
+    }
+
+    fn run_snapshot_op(&self, op: SnapOp) -> Result<u64, PoolError> {
+        self.check_writable()?;
+        let slot: SnapSlot = Arc::new(Mutex::new(None));
+        self.snap_ops.lock().unwrap().push((op, slot.clone()));
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        self.sync()?;
+        let outcome = slot.lock().unwrap().take();
+        outcome.unwrap_or_else(|| Err(PoolError::Io("snapshot operation did not run".into())))
+    }
+
+    /// Snapshots, oldest first; of one dataset when given.
+    pub fn list_snapshots(&self, dataset: Option<u64>) -> Result<Vec<SnapshotInfo>, PoolError> {
+        let ds = self.datasets.read().unwrap();
+        let mut snaps: Vec<(u64, &DatasetEntry)> = ds
+            .iter()
+            .filter(|(_, d)| d.snapshot_of.is_some())
+            .filter(|(_, d)| dataset.is_none_or(|want| d.snapshot_of == Some(want)))
+            .map(|(id, d)| (*id, d))
+            .collect();
+        snaps.sort_by_key(|(_, d)| (d.snapshot_of, d.snap_txg));
+        let mut out = Vec::with_capacity(snaps.len());
+        for (id, d) in snaps {
+            let origin = d.snapshot_of.unwrap();
+            let (prev, next) = Self::neighbours(&ds, origin, d.snap_txg);
+            let next_list = ds[&next].deadlist;
+            let unique = deadlist::entries(&self.storage, next_list)?
+                .iter()
+                .filter(|bp| bp.birth_txg > prev && bp.birth_txg <= d.snap_txg)
+                .map(|bp| bp.asize_total())
+                .sum();
+            out.push(SnapshotInfo {
+                id,
+                name: d.name.clone(),
+                dataset: origin,
+                txg: d.snap_txg,
+                unique_bytes: unique,
+            });
+        }
+        Ok(out)
+    }
+
+    /// For a snapshot of `origin` at `txg`: the previous snapshot's txg (0 if none) and
+    /// the id of the next snapshot, or of the dataset itself when it is the newest.
+    fn neighbours(ds: &BTreeMap<u64, DatasetEntry>, origin: u64, txg: u64) -> (u64, u64) {
+        let of_origin = || {
+            ds.iter()
+                .filter(move |(_, d)| d.snapshot_of == Some(origin))
+        };
+        let prev = of_origin()
+            .map(|(_, d)| d.snap_txg)
+            .filter(|&t| t < txg)
+            .max()
+            .unwrap_or(0);
+        let next = of_origin()
+            .filter(|(_, d)| d.snap_txg > txg)
+            .min_by_key(|(_, d)| d.snap_txg)
+            .map_or(origin, |(id, _)| *id);
+        (prev, next)
+    }
+
+    /// Runs queued snapshot operations in syncing context (after every object set of
+    /// `txg` synced and dead lists were appended).
+    fn apply_snapshot_ops(&self, txg: u64) -> Result<(), PoolError> {
+        let ops = std::mem::take(&mut *self.snap_ops.lock().unwrap());
+        for (op, slot) in ops {
+            let r = match op {
+                SnapOp::Create { dataset, name } => self.snapshot_in_sync(txg, dataset, &name),
+                SnapOp::Destroy { id } => self.destroy_snapshot_in_sync(txg, id).map(|_| id),
+                SnapOp::Rollback { id } => self.rollback_in_sync(txg, id).map(|_| id),
+            };
+            // I/O failures fail the txg; a refused request only fails its caller.
+            let r = match r {
+                Err(e @ (PoolError::Io(_) | PoolError::Checksum(_) | PoolError::Corrupt(_))) => {
+                    *slot.lock().unwrap() = Some(Err(PoolError::Io(e.to_string())));
+                    return Err(e);
+                }
+                r => r,
+            };
+            *slot.lock().unwrap() = Some(r);
+        }
+        Ok(())
+    }
+
+    fn snapshot_in_sync(&self, txg: u64, dataset: u64, name: &str) -> Result<u64, PoolError> {
+        let st = &self.storage;
+        let mut ds = self.datasets.write().unwrap();
+        let d = ds
+            .get(&dataset)
+            .ok_or_else(|| PoolError::NotFound(format!("dataset {dataset}")))?;
+        if d.snapshot_of.is_some() {
+            return Err(PoolError::InvalidArgument(
+                "cannot snapshot a snapshot".into(),
+            ));
+        }
+        let full = format!("{}@{name}", d.name);
+        if ds.values().any(|e| e.name == full) {
+            return Err(PoolError::Exists(format!("snapshot '{full}'")));
+        }
+        let root = d.objset.root_bp();
+        let props = d.props.clone();
+        let handed_over = d.deadlist;
+        let mut next = self.next_objset_id.lock().unwrap();
+        let id = *next;
+        *next += 1;
+        drop(next);
+        let objset = Arc::new(Objset::open(st, id, root)?);
+        let d = ds.get_mut(&dataset).unwrap();
+        // From now on blocks born up to this txg are shared with the snapshot.
+        d.objset.set_keep_upto(txg);
+        d.snap_txg = txg;
+        d.deadlist = Deadlist::EMPTY;
+        ds.insert(
+            id,
+            DatasetEntry {
+                name: full,
+                props,
+                objset,
+                snapshot_of: Some(dataset),
+                snap_txg: txg,
+                deadlist: handed_over,
+            },
+        );
+        Ok(id)
+    }
+
+    fn destroy_snapshot_in_sync(&self, txg: u64, id: u64) -> Result<(), PoolError> {
+        let st = &self.storage;
+        let mut ds = self.datasets.write().unwrap();
+        let s = ds
+            .get(&id)
+            .ok_or_else(|| PoolError::NotFound(format!("snapshot {id}")))?;
+        let Some(origin) = s.snapshot_of else {
+            return Err(PoolError::InvalidArgument(format!(
+                "'{}' is not a snapshot",
+                s.name
+            )));
+        };
+        let s_txg = s.snap_txg;
+        let s_list = s.deadlist;
+        let (prev, next) = Self::neighbours(&ds, origin, s_txg);
+        let n_list = ds[&next].deadlist;
+        let mut keep = Vec::new();
+        for bp in deadlist::entries(st, n_list)? {
+            if bp.birth_txg > prev && bp.birth_txg <= s_txg {
+                st.free_block(&bp, txg); // only this snapshot held it
+            } else {
+                keep.push(bp);
+            }
+        }
+        keep.extend(deadlist::entries(st, s_list)?);
+        deadlist::free_chain(st, n_list, txg)?;
+        deadlist::free_chain(st, s_list, txg)?;
+        let merged = deadlist::append(st, txg, Deadlist::EMPTY, &keep)?;
+        ds.get_mut(&next).unwrap().deadlist = merged;
+        if next == origin {
+            // It was the newest: the dataset now shares only with the one before.
+            let d = ds.get_mut(&origin).unwrap();
+            d.snap_txg = prev;
+            d.objset.set_keep_upto(prev);
+        }
+        ds.remove(&id);
+        Ok(())
+    }
+
+    fn rollback_in_sync(&self, txg: u64, id: u64) -> Result<(), PoolError> {
+        let st = &self.storage;
+        let mut ds = self.datasets.write().unwrap();
+        let s = ds
+            .get(&id)
+            .ok_or_else(|| PoolError::NotFound(format!("snapshot {id}")))?;
+        let Some(origin) = s.snapshot_of else {
+            return Err(PoolError::InvalidArgument(format!(
+                "'{}' is not a snapshot",
+                s.name
+            )));
+        };
+        let (s_txg, s_root) = (s.snap_txg, s.objset.root_bp());
+        if Self::neighbours(&ds, origin, s_txg).1 != origin {
+            return Err(PoolError::InvalidArgument(format!(
+                "'{}' is not the latest snapshot: destroy the later ones first",
+                s.name
+            )));
+        }
+        let d = &ds[&origin];
+        // Everything born after the snapshot is the dataset's alone; what died since
+        // is still the snapshot's, so the dead list is dropped, not freed.
+        let mut doomed = Vec::new();
+        visit_objset(st, d.objset.root_bp(), &mut |bp| {
+            if bp.birth_txg > s_txg {
+                doomed.push(*bp);
+            }
+            Ok(())
+        })?;
+        for bp in doomed {
+            st.free_block(&bp, txg);
+        }
+        deadlist::free_chain(st, d.deadlist, txg)?;
+        let objset = Arc::new(Objset::open(st, origin, s_root)?);
+        objset.set_keep_upto(s_txg);
+        let d = ds.get_mut(&origin).unwrap();
+        d.objset = objset;
+        d.deadlist = Deadlist::EMPTY;
+        Ok(())
+    }
+
     // ---- object sets ----
 
     fn validate_objset_name(name: &str) -> Result<(), PoolError> {
@@ -1039,18 +1343,31 @@ impl Pool {
         // No sync may be writing this object set while it goes away.
         let _no_sync = self.sync_lock.lock().unwrap();
         let _g = self.gate.read().unwrap();
-        let entry = self
-            .datasets
-            .write()
-            .unwrap()
-            .remove(&id)
-            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))?;
+        let entry = {
+            let mut ds = self.datasets.write().unwrap();
+            match ds.get(&id) {
+                None => return Err(PoolError::NotFound(format!("object set {id}"))),
+                Some(d) if d.snapshot_of.is_some() => {
+                    return Err(PoolError::InvalidArgument(format!(
+                        "'{}' is a snapshot: destroy it as one",
+                        d.name
+                    )))
+                }
+                Some(d) if ds.values().any(|s| s.snapshot_of == Some(id)) => {
+                    return Err(PoolError::InvalidArgument(format!(
+                        "'{}' has snapshots: destroy them first",
+                        d.name
+                    )))
+                }
+                Some(_) => ds.remove(&id).unwrap(),
+            }
+        };
         // Its committed blocks are freed by the sync that commits the removal; changes
         // still open in it never got space and are dropped with it.
         self.pending_destroy
             .lock()
             .unwrap()
-            .push(entry.objset.root_bp());
+            .push((entry.objset.root_bp(), entry.deadlist));
         self.directory_dirty.store(true, Ordering::SeqCst);
         let txg = self.txg.lock().unwrap().open_txg;
         self.intent_log
@@ -1058,11 +1375,13 @@ impl Pool {
         Ok(())
     }
 
+    /// Datasets (not snapshots): (id, name, properties).
     pub fn list_objsets(&self) -> Vec<(u64, String, String)> {
         self.datasets
             .read()
             .unwrap()
             .iter()
+            .filter(|(_, d)| d.snapshot_of.is_none())
             .map(|(id, d)| (*id, d.name.clone(), d.props.clone()))
             .collect()
     }
@@ -1078,6 +1397,18 @@ impl Pool {
 
     pub fn set_objset_props(&self, id: u64, props: &str) -> Result<(), PoolError> {
         self.begin(0)?.set_objset_props(id, props)
+    }
+
+    /// An object set that changes may go to: not a snapshot.
+    fn writable_objset(&self, id: u64) -> Result<Arc<Objset>, PoolError> {
+        let ds = self.datasets.read().unwrap();
+        let d = ds
+            .get(&id)
+            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))?;
+        if d.snapshot_of.is_some() {
+            return Err(PoolError::ReadOnly(d.name.clone()));
+        }
+        Ok(d.objset.clone())
     }
 
     fn objset(&self, id: u64) -> Result<Arc<Objset>, PoolError> {
@@ -1323,7 +1654,7 @@ impl Pool {
         for os in objsets {
             os.sync(st, txg)?;
         }
-        for root in std::mem::take(&mut *self.pending_destroy.lock().unwrap()) {
+        for (root, dead) in std::mem::take(&mut *self.pending_destroy.lock().unwrap()) {
             let mut doomed = Vec::new();
             visit_objset(st, root, &mut |bp| {
                 doomed.push(*bp);
@@ -1332,14 +1663,43 @@ impl Pool {
             for bp in doomed {
                 st.free_block(&bp, txg);
             }
+            deadlist::free_chain(st, dead, txg)?;
         }
-        // Directory.
-        let entries: Vec<(u64, String, BlockPointer, String)> = self
+        // Dead lists: what the syncs above released that a snapshot still holds.
+        let released: Vec<(u64, Vec<BlockPointer>)> = self
             .datasets
             .read()
             .unwrap()
             .iter()
-            .map(|(id, d)| (*id, d.name.clone(), d.objset.root_bp(), d.props.clone()))
+            .map(|(id, d)| (*id, d.objset.take_dead()))
+            .filter(|(_, dead)| !dead.is_empty())
+            .collect();
+        for (id, dead) in released {
+            let list = self.datasets.read().unwrap()[&id].deadlist;
+            let list = deadlist::append(st, txg, list, &dead)?;
+            self.datasets
+                .write()
+                .unwrap()
+                .get_mut(&id)
+                .unwrap()
+                .deadlist = list;
+        }
+        self.apply_snapshot_ops(txg)?;
+        // Directory.
+        let entries: Vec<DirRecord> = self
+            .datasets
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(id, d)| DirRecord {
+                id: *id,
+                name: d.name.clone(),
+                root: d.objset.root_bp(),
+                props: d.props.clone(),
+                snapshot_of: d.snapshot_of,
+                snap_txg: d.snap_txg,
+                deadlist: d.deadlist,
+            })
             .collect();
         let next_id = *self.next_objset_id.lock().unwrap();
         let dir_bytes = encode_directory(&entries, next_id)?;
@@ -1506,11 +1866,16 @@ impl Pool {
             out.push(c.directory);
             let block = st.read_block(&c.directory)?;
             let (entries, _) = decode_directory(block.bytes())?;
-            for (_, _, root, _) in entries {
-                visit_objset(st, root, &mut |bp| {
-                    out.push(*bp);
+            // Snapshots share blocks with their dataset and each other: list each once.
+            let mut seen = std::collections::HashSet::new();
+            for r in entries {
+                visit_objset(st, r.root, &mut |bp| {
+                    if seen.insert(*bp) {
+                        out.push(*bp);
+                    }
                     Ok(())
                 })?;
+                out.extend(deadlist::chain_blocks(st, r.deadlist)?);
             }
         }
         out.extend(spacelog::chain_blocks(st, c.spacelog_head)?);
@@ -1859,22 +2224,24 @@ impl LogSource for Pool {
     }
 }
 
-fn encode_directory(
-    entries: &[(u64, String, BlockPointer, String)],
-    next_id: u64,
-) -> Result<Vec<u8>, PoolError> {
+fn encode_directory(entries: &[DirRecord], next_id: u64) -> Result<Vec<u8>, PoolError> {
     let mut b = Vec::with_capacity(4096);
     b.extend_from_slice(DIR_MAGIC);
     b.extend_from_slice(&DIR_VERSION.to_le_bytes());
     b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
     b.extend_from_slice(&next_id.to_le_bytes());
-    for (id, name, root, props) in entries {
-        b.extend_from_slice(&id.to_le_bytes());
-        b.extend_from_slice(&root.to_bytes());
-        b.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        b.extend_from_slice(name.as_bytes());
-        b.extend_from_slice(&(props.len() as u32).to_le_bytes());
-        b.extend_from_slice(props.as_bytes());
+    for r in entries {
+        b.extend_from_slice(&r.id.to_le_bytes());
+        b.extend_from_slice(&r.root.to_bytes());
+        b.extend_from_slice(&(r.name.len() as u16).to_le_bytes());
+        b.extend_from_slice(r.name.as_bytes());
+        b.extend_from_slice(&(r.props.len() as u32).to_le_bytes());
+        b.extend_from_slice(r.props.as_bytes());
+        b.push(r.snapshot_of.is_some() as u8);
+        b.extend_from_slice(&r.snapshot_of.unwrap_or(0).to_le_bytes());
+        b.extend_from_slice(&r.snap_txg.to_le_bytes());
+        b.extend_from_slice(&r.deadlist.head.to_bytes());
+        b.extend_from_slice(&r.deadlist.count.to_le_bytes());
     }
     if b.len() > DIR_MAX_BYTES {
         return Err(PoolError::NoSpace);
@@ -1882,14 +2249,13 @@ fn encode_directory(
     Ok(b)
 }
 
-type DirEntries = Vec<(u64, String, BlockPointer, String)>;
-
-fn decode_directory(b: &[u8]) -> Result<(DirEntries, u64), PoolError> {
+fn decode_directory(b: &[u8]) -> Result<(Vec<DirRecord>, u64), PoolError> {
     let bad = |w: &str| PoolError::Corrupt(format!("directory: {w}"));
     if b.len() < 24 || &b[0..8] != DIR_MAGIC {
         return Err(bad("magic"));
     }
-    if u32::from_le_bytes(b[8..12].try_into().unwrap()) != DIR_VERSION {
+    let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+    if version != 1 && version != DIR_VERSION {
         return Err(bad("version"));
     }
     let count = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
@@ -1913,7 +2279,28 @@ fn decode_directory(b: &[u8]) -> Result<(DirEntries, u64), PoolError> {
         if id >= next {
             return Err(bad("object set id beyond next id"));
         }
-        out.push((id, name, root, props));
+        let mut r = DirRecord {
+            id,
+            name,
+            root,
+            props,
+            snapshot_of: None,
+            snap_txg: 0,
+            deadlist: Deadlist::EMPTY,
+        };
+        if version >= 2 {
+            let kind = take(1)?[0];
+            let origin = u64::from_le_bytes(take(8)?.try_into().unwrap());
+            r.snapshot_of = match kind {
+                0 => None,
+                1 => Some(origin),
+                _ => return Err(bad("entry kind")),
+            };
+            r.snap_txg = u64::from_le_bytes(take(8)?.try_into().unwrap());
+            r.deadlist.head = BlockPointer::decode(take(BLKPTR_SIZE)?)?;
+            r.deadlist.count = u64::from_le_bytes(take(8)?.try_into().unwrap());
+        }
+        out.push(r);
     }
     Ok((out, next))
 }
@@ -1971,11 +2358,11 @@ impl Tx<'_> {
         *next = id + 1;
         ds.insert(
             id,
-            DatasetEntry {
-                name: name.to_string(),
-                props: props.to_string(),
-                objset: Arc::new(Objset::new_empty(id)),
-            },
+            DatasetEntry::dataset(
+                name.to_string(),
+                props.to_string(),
+                Arc::new(Objset::new_empty(id)),
+            ),
         );
         p.directory_dirty.store(true, Ordering::SeqCst);
         self.record(LogOp::CreateObjset {
@@ -2022,7 +2409,7 @@ impl Tx<'_> {
         compression: Compression,
         checksum: ChecksumKind,
     ) -> Result<u64, PoolError> {
-        let obj = self.pool.objset(os)?.create_object_as(
+        let obj = self.pool.writable_objset(os)?.create_object_as(
             obj,
             object_type,
             block_size,
@@ -2043,7 +2430,9 @@ impl Tx<'_> {
 
     pub fn write(&self, os: u64, obj: u64, offset: u64, data: &[u8]) -> Result<(), PoolError> {
         let p = self.pool;
-        let dirtied = p.objset(os)?.write(&p.storage, obj, offset, data)?;
+        let dirtied = p
+            .writable_objset(os)?
+            .write(&p.storage, obj, offset, data)?;
         p.account_dirty(dirtied);
         self.record(LogOp::Write {
             os,
@@ -2057,7 +2446,8 @@ impl Tx<'_> {
 
     pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {
         let p = self.pool;
-        p.objset(os)?.free_range(&p.storage, obj, offset, len)?;
+        p.writable_objset(os)?
+            .free_range(&p.storage, obj, offset, len)?;
         self.record(LogOp::FreeRange {
             os,
             obj,
@@ -2069,7 +2459,7 @@ impl Tx<'_> {
 
     pub fn free_object(&self, os: u64, obj: u64) -> Result<(), PoolError> {
         let p = self.pool;
-        p.objset(os)?.free_object(&p.storage, obj)?;
+        p.writable_objset(os)?.free_object(&p.storage, obj)?;
         self.record(LogOp::FreeObject { os, obj });
         Ok(())
     }
@@ -2082,7 +2472,7 @@ impl Tx<'_> {
         generation: Option<u64>,
     ) -> Result<(), PoolError> {
         let p = self.pool;
-        p.objset(os)?
+        p.writable_objset(os)?
             .set_bonus(&p.storage, obj, bonus, generation)?;
         p.account_dirty(bonus.len() as u64);
         self.record(LogOp::SetBonus {
@@ -2098,7 +2488,9 @@ impl Tx<'_> {
     /// growing towards its recordsize); its contents are kept.
     pub fn grow_block_size(&self, os: u64, obj: u64, block_size: u32) -> Result<(), PoolError> {
         let p = self.pool;
-        let dirtied = p.objset(os)?.grow_block_size(&p.storage, obj, block_size)?;
+        let dirtied = p
+            .writable_objset(os)?
+            .grow_block_size(&p.storage, obj, block_size)?;
         p.account_dirty(dirtied);
         self.record(LogOp::GrowBlockSize {
             os,

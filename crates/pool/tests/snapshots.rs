@@ -1,0 +1,220 @@
+//! Snapshots at the pool level: a snapshot keeps reading what was there when it was
+//! taken while the dataset is overwritten, truncated and deleted from; its space is
+//! accounted by birth time; destroying snapshots in any order frees exactly what only
+//! they held (the pool checks clean and allocation returns to the dataset's own); a
+//! rollback restores the snapshot's contents; all of it survives export and import.
+
+mod common;
+
+use common::*;
+use pool::checksum::ChecksumKind;
+use pool::compress::Compression;
+use pool::pool::TopArg;
+use pool::{Pool, PoolError};
+use std::sync::Arc;
+use vdev::{Layout, SimDevice};
+
+fn new_pool(devs: &[Arc<SimDevice>]) -> Arc<Pool> {
+    Pool::create(
+        "tank",
+        vec![TopArg {
+            layout: Layout::RaidZ { nparity: 1 },
+            devices: args(devs),
+        }],
+        vec![],
+        vec![],
+        opts(),
+    )
+    .unwrap()
+}
+
+fn allocated(pool: &Pool) -> u64 {
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    let r = pool.check().unwrap();
+    assert!(r.problems.is_empty(), "check: {:?}", r.problems);
+    r.referenced_bytes
+}
+
+#[test]
+fn snapshots_keep_their_contents_and_give_space_back() {
+    let devs = sim_devices(3, 1, None);
+    let pool = new_pool(&devs);
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let obj = pool
+        .create_object(os, 19, 16384, Compression::Off, ChecksumKind::Blake3)
+        .unwrap();
+    let gone = pool
+        .create_object(os, 19, 16384, Compression::Off, ChecksumKind::Blake3)
+        .unwrap();
+    let v1 = Rng(1).bytes(2 << 20);
+    pool.write(os, obj, 0, &v1).unwrap();
+    pool.write(os, gone, 0, &v1[..100_000]).unwrap();
+    let base = allocated(&pool);
+
+    let s1 = pool.snapshot_create(os, "one").unwrap();
+    assert!(matches!(
+        pool.snapshot_create(os, "one"),
+        Err(PoolError::Exists(_))
+    ));
+    // Taking a snapshot writes no data.
+    assert!(allocated(&pool) < base + (256 << 10));
+
+    // Overwrite half, delete the other object.
+    let v2 = Rng(2).bytes(1 << 20);
+    pool.write(os, obj, 0, &v2).unwrap();
+    pool.free_object(os, gone).unwrap();
+    let s2 = pool.snapshot_create(os, "two").unwrap();
+    let v3 = Rng(3).bytes(1 << 20);
+    pool.write(os, obj, 1 << 20, &v3).unwrap();
+    pool.free_range(os, obj, 0, 65536).unwrap();
+
+    // Each snapshot reads what it held.
+    assert_eq!(pool.read(s1, obj, 0, v1.len()).unwrap(), v1);
+    assert_eq!(pool.read(s1, gone, 0, 100_000).unwrap(), &v1[..100_000]);
+    let mut at2 = v2.clone();
+    at2.extend_from_slice(&v1[1 << 20..]);
+    assert_eq!(pool.read(s2, obj, 0, at2.len()).unwrap(), at2);
+    assert!(matches!(
+        pool.read(s2, gone, 0, 1),
+        Err(PoolError::NotFound(_))
+    ));
+    let mut live = vec![0u8; 65536];
+    live.extend_from_slice(&v2[65536..]);
+    live.extend_from_slice(&v3);
+    assert_eq!(pool.read(os, obj, 0, live.len()).unwrap(), live);
+    // Snapshots are read-only.
+    assert!(matches!(
+        pool.write(s1, obj, 0, b"x"),
+        Err(PoolError::ReadOnly(_))
+    ));
+    // The dataset cannot go while snapshots hold it.
+    assert!(pool.destroy_objset(os).is_err());
+
+    // Space by birth time, as of the last commit: "one" alone holds the first MiB of
+    // v1 and the deleted object; "two" alone holds only v2's first 64K (v1's second
+    // MiB, overwritten since, is shared by both).
+    pool.sync().unwrap();
+    let snaps = pool.list_snapshots(Some(os)).unwrap();
+    assert_eq!(
+        snaps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["tank/fs@one", "tank/fs@two"]
+    );
+    let one_unique = snaps[0].unique_bytes;
+    let two_unique = snaps[1].unique_bytes;
+    assert!(one_unique >= (1 << 20) + 100_000, "one holds {one_unique}");
+    assert!(two_unique >= 65536, "two holds {two_unique}");
+    assert!(two_unique < 512 << 10, "two holds {two_unique}");
+
+    // Survives export/import.
+    pool.export().unwrap();
+    drop(pool);
+    let pool = Pool::import(args(&devs), Some("tank"), opts()).unwrap();
+    assert_eq!(pool.read(s1, obj, 0, v1.len()).unwrap(), v1);
+    assert_eq!(pool.read(s2, obj, 0, at2.len()).unwrap(), at2);
+    assert_eq!(pool.read(os, obj, 0, live.len()).unwrap(), live);
+
+    // Destroying the older one frees what it alone held; the newer still reads.
+    let before = allocated(&pool);
+    pool.snapshot_destroy(s1).unwrap();
+    let after = allocated(&pool);
+    assert!(
+        before - after >= one_unique,
+        "destroy freed {} of {one_unique}",
+        before - after
+    );
+    assert_eq!(pool.read(s2, obj, 0, at2.len()).unwrap(), at2);
+    assert!(pool.read(s1, obj, 0, 1).is_err());
+    // "two" now alone holds v1's second MiB, which it shared with "one".
+    let two_now = pool.list_snapshots(Some(os)).unwrap()[0].unique_bytes;
+    assert!(two_now >= two_unique + (1 << 20), "two now holds {two_now}");
+
+    // Rollback to "two": the live data is what "two" held, later blocks are freed.
+    pool.snapshot_rollback(s2).unwrap();
+    assert_eq!(pool.read(os, obj, 0, at2.len()).unwrap(), at2);
+    assert!(matches!(
+        pool.read(os, gone, 0, 1),
+        Err(PoolError::NotFound(_))
+    ));
+    // The rolled-back dataset takes writes again without touching the snapshot.
+    pool.write(os, obj, 0, b"new life").unwrap();
+    assert_eq!(pool.read(s2, obj, 0, at2.len()).unwrap(), at2);
+
+    // Destroying the last snapshot leaves only the dataset's own blocks.
+    pool.snapshot_destroy(s2).unwrap();
+    let own = allocated(&pool);
+    pool.destroy_objset(os).unwrap();
+    let empty = allocated(&pool);
+    assert!(
+        own - empty >= 2 << 20,
+        "the dataset's 2 MiB were freed with it"
+    );
+    pool.export().unwrap();
+    drop(pool);
+    let pool = Pool::import(args(&devs), Some("tank"), opts()).unwrap();
+    assert!(pool.check().unwrap().problems.is_empty());
+    assert!(pool.list_snapshots(None).unwrap().is_empty());
+}
+
+/// Random overwrites with snapshots taken and destroyed in random order: after every
+/// step each remaining snapshot reads back exactly, and the pool checks clean.
+#[test]
+fn random_snapshot_churn_stays_consistent() {
+    let devs = sim_devices(2, 5, None);
+    let pool = Pool::create(
+        "tank",
+        vec![TopArg {
+            layout: Layout::Mirror,
+            devices: args(&devs),
+        }],
+        vec![],
+        vec![],
+        opts(),
+    )
+    .unwrap();
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let obj = pool
+        .create_object(os, 19, 4096, Compression::Lz4, ChecksumKind::Fletcher4)
+        .unwrap();
+    let mut rng = Rng(11);
+    let mut model = vec![0u8; 512 << 10];
+    pool.write(os, obj, 0, &model).unwrap();
+    let mut snaps: Vec<(u64, Vec<u8>)> = Vec::new();
+    for step in 0..60 {
+        for _ in 0..4 {
+            let off = rng.below(model.len() as u64 - 20_000) as usize;
+            let len = 1 + rng.below(20_000) as usize;
+            let data = rng.mixed(len);
+            pool.write(os, obj, off as u64, &data).unwrap();
+            model[off..off + data.len()].copy_from_slice(&data);
+        }
+        match rng.below(3) {
+            0 => {
+                let id = pool.snapshot_create(os, &format!("s{step}")).unwrap();
+                snaps.push((id, model.clone()));
+            }
+            1 if !snaps.is_empty() => {
+                let (id, _) = snaps.remove(rng.below(snaps.len() as u64) as usize);
+                pool.snapshot_destroy(id).unwrap();
+            }
+            _ => pool.sync().map(|_| ()).unwrap(),
+        }
+        for (id, want) in &snaps {
+            assert!(
+                pool.read(*id, obj, 0, want.len()).unwrap() == *want,
+                "step {step}: snapshot {id} changed"
+            );
+        }
+        assert!(pool.read(os, obj, 0, model.len()).unwrap() == model);
+        if step % 10 == 9 {
+            let r = pool.check().unwrap();
+            assert!(r.problems.is_empty(), "step {step}: {:?}", r.problems);
+        }
+    }
+    for (id, _) in snaps.drain(..) {
+        pool.snapshot_destroy(id).unwrap();
+    }
+    let r = pool.check().unwrap();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+}
