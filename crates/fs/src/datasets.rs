@@ -7,6 +7,7 @@
 use crate::filesystem::Filesystem;
 use crate::props::{resolve, EffectiveProps, PropValue, Props};
 use crate::{FsError, Result};
+use pool::pool::SnapshotInfo;
 use pool::Pool;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -179,7 +180,92 @@ impl Datasets {
     }
 
     /// The filesystem of `name`, opened once and shared.
+    /// Splits `pool/fs@snap` into its dataset and snapshot names.
+    fn split_snapshot<'a>(&self, full: &'a str) -> Result<(&'a str, &'a str)> {
+        let (dataset, snap) = full.split_once('@').ok_or_else(|| {
+            FsError::Invalid(format!("'{full}' is not a snapshot name (dataset@name)"))
+        })?;
+        self.check_name(dataset)?;
+        if snap.is_empty()
+            || snap.len() > 64
+            || !snap
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "_-.:".contains(ch))
+        {
+            return Err(FsError::Invalid(format!(
+                "snapshot name '{snap}': use letters, digits and _ - . : (at most 64)"
+            )));
+        }
+        Ok((dataset, snap))
+    }
+
+    fn snapshot_id(&self, full: &str) -> Result<u64> {
+        self.split_snapshot(full)?;
+        self.pool
+            .objset_id(full)
+            .ok_or_else(|| FsError::NotFound(format!(": snapshot '{full}'")))
+    }
+
+    /// Takes snapshot `pool/fs@name` of everything written to the dataset so far.
+    pub fn snapshot(&self, full: &str) -> Result<SnapshotInfo> {
+        let (dataset, snap) = self.split_snapshot(full)?;
+        let (id, _) = self.local(dataset)?;
+        self.pool.snapshot_create(id, snap).map_err(|e| match e {
+            pool::PoolError::Exists(_) => FsError::Exists,
+            e => e.into(),
+        })?;
+        self.snapshots(Some(dataset))?
+            .into_iter()
+            .find(|s| s.name == full)
+            .ok_or_else(|| FsError::Io(format!("snapshot '{full}' vanished")))
+    }
+
+    /// Snapshots, oldest first per dataset; of one dataset when given.
+    pub fn snapshots(&self, dataset: Option<&str>) -> Result<Vec<SnapshotInfo>> {
+        let id = match dataset {
+            Some(d) => Some(self.local(d)?.0),
+            None => None,
+        };
+        Ok(self.pool.list_snapshots(id)?)
+    }
+
+    /// Destroys a snapshot; the space only it held comes back.
+    pub fn destroy_snapshot(&self, full: &str) -> Result<()> {
+        let id = self.snapshot_id(full)?;
+        self.open.lock().unwrap().remove(&id);
+        Ok(self.pool.snapshot_destroy(id)?)
+    }
+
+    /// Rolls the dataset back to its latest snapshot `full`. The dataset must not be
+    /// open (mounted or shared) here.
+    pub fn rollback(&self, full: &str) -> Result<()> {
+        let id = self.snapshot_id(full)?;
+        let (dataset, _) = self.split_snapshot(full)?;
+        let (ds_id, _) = self.local(dataset)?;
+        if self.open.lock().unwrap().contains_key(&ds_id) {
+            return Err(FsError::Invalid(format!(
+                "'{dataset}' is in use; unmount it before rolling back"
+            )));
+        }
+        Ok(self.pool.snapshot_rollback(id)?)
+    }
+
+    /// Opens a dataset, or a snapshot (`pool/fs@name`) read-only.
     pub fn open(&self, name: &str) -> Result<Arc<Filesystem>> {
+        if name.contains('@') {
+            let id = self.snapshot_id(name)?;
+            let (dataset, _) = self.split_snapshot(name)?;
+            let mut open = self.open.lock().unwrap();
+            if let Some(fs) = open.get(&id) {
+                return Ok(fs.clone());
+            }
+            let mut props = self.effective(dataset)?;
+            props.readonly = true;
+            props.atime = false;
+            let fs = Filesystem::open(self.pool.clone(), id, name, props)?;
+            open.insert(id, fs.clone());
+            return Ok(fs);
+        }
         let (id, _) = self.local(name)?;
         let mut open = self.open.lock().unwrap();
         if let Some(fs) = open.get(&id) {

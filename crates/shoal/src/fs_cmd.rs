@@ -44,7 +44,7 @@ pub enum FsCommand {
 }
 
 fn pool_of(name: &str) -> &str {
-    name.split('/').next().unwrap_or(name)
+    name.split(['/', '@']).next().unwrap_or(name)
 }
 
 fn parse_assignment(a: &str) -> Result<(String, String)> {
@@ -58,7 +58,7 @@ fn parse_assignment(a: &str) -> Result<(String, String)> {
 }
 
 /// Opens the datasets of the pool that `name` lives in, under the pool's lock.
-fn with_datasets<T>(name: &str, f: impl FnOnce(&Datasets) -> Result<T>) -> Result<T> {
+pub(crate) fn with_datasets<T>(name: &str, f: impl FnOnce(&Datasets) -> Result<T>) -> Result<T> {
     let pool_name = pool_of(name);
     let _lock = lock_pool(pool_name)?;
     let pool = open_registered(pool_name)?;

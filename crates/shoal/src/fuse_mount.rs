@@ -2,6 +2,13 @@
 //! FUSE (the fuser crate, speaking to /dev/fuse directly). Inode numbers are object ids
 //! (the root directory is object 1, as FUSE wants) and the generation is the object's.
 //!
+//! Snapshots are readable under `.shoal/snapshot/NAME/` at the root (hidden from the
+//! root's listing, like ZFS's `.zfs`). Their inode numbers live in their own range:
+//! bit 63 set, the snapshot's object set id in bits 40..63 and the object id below, so
+//! they never collide with the live filesystem's (object ids stay below 2^40 here), and
+//! `.shoal` and `.shoal/snapshot` are two fixed numbers with bit 62 set. Everything
+//! under `.shoal` is read-only (EROFS).
+//!
 //! The kernel checks access permissions (`default_permissions`); ownership of new files
 //! comes from the caller's uid/gid. The mount process owns the pool while it runs:
 //! SIGTERM or SIGINT (or `shoal unmount`) unmounts, commits the open transaction group
@@ -27,6 +34,41 @@ const TTL: Duration = Duration::from_secs(1);
 
 struct ShoalFuse {
     fs: Arc<fs::Filesystem>,
+    datasets: Arc<fs::Datasets>,
+    /// This mount's dataset (its snapshots are the ones shown).
+    dataset: String,
+    /// Snapshots opened through `.shoal/snapshot`, by object set id.
+    snapshots: std::sync::Mutex<std::collections::HashMap<u64, Arc<fs::Filesystem>>>,
+}
+
+const CTL_DIR_INO: u64 = (1 << 62) | 1;
+const SNAP_DIR_INO: u64 = (1 << 62) | 2;
+const SNAP_BIT: u64 = 1 << 63;
+const SNAP_OBJ_BITS: u32 = 40;
+const CTL_NAME: &[u8] = b".shoal";
+
+/// What an inode number names.
+enum Node {
+    Live,
+    CtlDir,
+    SnapDir,
+    /// (snapshot filesystem, its object set id, object id)
+    Snap(Arc<fs::Filesystem>, u64, u64),
+}
+
+fn snap_ino(os: u64, obj: u64) -> u64 {
+    SNAP_BIT | (os << SNAP_OBJ_BITS) | obj
+}
+
+/// EROFS for a change under `.shoal` or to `.shoal` itself.
+fn refuse(parent: INodeNo, name: &OsStr) -> Option<Errno> {
+    let ctl = parent.0 == fs::filesystem::ROOT_INO && name.as_bytes() == CTL_NAME;
+    (special(parent) || ctl).then_some(Errno::EROFS)
+}
+
+/// Whether an inode is under `.shoal` (read-only, not the live filesystem's).
+fn special(ino: INodeNo) -> bool {
+    ino.0 >= 1 << 62
 }
 
 fn errno(e: FsError) -> Errno {
@@ -135,6 +177,143 @@ fn cred(req: &Request, with_groups: bool) -> Cred {
 }
 
 impl ShoalFuse {
+    fn node(&self, ino: u64) -> Result<Node, Errno> {
+        match ino {
+            CTL_DIR_INO => Ok(Node::CtlDir),
+            SNAP_DIR_INO => Ok(Node::SnapDir),
+            i if i & SNAP_BIT != 0 => {
+                let os = (i & !SNAP_BIT) >> SNAP_OBJ_BITS;
+                let obj = i & ((1 << SNAP_OBJ_BITS) - 1);
+                Ok(Node::Snap(self.snapshot_fs(os)?, os, obj))
+            }
+            i if i >= 1 << 62 => Err(Errno::ENOENT),
+            _ => Ok(Node::Live),
+        }
+    }
+
+    fn snapshot_fs(&self, os: u64) -> Result<Arc<fs::Filesystem>, Errno> {
+        if let Some(f) = self.snapshots.lock().unwrap().get(&os) {
+            return Ok(f.clone());
+        }
+        let snaps = self
+            .datasets
+            .snapshots(Some(&self.dataset))
+            .map_err(errno)?;
+        let s = snaps.iter().find(|s| s.id == os).ok_or(Errno::ENOENT)?;
+        let f = self.datasets.open(&s.name).map_err(errno)?;
+        self.snapshots.lock().unwrap().insert(os, f.clone());
+        Ok(f)
+    }
+
+    /// Attributes of `.shoal` and `.shoal/snapshot`: read-only directories dated like
+    /// the root.
+    fn ctl_attr(&self, ino: u64) -> Result<FileAttr, Errno> {
+        let root = self.fs.getattr(fs::filesystem::ROOT_INO).map_err(errno)?;
+        let mut a = fuse_attr(&root);
+        a.ino = INodeNo(ino);
+        a.perm = 0o555;
+        a.nlink = 2;
+        a.size = 0;
+        a.blocks = 0;
+        Ok(a)
+    }
+
+    fn snap_attr(os: u64, a: &Attr) -> FileAttr {
+        let mut f = fuse_attr(a);
+        f.ino = INodeNo(snap_ino(os, a.ino));
+        f
+    }
+
+    /// Lookups and attributes inside `.shoal`.
+    fn special_lookup(&self, parent: u64, name: &[u8]) -> Result<(FileAttr, u64), Errno> {
+        match self.node(parent)? {
+            Node::Live => Ok((self.ctl_attr(CTL_DIR_INO)?, 0)),
+            Node::CtlDir if name == b"snapshot" => Ok((self.ctl_attr(SNAP_DIR_INO)?, 0)),
+            Node::CtlDir => Err(Errno::ENOENT),
+            Node::SnapDir => {
+                let name = std::str::from_utf8(name).map_err(|_| Errno::ENOENT)?;
+                let full = format!("{}@{name}", self.dataset);
+                let snaps = self
+                    .datasets
+                    .snapshots(Some(&self.dataset))
+                    .map_err(errno)?;
+                let s = snaps.iter().find(|s| s.name == full).ok_or(Errno::ENOENT)?;
+                let f = self.snapshot_fs(s.id)?;
+                let a = f.getattr(fs::filesystem::ROOT_INO).map_err(errno)?;
+                Ok((Self::snap_attr(s.id, &a), a.generation))
+            }
+            Node::Snap(f, os, obj) => {
+                let a = f.lookup(obj, name).map_err(errno)?;
+                Ok((Self::snap_attr(os, &a), a.generation))
+            }
+        }
+    }
+
+    fn special_readdir(&self, ino: u64, offset: u64, mut reply: ReplyDirectory) {
+        let fixed = |entries: Vec<(u64, FileType, Vec<u8>)>, mut reply: ReplyDirectory| {
+            for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(ino), i as u64 + 1, kind, OsStr::from_bytes(&name)) {
+                    break;
+                }
+            }
+            reply.ok()
+        };
+        let dot = |ino: u64, parent: u64| {
+            vec![
+                (ino, FileType::Directory, b".".to_vec()),
+                (parent, FileType::Directory, b"..".to_vec()),
+            ]
+        };
+        match self.node(ino) {
+            Err(e) => reply.error(e),
+            Ok(Node::Live) => reply.error(Errno::ENOENT),
+            Ok(Node::CtlDir) => {
+                let mut v = dot(CTL_DIR_INO, fs::filesystem::ROOT_INO);
+                v.push((SNAP_DIR_INO, FileType::Directory, b"snapshot".to_vec()));
+                fixed(v, reply)
+            }
+            Ok(Node::SnapDir) => match self.datasets.snapshots(Some(&self.dataset)) {
+                Err(e) => reply.error(errno(e)),
+                Ok(snaps) => {
+                    let mut v = dot(SNAP_DIR_INO, CTL_DIR_INO);
+                    for s in snaps {
+                        let short = s.name.rsplit_once('@').map_or("", |x| x.1);
+                        v.push((
+                            snap_ino(s.id, fs::filesystem::ROOT_INO),
+                            FileType::Directory,
+                            short.as_bytes().to_vec(),
+                        ));
+                    }
+                    fixed(v, reply)
+                }
+            },
+            Ok(Node::Snap(f, os, obj)) => {
+                let mut cookie = offset;
+                loop {
+                    let page = match f.readdir(obj, cookie, 128) {
+                        Ok(p) => p,
+                        Err(e) => return reply.error(errno(e)),
+                    };
+                    if page.is_empty() {
+                        break;
+                    }
+                    for e in page {
+                        if reply.add(
+                            INodeNo(snap_ino(os, e.ino)),
+                            e.cookie,
+                            file_type(e.kind),
+                            OsStr::from_bytes(&e.name),
+                        ) {
+                            return reply.ok();
+                        }
+                        cookie = e.cookie;
+                    }
+                }
+                reply.ok()
+            }
+        }
+    }
+
     fn entry(&self, r: fs::Result<Attr>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(a.generation)),
@@ -145,10 +324,31 @@ impl ShoalFuse {
 
 impl fuser::Filesystem for ShoalFuse {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let root_ctl = parent.0 == fs::filesystem::ROOT_INO && name.as_bytes() == CTL_NAME;
+        if special(parent) || root_ctl {
+            return match self.special_lookup(parent.0, name.as_bytes()) {
+                Ok((a, generation)) => reply.entry(&TTL, &a, Generation(generation)),
+                Err(e) => reply.error(e),
+            };
+        }
         self.entry(self.fs.lookup(parent.0, name.as_bytes()), reply);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if special(ino) {
+            let r = match self.node(ino.0) {
+                Ok(Node::Snap(f, os, obj)) => f
+                    .getattr(obj)
+                    .map(|a| Self::snap_attr(os, &a))
+                    .map_err(errno),
+                Ok(_) => self.ctl_attr(ino.0),
+                Err(e) => Err(e),
+            };
+            return match r {
+                Ok(a) => reply.attr(&TTL, &a),
+                Err(e) => reply.error(e),
+            };
+        }
         attr(self.fs.getattr(ino.0), reply)
     }
 
@@ -170,6 +370,9 @@ impl fuser::Filesystem for ShoalFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if special(ino) {
+            return reply.error(Errno::EROFS);
+        }
         let t = |x: Option<TimeOrNow>| {
             x.map(|v| match v {
                 TimeOrNow::Now => Timespec::now(),
@@ -196,6 +399,13 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        if special(ino) {
+            return match self.node(ino.0) {
+                Ok(Node::Snap(f, _, obj)) => data(f.readlink(obj), reply),
+                Ok(_) => reply.error(Errno::EINVAL),
+                Err(e) => reply.error(e),
+            };
+        }
         data(self.fs.readlink(ino.0), reply)
     }
 
@@ -209,6 +419,9 @@ impl fuser::Filesystem for ShoalFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        if let Some(e) = refuse(parent, name) {
+            return reply.error(e);
+        }
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -238,6 +451,9 @@ impl fuser::Filesystem for ShoalFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        if let Some(e) = refuse(parent, name) {
+            return reply.error(e);
+        }
         let perm = mode & 0o7777 & !umask;
         self.entry(
             self.fs.settle(self.fs.create(
@@ -253,6 +469,9 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(e) = refuse(parent, name) {
+            return reply.error(e);
+        }
         done(
             self.fs
                 .settle(self.fs.unlink(parent.0, name.as_bytes(), &cred(req, false))),
@@ -261,6 +480,9 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(e) = refuse(parent, name) {
+            return reply.error(e);
+        }
         done(
             self.fs
                 .settle(self.fs.rmdir(parent.0, name.as_bytes(), &cred(req, false))),
@@ -276,6 +498,9 @@ impl fuser::Filesystem for ShoalFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        if let Some(e) = refuse(parent, link_name) {
+            return reply.error(e);
+        }
         self.entry(
             self.fs.settle(self.fs.symlink(
                 parent.0,
@@ -297,6 +522,9 @@ impl fuser::Filesystem for ShoalFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if let Some(e) = refuse(parent, name).or_else(|| refuse(newparent, newname)) {
+            return reply.error(e);
+        }
         let bits = flags.bits();
         if bits & !libc::RENAME_NOREPLACE != 0 {
             return reply.error(Errno::EINVAL); // RENAME_EXCHANGE and WHITEOUT: not supported
@@ -323,6 +551,9 @@ impl fuser::Filesystem for ShoalFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if let Some(e) = refuse(newparent, newname).or(special(ino).then_some(Errno::EROFS)) {
+            return reply.error(e);
+        }
         self.entry(
             self.fs.settle(
                 self.fs
@@ -332,7 +563,16 @@ impl fuser::Filesystem for ShoalFuse {
         );
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if special(ino) {
+            if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+                return reply.error(Errno::EROFS);
+            }
+            return match self.node(ino.0) {
+                Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(e),
+            };
+        }
         match self.fs.getattr(ino.0) {
             Ok(_) => {
                 self.fs.opened(ino.0);
@@ -353,6 +593,13 @@ impl fuser::Filesystem for ShoalFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if special(ino) {
+            return match self.node(ino.0) {
+                Ok(Node::Snap(f, _, obj)) => data(f.read(obj, offset, size as usize), reply),
+                Ok(_) => reply.error(Errno::EISDIR),
+                Err(e) => reply.error(e),
+            };
+        }
         data(self.fs.read(ino.0, offset, size as usize), reply)
     }
 
@@ -368,6 +615,9 @@ impl fuser::Filesystem for ShoalFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if special(ino) {
+            return reply.error(Errno::EROFS);
+        }
         // sync=always is the filesystem's own; O_SYNC and O_DSYNC are this open's.
         let r = self.fs.write(ino.0, offset, data).and_then(|n| {
             if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
@@ -402,6 +652,9 @@ impl fuser::Filesystem for ShoalFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if special(ino) {
+            return reply.ok();
+        }
         done(self.fs.released(ino.0), reply)
     }
 
@@ -424,6 +677,9 @@ impl fuser::Filesystem for ShoalFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        if special(ino) {
+            return self.special_readdir(ino.0, offset, reply);
+        }
         let mut cookie = offset;
         loop {
             let page = match self.fs.readdir(ino.0, cookie, 128) {
@@ -488,6 +744,9 @@ impl fuser::Filesystem for ShoalFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if special(ino) {
+            return reply.error(Errno::EROFS);
+        }
         let create = flags & libc::XATTR_CREATE != 0;
         let replace = flags & libc::XATTR_REPLACE != 0;
         done(
@@ -500,7 +759,16 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.0, name.as_bytes()) {
+        let r = if special(ino) {
+            match self.node(ino.0) {
+                Ok(Node::Snap(f, _, obj)) => f.getxattr(obj, name.as_bytes()),
+                Ok(_) => Err(FsError::NoAttr),
+                Err(e) => return reply.error(e),
+            }
+        } else {
+            self.fs.getxattr(ino.0, name.as_bytes())
+        };
+        match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() <= size as usize => reply.data(&v),
             Ok(_) => reply.error(Errno::ERANGE),
@@ -509,7 +777,16 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino.0) {
+        let r = if special(ino) {
+            match self.node(ino.0) {
+                Ok(Node::Snap(f, _, obj)) => f.listxattr(obj),
+                Ok(_) => Ok(Vec::new()),
+                Err(e) => return reply.error(e),
+            }
+        } else {
+            self.fs.listxattr(ino.0)
+        };
+        match r {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in names {
@@ -529,6 +806,9 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if special(ino) {
+            return reply.error(Errno::EROFS);
+        }
         done(
             self.fs
                 .settle(self.fs.setxattr(ino.0, name.as_bytes(), None, false, false)),
@@ -546,6 +826,9 @@ impl fuser::Filesystem for ShoalFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        if let Some(e) = refuse(parent, name) {
+            return reply.error(e);
+        }
         let perm = mode & 0o7777 & !umask;
         match self.fs.settle(self.fs.create(
             parent.0,
@@ -579,6 +862,9 @@ impl fuser::Filesystem for ShoalFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if special(ino) {
+            return reply.error(Errno::EROFS);
+        }
         let r = if mode == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE {
             self.fs.settle(self.fs.punch(ino.0, offset, length))
         } else if mode == 0 {
@@ -646,9 +932,13 @@ pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()>
         SessionACL::Owner
     };
     config.n_threads = Some(4);
+    let datasets = Arc::new(datasets);
     let mut session = fuser::Session::new(
         ShoalFuse {
             fs: filesystem.clone(),
+            datasets: datasets.clone(),
+            dataset: dataset.to_string(),
+            snapshots: Default::default(),
         },
         mountpoint,
         &config,

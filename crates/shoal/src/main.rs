@@ -7,6 +7,7 @@ mod fs_cmd;
 mod fuse_mount;
 mod pool_cmd;
 mod registry;
+mod snapshot_cmd;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,9 @@ enum Command {
     /// Create, list, inspect and change filesystems (datasets).
     #[command(subcommand)]
     Fs(fs_cmd::FsCommand),
+    /// Take, list, destroy and roll back to snapshots (`pool/fs@name`).
+    #[command(subcommand)]
+    Snapshot(snapshot_cmd::SnapshotCommand),
     /// Mount a filesystem on a local directory (FUSE); runs until unmounted.
     Mount {
         /// pool/filesystem
@@ -49,6 +53,7 @@ fn main() {
     let result = match cli.command {
         Command::Pool(cmd) => pool_cmd::run(cmd),
         Command::Fs(cmd) => fs_cmd::run(cmd),
+        Command::Snapshot(cmd) => snapshot_cmd::run(cmd),
         Command::Mount {
             dataset,
             mountpoint,

@@ -123,6 +123,93 @@ fn make_pool(dir: &Path, state: &Path) {
     );
 }
 
+/// Allocated bytes of pool `tank`, after the commits a free needs to show.
+fn allocated(state: &Path) -> u64 {
+    let st = ok(state, &["pool", "status", "tank", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&st).unwrap();
+    v[0]["allocated_bytes"].as_u64().unwrap()
+}
+
+/// Write, snapshot, overwrite and delete through the mount; the snapshot under
+/// `.shoal/snapshot/NAME/` still reads the old bytes and refuses changes; destroying it
+/// gives its space back; rollback restores it.
+#[test]
+fn snapshots_read_back_unchanged_under_dot_shoal() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = t.path().join("state");
+    make_pool(t.path(), &state);
+    ok(
+        &state,
+        &["fs", "create", "tank/data", "-o", "recordsize=64K"],
+    );
+    let mnt = t.path().join("mnt");
+    let old: Vec<u8> = (0..8_000_000u32)
+        .map(|i| (i * 13 + i / 777) as u8)
+        .collect();
+    let m = Mount::start(&state, "tank/data", &mnt, &[]);
+    std::fs::write(mnt.join("big"), &old).unwrap();
+    std::fs::create_dir(mnt.join("dir")).unwrap();
+    std::fs::write(mnt.join("dir/note"), b"first").unwrap();
+    Command::new("umount").arg(&mnt).status().unwrap();
+    m.wait();
+    let before_snap = allocated(&state);
+    let out = ok(&state, &["snapshot", "create", "tank/data@monday"]);
+    assert!(out.contains("tank/data@monday"), "{out}");
+    // O(1): taking it wrote next to nothing.
+    assert!(allocated(&state) < before_snap + (1 << 20));
+
+    let m = Mount::start(&state, "tank/data", &mnt, &[]);
+    let new: Vec<u8> = old.iter().map(|b| b ^ 0x5a).collect();
+    std::fs::write(mnt.join("big"), &new).unwrap();
+    std::fs::remove_file(mnt.join("dir/note")).unwrap();
+    let snap = mnt.join(".shoal/snapshot/monday");
+    assert!(std::fs::read(snap.join("big")).unwrap() == old);
+    assert_eq!(std::fs::read(snap.join("dir/note")).unwrap(), b"first");
+    assert!(std::fs::read(mnt.join("big")).unwrap() == new);
+    let names: Vec<String> = std::fs::read_dir(mnt.join(".shoal/snapshot"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["monday"]);
+    // Hidden from the root listing, and read-only.
+    assert!(std::fs::read_dir(&mnt)
+        .unwrap()
+        .all(|e| e.unwrap().file_name() != ".shoal"));
+    let erofs = |r: std::io::Result<()>| r.unwrap_err().raw_os_error() == Some(libc::EROFS);
+    assert!(erofs(std::fs::write(snap.join("big"), b"x")));
+    assert!(erofs(std::fs::remove_file(snap.join("dir/note"))));
+    assert!(erofs(std::fs::create_dir(snap.join("new"))));
+    Command::new("umount").arg(&mnt).status().unwrap();
+    m.wait();
+
+    // The overwrite left the old 8 MB to the snapshot alone; destroying it frees them.
+    let list = ok(&state, &["snapshot", "list", "tank/data", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let unique = v[0]["unique_bytes"].as_u64().unwrap();
+    assert!(
+        unique >= 8_000_000,
+        "the snapshot alone holds {unique} bytes"
+    );
+    ok(&state, &["snapshot", "create", "tank/data@tuesday"]);
+    let before = allocated(&state);
+    ok(&state, &["snapshot", "destroy", "tank/data@monday"]);
+    let freed = before - allocated(&state);
+    assert!(freed >= unique, "destroy freed {freed} of {unique}");
+
+    // Rollback to tuesday after more changes.
+    let m = Mount::start(&state, "tank/data", &mnt, &[]);
+    std::fs::write(mnt.join("big"), b"short").unwrap();
+    Command::new("umount").arg(&mnt).status().unwrap();
+    m.wait();
+    ok(&state, &["snapshot", "rollback", "tank/data@tuesday"]);
+    let m = Mount::start(&state, "tank/data", &mnt, &[]);
+    assert!(std::fs::read(mnt.join("big")).unwrap() == new);
+    Command::new("umount").arg(&mnt).status().unwrap();
+    m.wait();
+    let report = ok(&state, &["pool", "check", "tank"]);
+    assert!(report.contains("no problems found"), "{report}");
+}
+
 #[test]
 fn files_survive_unmount_signal_and_reopen() {
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
