@@ -10,26 +10,15 @@
 //!
 //! Every crash point of every sequence is tried. `SHOAL_CRASH_SEEDS=N` runs more.
 
+mod common;
+use common::*;
+
 use fs::{Cred, Datasets, Kind, SetAttr};
-use pool::pool::{DeviceArg, TopArg};
+use pool::pool::TopArg;
 use pool::{Pool, PoolOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vdev::{CrashClock, CrashPolicy, Layout, SimDevice};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// What a path holds, as both the model and the recovered tree describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,16 +249,6 @@ fn workload(fs: &fs::Filesystem, seed: u64) -> Run {
         }
     }
     run
-}
-
-fn args(devs: &[Arc<SimDevice>]) -> Vec<DeviceArg> {
-    devs.iter()
-        .enumerate()
-        .map(|(i, d)| DeviceArg {
-            path: format!("sim{i}"),
-            device: d.clone(),
-        })
-        .collect()
 }
 
 fn opts() -> PoolOptions {

@@ -3,26 +3,15 @@
 //! compared (names, kinds, link counts, sizes, bytes), and at the end the pool is
 //! exported, imported and compared again. `SHOAL_SHADOW_OPS=N` runs more operations.
 
+mod common;
+use common::*;
+
 use fs::{Cred, Datasets, FsError, Kind, SetAttr};
-use pool::pool::{DeviceArg, TopArg};
+use pool::pool::TopArg;
 use pool::{Pool, PoolOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vdev::{Layout, SimDevice};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// The model: directories by path, files by a model id shared between hard links.
 #[derive(Default)]
@@ -67,14 +56,7 @@ fn resolve(fs: &fs::Filesystem, dir: &str) -> u64 {
 }
 
 fn pool_on(devs: &[Arc<SimDevice>], create: bool) -> Arc<Pool> {
-    let args: Vec<DeviceArg> = devs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| DeviceArg {
-            path: format!("sim{i}"),
-            device: d.clone(),
-        })
-        .collect();
+    let args = args(devs);
     let opts = PoolOptions {
         arc_max_bytes: Some(32 << 20),
         txg_interval: std::time::Duration::from_millis(200),

@@ -1235,18 +1235,27 @@ impl Pool {
         Ok(id)
     }
 
-    fn destroy_snapshot_in_sync(&self, txg: u64, id: u64) -> Result<(), PoolError> {
-        let st = &self.storage;
-        let mut ds = self.datasets.write().unwrap();
+    /// Snapshot `id` and the dataset it was taken of.
+    fn snapshot_entry(
+        ds: &BTreeMap<u64, DatasetEntry>,
+        id: u64,
+    ) -> Result<(&DatasetEntry, u64), PoolError> {
         let s = ds
             .get(&id)
             .ok_or_else(|| PoolError::NotFound(format!("snapshot {id}")))?;
-        let Some(origin) = s.snapshot_of else {
-            return Err(PoolError::InvalidArgument(format!(
+        match s.snapshot_of {
+            Some(origin) => Ok((s, origin)),
+            None => Err(PoolError::InvalidArgument(format!(
                 "'{}' is not a snapshot",
                 s.name
-            )));
-        };
+            ))),
+        }
+    }
+
+    fn destroy_snapshot_in_sync(&self, txg: u64, id: u64) -> Result<(), PoolError> {
+        let st = &self.storage;
+        let mut ds = self.datasets.write().unwrap();
+        let (s, origin) = Self::snapshot_entry(&ds, id)?;
         let s_txg = s.snap_txg;
         let s_list = s.deadlist;
         let (prev, next) = Self::neighbours(&ds, origin, s_txg);
@@ -1277,15 +1286,7 @@ impl Pool {
     fn rollback_in_sync(&self, txg: u64, id: u64) -> Result<(), PoolError> {
         let st = &self.storage;
         let mut ds = self.datasets.write().unwrap();
-        let s = ds
-            .get(&id)
-            .ok_or_else(|| PoolError::NotFound(format!("snapshot {id}")))?;
-        let Some(origin) = s.snapshot_of else {
-            return Err(PoolError::InvalidArgument(format!(
-                "'{}' is not a snapshot",
-                s.name
-            )));
-        };
+        let (s, origin) = Self::snapshot_entry(&ds, id)?;
         let (s_txg, s_root) = (s.snap_txg, s.objset.root_bp());
         if Self::neighbours(&ds, origin, s_txg).1 != origin {
             return Err(PoolError::InvalidArgument(format!(

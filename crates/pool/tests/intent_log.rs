@@ -285,17 +285,7 @@ fn log_crash_at_every_point_log_device() {
 #[test]
 fn log_commit_does_not_force_a_txg() {
     let devs = sim_devices(3, 7, None);
-    let pool = Pool::create(
-        "tank",
-        vec![TopArg {
-            layout: Layout::RaidZ { nparity: 1 },
-            devices: args(&devs),
-        }],
-        vec![],
-        vec![],
-        opts(),
-    )
-    .unwrap();
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
     let os = pool.create_objset("tank/a", "{}").unwrap();
     pool.sync().unwrap();
     let before = pool.synced_txg();
@@ -327,17 +317,7 @@ fn log_commit_does_not_force_a_txg() {
 #[test]
 fn large_batches_fall_back_and_the_ring_wraps() {
     let devs = sim_devices(2, 9, None);
-    let pool = Pool::create(
-        "tank",
-        vec![TopArg {
-            layout: Layout::Mirror,
-            devices: args(&devs),
-        }],
-        vec![],
-        vec![],
-        opts(),
-    )
-    .unwrap();
+    let pool = create_pool(Layout::Mirror, &devs);
     let os = pool.create_objset("tank/a", "{}").unwrap();
     let obj = pool
         .create_object(os, 19, 131072, Compression::Off, ChecksumKind::Blake3)

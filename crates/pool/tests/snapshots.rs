@@ -9,24 +9,8 @@ mod common;
 use common::*;
 use pool::checksum::ChecksumKind;
 use pool::compress::Compression;
-use pool::pool::TopArg;
 use pool::{Pool, PoolError};
-use std::sync::Arc;
-use vdev::{Layout, SimDevice};
-
-fn new_pool(devs: &[Arc<SimDevice>]) -> Arc<Pool> {
-    Pool::create(
-        "tank",
-        vec![TopArg {
-            layout: Layout::RaidZ { nparity: 1 },
-            devices: args(devs),
-        }],
-        vec![],
-        vec![],
-        opts(),
-    )
-    .unwrap()
-}
+use vdev::Layout;
 
 fn allocated(pool: &Pool) -> u64 {
     pool.sync().unwrap();
@@ -40,7 +24,7 @@ fn allocated(pool: &Pool) -> u64 {
 #[test]
 fn snapshots_keep_their_contents_and_give_space_back() {
     let devs = sim_devices(3, 1, None);
-    let pool = new_pool(&devs);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
     let os = pool.create_objset("tank/fs", "{}").unwrap();
     let obj = pool
         .create_object(os, 19, 16384, Compression::Off, ChecksumKind::Blake3)
@@ -162,17 +146,7 @@ fn snapshots_keep_their_contents_and_give_space_back() {
 #[test]
 fn random_snapshot_churn_stays_consistent() {
     let devs = sim_devices(2, 5, None);
-    let pool = Pool::create(
-        "tank",
-        vec![TopArg {
-            layout: Layout::Mirror,
-            devices: args(&devs),
-        }],
-        vec![],
-        vec![],
-        opts(),
-    )
-    .unwrap();
+    let pool = create_pool(Layout::Mirror, &devs);
     let os = pool.create_objset("tank/fs", "{}").unwrap();
     let obj = pool
         .create_object(os, 19, 4096, Compression::Lz4, ChecksumKind::Fletcher4)
