@@ -229,6 +229,13 @@ impl Datasets {
         Ok(self.pool.list_snapshots(id)?)
     }
 
+    /// (object set id, `dataset@name`) of a dataset's snapshots, oldest first, without
+    /// the space accounting `snapshots` reads dead lists for.
+    pub fn snapshot_names(&self, dataset: &str) -> Result<Vec<(u64, String)>> {
+        let (id, _) = self.local(dataset)?;
+        Ok(self.pool.snapshot_names(id))
+    }
+
     /// Destroys a snapshot; the space only it held comes back.
     pub fn destroy_snapshot(&self, full: &str) -> Result<()> {
         let id = self.snapshot_id(full)?;

@@ -203,6 +203,16 @@ impl LogOp {
 
     /// Appends the encoded record; a write's `data` must be filled in.
     fn encode(&self, txg: u64, out: &mut Vec<u8>) {
+        if let LogOp::Write {
+            os,
+            obj,
+            offset,
+            data,
+            ..
+        } = self
+        {
+            return encode_write(txg, *os, *obj, *offset, data, out);
+        }
         let start = out.len();
         let kind: u8 = match self {
             LogOp::CreateObjset { .. } => 1,
@@ -248,18 +258,7 @@ impl LogOp {
                 out.extend_from_slice(&[*object_type, checksum.code(), compression.code()]);
                 out.extend_from_slice(&block_size.to_le_bytes());
             }
-            LogOp::Write {
-                os,
-                obj,
-                offset,
-                data,
-                ..
-            } => {
-                assert!(data.len() <= WRITE_CHUNK_MAX, "write record too long");
-                u64s(out, &[*os, *obj, *offset]);
-                out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-                out.extend_from_slice(data);
-            }
+            LogOp::Write { .. } => unreachable!("encoded by encode_write"),
             LogOp::FreeRange {
                 os,
                 obj,
@@ -384,6 +383,20 @@ impl LogOp {
         }
         Some((txg, op, len))
     }
+}
+
+/// Appends a write record (type 5) for `data` at `offset`, at most `WRITE_CHUNK_MAX`.
+fn encode_write(txg: u64, os: u64, obj: u64, offset: u64, data: &[u8], out: &mut Vec<u8>) {
+    assert!(data.len() <= WRITE_CHUNK_MAX, "write record too long");
+    let len = (RECORD_HEADER + 28 + data.len()) as u32;
+    out.extend_from_slice(&[5, 0, 0, 0]);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&txg.to_le_bytes());
+    for x in [os, obj, offset] {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(data);
 }
 
 struct Reader<'a> {
@@ -944,15 +957,17 @@ impl IntentLog {
         if bytes > ring.len / 2 {
             return false;
         }
+        // Records are encoded straight into block payloads; one that does not fit
+        // moves to the next block.
         let mut blocks: Vec<(Vec<u8>, u64, u64)> = Vec::new(); // payload, records, max txg
         let mut cur = (Vec::new(), 0u64, 0u64);
-        let mut push = |cur: &mut (Vec<u8>, u64, u64), txg: u64, op: &LogOp| {
-            let mut rec = Vec::new();
-            op.encode(txg, &mut rec);
-            if BLOCK_HEADER + cur.0.len() + rec.len() > LOG_BLOCK_MAX {
-                blocks.push(std::mem::take(cur));
+        let mut push = |cur: &mut (Vec<u8>, u64, u64), txg: u64, encode: &dyn Fn(&mut Vec<u8>)| {
+            let start = cur.0.len();
+            encode(&mut cur.0);
+            if BLOCK_HEADER + cur.0.len() > LOG_BLOCK_MAX {
+                let rec = cur.0.split_off(start);
+                blocks.push(std::mem::replace(cur, (rec, 0, 0)));
             }
-            cur.0.extend_from_slice(&rec);
             cur.1 += 1;
             cur.2 = cur.2.max(txg);
         };
@@ -969,17 +984,13 @@ impl IntentLog {
                         continue; // the object is gone; its free is logged after this
                     };
                     for (i, chunk) in data.chunks(WRITE_CHUNK_MAX).enumerate() {
-                        let op = LogOp::Write {
-                            os: *os,
-                            obj: *obj,
-                            offset: offset + (i * WRITE_CHUNK_MAX) as u64,
-                            len: chunk.len() as u64,
-                            data: chunk.to_vec(),
-                        };
-                        push(&mut cur, p.txg, &op);
+                        let at = offset + (i * WRITE_CHUNK_MAX) as u64;
+                        push(&mut cur, p.txg, &|out| {
+                            encode_write(p.txg, *os, *obj, at, chunk, out)
+                        });
                     }
                 }
-                op => push(&mut cur, p.txg, op),
+                op => push(&mut cur, p.txg, &|out| op.encode(p.txg, out)),
             }
         }
         if cur.1 > 0 {

@@ -1009,9 +1009,9 @@ impl Pool {
     fn reserve_log_area(&self) {
         let top = &self.storage.tops[0];
         let sector = vdev::SECTOR_SIZE as u64;
-        let child = top.capacity_bytes() / top.leaves.len().max(1) as u64;
+        // Bytes of each child's data area the layout uses.
         let child = match top.layout {
-            Layout::RaidZ { .. } => child,
+            Layout::RaidZ { .. } => top.capacity_bytes() / top.leaves.len() as u64,
             _ => top.capacity_bytes(),
         };
         let ring = (child / 32).min(crate::intent_log::AREA_MAX_BYTES_PER_CHILD) / sector * sector;
@@ -1042,15 +1042,14 @@ impl Pool {
     fn replay_intent_log(&self, header: &LogHeader) -> Result<(), PoolError> {
         let committed_txg = self.synced_txg();
         let ring = self.intent_log.ring(header.kind);
-        let read = match &ring {
+        let mut read = match &ring {
             Some(ring) => crate::intent_log::read_chain(ring, header),
             None => Default::default(),
         };
-        let records: Vec<LogOp> = read
-            .records
-            .iter()
+        let records: Vec<LogOp> = std::mem::take(&mut read.records)
+            .into_iter()
             .filter(|(txg, _)| *txg > committed_txg)
-            .map(|(_, op)| op.clone())
+            .map(|(_, op)| op)
             .collect();
         let replayed = records.len() as u64;
         let same_ring = ring.is_some() && self.intent_log.preferred_kind() == header.kind;
@@ -1120,7 +1119,21 @@ impl Pool {
         outcome.unwrap_or_else(|| Err(PoolError::Io("snapshot operation did not run".into())))
     }
 
-    /// Snapshots, oldest first; of one dataset when given.
+    /// (id, `dataset@name`) of a dataset's snapshots, oldest first: the cheap listing
+    /// (no dead list is read) for lookups.
+    pub fn snapshot_names(&self, dataset: u64) -> Vec<(u64, String)> {
+        let ds = self.datasets.read().unwrap();
+        let mut v: Vec<(u64, u64, String)> = ds
+            .iter()
+            .filter(|(_, d)| d.snapshot_of == Some(dataset))
+            .map(|(id, d)| (d.snap_txg, *id, d.name.clone()))
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, id, name)| (id, name)).collect()
+    }
+
+    /// Snapshots, oldest first, with the space each alone holds (reads dead lists);
+    /// of one dataset when given.
     pub fn list_snapshots(&self, dataset: Option<u64>) -> Result<Vec<SnapshotInfo>, PoolError> {
         let ds = self.datasets.read().unwrap();
         let mut snaps: Vec<(u64, &DatasetEntry)> = ds

@@ -60,6 +60,35 @@ fn snap_ino(os: u64, obj: u64) -> u64 {
     SNAP_BIT | (os << SNAP_OBJ_BITS) | obj
 }
 
+/// Answers a readdir from `offset` with the entries of directory `obj` of `f`, their
+/// inode numbers passed through `to_ino`.
+fn list_dir(
+    f: &fs::Filesystem,
+    obj: u64,
+    offset: u64,
+    to_ino: impl Fn(u64) -> u64,
+    mut reply: ReplyDirectory,
+) {
+    let mut cookie = offset;
+    loop {
+        let page = match f.readdir(obj, cookie, 128) {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(e)),
+        };
+        if page.is_empty() {
+            break;
+        }
+        for e in page {
+            let name = OsStr::from_bytes(&e.name);
+            if reply.add(INodeNo(to_ino(e.ino)), e.cookie, file_type(e.kind), name) {
+                return reply.ok();
+            }
+            cookie = e.cookie;
+        }
+    }
+    reply.ok()
+}
+
 /// EROFS for a change under `.shoal` or to `.shoal` itself.
 fn refuse(parent: INodeNo, name: &OsStr) -> Option<Errno> {
     let ctl = parent.0 == fs::filesystem::ROOT_INO && name.as_bytes() == CTL_NAME;
@@ -195,12 +224,9 @@ impl ShoalFuse {
         if let Some(f) = self.snapshots.lock().unwrap().get(&os) {
             return Ok(f.clone());
         }
-        let snaps = self
-            .datasets
-            .snapshots(Some(&self.dataset))
-            .map_err(errno)?;
-        let s = snaps.iter().find(|s| s.id == os).ok_or(Errno::ENOENT)?;
-        let f = self.datasets.open(&s.name).map_err(errno)?;
+        let snaps = self.datasets.snapshot_names(&self.dataset).map_err(errno)?;
+        let (_, name) = snaps.iter().find(|s| s.0 == os).ok_or(Errno::ENOENT)?;
+        let f = self.datasets.open(name).map_err(errno)?;
         self.snapshots.lock().unwrap().insert(os, f.clone());
         Ok(f)
     }
@@ -233,14 +259,11 @@ impl ShoalFuse {
             Node::SnapDir => {
                 let name = std::str::from_utf8(name).map_err(|_| Errno::ENOENT)?;
                 let full = format!("{}@{name}", self.dataset);
-                let snaps = self
-                    .datasets
-                    .snapshots(Some(&self.dataset))
-                    .map_err(errno)?;
-                let s = snaps.iter().find(|s| s.name == full).ok_or(Errno::ENOENT)?;
-                let f = self.snapshot_fs(s.id)?;
+                let snaps = self.datasets.snapshot_names(&self.dataset).map_err(errno)?;
+                let (id, _) = snaps.iter().find(|s| s.1 == full).ok_or(Errno::ENOENT)?;
+                let f = self.snapshot_fs(*id)?;
                 let a = f.getattr(fs::filesystem::ROOT_INO).map_err(errno)?;
-                Ok((Self::snap_attr(s.id, &a), a.generation))
+                Ok((Self::snap_attr(*id, &a), a.generation))
             }
             Node::Snap(f, os, obj) => {
                 let a = f.lookup(obj, name).map_err(errno)?;
@@ -249,7 +272,7 @@ impl ShoalFuse {
         }
     }
 
-    fn special_readdir(&self, ino: u64, offset: u64, mut reply: ReplyDirectory) {
+    fn special_readdir(&self, ino: u64, offset: u64, reply: ReplyDirectory) {
         let fixed = |entries: Vec<(u64, FileType, Vec<u8>)>, mut reply: ReplyDirectory| {
             for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
                 if reply.add(INodeNo(ino), i as u64 + 1, kind, OsStr::from_bytes(&name)) {
@@ -272,14 +295,14 @@ impl ShoalFuse {
                 v.push((SNAP_DIR_INO, FileType::Directory, b"snapshot".to_vec()));
                 fixed(v, reply)
             }
-            Ok(Node::SnapDir) => match self.datasets.snapshots(Some(&self.dataset)) {
+            Ok(Node::SnapDir) => match self.datasets.snapshot_names(&self.dataset) {
                 Err(e) => reply.error(errno(e)),
                 Ok(snaps) => {
                     let mut v = dot(SNAP_DIR_INO, CTL_DIR_INO);
-                    for s in snaps {
-                        let short = s.name.rsplit_once('@').map_or("", |x| x.1);
+                    for (id, name) in snaps {
+                        let short = name.rsplit_once('@').map_or("", |x| x.1);
                         v.push((
-                            snap_ino(s.id, fs::filesystem::ROOT_INO),
+                            snap_ino(id, fs::filesystem::ROOT_INO),
                             FileType::Directory,
                             short.as_bytes().to_vec(),
                         ));
@@ -287,30 +310,7 @@ impl ShoalFuse {
                     fixed(v, reply)
                 }
             },
-            Ok(Node::Snap(f, os, obj)) => {
-                let mut cookie = offset;
-                loop {
-                    let page = match f.readdir(obj, cookie, 128) {
-                        Ok(p) => p,
-                        Err(e) => return reply.error(errno(e)),
-                    };
-                    if page.is_empty() {
-                        break;
-                    }
-                    for e in page {
-                        if reply.add(
-                            INodeNo(snap_ino(os, e.ino)),
-                            e.cookie,
-                            file_type(e.kind),
-                            OsStr::from_bytes(&e.name),
-                        ) {
-                            return reply.ok();
-                        }
-                        cookie = e.cookie;
-                    }
-                }
-                reply.ok()
-            }
+            Ok(Node::Snap(f, os, obj)) => list_dir(&f, obj, offset, |i| snap_ino(os, i), reply),
         }
     }
 
@@ -675,33 +675,12 @@ impl fuser::Filesystem for ShoalFuse {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
         if special(ino) {
             return self.special_readdir(ino.0, offset, reply);
         }
-        let mut cookie = offset;
-        loop {
-            let page = match self.fs.readdir(ino.0, cookie, 128) {
-                Ok(p) => p,
-                Err(e) => return reply.error(errno(e)),
-            };
-            if page.is_empty() {
-                break;
-            }
-            for e in page {
-                if reply.add(
-                    INodeNo(e.ino),
-                    e.cookie,
-                    file_type(e.kind),
-                    OsStr::from_bytes(&e.name),
-                ) {
-                    return reply.ok();
-                }
-                cookie = e.cookie;
-            }
-        }
-        reply.ok();
+        list_dir(&self.fs, ino.0, offset, |i| i, reply)
     }
 
     fn fsyncdir(
