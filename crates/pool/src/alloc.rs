@@ -306,6 +306,29 @@ impl Allocator {
         Some(extent)
     }
 
+    /// Records in the open txg's space log an extent allocated earlier without logging
+    /// (a block the intent log placed, adopted by the txg that syncs it).
+    pub fn log_allocated(&mut self, extent: Extent) {
+        self.pending_log.push(SpaceEntry {
+            extent,
+            alloc: true,
+        });
+    }
+
+    /// Intent log replay: takes an extent a placed block occupies, unlogged (its txg
+    /// logs it when it adopts the block). False if any part of it is not free.
+    pub fn claim(&mut self, extent: Extent) -> bool {
+        self.vdevs.get_mut(extent.vdev as usize).is_some_and(|v| {
+            extent.offset + extent.len <= v.capacity && v.mark_allocated(extent.offset, extent.len)
+        })
+    }
+
+    /// Undoes a `claim` of the same replay (nothing else saw the extent).
+    pub fn unclaim(&mut self, extent: Extent) {
+        let ok = self.vdevs[extent.vdev as usize].release(extent.offset, extent.len);
+        assert!(ok, "unclaiming free space {extent:?}");
+    }
+
     /// Frees an extent in `txg`; it becomes reusable after `txg + DEFER_TXGS` commits.
     pub fn free(&mut self, extent: Extent, txg: u64, logged: bool) {
         if logged {

@@ -50,13 +50,22 @@ struct DirtySet {
     range_frees: Vec<(u64, u64)>,
     dnode_dirty: bool,
     freed: bool,
+    /// Blocks the intent log wrote to their final place ahead of the sync (see
+    /// `place_block`): block id -> (the contents written, where). The sync adopts a
+    /// placed block while `blocks` still holds that same buffer, and releases it
+    /// otherwise.
+    placed: BTreeMap<u64, (Bytes, BlockPointer)>,
     /// Attributes as of quiesce (set when the set becomes the syncing set).
     snapshot: Option<Dnode>,
 }
 
 impl DirtySet {
     fn is_empty(&self) -> bool {
-        self.blocks.is_empty() && self.range_frees.is_empty() && !self.dnode_dirty && !self.freed
+        self.blocks.is_empty()
+            && self.range_frees.is_empty()
+            && !self.dnode_dirty
+            && !self.freed
+            && self.placed.is_empty()
     }
     fn covers_free(&self, blkid: u64) -> bool {
         self.range_frees
@@ -359,8 +368,10 @@ impl Objset {
     pub fn free_object(&self, st: &Storage, obj: u64) -> Result<(), PoolError> {
         let mut inner = self.inner.lock().unwrap();
         let s = Self::load(st, &mut inner, obj)?;
+        // Placed blocks stay listed so the sync releases them.
         s.open = DirtySet {
             freed: true,
+            placed: std::mem::take(&mut s.open.placed),
             ..DirtySet::default()
         };
         inner.open_dirty.insert(obj);
@@ -683,6 +694,114 @@ impl Objset {
         Ok(())
     }
 
+    /// Writes the dirty blocks `blkids` of `obj` to their final place now, for the
+    /// intent log to name by pointer instead of copying them (large sync writes
+    /// without a log device). The caller holds the pool's txg gate, so `txg` is the
+    /// open txg and stays so until this returns; its sync adopts each placed block
+    /// unless the block changes first. Returns (block id, pointer) of the blocks placed
+    /// (blocks not dirty in this txg, and zero blocks that become holes, are not).
+    pub fn place_blocks(
+        &self,
+        st: &Storage,
+        obj: u64,
+        blkids: std::ops::Range<u64>,
+        txg: u64,
+    ) -> Result<Vec<(u64, BlockPointer)>, PoolError> {
+        let mut out = Vec::new();
+        let mut writes: Vec<(usize, u64, Bytes, BlockSpec)> = Vec::new();
+        {
+            let mut inner = self.inner.lock().unwrap();
+            let s = Self::load(st, &mut inner, obj)?;
+            let spec = data_spec(&s.dnode);
+            for (&blkid, contents) in s.open.blocks.range(blkids) {
+                let Some(data) = contents
+                    .as_ref()
+                    .filter(|d| d.len() == s.dnode.block_size as usize)
+                else {
+                    continue;
+                };
+                match s.open.placed.get(&blkid) {
+                    Some((b, bp)) if Arc::ptr_eq(b, data) => out.push((blkid, *bp)),
+                    _ => writes.push((0, blkid, data.clone(), spec)),
+                }
+            }
+        }
+        let written = write_parallel(st, txg, &writes, true)?;
+        let mut inner = self.inner.lock().unwrap();
+        for ((_, blkid, data, _), bp) in writes.into_iter().zip(written) {
+            if bp.is_hole() {
+                continue;
+            }
+            let replaced = inner
+                .objects
+                .get_mut(&obj)
+                .map(|s| s.open.placed.insert(blkid, (data, bp)));
+            match replaced {
+                // An older placement of this block in the same txg: a log record may
+                // name it, and its release waits until this txg's records cannot
+                // replay any more.
+                Some(Some((_, old))) => st.release_placed(&old, txg),
+                Some(None) => {}
+                None => st.release_placed(&bp, txg),
+            }
+            out.push((blkid, bp));
+        }
+        inner.open_dirty.insert(obj);
+        out.sort_by_key(|&(b, _)| b);
+        Ok(out)
+    }
+
+    /// Intent log replay of a pointer record: block `blkid` of `obj` becomes the block
+    /// at `bp`, whose space the caller claimed; the replay txg adopts it.
+    pub fn adopt_replayed(
+        &self,
+        st: &Storage,
+        obj: u64,
+        blkid: u64,
+        bp: BlockPointer,
+        txg: u64,
+    ) -> Result<(), PoolError> {
+        let block = st.read_block(&bp)?;
+        let mut inner = self.inner.lock().unwrap();
+        let s = Self::load(st, &mut inner, obj)?;
+        if block.bytes().len() != s.dnode.block_size as usize
+            || bp.block_type != BlockType::Data
+            || bp.level != 0
+        {
+            return Err(PoolError::Corrupt(format!(
+                "log pointer record for object {obj} block {blkid} does not fit the object"
+            )));
+        }
+        let data = Arc::new(AlignedBuf::from_slice(block.bytes()));
+        s.open.blocks.insert(blkid, Some(data.clone()));
+        if let Some((_, old)) = s.open.placed.insert(blkid, (data, bp)) {
+            st.release_placed(&old, txg);
+        }
+        if blkid + 1 > s.dnode.nblocks {
+            s.dnode.nblocks = blkid + 1;
+            s.open.dnode_dirty = true;
+        }
+        inner.open_dirty.insert(obj);
+        Ok(())
+    }
+
+    /// Whether `bp` is already the placed block `blkid` of `obj` (replay of a second
+    /// record naming the same placement).
+    pub fn is_placed(&self, obj: u64, blkid: u64, bp: &BlockPointer) -> bool {
+        let inner = self.inner.lock().unwrap();
+        inner
+            .objects
+            .get(&obj)
+            .and_then(|s| s.open.placed.get(&blkid))
+            .is_some_and(|(_, p)| p == bp)
+    }
+
+    /// The block size of an object.
+    pub fn block_size(&self, st: &Storage, obj: u64) -> Result<u32, PoolError> {
+        let mut inner = self.inner.lock().unwrap();
+        Ok(Self::load(st, &mut inner, obj)?.dnode.block_size)
+    }
+
     /// Moves every open change to the syncing state. Called with the pool's txg gate
     /// held exclusively, after the previous sync finished. Returns true if anything is
     /// to be synced.
@@ -745,25 +864,30 @@ impl Objset {
         }
 
         // 2. Data blocks, in parallel.
+        // Placed blocks whose buffer is still the block's contents are adopted as they
+        // are; the others are released.
         let mut writes: Vec<(usize, u64, Bytes, BlockSpec)> = Vec::new();
+        let mut data_bps: Vec<BTreeMap<u64, BlockPointer>> = vec![BTreeMap::new(); jobs.len()];
         for (j, (_, set, _, _)) in jobs.iter().enumerate() {
             let snap = set.snapshot.as_ref().unwrap();
+            for (&blkid, (placed, bp)) in &set.placed {
+                let current = set.blocks.get(&blkid).and_then(|c| c.as_ref());
+                if !set.freed && current.is_some_and(|c| Arc::ptr_eq(c, placed)) {
+                    st.adopt_placed(bp);
+                    data_bps[j].insert(blkid, *bp);
+                } else {
+                    st.release_placed(bp, txg);
+                }
+            }
             for (&blkid, contents) in &set.blocks {
                 if let Some(data) = contents {
-                    let spec = BlockSpec {
-                        block_type: BlockType::Data,
-                        level: 0,
-                        compression: snap.compression,
-                        checksum: snap.checksum,
-                        copies: 1,
-                        fill: 1,
-                    };
-                    writes.push((j, blkid, data.clone(), spec));
+                    if !data_bps[j].contains_key(&blkid) {
+                        writes.push((j, blkid, data.clone(), data_spec(snap)));
+                    }
                 }
             }
         }
-        let written = write_parallel(st, txg, &writes)?;
-        let mut data_bps: Vec<BTreeMap<u64, BlockPointer>> = vec![BTreeMap::new(); jobs.len()];
+        let written = write_parallel(st, txg, &writes, false)?;
         for ((j, blkid, _, _), bp) in writes.iter().zip(written) {
             data_bps[*j].insert(*blkid, bp);
         }
@@ -883,10 +1007,25 @@ impl Objset {
     }
 }
 
+/// How a data block of an object with these attributes is stored.
+fn data_spec(d: &Dnode) -> BlockSpec {
+    BlockSpec {
+        block_type: BlockType::Data,
+        level: 0,
+        compression: d.compression,
+        checksum: d.checksum,
+        copies: 1,
+        fill: 1,
+    }
+}
+
+/// Writes data blocks for `txg`; `placed`: ahead of the sync, for the intent log (see
+/// `Storage::write_placed`).
 fn write_parallel(
     st: &Storage,
     txg: u64,
     writes: &[(usize, u64, Bytes, BlockSpec)],
+    placed: bool,
 ) -> Result<Vec<BlockPointer>, PoolError> {
     let mut out = Vec::with_capacity(writes.len());
     // Batches bound the memory of planned writes and let adjacent blocks merge. While
@@ -908,7 +1047,7 @@ fn write_parallel(
                 let r = if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
                     Ok(BlockPointer::HOLE) // zero blocks become holes when compression is on
                 } else {
-                    st.write_block_shared(data, *spec, txg, Some(&batch))
+                    st.write_block_batched(data, *spec, txg, &batch, placed)
                 };
                 *results[i].lock().unwrap() = Some(r);
             };

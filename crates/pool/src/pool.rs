@@ -1053,7 +1053,9 @@ impl Pool {
             .collect();
         let replayed = records.len() as u64;
         let same_ring = ring.is_some() && self.intent_log.preferred_kind() == header.kind;
-        if replayed == 0 && same_ring {
+        // After an interrupted commit the chain starts over: carrying on would let the
+        // next commit's end seem to complete the interrupted one.
+        if replayed == 0 && same_ring && !read.incomplete_tail {
             self.intent_log.continue_chain(header, &read);
             return Ok(());
         }
@@ -2236,6 +2238,44 @@ impl LogSource for Pool {
     fn commit_txg(&self) -> Result<(), PoolError> {
         self.sync().map(|_| ())
     }
+
+    fn place_for_log(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        len: u64,
+        txg: u64,
+    ) -> Vec<(u64, u64, BlockPointer)> {
+        // The gate keeps `txg` open while its blocks are placed, so its sync sees
+        // every placement or none.
+        let _gate = self.gate.read().unwrap();
+        if self.txg.lock().unwrap().open_txg != txg {
+            return Vec::new();
+        }
+        let Ok(objset) = self.objset(os) else {
+            return Vec::new();
+        };
+        let Ok(bs) = objset.block_size(&self.storage, obj).map(u64::from) else {
+            return Vec::new();
+        };
+        let whole = offset.div_ceil(bs)..(offset + len) / bs;
+        if whole.is_empty() {
+            return Vec::new();
+        }
+        match objset.place_blocks(&self.storage, obj, whole, txg) {
+            Ok(placed) => placed
+                .into_iter()
+                .map(|(blkid, bp)| (blkid * bs, bs, bp))
+                .collect(),
+            // Out of space or a device error: the data is copied into the log instead.
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn flush_placed(&self) -> bool {
+        self.storage.flush_placed()
+    }
 }
 
 fn encode_directory(entries: &[DirRecord], next_id: u64) -> Result<Vec<u8>, PoolError> {
@@ -2564,6 +2604,47 @@ impl Tx<'_> {
                 obj,
                 block_size,
             } => self.grow_block_size(os, obj, block_size),
+            LogOp::WriteBlock {
+                os,
+                obj,
+                offset,
+                bp,
+            } => self.adopt_logged_block(os, obj, offset, bp),
         }
+    }
+
+    /// Replay of a pointer record: the block was written to its final place before
+    /// the record, and its space was never logged, so it is claimed here and the
+    /// replay txg logs it when it adopts the block.
+    fn adopt_logged_block(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        bp: BlockPointer,
+    ) -> Result<(), PoolError> {
+        let p = self.pool;
+        let objset = p.writable_objset(os)?;
+        let bs = objset.block_size(&p.storage, obj)? as u64;
+        if !offset.is_multiple_of(bs) {
+            return Err(PoolError::Corrupt(format!(
+                "log pointer record at offset {offset} of object {obj} is not block aligned"
+            )));
+        }
+        let blkid = offset / bs;
+        if objset.is_placed(obj, blkid, &bp) {
+            return Ok(());
+        }
+        if !p.storage.claim_placed(&bp) {
+            return Err(PoolError::Corrupt(format!(
+                "log pointer record for object {obj}: its block's space is in use"
+            )));
+        }
+        if let Err(e) = objset.adopt_replayed(&p.storage, obj, blkid, bp, self.txg) {
+            p.storage.release_placed(&bp, self.txg);
+            return Err(e);
+        }
+        p.account_dirty(bs);
+        Ok(())
     }
 }

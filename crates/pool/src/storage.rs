@@ -128,6 +128,8 @@ pub struct Storage {
     inflight_cv: Condvar,
     /// The second-level cache on cache devices, if the pool has any.
     pub l2: std::sync::OnceLock<Arc<crate::l2arc::L2Arc>>,
+    /// Top-level vdevs that placed blocks went to since `flush_placed` last ran.
+    placed_tops: Mutex<std::collections::BTreeSet<u32>>,
     /// One thread issues every device operation of a sync in a fixed order (tests that
     /// replay crashes from a seed); otherwise syncs use several threads.
     pub deterministic: std::sync::atomic::AtomicBool,
@@ -145,6 +147,7 @@ impl Storage {
             arc: AdaptiveCache::new(arc_max_bytes),
             counters: PoolCounters::default(),
             inflight: Mutex::new(HashSet::new()),
+            placed_tops: Mutex::new(Default::default()),
             inflight_cv: Condvar::new(),
             l2: std::sync::OnceLock::new(),
             deterministic: std::sync::atomic::AtomicBool::new(false),
@@ -161,18 +164,6 @@ impl Storage {
         logged: bool,
     ) -> Result<BlockPointer, PoolError> {
         self.write_block_inner(data, None, spec, txg, logged, None)
-    }
-
-    /// Writes a data block from a shared aligned buffer: uncompressed blocks go to the
-    /// devices and into the ARC without another copy.
-    pub fn write_block_shared(
-        &self,
-        data: &Arc<AlignedBuf>,
-        spec: BlockSpec,
-        txg: u64,
-        batch: Option<&WriteBatch>,
-    ) -> Result<BlockPointer, PoolError> {
-        self.write_block_inner(data, Some(data), spec, txg, true, batch)
     }
 
     pub fn is_deterministic(&self) -> bool {
@@ -301,6 +292,93 @@ impl Storage {
         if let Some(l2) = self.l2.get() {
             l2.feed(evicted);
         }
+    }
+
+    /// Writes a data block from a shared buffer into a batch. `placed`: a block the
+    /// intent log writes ahead of its txg. Its space is allocated but not logged, so
+    /// until the txg that syncs its object adopts it (`adopt_placed`) or lets it go
+    /// (`release_placed`), a crash leaves that space free on disk and only a log
+    /// record names it. Placed blocks are not flushed here: see `flush_placed`.
+    pub fn write_block_batched(
+        &self,
+        data: &Arc<AlignedBuf>,
+        spec: BlockSpec,
+        txg: u64,
+        batch: &WriteBatch,
+        placed: bool,
+    ) -> Result<BlockPointer, PoolError> {
+        let bp = self.write_block_inner(data, Some(data), spec, txg, !placed, Some(batch))?;
+        if placed {
+            let mut tops = self.placed_tops.lock().unwrap();
+            for d in bp.copies() {
+                tops.insert(d.vdev);
+            }
+        }
+        Ok(bp)
+    }
+
+    /// Flushes the top-level vdevs placed blocks went to since the last call; the log
+    /// block naming them is written only after this returns true.
+    pub fn flush_placed(&self) -> bool {
+        let tops: Vec<u32> = std::mem::take(&mut *self.placed_tops.lock().unwrap())
+            .into_iter()
+            .collect();
+        let parallel = !self.is_deterministic();
+        tops.into_iter()
+            .all(|v| self.tops[v as usize].flush_with(parallel))
+    }
+
+    /// The syncing txg keeps a placed block: its allocation joins this txg's space log.
+    pub fn adopt_placed(&self, bp: &BlockPointer) {
+        let mut alloc = self.alloc.lock().unwrap();
+        for d in bp.copies() {
+            alloc.log_allocated(Extent {
+                vdev: d.vdev,
+                offset: d.offset,
+                len: d.asize(),
+            });
+        }
+    }
+
+    /// A placed block its txg did not keep (rewritten or freed before the sync): its
+    /// space returns after `txg + DEFER_TXGS` commits, by which time no log record
+    /// that names it can be replayed. Never logged, as its allocation never was.
+    pub fn release_placed(&self, bp: &BlockPointer, txg: u64) {
+        self.arc.remove(&BlockKey::of(bp));
+        let mut alloc = self.alloc.lock().unwrap();
+        for d in bp.copies() {
+            alloc.free(
+                Extent {
+                    vdev: d.vdev,
+                    offset: d.offset,
+                    len: d.asize(),
+                },
+                txg,
+                false,
+            );
+        }
+    }
+
+    /// Replay: takes the space of a placed block named by a log record (free on disk,
+    /// since its allocation was never logged). False if any copy's space is taken.
+    pub fn claim_placed(&self, bp: &BlockPointer) -> bool {
+        let mut alloc = self.alloc.lock().unwrap();
+        let mut claimed = Vec::new();
+        for d in bp.copies() {
+            let e = Extent {
+                vdev: d.vdev,
+                offset: d.offset,
+                len: d.asize(),
+            };
+            if !alloc.claim(e) {
+                for c in claimed {
+                    alloc.unclaim(c);
+                }
+                return false;
+            }
+            claimed.push(e);
+        }
+        true
     }
 
     /// Frees every copy of `bp` in `txg` (deferred) and drops it from the ARC.
@@ -523,9 +601,10 @@ impl Storage {
 
     /// Flushes every top-level vdev; false if one lost more leaves than it tolerates.
     pub fn flush_all(&self) -> bool {
+        let parallel = !self.is_deterministic();
         let mut ok = true;
         for t in &self.tops {
-            ok &= t.flush();
+            ok &= t.flush_with(parallel);
         }
         ok
     }

@@ -56,7 +56,12 @@ fn workload(pool: &Pool, os: u64, seed: u64) -> Run {
             match choice {
                 2..=7 => {
                     let off = rng.below(300_000) as usize;
-                    let len = 1 + rng.below(40_000) as usize;
+                    // Now and then a write long enough for its blocks to be placed.
+                    let len = if choice == 7 {
+                        1_100_000 + rng.below(200_000) as usize
+                    } else {
+                        1 + rng.below(40_000) as usize
+                    };
                     let data = rng.mixed(len);
                     pool.write(os, obj, off as u64, &data).map(|_| {
                         let m = model.get_mut(&obj).unwrap();
@@ -122,6 +127,7 @@ struct Totals {
     points: u64,
     replayed_points: u64,
     blocks_written: u64,
+    blocks_placed: u64,
 }
 
 fn devices(setup: Setup, seed: u64, clock: &Arc<CrashClock>) -> Vec<Arc<SimDevice>> {
@@ -165,6 +171,7 @@ fn run(setup: Setup, seeds: u64) -> Totals {
         points: 0,
         replayed_points: 0,
         blocks_written: 0,
+        blocks_placed: 0,
     };
     for seed in 0..seeds {
         let clock = CrashClock::new();
@@ -174,6 +181,7 @@ fn run(setup: Setup, seeds: u64) -> Totals {
         workload(&pool, os, seed);
         let total = clock.ops() - start;
         t.blocks_written += pool.intent_log_stats().blocks_written;
+        t.blocks_placed += pool.intent_log_stats().blocks_placed;
         drop(pool);
 
         for point in 1..=total {
@@ -247,8 +255,9 @@ fn seeds() -> u64 {
 
 fn report(name: &str, t: &Totals) {
     println!(
-        "{name}: {} crash points, {} of them replayed the log, {} log blocks written per workload",
-        t.points, t.replayed_points, t.blocks_written
+        "{name}: {} crash points, {} of them replayed the log, {} log blocks written and {} \
+         data blocks placed per workload",
+        t.points, t.replayed_points, t.blocks_written, t.blocks_placed
     );
     // The log really was written and really was replayed: otherwise this test would
     // only be testing txg commits.
@@ -264,6 +273,7 @@ fn log_crash_at_every_point_raidz2() {
     let t = run(Setup::Pool(Layout::RaidZ { nparity: 2 }, 4), seeds());
     report("raidz2, pool log area", &t);
     assert!(t.points > 300);
+    assert!(t.blocks_placed > 0, "no write was logged by pointer");
 }
 
 #[test]
@@ -271,6 +281,7 @@ fn log_crash_at_every_point_mirror() {
     let t = run(Setup::Pool(Layout::Mirror, 2), seeds());
     report("mirror, pool log area", &t);
     assert!(t.points > 200);
+    assert!(t.blocks_placed > 0, "no write was logged by pointer");
 }
 
 #[test]
@@ -278,6 +289,10 @@ fn log_crash_at_every_point_log_device() {
     let t = run(Setup::LogDevice(Layout::Disk, 1), seeds());
     report("disk + log device", &t);
     assert!(t.points > 100);
+    assert_eq!(
+        t.blocks_placed, 0,
+        "with a log device everything is copied to it"
+    );
 }
 
 /// The log commit does not commit a txg: after an fsync-style commit the pool's synced
@@ -298,7 +313,8 @@ fn log_commit_does_not_force_a_txg() {
     assert_eq!(pool.synced_txg(), before, "the log commit forced a txg");
     let stats = pool.intent_log_stats();
     assert_eq!(stats.txg_fallbacks, 0);
-    assert!(stats.blocks_written >= 2, "a 300 KB write spans blocks");
+    assert!(stats.blocks_written >= 2, "a 300 KB write spans log blocks");
+    assert_eq!(stats.blocks_placed, 0, "a commit this small copies");
     drop(pool);
     let after: Vec<Arc<SimDevice>> = devs
         .iter()
@@ -325,7 +341,10 @@ fn large_batches_fall_back_and_the_ring_wraps() {
     let ring = pool.intent_log_stats().ring_bytes;
     assert!(ring >= 1 << 20, "ring of {ring} bytes");
     let big = Rng(1).bytes(ring as usize);
-    pool.write(os, obj, 0, &big).unwrap();
+    // Written in pieces too short to be placed, so all of it would be copied.
+    for (i, piece) in big.chunks(16384).enumerate() {
+        pool.write(os, obj, (i * 16384) as u64, piece).unwrap();
+    }
     pool.log_commit().unwrap();
     assert_eq!(pool.intent_log_stats().txg_fallbacks, 1);
     // Many small commits: several passes over the ring, with txgs now and then.
@@ -355,4 +374,71 @@ fn large_batches_fall_back_and_the_ring_wraps() {
     let pool = Pool::import(args(&after), Some("tank"), opts()).unwrap();
     assert_eq!(pool.read(os, obj, 0, model.len()).unwrap(), model);
     assert!(pool.check().unwrap().problems.is_empty());
+}
+
+/// Without a log device, the whole blocks of a long write go to their final place and
+/// the log names them by pointer; the partial blocks at either end are copied. A block
+/// placed twice in one txg keeps only the newer placement, a txg commit adopts placed
+/// blocks without writing them again, and after a crash replay brings them back. No
+/// space leaks either way.
+#[test]
+fn long_writes_are_placed_and_logged_by_pointer() {
+    for crash_before_sync in [true, false] {
+        let devs = sim_devices(3, 11, None);
+        let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+        let os = pool.create_objset("tank/a", "{}").unwrap();
+        let obj = pool
+            .create_object(os, 19, 131072, Compression::Off, ChecksumKind::Blake3)
+            .unwrap();
+        pool.sync().unwrap();
+        let mut rng = Rng(5);
+        let mut model = rng.bytes(1000 + 8 * 131072);
+        model[..1000].fill(0);
+        pool.write(os, obj, 1000, &model[1000..]).unwrap();
+        pool.log_commit().unwrap();
+        let stats = pool.intent_log_stats();
+        assert_eq!(stats.blocks_placed, 7, "whole blocks 1..8 are placed");
+        assert!(
+            stats.bytes_written < 3 * 131072,
+            "{} log bytes: only the two partial blocks are copied",
+            stats.bytes_written
+        );
+        // Blocks 3..11 in the same txg: placed anew, the old placements let go.
+        let again = rng.bytes(8 * 131072);
+        pool.write(os, obj, 3 * 131072, &again).unwrap();
+        model.resize(11 * 131072, 0);
+        model[3 * 131072..].copy_from_slice(&again);
+        pool.log_commit().unwrap();
+        assert_eq!(pool.intent_log_stats().blocks_placed, 15);
+        assert_eq!(pool.intent_log_stats().txg_fallbacks, 0);
+        if !crash_before_sync {
+            let data_bytes = || {
+                pool.storage
+                    .counters
+                    .logical_bytes_written
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            };
+            let written = data_bytes();
+            pool.sync().unwrap();
+            let by_sync = data_bytes() - written;
+            assert!(
+                by_sync < 4 * 131072,
+                "the txg rewrote placed blocks ({by_sync} bytes written)"
+            );
+            assert!(pool.check().unwrap().problems.is_empty());
+        }
+        drop(pool);
+        let after: Vec<Arc<SimDevice>> = devs
+            .iter()
+            .map(|d| d.restart(CrashPolicy::DropAll))
+            .collect();
+        let pool = Pool::import(args(&after), Some("tank"), opts()).unwrap();
+        assert_eq!(pool.read(os, obj, 0, model.len()).unwrap(), model);
+        assert_eq!(pool.intent_log_stats().replay_failures, 0);
+        if crash_before_sync {
+            assert!(pool.intent_log_stats().records_replayed >= 17);
+        }
+        let report = pool.check().unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
 }

@@ -30,7 +30,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may keep attributes and names (found or not) without asking.
+/// While mounted, this process is the only writer of the dataset (it holds the pool),
+/// and the kernel drops what its own requests change, so the cache stays true; 60 s
+/// only bounds how long an overlooked case could stay stale.
+const TTL: Duration = Duration::from_secs(60);
 
 struct ShoalFuse {
     fs: Arc<fs::Filesystem>,
@@ -184,6 +188,27 @@ fn fuse_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry (node id 0); the kernel looks at nothing else.
+fn negative_entry() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 128 * 1024,
+        flags: 0,
+    }
+}
+
 /// The caller's credentials, with supplementary groups read from /proc (FUSE does not
 /// pass them), needed where group membership decides (chown to a group, setgid).
 fn cred(req: &Request, with_groups: bool) -> Cred {
@@ -317,6 +342,9 @@ impl ShoalFuse {
     fn entry(&self, r: fs::Result<Attr>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(a.generation)),
+            // Node id 0 is a negative entry: the kernel remembers the name is absent,
+            // so the lookup before each create does not come here.
+            Err(FsError::NotFound(_)) => reply.entry(&TTL, &negative_entry(), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -576,7 +604,7 @@ impl fuser::Filesystem for ShoalFuse {
         match self.fs.getattr(ino.0) {
             Ok(_) => {
                 self.fs.opened(ino.0);
-                reply.opened(FileHandle(0), FopenFlags::empty());
+                reply.opened(FileHandle(0), FopenFlags::FOPEN_NOFLUSH);
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -631,6 +659,8 @@ impl fuser::Filesystem for ShoalFuse {
         }
     }
 
+    /// Nothing to do: writes are in the open txg when they return, and durability is
+    /// fsync's. Live files are opened with FOPEN_NOFLUSH so close does not come here.
     fn flush(
         &self,
         _req: &Request,
@@ -824,7 +854,7 @@ impl fuser::Filesystem for ShoalFuse {
                     &fuse_attr(&a),
                     Generation(a.generation),
                     FileHandle(0),
-                    FopenFlags::empty(),
+                    FopenFlags::FOPEN_NOFLUSH,
                 )
             }
             Err(e) => reply.error(errno(e)),

@@ -875,11 +875,26 @@ impl TopVdev {
 
     /// Flushes every usable leaf; true if enough of them succeeded to keep the data.
     pub fn flush(&self) -> bool {
-        let failed = self
-            .leaves
-            .iter()
-            .filter(|l| l.is_usable() && !l.flush())
-            .count();
+        self.flush_with(false)
+    }
+
+    /// Flushes every usable child; `parallel`: all at once, one thread each (a flush is
+    /// mostly waiting, and the children are separate disks). True if the vdev's data
+    /// survives the children that failed.
+    pub fn flush_with(&self, parallel: bool) -> bool {
+        let usable: Vec<&Arc<Leaf>> = self.leaves.iter().filter(|l| l.is_usable()).collect();
+        let failed = if parallel && usable.len() > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = usable.iter().map(|l| s.spawn(|| l.flush())).collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join())
+                    .filter(|r| !matches!(r, Ok(true)))
+                    .count()
+            })
+        } else {
+            usable.iter().filter(|l| !l.flush()).count()
+        };
         let down = self.leaves.iter().filter(|l| !l.is_usable()).count();
         failed == 0 || down <= self.layout.tolerance(self.leaves.len())
     }
