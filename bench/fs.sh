@@ -99,6 +99,17 @@ run_all() { # tag mountpoint remount-command
     files_job "$mnt" > "$OUT/$tag.files"
 }
 
+# ---- the raw device: the ceiling both sides share ----
+# One file in the same directory, O_DIRECT, written fresh (like the device files are)
+# and read back with caches dropped, at queue depth 1 and 8.
+echo "raw device..." >&2
+mkdir -p "$DIR/raw"
+fio_job raw "$DIR/raw" write 128k --size="${SIZE_MIB}M" --direct=1 --end_fsync=1 > "$OUT/raw.w"
+drop_caches
+fio_job raw "$DIR/raw" read 128k --size="${SIZE_MIB}M" --direct=1 > "$OUT/raw.r1"
+fio_job raw "$DIR/raw" read 128k --size="${SIZE_MIB}M" --direct=1 --ioengine=libaio --iodepth=8 > "$OUT/raw.r8"
+rm -rf "$DIR/raw"
+
 # ---- shoal ----
 mkdir -p "$DIR/shoal-mnt"
 "$SHOAL" pool create --dir "$DIR/shoal-devs" --size "${DEV_MIB}M" sbench raidz2 a b c d e f >&2
@@ -158,11 +169,23 @@ log_iops = r("shoal.rs-log")["iops"]
 fig["shoal"]["rand_write_8k_fsync_iops_log_device"] = round(log_iops, 1)
 ratio["rand_write_8k_fsync_iops_log_device"] = round(log_iops / fig["zfs"]["rand_write_8k_fsync_iops"], 2)
 log_vs_none = round(log_iops / fig["shoal"]["rand_write_8k_fsync_iops"], 2)
+raw = {
+    "write_mb_s": round(r("raw.w")["bw_bytes"] / 1e6, 1),
+    "read_qd1_mb_s": round(r("raw.r1")["bw_bytes"] / 1e6, 1),
+    "read_qd8_mb_s": round(r("raw.r8")["bw_bytes"] / 1e6, 1),
+}
+# RAID-Z2 of 6 writes 6/4 of the data, all six files on the one disk underneath.
+ceiling = {
+    "seq_write_vs_zfs_fuse": round(raw["write_mb_s"] * 4 / 6 / fig["zfs"]["seq_write_mb_s"], 2),
+    "seq_read_vs_zfs_fuse": round(raw["read_qd8_mb_s"] / fig["zfs"]["seq_read_uncached_mb_s"], 2),
+}
 print(json.dumps({
     "size_mib": int(sys.argv[2]), "files": int(sys.argv[3]),
     "layout": "raidz2 of 6 file devices, recordsize 128K, compression off",
     "shoal": fig["shoal"], "zfs_fuse": fig["zfs"], "shoal_vs_zfs_fuse": ratio,
     "shoal_fsync_log_device_vs_none": log_vs_none,
+    "raw_device": raw,
+    "best_possible_ratio_on_this_disk": ceiling,
     "targets": {"seq_write_mb_s": 4, "seq_read_uncached_mb_s": 3, "rand_write_8k_fsync_iops": 2,
                 "create_per_s": 2, "stat_per_s": 2, "delete_per_s": 2},
 }, indent=2))
