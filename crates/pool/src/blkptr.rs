@@ -46,6 +46,15 @@ impl Dva {
     pub fn asize(&self) -> u64 {
         self.asize_sectors as u64 * vdev::SECTOR_SIZE as u64
     }
+
+    /// The space this copy occupies, as the allocator names it.
+    pub fn extent(&self) -> crate::alloc::Extent {
+        crate::alloc::Extent {
+            vdev: self.vdev,
+            offset: self.offset,
+            len: self.asize(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

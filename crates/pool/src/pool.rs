@@ -2071,11 +2071,7 @@ impl Pool {
                     .push(format!("block of txg {}: {e}", bp.birth_txg));
             }
             for d in bp.copies() {
-                extents.push(Extent {
-                    vdev: d.vdev,
-                    offset: d.offset,
-                    len: d.asize(),
-                });
+                extents.push(d.extent());
             }
         }
         let (area_offset, area_len) = *self.log_area.lock().unwrap();

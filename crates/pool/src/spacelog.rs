@@ -139,15 +139,7 @@ pub fn write_txg(
         let mut alloc = st.alloc.lock().unwrap();
         for bp in &old_chain {
             for d in bp.copies() {
-                alloc.free(
-                    Extent {
-                        vdev: d.vdev,
-                        offset: d.offset,
-                        len: d.asize(),
-                    },
-                    txg,
-                    false,
-                );
+                alloc.free(d.extent(), txg, false);
             }
         }
         alloc.take_pending_log();
@@ -225,11 +217,7 @@ pub fn replay(st: &Storage, head: BlockPointer, alloc: &mut Allocator) -> Result
     for bp in &chain {
         for dva in bp.copies() {
             let ok = alloc.replay(SpaceEntry {
-                extent: Extent {
-                    vdev: dva.vdev,
-                    offset: dva.offset,
-                    len: dva.asize(),
-                },
+                extent: dva.extent(),
                 alloc: true,
             });
             if !ok {

@@ -11,7 +11,7 @@
 //! - The ARC holds verified, decompressed blocks keyed by (first DVA, birth txg), which
 //!   names one immutable block version: a key never maps to different contents.
 
-use crate::alloc::{Allocator, Extent};
+use crate::alloc::Allocator;
 use crate::arc::{AccessKind, AdaptiveCache, Weighted};
 use crate::blkptr::{BlockPointer, BlockType, Dva, MAX_DVAS};
 use crate::checksum::{self, ChecksumKind};
@@ -332,11 +332,7 @@ impl Storage {
     pub fn adopt_placed(&self, bp: &BlockPointer) {
         let mut alloc = self.alloc.lock().unwrap();
         for d in bp.copies() {
-            alloc.log_allocated(Extent {
-                vdev: d.vdev,
-                offset: d.offset,
-                len: d.asize(),
-            });
+            alloc.log_allocated(d.extent());
         }
     }
 
@@ -347,15 +343,7 @@ impl Storage {
         self.arc.remove(&BlockKey::of(bp));
         let mut alloc = self.alloc.lock().unwrap();
         for d in bp.copies() {
-            alloc.free(
-                Extent {
-                    vdev: d.vdev,
-                    offset: d.offset,
-                    len: d.asize(),
-                },
-                txg,
-                false,
-            );
+            alloc.free(d.extent(), txg, false);
         }
     }
 
@@ -365,11 +353,7 @@ impl Storage {
         let mut alloc = self.alloc.lock().unwrap();
         let mut claimed = Vec::new();
         for d in bp.copies() {
-            let e = Extent {
-                vdev: d.vdev,
-                offset: d.offset,
-                len: d.asize(),
-            };
+            let e = d.extent();
             if !alloc.claim(e) {
                 for c in claimed {
                     alloc.unclaim(c);
@@ -392,15 +376,7 @@ impl Storage {
         }
         let mut alloc = self.alloc.lock().unwrap();
         for d in bp.copies() {
-            alloc.free(
-                Extent {
-                    vdev: d.vdev,
-                    offset: d.offset,
-                    len: d.asize(),
-                },
-                txg,
-                true,
-            );
+            alloc.free(d.extent(), txg, true);
         }
     }
 
