@@ -10,6 +10,7 @@
 //!
 //! Every crash point of every sequence is tried. `SHOAL_CRASH_SEEDS=N` runs more.
 
+#[path = "../../pool/tests/common/mod.rs"]
 mod common;
 use common::*;
 
@@ -18,7 +19,7 @@ use pool::pool::TopArg;
 use pool::{Pool, PoolOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use vdev::{CrashClock, CrashPolicy, Layout, SimDevice};
+use vdev::{CrashClock, Layout, SimDevice};
 
 /// What a path holds, as both the model and the recovered tree describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,11 +315,7 @@ fn every_returned_fsync_survives_a_crash_at_any_point() {
             let run = workload(&fs, seed);
             drop(fs);
             drop(pool);
-            let policy = [
-                CrashPolicy::Random,
-                CrashPolicy::DropAll,
-                CrashPolicy::KeepAll,
-            ][(point % 3) as usize];
+            let policy = crash_policy(point);
             let after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
             let pool = Pool::import(args(&after), Some("tank"), opts()).expect("import");
             if pool.intent_log_stats().records_replayed > 0 {

@@ -3,6 +3,7 @@
 //! compared (names, kinds, link counts, sizes, bytes), and at the end the pool is
 //! exported, imported and compared again. `SHOAL_SHADOW_OPS=N` runs more operations.
 
+#[path = "../../pool/tests/common/mod.rs"]
 mod common;
 use common::*;
 

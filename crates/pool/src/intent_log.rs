@@ -1094,37 +1094,40 @@ impl IntentLog {
                         Vec::new()
                     };
                     placed_blocks += placed.len() as u64;
-                    // Copy what was not placed, name what was, in offset order.
+                    // In offset order: (from, to, the pointer when placed, else copied).
+                    let mut segments = Vec::with_capacity(2 * placed.len() + 1);
                     let mut at = *offset;
-                    let end = offset + len;
-                    let mut placed = placed.into_iter().peekable();
-                    while at < end {
-                        if let Some(&(poff, plen, bp)) = placed.peek() {
-                            if poff <= at {
-                                let op = LogOp::WriteBlock {
-                                    os: *os,
-                                    obj: *obj,
-                                    offset: poff,
-                                    bp,
-                                };
-                                push(&mut cur, p.txg, &|out| op.encode(p.txg, out));
-                                at = at.max(poff + plen);
-                                placed.next();
-                                continue;
-                            }
+                    for (poff, plen, bp) in placed {
+                        if at < poff {
+                            segments.push((at, poff, None));
                         }
-                        let gap_end = placed.peek().map_or(end, |&(poff, _, _)| poff.min(end));
-                        let Some(data) = src.read_for_log(*os, *obj, at, (gap_end - at) as usize)
+                        segments.push((poff, poff + plen, Some(bp)));
+                        at = poff + plen;
+                    }
+                    if at < offset + len {
+                        segments.push((at, offset + len, None));
+                    }
+                    for (from, to, bp) in segments {
+                        if let Some(bp) = bp {
+                            let op = LogOp::WriteBlock {
+                                os: *os,
+                                obj: *obj,
+                                offset: from,
+                                bp,
+                            };
+                            push(&mut cur, p.txg, &|out| op.encode(p.txg, out));
+                            continue;
+                        }
+                        let Some(data) = src.read_for_log(*os, *obj, from, (to - from) as usize)
                         else {
                             break; // the object is gone; its free is logged after this
                         };
                         for (i, chunk) in data.chunks(WRITE_CHUNK_MAX).enumerate() {
-                            let chunk_at = at + (i * WRITE_CHUNK_MAX) as u64;
+                            let chunk_at = from + (i * WRITE_CHUNK_MAX) as u64;
                             push(&mut cur, p.txg, &|out| {
                                 encode_write(p.txg, *os, *obj, chunk_at, chunk, out)
                             });
                         }
-                        at = gap_end;
                     }
                 }
                 op => push(&mut cur, p.txg, &|out| op.encode(p.txg, out)),

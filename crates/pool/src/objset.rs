@@ -694,26 +694,33 @@ impl Objset {
         Ok(())
     }
 
-    /// Writes the dirty blocks `blkids` of `obj` to their final place now, for the
-    /// intent log to name by pointer instead of copying them (large sync writes
-    /// without a log device). The caller holds the pool's txg gate, so `txg` is the
-    /// open txg and stays so until this returns; its sync adopts each placed block
-    /// unless the block changes first. Returns (block id, pointer) of the blocks placed
-    /// (blocks not dirty in this txg, and zero blocks that become holes, are not).
+    /// Writes the dirty blocks of `obj` that lie wholly inside `[offset, offset+len)`
+    /// to their final place now, for the intent log to name by pointer instead of
+    /// copying them (large sync writes without a log device). The caller holds the
+    /// pool's txg gate, so `txg` is the open txg and stays so until this returns; its
+    /// sync adopts each placed block unless the block changes first. Returns (block
+    /// offset, block size, pointer) of the blocks placed, in offset order (blocks not
+    /// dirty in this txg, and zero blocks that become holes, are not placed).
     pub fn place_blocks(
         &self,
         st: &Storage,
         obj: u64,
-        blkids: std::ops::Range<u64>,
+        offset: u64,
+        len: u64,
         txg: u64,
-    ) -> Result<Vec<(u64, BlockPointer)>, PoolError> {
+    ) -> Result<Vec<(u64, u64, BlockPointer)>, PoolError> {
         let mut out = Vec::new();
         let mut writes: Vec<(usize, u64, Bytes, BlockSpec)> = Vec::new();
-        {
+        let bs = {
             let mut inner = self.inner.lock().unwrap();
             let s = Self::load(st, &mut inner, obj)?;
+            let bs = s.dnode.block_size as u64;
+            let whole = offset.div_ceil(bs)..(offset + len) / bs;
+            if whole.is_empty() {
+                return Ok(out);
+            }
             let spec = data_spec(&s.dnode);
-            for (&blkid, contents) in s.open.blocks.range(blkids) {
+            for (&blkid, contents) in s.open.blocks.range(whole) {
                 let Some(data) = contents
                     .as_ref()
                     .filter(|d| d.len() == s.dnode.block_size as usize)
@@ -721,11 +728,12 @@ impl Objset {
                     continue;
                 };
                 match s.open.placed.get(&blkid) {
-                    Some((b, bp)) if Arc::ptr_eq(b, data) => out.push((blkid, *bp)),
+                    Some((b, bp)) if Arc::ptr_eq(b, data) => out.push((blkid * bs, bs, *bp)),
                     _ => writes.push((0, blkid, data.clone(), spec)),
                 }
             }
-        }
+            bs
+        };
         let written = write_parallel(st, txg, &writes, true)?;
         let mut inner = self.inner.lock().unwrap();
         for ((_, blkid, data, _), bp) in writes.into_iter().zip(written) {
@@ -744,10 +752,10 @@ impl Objset {
                 Some(None) => {}
                 None => st.release_placed(&bp, txg),
             }
-            out.push((blkid, bp));
+            out.push((blkid * bs, bs, bp));
         }
         inner.open_dirty.insert(obj);
-        out.sort_by_key(|&(b, _)| b);
+        out.sort_by_key(|&(o, _, _)| o);
         Ok(out)
     }
 

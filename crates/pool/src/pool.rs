@@ -2252,21 +2252,10 @@ impl LogSource for Pool {
         let Ok(objset) = self.objset(os) else {
             return Vec::new();
         };
-        let Ok(bs) = objset.block_size(&self.storage, obj).map(u64::from) else {
-            return Vec::new();
-        };
-        let whole = offset.div_ceil(bs)..(offset + len) / bs;
-        if whole.is_empty() {
-            return Vec::new();
-        }
-        match objset.place_blocks(&self.storage, obj, whole, txg) {
-            Ok(placed) => placed
-                .into_iter()
-                .map(|(blkid, bp)| (blkid * bs, bs, bp))
-                .collect(),
-            // Out of space or a device error: the data is copied into the log instead.
-            Err(_) => Vec::new(),
-        }
+        // Out of space or a device error: the data is copied into the log instead.
+        objset
+            .place_blocks(&self.storage, obj, offset, len, txg)
+            .unwrap_or_default()
     }
 
     fn flush_placed(&self) -> bool {

@@ -325,7 +325,7 @@ impl Storage {
             .collect();
         let parallel = !self.is_deterministic();
         tops.into_iter()
-            .all(|v| self.tops[v as usize].flush_with(parallel))
+            .all(|v| self.tops[v as usize].flush(parallel))
     }
 
     /// The syncing txg keeps a placed block: its allocation joins this txg's space log.
@@ -580,7 +580,7 @@ impl Storage {
         let parallel = !self.is_deterministic();
         let mut ok = true;
         for t in &self.tops {
-            ok &= t.flush_with(parallel);
+            ok &= t.flush(parallel);
         }
         ok
     }

@@ -191,11 +191,7 @@ fn run(setup: Setup, seeds: u64) -> Totals {
             clock.arm(point);
             let run = workload(&pool, os, seed);
             drop(pool);
-            let policy = [
-                CrashPolicy::Random,
-                CrashPolicy::DropAll,
-                CrashPolicy::KeepAll,
-            ][(point % 3) as usize];
+            let policy = crash_policy(point);
             let after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
             let (tops, log) = split(setup, &after);
             let mut all: Vec<DeviceArg> = tops.into_iter().flat_map(|t| t.devices).collect();

@@ -342,11 +342,35 @@ impl ShoalFuse {
     fn entry(&self, r: fs::Result<Attr>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(a.generation)),
-            // Node id 0 is a negative entry: the kernel remembers the name is absent,
-            // so the lookup before each create does not come here.
-            Err(FsError::NotFound(_)) => reply.entry(&TTL, &negative_entry(), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
+    }
+
+    /// Creates `name` in `parent` with the caller's mode less its umask; nothing can be
+    /// created under `.shoal`.
+    #[allow(clippy::too_many_arguments)]
+    fn make_node(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: Kind,
+        mode: u32,
+        umask: u32,
+        rdev: u64,
+    ) -> fs::Result<Attr> {
+        if refuse(parent, name).is_some() {
+            return Err(FsError::ReadOnly);
+        }
+        let perm = mode & 0o7777 & !umask;
+        self.fs.settle(self.fs.create(
+            parent.0,
+            name.as_bytes(),
+            kind,
+            perm,
+            rdev,
+            &cred(req, false),
+        ))
     }
 }
 
@@ -359,7 +383,11 @@ impl fuser::Filesystem for ShoalFuse {
                 Err(e) => reply.error(e),
             };
         }
-        self.entry(self.fs.lookup(parent.0, name.as_bytes()), reply);
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // Node id 0 is a negative entry: the kernel remembers the name is absent.
+            Err(FsError::NotFound(_)) => reply.entry(&TTL, &negative_entry(), Generation(0)),
+            r => self.entry(r, reply),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -447,27 +475,14 @@ impl fuser::Filesystem for ShoalFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        if let Some(e) = refuse(parent, name) {
-            return reply.error(e);
-        }
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
         if kind == Kind::Dir || kind == Kind::Symlink {
             return reply.error(Errno::EINVAL);
         }
-        let perm = mode & 0o7777 & !umask;
-        self.entry(
-            self.fs.settle(self.fs.create(
-                parent.0,
-                name.as_bytes(),
-                kind,
-                perm,
-                rdev as u64,
-                &cred(req, false),
-            )),
-            reply,
-        );
+        let r = self.make_node(req, parent, name, kind, mode, umask, rdev as u64);
+        self.entry(r, reply);
     }
 
     fn mkdir(
@@ -479,21 +494,8 @@ impl fuser::Filesystem for ShoalFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        if let Some(e) = refuse(parent, name) {
-            return reply.error(e);
-        }
-        let perm = mode & 0o7777 & !umask;
-        self.entry(
-            self.fs.settle(self.fs.create(
-                parent.0,
-                name.as_bytes(),
-                Kind::Dir,
-                perm,
-                0,
-                &cred(req, false),
-            )),
-            reply,
-        );
+        let r = self.make_node(req, parent, name, Kind::Dir, mode, umask, 0);
+        self.entry(r, reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -835,18 +837,7 @@ impl fuser::Filesystem for ShoalFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        if let Some(e) = refuse(parent, name) {
-            return reply.error(e);
-        }
-        let perm = mode & 0o7777 & !umask;
-        match self.fs.settle(self.fs.create(
-            parent.0,
-            name.as_bytes(),
-            Kind::File,
-            perm,
-            0,
-            &cred(req, false),
-        )) {
+        match self.make_node(req, parent, name, Kind::File, mode, umask, 0) {
             Ok(a) => {
                 self.fs.opened(a.ino);
                 reply.created(

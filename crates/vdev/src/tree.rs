@@ -873,15 +873,10 @@ impl TopVdev {
         Ok(written)
     }
 
-    /// Flushes every usable leaf; true if enough of them succeeded to keep the data.
-    pub fn flush(&self) -> bool {
-        self.flush_with(false)
-    }
-
     /// Flushes every usable child; `parallel`: all at once, one thread each (a flush is
     /// mostly waiting, and the children are separate disks). True if the vdev's data
     /// survives the children that failed.
-    pub fn flush_with(&self, parallel: bool) -> bool {
+    pub fn flush(&self, parallel: bool) -> bool {
         let usable: Vec<&Arc<Leaf>> = self.leaves.iter().filter(|l| l.is_usable()).collect();
         let failed = if parallel && usable.len() > 1 {
             std::thread::scope(|s| {

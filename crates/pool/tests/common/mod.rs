@@ -1,5 +1,6 @@
-//! Shared helpers for the pool's integration tests: pools on simulated devices and a
-//! deterministic random generator.
+//! Shared helpers for the pool's and the filesystem's integration tests (the `fs`
+//! tests include this file by path): pools on simulated devices, a deterministic random
+//! generator, and the crash policy for a crash point.
 
 #![allow(dead_code)]
 
@@ -8,7 +9,7 @@ use pool::compress::Compression;
 use pool::pool::{DeviceArg, TopArg};
 use pool::{Pool, PoolOptions};
 use std::sync::Arc;
-use vdev::{CrashClock, Layout, SimDevice};
+use vdev::{CrashClock, CrashPolicy, Layout, SimDevice};
 
 pub const DEV_SIZE: u64 = 64 << 20;
 
@@ -101,4 +102,13 @@ pub fn import(devs: &[Arc<SimDevice>]) -> Arc<Pool> {
 pub fn new_file(pool: &Pool, os: u64, block_size: u32, compression: Compression) -> u64 {
     pool.create_object(os, 19, block_size, compression, ChecksumKind::Fletcher4)
         .expect("create object")
+}
+
+/// What happens to unflushed writes at crash point `point`: every policy in turn.
+pub fn crash_policy(point: u64) -> CrashPolicy {
+    [
+        CrashPolicy::Random,
+        CrashPolicy::DropAll,
+        CrashPolicy::KeepAll,
+    ][(point % 3) as usize]
 }
