@@ -6,6 +6,7 @@
 
 use crate::filesystem::Filesystem;
 use crate::props::{resolve, EffectiveProps, PropValue, Props};
+use crate::space::SpaceLimits;
 use crate::{FsError, Result};
 use pool::pool::SnapshotInfo;
 use pool::Pool;
@@ -23,6 +24,7 @@ pub struct DatasetInfo {
 pub struct Datasets {
     pool: Arc<Pool>,
     open: Mutex<HashMap<u64, Arc<Filesystem>>>,
+    limits: Arc<SpaceLimits>,
 }
 
 impl Datasets {
@@ -30,10 +32,12 @@ impl Datasets {
         let d = Datasets {
             pool,
             open: Mutex::new(HashMap::new()),
+            limits: Arc::new(SpaceLimits::default()),
         };
         if d.pool.objset_id(&d.pool.name).is_none() {
             d.make(&d.pool.name.clone(), Props::default())?;
         }
+        d.limits.refresh(&d.pool)?;
         Ok(d)
     }
 
@@ -88,6 +92,7 @@ impl Datasets {
             props.set(k, v)?;
         }
         self.make(name, props)?;
+        self.limits.refresh(&self.pool)?;
         self.info(name)
     }
 
@@ -123,10 +128,31 @@ impl Datasets {
 
     pub fn info(&self, name: &str) -> Result<DatasetInfo> {
         let (id, _) = self.local(name)?;
+        let mut props = resolve(&self.chain(name)?).1;
+        let usage = self.limits.usage(&self.pool, id);
+        let own = self
+            .pool
+            .dataset_spaces()
+            .into_iter()
+            .find(|(i, _, _)| *i == id)
+            .map(|x| x.2)
+            .unwrap_or_default();
+        for (property, bytes) in [
+            ("used", usage.used),
+            ("available", usage.available),
+            ("referenced", own.referenced),
+            ("usedbysnapshots", own.snapshots),
+        ] {
+            props.push(PropValue {
+                property: property.into(),
+                value: bytes.to_string(),
+                source: "-".into(),
+            });
+        }
         Ok(DatasetInfo {
             name: name.to_string(),
             objset: id,
-            props: resolve(&self.chain(name)?).1,
+            props,
         })
     }
 
@@ -144,6 +170,7 @@ impl Datasets {
             None => props.inherit(prop)?,
         }
         self.pool.set_objset_props(id, &props.to_json())?;
+        self.limits.refresh(&self.pool)?;
         let open = self.open.lock().unwrap();
         for (_, n, _) in self.pool.list_objsets() {
             if n == name || n.starts_with(&format!("{name}/")) {
@@ -176,6 +203,7 @@ impl Datasets {
         }
         self.open.lock().unwrap().remove(&id);
         self.pool.destroy_objset(id)?;
+        self.limits.refresh(&self.pool)?;
         Ok(())
     }
 
@@ -269,7 +297,7 @@ impl Datasets {
             let mut props = self.effective(dataset)?;
             props.readonly = true;
             props.atime = false;
-            let fs = Filesystem::open(self.pool.clone(), id, name, props)?;
+            let fs = Filesystem::open(self.pool.clone(), id, name, props, self.limits.clone())?;
             open.insert(id, fs.clone());
             return Ok(fs);
         }
@@ -278,7 +306,13 @@ impl Datasets {
         if let Some(fs) = open.get(&id) {
             return Ok(fs.clone());
         }
-        let fs = Filesystem::open(self.pool.clone(), id, name, self.effective(name)?)?;
+        let fs = Filesystem::open(
+            self.pool.clone(),
+            id,
+            name,
+            self.effective(name)?,
+            self.limits.clone(),
+        )?;
         open.insert(id, fs.clone());
         Ok(fs)
     }

@@ -21,6 +21,7 @@
 use crate::attr::{Attr, Kind, SetAttr, Timespec, ATTR_SIZE};
 use crate::dir::{self, DirStore, Directory, DIR_BLOCK};
 use crate::props::{EffectiveProps, SyncMode};
+use crate::space::SpaceLimits;
 use crate::{FsError, Result};
 use pool::checksum::ChecksumKind;
 use pool::compress::Compression;
@@ -105,6 +106,7 @@ pub struct Filesystem {
     namespace: RwLock<()>,
     attr_locks: Vec<Mutex<()>>,
     open_counts: Mutex<HashMap<u64, u32>>,
+    limits: Arc<SpaceLimits>,
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -177,8 +179,10 @@ impl Filesystem {
         os: u64,
         name: &str,
         props: EffectiveProps,
+        limits: Arc<SpaceLimits>,
     ) -> Result<Arc<Filesystem>> {
         let fs = Arc::new(Filesystem {
+            limits,
             pool,
             os,
             name: name.to_string(),
@@ -458,9 +462,7 @@ impl Filesystem {
         }
         let _l = self.lock_attrs(&[parent]);
         let props = self.props();
-        let tx = self
-            .pool
-            .begin(2 * DIR_BLOCK as u64 + target.map_or(0, |t| t.len() as u64))?;
+        let tx = self.begin_adding(2 * DIR_BLOCK as u64 + target.map_or(0, |t| t.len() as u64))?;
         let block_size = match kind {
             Kind::Dir => DIR_BLOCK as u32,
             Kind::Symlink => (target.unwrap().len() as u32).div_ceil(MIN_BLOCK) * MIN_BLOCK,
@@ -857,11 +859,11 @@ impl Filesystem {
     /// Writes `data` at `offset`; with sync=always it is durable when this returns.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
         self.writable()?;
-        let (recordsize, quota, sync) = {
+        let (recordsize, sync) = {
             let p = self.props.read().unwrap();
-            (p.recordsize, p.quota, p.sync)
+            (p.recordsize, p.sync)
         };
-        let n = self.write_locked(ino, offset, data, recordsize, quota)?;
+        let n = self.write_locked(ino, offset, data, recordsize)?;
         // Outside the attribute lock: other writers of this file need not wait for
         // the commit.
         if sync == SyncMode::Always {
@@ -870,14 +872,7 @@ impl Filesystem {
         Ok(n)
     }
 
-    fn write_locked(
-        &self,
-        ino: u64,
-        offset: u64,
-        data: &[u8],
-        recordsize: u32,
-        quota: u64,
-    ) -> Result<usize> {
+    fn write_locked(&self, ino: u64, offset: u64, data: &[u8], recordsize: u32) -> Result<usize> {
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
@@ -892,10 +887,7 @@ impl Filesystem {
         if data.is_empty() {
             return Ok(0);
         }
-        if quota > 0 && end > a.size && self.used_bytes() + (end - a.size) > quota {
-            return Err(FsError::Quota);
-        }
-        let tx = self.pool.begin(data.len() as u64)?;
+        let tx = self.begin_adding(data.len() as u64)?;
         if info.block_size < recordsize && info.nblocks <= 1 {
             // A small file keeps one block of its own size, growing to the recordsize.
             let want = end.max(a.size).min(recordsize as u64) as u32;
@@ -960,25 +952,24 @@ impl Filesystem {
         r
     }
 
-    /// Bytes the filesystem's objects occupy (logical, rounded to blocks).
-    pub fn used_bytes(&self) -> u64 {
-        // Without per-object-set space accounting in the pool yet, a quota is checked
-        // against the pool-wide allocation, which is an upper bound.
-        let (total, avail) = self.pool.usable_space();
-        total.saturating_sub(avail)
+    /// Begins a transaction for a change that adds about `bytes`, after the dataset's
+    /// quotas and the reservations of others agree (see `space.rs`).
+    fn begin_adding(&self, bytes: u64) -> Result<Tx<'_>> {
+        self.limits.admit(&self.pool, self.os, bytes)?;
+        Ok(self.pool.begin(bytes)?)
     }
 
+    /// What the dataset uses (children and snapshots included) and can still take.
+    pub fn usage(&self) -> crate::space::Usage {
+        self.limits.usage(&self.pool, self.os)
+    }
+
+    /// Space as zfs reports it: the size is what the dataset uses plus what it can
+    /// still take, so quotas and others' reservations show in `df`.
     pub fn statfs(&self) -> Result<StatFs> {
-        let (total, avail) = self.pool.usable_space();
-        let quota = self.props.read().unwrap().quota;
-        let (total, avail) = if quota > 0 {
-            (
-                quota.min(total),
-                avail.min(quota.saturating_sub(self.used_bytes())),
-            )
-        } else {
-            (total, avail)
-        };
+        let usage = self.usage();
+        let avail = usage.available;
+        let total = usage.used + avail;
         Ok(StatFs {
             block_size: 4096,
             total_bytes: total,
@@ -1156,7 +1147,7 @@ impl Filesystem {
         }
         let mut whole = (blob.len() as u32).to_le_bytes().to_vec();
         whole.extend_from_slice(&blob);
-        let tx = self.pool.begin(whole.len() as u64)?;
+        let tx = self.begin_adding(whole.len() as u64)?;
         // A fresh object each time, in one block of the blob's size: small and simple,
         // and the old one is freed in the same transaction.
         let bs = (whole.len() as u32).div_ceil(MIN_BLOCK) * MIN_BLOCK;

@@ -11,6 +11,7 @@ pub mod datasets;
 pub mod dir;
 pub mod filesystem;
 pub mod props;
+pub mod space;
 
 pub use attr::{Attr, Kind, SetAttr, Timespec};
 pub use datasets::Datasets;

@@ -22,6 +22,11 @@ pub const NAMES: &[&str] = &[
     "reservation",
 ];
 
+/// Read-only properties reported with the settable ones, in bytes: what the dataset
+/// uses (children, snapshots and children's reservations included), can still take,
+/// references itself, and holds only in its snapshots (see `space.rs`).
+pub const STATISTICS: &[&str] = &["used", "available", "referenced", "usedbysnapshots"];
+
 /// Properties set locally on one dataset (`None` = inherit).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -40,12 +40,16 @@ pub const ENTRIES_PER_BLOCK: usize = 1000;
 pub struct Deadlist {
     pub head: BlockPointer,
     pub count: u64,
+    /// Deflated size (`Storage::dsize`) of the dead blocks listed: what the snapshots
+    /// hold beyond the dataset.
+    pub bytes: u64,
 }
 
 impl Deadlist {
     pub const EMPTY: Deadlist = Deadlist {
         head: BlockPointer::HOLE,
         count: 0,
+        bytes: 0,
     };
 }
 
@@ -76,6 +80,7 @@ pub fn append(
     Ok(Deadlist {
         head,
         count: list.count + bps.len() as u64,
+        bytes: list.bytes + bps.iter().map(|bp| st.dsize(bp)).sum::<u64>(),
     })
 }
 
@@ -125,6 +130,16 @@ pub fn entries(st: &Storage, list: Deadlist) -> Result<Vec<BlockPointer>, PoolEr
     let mut out = Vec::with_capacity(list.count.min(1 << 20) as usize);
     walk(st, list.head, &mut |_, e| out.extend(e))?;
     Ok(out)
+}
+
+/// The deflated size of the listed blocks, counted by reading the chain (for
+/// directories written before the size was stored).
+pub fn count_bytes(st: &Storage, list: Deadlist) -> Result<u64, PoolError> {
+    let mut total = 0;
+    walk(st, list.head, &mut |_, e| {
+        total += e.iter().map(|bp| st.dsize(bp)).sum::<u64>()
+    })?;
+    Ok(total)
 }
 
 /// The chain's own blocks.

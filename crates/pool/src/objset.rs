@@ -16,8 +16,18 @@
 //! - Object ids are never reused within an object set (the next id only grows).
 //!
 //! Object set root block (4 KiB logical, little-endian): bytes 0..512 the meta-dnode
-//! (object 0: the dnode array); 512..520 magic `SHOALOS\0`; 520..524 version (1);
-//! 524..528 reserved; 528..536 next object id; the rest zero.
+//! (object 0: the dnode array); 512..520 magic `SHOALOS\0`; 520..524 version (2);
+//! 524..528 reserved; 528..536 next object id; 536..544 referenced bytes (version 2);
+//! the rest zero.
+//!
+//! Space: *referenced* is the deflated size (`Storage::dsize`) of every block below the root block (the
+//! dnode array's tree and every object's tree). Each sync adds the blocks it writes and
+//! subtracts the ones it releases (freed or moved to the dead list), and stores the
+//! total in the root block it writes, so the figure is exact at every committed txg
+//! and a crash leaves the one that matches the tree. A version-1 root has no figure;
+//! it is counted by walking the tree once when opened. Between syncs, *charges*
+//! estimate what open and syncing changes will add (a block's size each time a block
+//! is first dirtied in a txg), so quota checks see writes before they are allocated.
 
 use crate::arc::AccessKind;
 use crate::blkptr::{BlockPointer, BlockType, BLKPTR_SIZE};
@@ -28,13 +38,13 @@ use crate::prefetch::{PrefetchConfig, StreamDetector};
 use crate::storage::{BlockSpec, Storage};
 use crate::PoolError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use vdev::AlignedBuf;
 
 pub const OBJSET_ROOT_SIZE: usize = 4096;
 const OBJSET_MAGIC: &[u8; 8] = b"SHOALOS\0";
-const OBJSET_VERSION: u32 = 1;
+const OBJSET_VERSION: u32 = 2;
 /// Parallel writers of data blocks during a sync.
 const SYNC_WRITERS: usize = 4;
 /// Data blocks per write batch (32 MiB of 128 KiB records).
@@ -121,6 +131,26 @@ pub struct Objset {
     keep_upto: std::sync::atomic::AtomicU64,
     /// Blocks released by syncs since the pool last took them (`take_dead`).
     dead: Mutex<Vec<BlockPointer>>,
+    space: Mutex<SpaceCounters>,
+}
+
+/// An object set's space, as of its last sync plus the charges of changes since.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceCounters {
+    /// Allocated bytes of every block below the root block, as of the last sync.
+    pub referenced: u64,
+    /// Estimated bytes the open txg's changes add.
+    pub open_charge: u64,
+    /// Estimated bytes the syncing txg's changes add (until its sync ends).
+    pub syncing_charge: u64,
+}
+
+impl SpaceCounters {
+    /// What the object set will reference once its pending changes are synced (an
+    /// upper estimate: rewrites and frees are not netted out before their sync).
+    pub fn estimate(&self) -> u64 {
+        self.referenced + self.open_charge + self.syncing_charge
+    }
 }
 
 const MAX_DETECTORS: usize = 4096;
@@ -128,15 +158,34 @@ const MAX_DETECTORS: usize = 4096;
 /// Where the blocks a sync stops referencing go: back to the allocator (deferred), or
 /// onto the object set's dead list when a snapshot still references them, that is when
 /// they were born at or before the latest snapshot's txg (see `deadlist.rs`).
+/// It also counts what the sync writes and releases, for the referenced bytes.
 struct Release<'a> {
     st: &'a Storage,
     txg: u64,
     keep_upto: u64,
     dead: &'a Mutex<Vec<BlockPointer>>,
+    born_bytes: AtomicU64,
+    released_bytes: AtomicU64,
 }
 
 impl Release<'_> {
+    /// The sync wrote `bp` into the tree.
+    fn born(&self, bp: &BlockPointer) {
+        self.born_bytes
+            .fetch_add(self.st.dsize(bp), Ordering::Relaxed);
+    }
+
     fn free(&self, bp: &BlockPointer) {
+        if bp.is_hole() {
+            return;
+        }
+        self.released_bytes
+            .fetch_add(self.st.dsize(bp), Ordering::Relaxed);
+        self.free_root(bp);
+    }
+
+    /// Releases a root block, which is not part of the referenced bytes.
+    fn free_root(&self, bp: &BlockPointer) {
         if bp.is_hole() {
             return;
         }
@@ -180,8 +229,9 @@ impl Objset {
                 root_bp: BlockPointer::HOLE,
             }),
             detectors: Mutex::new(HashMap::new()),
-            keep_upto: std::sync::atomic::AtomicU64::new(0),
+            keep_upto: AtomicU64::new(0),
             dead: Mutex::new(Vec::new()),
+            space: Mutex::new(SpaceCounters::default()),
         }
     }
 
@@ -201,13 +251,23 @@ impl Objset {
             return Err(PoolError::Corrupt("object set root: bad magic".into()));
         }
         let version = u32::from_le_bytes(b[520..524].try_into().unwrap());
-        if version != OBJSET_VERSION {
+        if version != 1 && version != OBJSET_VERSION {
             return Err(PoolError::Corrupt(format!(
                 "object set version {version} unsupported"
             )));
         }
         let meta = Dnode::decode(&b[0..512])?;
         let next_object = u64::from_le_bytes(b[528..536].try_into().unwrap());
+        let referenced = if version >= 2 {
+            u64::from_le_bytes(b[536..544].try_into().unwrap())
+        } else {
+            let mut total = 0u64;
+            visit_objset(st, root_bp, &mut |bp| {
+                total += st.dsize(bp);
+                Ok(())
+            })?;
+            total - st.dsize(&root_bp)
+        };
         Ok(Objset {
             id,
             inner: Mutex::new(Inner {
@@ -220,9 +280,24 @@ impl Objset {
                 root_bp,
             }),
             detectors: Mutex::new(HashMap::new()),
-            keep_upto: std::sync::atomic::AtomicU64::new(0),
+            keep_upto: AtomicU64::new(0),
             dead: Mutex::new(Vec::new()),
+            space: Mutex::new(SpaceCounters {
+                referenced,
+                ..SpaceCounters::default()
+            }),
         })
+    }
+
+    /// Referenced bytes and pending charges (see the module comment).
+    pub fn space(&self) -> SpaceCounters {
+        *self.space.lock().unwrap()
+    }
+
+    fn charge(&self, bytes: u64) {
+        if bytes > 0 {
+            self.space.lock().unwrap().open_charge += bytes;
+        }
     }
 
     /// Blocks born at or before `txg` are shared with a snapshot from now on.
@@ -589,6 +664,8 @@ impl Objset {
             s.open.dnode_dirty = true;
         }
         inner.open_dirty.insert(obj);
+        drop(inner);
+        self.charge(dirtied);
         Ok(dirtied)
     }
 
@@ -821,6 +898,10 @@ impl Objset {
         );
         let dirty = std::mem::take(&mut inner.open_dirty);
         inner.syncing_next_object = inner.next_object;
+        {
+            let mut space = self.space.lock().unwrap();
+            space.syncing_charge += std::mem::take(&mut space.open_charge);
+        }
         for &obj in &dirty {
             let s = inner.objects.get_mut(&obj).expect("dirty object is loaded");
             assert!(s.syncing.is_none());
@@ -849,6 +930,8 @@ impl Objset {
             txg,
             keep_upto: self.keep_upto(),
             dead: &self.dead,
+            born_bytes: AtomicU64::new(0),
+            released_bytes: AtomicU64::new(0),
         };
         // 1. Collect the work.
         let jobs: Vec<(u64, DirtySet, BlockPointer, u8)> = {
@@ -868,6 +951,7 @@ impl Objset {
                 .collect()
         };
         if jobs.is_empty() {
+            self.space.lock().unwrap().syncing_charge = 0;
             return Ok(self.root_bp());
         }
 
@@ -882,6 +966,7 @@ impl Objset {
                 let current = set.blocks.get(&blkid).and_then(|c| c.as_ref());
                 if !set.freed && current.is_some_and(|c| Arc::ptr_eq(c, placed)) {
                     st.adopt_placed(bp);
+                    rel.born(bp);
                     data_bps[j].insert(blkid, *bp);
                 } else {
                     st.release_placed(bp, txg);
@@ -897,6 +982,7 @@ impl Objset {
         }
         let written = write_parallel(st, txg, &writes, false)?;
         for ((j, blkid, _, _), bp) in writes.iter().zip(written) {
+            rel.born(&bp);
             data_bps[*j].insert(*blkid, bp);
         }
 
@@ -963,6 +1049,7 @@ impl Objset {
                 spec.fill = 1;
                 st.write_block(&block, spec, txg, true)?
             };
+            rel.born(&bp);
             meta_updates.insert(blkid, bp);
         }
         let meta_nblocks = meta
@@ -983,18 +1070,28 @@ impl Objset {
         new_meta.nblocks = meta_nblocks;
 
         // 5. Root block.
+        let referenced_before = self.space().referenced;
+        let born = rel.born_bytes.load(Ordering::Relaxed);
+        let released = rel.released_bytes.load(Ordering::Relaxed);
+        assert!(
+            referenced_before + born >= released,
+            "object set {} releases {released} bytes but references {referenced_before} + {born}",
+            self.id
+        );
+        let referenced = referenced_before + born - released;
         let mut rootblk = vec![0u8; OBJSET_ROOT_SIZE];
         new_meta.encode(&mut rootblk[0..512]);
         rootblk[512..520].copy_from_slice(OBJSET_MAGIC);
         rootblk[520..524].copy_from_slice(&OBJSET_VERSION.to_le_bytes());
         rootblk[528..536].copy_from_slice(&next_object.to_le_bytes());
+        rootblk[536..544].copy_from_slice(&referenced.to_le_bytes());
         let root_bp = st.write_block(
             &rootblk,
             BlockSpec::metadata(BlockType::ObjsetRoot, 0),
             txg,
             true,
         )?;
-        rel.free(&old_root);
+        rel.free_root(&old_root);
 
         // 6. Install.
         let mut inner = self.inner.lock().unwrap();
@@ -1011,6 +1108,9 @@ impl Objset {
         inner.syncing_dirty.clear();
         inner.meta = new_meta;
         inner.root_bp = root_bp;
+        let mut space = self.space.lock().unwrap();
+        space.referenced = referenced;
+        space.syncing_charge = 0;
         Ok(root_bp)
     }
 }
@@ -1324,6 +1424,7 @@ fn update_tree(
                 spec.fill = fill;
                 st.write_block(&block, spec, txg, true)?
             };
+            rel.born(&bp);
             // The replaced version is freed when the parent slot is overwritten, except
             // at the top, which has no parent.
             if level == levels - 1 && !grown {
@@ -1352,6 +1453,21 @@ fn read_dnode(st: &Storage, meta: &Dnode, obj: u64) -> Result<Dnode, PoolError> 
             Dnode::decode(&block.bytes()[slot * DNODE_SIZE..(slot + 1) * DNODE_SIZE])
         }
     }
+}
+
+/// The referenced bytes an object set root stores (`None`: a version-1 root, or no
+/// root yet).
+pub fn stored_referenced(st: &Storage, root_bp: BlockPointer) -> Result<Option<u64>, PoolError> {
+    if root_bp.is_hole() {
+        return Ok(None);
+    }
+    let block = st.read_block(&root_bp)?;
+    let b = block.bytes();
+    if b.len() != OBJSET_ROOT_SIZE || &b[512..520] != OBJSET_MAGIC {
+        return Err(PoolError::Corrupt("object set root: bad magic".into()));
+    }
+    let version = u32::from_le_bytes(b[520..524].try_into().unwrap());
+    Ok((version >= 2).then(|| u64::from_le_bytes(b[536..544].try_into().unwrap())))
 }
 
 /// Every block pointer reachable from an object set root, for scrub and check.

@@ -49,7 +49,7 @@ use vdev::label;
 use vdev::{Device, Health, Layout, Leaf, ReadMode, TopVdev};
 
 const DIR_MAGIC: &[u8; 8] = b"SHOALDIR";
-const DIR_VERSION: u32 = 2;
+const DIR_VERSION: u32 = 3;
 const DIR_MAX_BYTES: usize = 1024 * 1024;
 const PREFETCH_WORKERS: usize = 8;
 const PREFETCH_QUEUE: usize = 1024;
@@ -169,6 +169,25 @@ enum SnapOp {
 
 type SnapSlot = Arc<Mutex<Option<Result<u64, PoolError>>>>;
 
+/// One dataset's space (deflated bytes, see `Storage::dsize`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DatasetSpace {
+    /// What the dataset's tree references as of the last sync.
+    pub referenced: u64,
+    /// Estimated bytes its unsynced changes add.
+    pub pending: u64,
+    /// What its snapshots hold beyond the dataset: the sum of the dead lists of the
+    /// dataset and of its snapshots (destroying every snapshot frees this).
+    pub snapshots: u64,
+}
+
+impl DatasetSpace {
+    /// Everything charged to the dataset itself, children not included.
+    pub fn used(&self) -> u64 {
+        self.referenced + self.pending + self.snapshots
+    }
+}
+
 /// A snapshot as listed.
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotInfo {
@@ -177,7 +196,7 @@ pub struct SnapshotInfo {
     pub name: String,
     pub dataset: u64,
     pub txg: u64,
-    /// Bytes only this snapshot holds: what destroying it frees (allocated size).
+    /// Bytes only this snapshot holds: what destroying it frees (deflated size).
     pub unique_bytes: u64,
 }
 
@@ -785,9 +804,12 @@ impl Pool {
         let mut next_id = 1;
         if !ub.directory.is_hole() {
             let block = st.read_block(&ub.directory)?;
-            let (entries, next) = decode_directory(block.bytes())?;
+            let (entries, next, sizes_stored) = decode_directory(block.bytes())?;
             next_id = next;
-            for r in entries {
+            for mut r in entries {
+                if !sizes_stored {
+                    r.deadlist.bytes = deadlist::count_bytes(st, r.deadlist)?;
+                }
                 let objset = Arc::new(Objset::open(st, r.id, r.root)?);
                 if r.snapshot_of.is_none() {
                     objset.set_keep_upto(r.snap_txg);
@@ -1153,7 +1175,7 @@ impl Pool {
             let unique = deadlist::entries(&self.storage, next_list)?
                 .iter()
                 .filter(|bp| bp.birth_txg > prev && bp.birth_txg <= d.snap_txg)
-                .map(|bp| bp.asize_total())
+                .map(|bp| self.storage.dsize(bp))
                 .sum();
             out.push(SnapshotInfo {
                 id,
@@ -1164,6 +1186,29 @@ impl Pool {
             });
         }
         Ok(out)
+    }
+
+    /// (id, name, space) of every dataset (snapshots are counted in their dataset).
+    pub fn dataset_spaces(&self) -> Vec<(u64, String, DatasetSpace)> {
+        let ds = self.datasets.read().unwrap();
+        let mut out: BTreeMap<u64, (String, DatasetSpace)> = BTreeMap::new();
+        for (id, d) in ds.iter().filter(|(_, d)| d.snapshot_of.is_none()) {
+            let c = d.objset.space();
+            let space = DatasetSpace {
+                referenced: c.referenced,
+                pending: c.open_charge + c.syncing_charge,
+                snapshots: d.deadlist.bytes,
+            };
+            out.insert(*id, (d.name.clone(), space));
+        }
+        for d in ds.values() {
+            if let Some(origin) = d.snapshot_of {
+                if let Some((_, space)) = out.get_mut(&origin) {
+                    space.snapshots += d.deadlist.bytes;
+                }
+            }
+        }
+        out.into_iter().map(|(id, (n, s))| (id, n, s)).collect()
     }
 
     /// For a snapshot of `origin` at `txg`: the previous snapshot's txg (0 if none) and
@@ -1881,7 +1926,7 @@ impl Pool {
         if !c.directory.is_hole() {
             out.push(c.directory);
             let block = st.read_block(&c.directory)?;
-            let (entries, _) = decode_directory(block.bytes())?;
+            let (entries, _, _) = decode_directory(block.bytes())?;
             // Snapshots share blocks with their dataset and each other: list each once.
             let mut seen = std::collections::HashSet::new();
             for r in entries {
@@ -1896,6 +1941,44 @@ impl Pool {
         }
         out.extend(spacelog::chain_blocks(st, c.spacelog_head)?);
         Ok(out)
+    }
+
+    /// Compares each committed object set's stored referenced bytes and each dead
+    /// list's stored size with a count of the blocks themselves.
+    fn check_space_figures(&self, problems: &mut Vec<String>) -> Result<(), PoolError> {
+        let st = &self.storage;
+        let c = *self.committed.lock().unwrap();
+        if c.directory.is_hole() {
+            return Ok(());
+        }
+        let block = st.read_block(&c.directory)?;
+        let (entries, _, sizes_stored) = decode_directory(block.bytes())?;
+        for r in entries {
+            if let Some(stored) = crate::objset::stored_referenced(st, r.root)? {
+                let mut counted = 0u64;
+                visit_objset(st, r.root, &mut |bp| {
+                    counted += st.dsize(bp);
+                    Ok(())
+                })?;
+                counted -= st.dsize(&r.root);
+                if stored != counted {
+                    problems.push(format!(
+                        "object set '{}': root says {stored} bytes referenced, its tree holds {counted}",
+                        r.name
+                    ));
+                }
+            }
+            if sizes_stored {
+                let counted = deadlist::count_bytes(st, r.deadlist)?;
+                if counted != r.deadlist.bytes {
+                    problems.push(format!(
+                        "dead list of '{}': directory says {} bytes, the list holds {counted}",
+                        r.name, r.deadlist.bytes
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Reads and verifies every copy of every allocated block, repairing what is bad.
@@ -2102,6 +2185,13 @@ impl Pool {
                 _ => {}
             }
         }
+        drop(alloc);
+        if let Err(e) = self.check_space_figures(&mut report.problems) {
+            report
+                .problems
+                .push(format!("cannot check space figures: {e}"));
+        }
+        let alloc = self.storage.alloc.lock().unwrap();
         report.referenced_bytes = extents.iter().map(|e| e.len).sum();
         report.allocated_bytes = alloc.capacity() - alloc.free_bytes();
         report.deferred_bytes = alloc.deferred_bytes();
@@ -2281,6 +2371,7 @@ fn encode_directory(entries: &[DirRecord], next_id: u64) -> Result<Vec<u8>, Pool
         b.extend_from_slice(&r.snap_txg.to_le_bytes());
         b.extend_from_slice(&r.deadlist.head.to_bytes());
         b.extend_from_slice(&r.deadlist.count.to_le_bytes());
+        b.extend_from_slice(&r.deadlist.bytes.to_le_bytes());
     }
     if b.len() > DIR_MAX_BYTES {
         return Err(PoolError::NoSpace);
@@ -2288,13 +2379,15 @@ fn encode_directory(entries: &[DirRecord], next_id: u64) -> Result<Vec<u8>, Pool
     Ok(b)
 }
 
-fn decode_directory(b: &[u8]) -> Result<(Vec<DirRecord>, u64), PoolError> {
+/// Decodes a directory block: its entries, the next object set id, and whether the
+/// entries carry their dead lists' sizes (version 3 on).
+fn decode_directory(b: &[u8]) -> Result<(Vec<DirRecord>, u64, bool), PoolError> {
     let bad = |w: &str| PoolError::Corrupt(format!("directory: {w}"));
     if b.len() < 24 || &b[0..8] != DIR_MAGIC {
         return Err(bad("magic"));
     }
     let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-    if version != 1 && version != DIR_VERSION {
+    if !(1..=DIR_VERSION).contains(&version) {
         return Err(bad("version"));
     }
     let count = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
@@ -2339,9 +2432,12 @@ fn decode_directory(b: &[u8]) -> Result<(Vec<DirRecord>, u64), PoolError> {
             r.deadlist.head = BlockPointer::decode(take(BLKPTR_SIZE)?)?;
             r.deadlist.count = u64::from_le_bytes(take(8)?.try_into().unwrap());
         }
+        if version >= 3 {
+            r.deadlist.bytes = u64::from_le_bytes(take(8)?.try_into().unwrap());
+        }
         out.push(r);
     }
-    Ok((out, next))
+    Ok((out, next, version >= 3))
 }
 
 /// A group of changes that commit in the same transaction group (see [`Pool::begin`]).

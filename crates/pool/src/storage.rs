@@ -166,6 +166,20 @@ impl Storage {
         self.write_block_inner(data, None, spec, txg, logged, None)
     }
 
+    /// The space a block counts for in dataset accounting: each copy's allocated size
+    /// scaled by its vdev's ratio of data to allocation for a 128 KiB block, so RAID-Z
+    /// parity is not charged to users (a 128 KiB record counts 128 KiB on any layout)
+    /// while padding of small blocks and extra metadata copies still count.
+    pub fn dsize(&self, bp: &BlockPointer) -> u64 {
+        const REF: u64 = 128 * 1024;
+        bp.copies()
+            .map(|d| {
+                let top = &self.tops[d.vdev as usize];
+                (d.asize() as u128 * REF as u128 / top.asize(REF) as u128) as u64
+            })
+            .sum()
+    }
+
     pub fn is_deterministic(&self) -> bool {
         self.deterministic.load(Ordering::Relaxed)
     }

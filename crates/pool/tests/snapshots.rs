@@ -192,3 +192,77 @@ fn random_snapshot_churn_stays_consistent() {
     let r = pool.check().unwrap();
     assert!(r.problems.is_empty(), "{:?}", r.problems);
 }
+
+fn space_of(pool: &Pool, os: u64) -> pool::pool::DatasetSpace {
+    pool.dataset_spaces()
+        .into_iter()
+        .find(|(id, _, _)| *id == os)
+        .expect("dataset listed")
+        .2
+}
+
+/// Space figures: a 128K record counts 128K whatever the layout (parity is not
+/// charged); unsynced writes show as pending; overwriting after a snapshot moves the
+/// old records to the snapshot's share; destroying the snapshot frees it; and all of it
+/// is the same after export and import.
+#[test]
+fn dataset_space_follows_writes_snapshots_and_import() {
+    for layout in [Layout::RaidZ { nparity: 2 }, Layout::Mirror] {
+        let devs = sim_devices(6, 3, None);
+        let pool = create_pool(layout, &devs);
+        let os = pool.create_objset("tank/fs", "{}").unwrap();
+        let obj = pool
+            .create_object(os, 19, 128 * 1024, Compression::Off, ChecksumKind::Blake3)
+            .unwrap();
+        let data = Rng(5).bytes(4 << 20);
+        pool.write(os, obj, 0, &data).unwrap();
+        let pending = space_of(&pool, os);
+        assert!(
+            pending.pending >= 4 << 20,
+            "{layout:?}: unsynced writes are charged: {pending:?}"
+        );
+        allocated(&pool);
+        let synced = space_of(&pool, os);
+        assert_eq!(synced.pending, 0, "{layout:?}");
+        assert_eq!(synced.snapshots, 0, "{layout:?}");
+        // 32 records of 128K plus a little metadata (dnodes, one indirect block, in
+        // two copies each).
+        assert!(
+            synced.referenced >= 4 << 20 && synced.referenced < (4 << 20) + (1 << 20),
+            "{layout:?}: {synced:?}"
+        );
+
+        let snap = pool.snapshot_create(os, "before").unwrap();
+        pool.write(os, obj, 0, &Rng(6).bytes(2 << 20)).unwrap();
+        allocated(&pool);
+        let after = space_of(&pool, os);
+        assert!(
+            after.snapshots >= 2 << 20 && after.snapshots < (2 << 20) + (256 << 10),
+            "{layout:?}: the overwritten half is the snapshot's: {after:?}"
+        );
+        let listed = pool.list_snapshots(Some(os)).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].unique_bytes >= 2 << 20, "{listed:?}");
+
+        pool.export().unwrap();
+        drop(pool);
+        let pool = import(&devs);
+        assert_eq!(
+            space_of(&pool, os),
+            after,
+            "{layout:?}: figures survive import"
+        );
+        pool.snapshot_destroy(snap).unwrap();
+        allocated(&pool);
+        let freed = space_of(&pool, os);
+        assert_eq!(freed.snapshots, 0, "{layout:?}");
+        assert!(freed.referenced.abs_diff(synced.referenced) < 256 << 10);
+        pool.free_object(os, obj).unwrap();
+        allocated(&pool);
+        assert!(
+            space_of(&pool, os).referenced < 256 << 10,
+            "{layout:?}: {:?}",
+            space_of(&pool, os)
+        );
+    }
+}

@@ -101,8 +101,8 @@ pub fn run(cmd: FsCommand) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&all)?);
             } else {
                 println!(
-                    "{:<32} {:>10} {:>12} {:>6}",
-                    "NAME", "RECORDSIZE", "COMPRESSION", "ATIME"
+                    "{:<32} {:>9} {:>9} {:>9} {:>10} {:>12} {:>6}",
+                    "NAME", "USED", "AVAIL", "REFER", "RECORDSIZE", "COMPRESSION", "ATIME"
                 );
                 for d in &all {
                     let v = |p: &str| {
@@ -112,9 +112,15 @@ pub fn run(cmd: FsCommand) -> Result<()> {
                             .map(|x| x.value.clone())
                             .unwrap_or_default()
                     };
+                    let bytes = |p: &str| {
+                        crate::units::human(v(p).parse().expect("statistics are byte counts"))
+                    };
                     println!(
-                        "{:<32} {:>10} {:>12} {:>6}",
+                        "{:<32} {:>9} {:>9} {:>9} {:>10} {:>12} {:>6}",
                         d.name,
+                        bytes("used"),
+                        bytes("available"),
+                        bytes("referenced"),
                         v("recordsize"),
                         v("compression"),
                         v("atime")
@@ -130,10 +136,13 @@ pub fn run(cmd: FsCommand) -> Result<()> {
         } => with_datasets(&name, |ds| {
             let info = ds.info(&name)?;
             for p in &properties {
-                if !fs::props::NAMES.contains(&p.as_str()) {
+                if !fs::props::NAMES.contains(&p.as_str())
+                    && !fs::props::STATISTICS.contains(&p.as_str())
+                {
                     bail!(
-                        "unknown property '{p}' (known: {})",
-                        fs::props::NAMES.join(", ")
+                        "unknown property '{p}' (known: {}, {})",
+                        fs::props::NAMES.join(", "),
+                        fs::props::STATISTICS.join(", ")
                     );
                 }
             }

@@ -1,0 +1,209 @@
+//! Space limits of the dataset hierarchy: quotas and reservations, as in zfs.
+//!
+//! What a dataset *uses* is its own space (what its tree references, what its
+//! snapshots hold beyond it, and an estimate of its unsynced writes; see
+//! `pool::pool::DatasetSpace`) plus, for each child, the larger of the child's use and
+//! its reservation. So a reservation counts as used by the parent the moment it is set,
+//! and nested reservations are not counted twice.
+//!
+//! - A *quota* caps what a dataset uses, its children and snapshots included. A change
+//!   that adds space to a dataset fails with EDQUOT when it would take the dataset or
+//!   any ancestor past its quota.
+//! - A *reservation* keeps space for a dataset and its children: the part of it not
+//!   yet used is unavailable to every dataset outside that subtree, whose changes fail
+//!   with ENOSPC when the pool's free space minus those unused reservations cannot take
+//!   them.
+//!
+//! Only changes that add space are checked (writes, new objects, extended
+//! attributes); removing and truncating always work, so a full dataset can be cleaned
+//! up. Writes are charged their full length, overwrites included, because with
+//! snapshots or before the sync nets them out an overwrite does take new space; near a
+//! quota an overwrite can therefore fail, as it can in zfs.
+//!
+//! Invariant: the limits cached here are those in the pool's dataset directory;
+//! `Datasets` refreshes them after every change of a dataset or its properties.
+
+use crate::props::Props;
+use crate::{FsError, Result};
+use pool::pool::DatasetSpace;
+use pool::Pool;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
+
+#[derive(Debug, Clone)]
+struct Limit {
+    name: String,
+    quota: u64,
+    reservation: u64,
+}
+
+/// The quotas and reservations of a pool's datasets (0: none).
+#[derive(Debug, Default)]
+pub struct SpaceLimits {
+    limits: RwLock<HashMap<u64, Limit>>,
+    /// Whether any dataset has a quota or a reservation: without one no check is needed.
+    any: AtomicBool,
+}
+
+/// One dataset's space as the limits see it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Own space plus each child's larger of use and reservation.
+    pub used: u64,
+    /// What the dataset can still take: the pool's free space less reservations held
+    /// elsewhere, capped by its own and its ancestors' quotas.
+    pub available: u64,
+}
+
+impl SpaceLimits {
+    /// Reloads the limits from the pool's directory.
+    pub fn refresh(&self, pool: &Pool) -> Result<()> {
+        let mut map = HashMap::new();
+        for (id, name, json) in pool.list_objsets() {
+            if name.contains('@') {
+                continue;
+            }
+            let p = Props::from_json(&json)?;
+            map.insert(
+                id,
+                Limit {
+                    name,
+                    quota: p.quota.unwrap_or(0),
+                    reservation: p.reservation.unwrap_or(0),
+                },
+            );
+        }
+        let any = map.values().any(|l| l.quota > 0 || l.reservation > 0);
+        *self.limits.write().unwrap() = map;
+        self.any.store(any, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Refuses a change adding about `bytes` to dataset `os` when it would break a
+    /// quota (EDQUOT) or take space reserved for another dataset (ENOSPC). Before
+    /// refusing, it lets pending frees and overestimated charges settle by syncing,
+    /// as the pool does before it reports a full pool.
+    pub fn admit(&self, pool: &Pool, os: u64, bytes: u64) -> Result<()> {
+        if bytes == 0 || !self.any.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        match self.check(pool, os, bytes) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                for _ in 0..=pool::alloc::DEFER_TXGS {
+                    pool.sync()?;
+                }
+                self.check(pool, os, bytes)
+            }
+        }
+    }
+
+    fn check(&self, pool: &Pool, os: u64, bytes: u64) -> Result<()> {
+        let view = self.view(pool);
+        let limits = self.limits.read().unwrap();
+        let Some(me) = limits.get(&os) else {
+            return Ok(()); // a dataset created after the last refresh has no limits yet
+        };
+        for (id, l) in limits.iter() {
+            if l.quota > 0 && is_within(&me.name, &l.name) {
+                let used = view.used.get(id).copied().unwrap_or(0);
+                if used + bytes > l.quota {
+                    return Err(FsError::Quota);
+                }
+            }
+        }
+        let held_elsewhere = view.unused_reservations_outside(&limits, &me.name);
+        if view.pool_avail < held_elsewhere + bytes {
+            return Err(FsError::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// Used and available space of dataset `os`, for statfs and listings.
+    pub fn usage(&self, pool: &Pool, os: u64) -> Usage {
+        let view = self.view(pool);
+        let limits = self.limits.read().unwrap();
+        let used = view.used.get(&os).copied().unwrap_or(0);
+        let Some(me) = limits.get(&os) else {
+            return Usage {
+                used,
+                available: view.pool_avail,
+            };
+        };
+        let mut available = view
+            .pool_avail
+            .saturating_sub(view.unused_reservations_outside(&limits, &me.name));
+        for (id, l) in limits.iter() {
+            if l.quota > 0 && is_within(&me.name, &l.name) {
+                let u = view.used.get(id).copied().unwrap_or(0);
+                available = available.min(l.quota.saturating_sub(u));
+            }
+        }
+        Usage { used, available }
+    }
+
+    fn view(&self, pool: &Pool) -> View {
+        let spaces = pool.dataset_spaces();
+        let limits = self.limits.read().unwrap();
+        let reservation = |id: u64| limits.get(&id).map_or(0, |l| l.reservation);
+        // Children before parents: deeper names first.
+        let mut order: Vec<&(u64, String, DatasetSpace)> = spaces.iter().collect();
+        order.sort_by_key(|(_, name, _)| std::cmp::Reverse(name.matches('/').count()));
+        let id_of: HashMap<&str, u64> = spaces.iter().map(|(id, n, _)| (n.as_str(), *id)).collect();
+        let mut used: HashMap<u64, u64> = spaces.iter().map(|(id, _, s)| (*id, s.used())).collect();
+        for (id, name, _) in order {
+            if let Some((parent, _)) = name.rsplit_once('/') {
+                if let Some(&pid) = id_of.get(parent) {
+                    let charged = used[id].max(reservation(*id));
+                    *used.get_mut(&pid).unwrap() += charged;
+                }
+            }
+        }
+        View {
+            used,
+            pool_avail: pool.usable_space().1,
+        }
+    }
+}
+
+struct View {
+    used: HashMap<u64, u64>,
+    pool_avail: u64,
+}
+
+impl View {
+    /// The unused part of every reservation outside `name`'s line of ancestors.
+    fn unused_reservations_outside(&self, limits: &HashMap<u64, Limit>, name: &str) -> u64 {
+        limits
+            .iter()
+            .filter(|(_, l)| l.reservation > 0 && !is_within(name, &l.name))
+            .map(|(id, l)| {
+                l.reservation
+                    .saturating_sub(self.used.get(id).copied().unwrap_or(0))
+            })
+            .sum()
+    }
+}
+
+/// Whether dataset `name` is `ancestor` or below it.
+fn is_within(name: &str, ancestor: &str) -> bool {
+    name == ancestor
+        || name
+            .strip_prefix(ancestor)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_within;
+
+    #[test]
+    fn within_means_the_dataset_or_below() {
+        assert!(is_within("tank/a/b", "tank/a"));
+        assert!(is_within("tank/a", "tank/a"));
+        assert!(is_within("tank/a", "tank"));
+        assert!(!is_within("tank/ab", "tank/a"));
+        assert!(!is_within("tank", "tank/a"));
+    }
+}
