@@ -44,7 +44,7 @@ const ATTR_LOCK_SHARDS: usize = 256;
 const MIN_BLOCK: u32 = 512;
 
 /// Who is asking (AUTH_SYS-style credentials).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cred {
     pub uid: u32,
     pub gid: u32,

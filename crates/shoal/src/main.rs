@@ -7,6 +7,7 @@ mod fs_cmd;
 mod fuse_mount;
 mod pool_cmd;
 mod registry;
+mod serve;
 mod snapshot_cmd;
 mod units;
 
@@ -45,6 +46,8 @@ enum Command {
     },
     /// Unmount a shoal filesystem; its mount process commits and exits.
     Unmount { mountpoint: std::path::PathBuf },
+    /// Run the daemon: serve shared filesystems over NFSv3 until SIGTERM.
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -60,6 +63,7 @@ fn main() {
             options,
         } => fuse_mount::mount(&dataset, &mountpoint, &options),
         Command::Unmount { mountpoint } => fuse_mount::unmount(&mountpoint),
+        Command::Serve(args) => serve::run(args),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e:#}");

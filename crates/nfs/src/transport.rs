@@ -1,0 +1,485 @@
+//! ONC RPC over TCP: record marking, many calls in flight per connection, replies in
+//! any order.
+//!
+//! Each connection has a reader thread that reads whole records (RFC 5531 section 11:
+//! fragments of up to 2^31-1 bytes, the last one flagged) straight into the buffer the
+//! call is decoded from, so a WRITE's payload is never copied again on its way to the
+//! filesystem. Records go to a shared pool of workers; each reply is written with one
+//! vectored write (record mark and header, then bulk data such as a READ's, then its
+//! padding) under the connection's write lock, in whatever order calls finish.
+//!
+//! Bounds: a record longer than `MAX_RECORD_BYTES` closes the connection (no reply can
+//! be made to a call that was not read); at most `MAX_IN_FLIGHT` calls of one
+//! connection are queued or running, after which its reader stops reading, so a fast
+//! client is slowed by TCP flow control rather than refused; at most `MAX_CONNECTIONS`
+//! connections are served at once.
+//!
+//! Written on std threads rather than an async runtime: every call ends in blocking
+//! filesystem and pool work, so a worker pool is what an async server would need
+//! anyway, and the path stays short.
+
+use crate::rpc::{self, Accept, AuthStat, CallHeader, HeaderError};
+use crate::xdr::{Decoder, Encoder};
+use std::io::{IoSlice, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// Largest record accepted: a 1 MiB WRITE and its headers.
+pub const MAX_RECORD_BYTES: usize = (1 << 20) + (64 << 10);
+pub const MAX_IN_FLIGHT: usize = 64;
+pub const MAX_CONNECTIONS: usize = 1024;
+const LAST_FRAGMENT: u32 = 0x8000_0000;
+
+/// One decoded call, as a service sees it.
+pub struct Call<'a> {
+    pub peer: SocketAddr,
+    pub header: CallHeader,
+    pub record: &'a [u8],
+}
+
+impl<'a> Call<'a> {
+    /// A decoder positioned at the procedure's arguments.
+    pub fn args(&self) -> Decoder<'a> {
+        Decoder::new(&self.record[self.header.args_at..])
+    }
+
+    /// An accepted reply header for this call.
+    pub fn reply(&self, stat: Accept) -> Encoder {
+        rpc::accepted(self.header.xid, stat)
+    }
+}
+
+/// A reply: the encoded header and results, then optionally bulk data that goes out
+/// as it is (XDR padding is added here).
+#[derive(Debug, Default)]
+pub struct Reply {
+    pub head: Vec<u8>,
+    pub data: Option<Vec<u8>>,
+}
+
+impl Reply {
+    pub fn new(head: Encoder) -> Reply {
+        Reply {
+            head: head.buf,
+            data: None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        let d = self.data.as_ref().map_or(0, |d| d.len());
+        self.head.len() + d + Encoder::padding(d).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole reply as one buffer (for the duplicate-request cache).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = self.head.clone();
+        if let Some(d) = &self.data {
+            v.extend_from_slice(d);
+            v.extend_from_slice(Encoder::padding(d.len()));
+        }
+        v
+    }
+}
+
+/// A program (or several) served over RPC.
+pub trait Service: Send + Sync + 'static {
+    /// Answers one call whose RPC header is valid. `None`: send nothing (a
+    /// retransmission of a call still running).
+    fn call(&self, call: &Call<'_>) -> Option<Reply>;
+}
+
+struct Conn {
+    peer: SocketAddr,
+    writer: Mutex<TcpStream>,
+    in_flight: Mutex<usize>,
+    done: Condvar,
+    closed: AtomicBool,
+}
+
+impl Conn {
+    fn send(&self, reply: &Reply) {
+        let total = reply.len();
+        assert!(
+            total < LAST_FRAGMENT as usize,
+            "reply larger than one fragment"
+        );
+        let mark = (LAST_FRAGMENT | total as u32).to_be_bytes();
+        let data: &[u8] = reply.data.as_deref().unwrap_or(&[]);
+        let pad = Encoder::padding(data.len());
+        let parts: [&[u8]; 4] = [&mark, &reply.head, data, pad];
+        let mut w = self.writer.lock().unwrap();
+        if write_all_vectored(&mut w, &parts).is_err() {
+            // The client went away; its reader sees the closed socket.
+            self.closed.store(true, Ordering::SeqCst);
+            let _ = w.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn finished_one(&self) {
+        let mut n = self.in_flight.lock().unwrap();
+        *n -= 1;
+        self.done.notify_all();
+    }
+}
+
+/// Writes every byte of `parts`, as few system calls as the socket allows.
+fn write_all_vectored(w: &mut TcpStream, parts: &[&[u8]]) -> std::io::Result<()> {
+    let mut skip = 0usize; // bytes of `parts` already written
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    while skip < total {
+        let mut slices = Vec::with_capacity(parts.len());
+        let mut offset = skip;
+        for p in parts {
+            if offset >= p.len() {
+                offset -= p.len();
+                continue;
+            }
+            slices.push(IoSlice::new(&p[offset..]));
+            offset = 0;
+        }
+        match w.write_vectored(&slices) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => skip += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+struct Job {
+    conn: Arc<Conn>,
+    record: Vec<u8>,
+}
+
+/// A running RPC server; dropping it does not stop it, `stop` does.
+pub struct RpcServer {
+    addrs: Vec<SocketAddr>,
+    stopping: Arc<AtomicBool>,
+    acceptors: Vec<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+    conns: Arc<Mutex<Vec<Arc<Conn>>>>,
+    sender: Option<crossbeam_channel::Sender<Job>>,
+    readers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl RpcServer {
+    /// Serves `service` on every listener with `workers` worker threads.
+    pub fn start(
+        listeners: Vec<TcpListener>,
+        service: Arc<dyn Service>,
+        workers: usize,
+    ) -> std::io::Result<RpcServer> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let mut worker_threads = Vec::new();
+        for i in 0..workers.max(1) {
+            let rx = rx.clone();
+            let service = service.clone();
+            worker_threads.push(
+                std::thread::Builder::new()
+                    .name(format!("rpc-worker-{i}"))
+                    .spawn(move || {
+                        while let Ok(job) = rx.recv() {
+                            if let Some(reply) = answer(&*service, &job) {
+                                job.conn.send(&reply);
+                            }
+                            job.conn.finished_one();
+                        }
+                    })?,
+            );
+        }
+        let stopping = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<Arc<Conn>>>> = Arc::new(Mutex::new(Vec::new()));
+        let readers: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
+        let mut addrs = Vec::new();
+        let mut acceptors = Vec::new();
+        for listener in listeners {
+            addrs.push(listener.local_addr()?);
+            let stopping = stopping.clone();
+            let conns = conns.clone();
+            let readers = readers.clone();
+            let tx = tx.clone();
+            acceptors.push(
+                std::thread::Builder::new()
+                    .name("rpc-accept".into())
+                    .spawn(move || accept_loop(listener, stopping, conns, readers, tx))?,
+            );
+        }
+        Ok(RpcServer {
+            addrs,
+            stopping,
+            acceptors,
+            workers: worker_threads,
+            conns,
+            sender: Some(tx),
+            readers,
+        })
+    }
+
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Stops accepting and reading, lets every call already read finish and be
+    /// answered, then returns.
+    pub fn stop(mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for a in &self.addrs {
+            // Wake the acceptor blocked in accept().
+            let _ = TcpStream::connect(wake_addr(*a));
+        }
+        for h in self.acceptors.drain(..) {
+            let _ = h.join();
+        }
+        for c in self.conns.lock().unwrap().iter() {
+            // Stop reading new calls; replies can still be written.
+            let _ = c.writer.lock().unwrap().shutdown(Shutdown::Read);
+        }
+        let readers: Vec<JoinHandle<()>> = std::mem::take(&mut *self.readers.lock().unwrap());
+        for h in readers {
+            let _ = h.join();
+        }
+        self.sender.take();
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.writer.lock().unwrap().shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn wake_addr(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V4(v4) if v4.ip().is_unspecified() => {
+            SocketAddr::from(([127, 0, 0, 1], v4.port()))
+        }
+        SocketAddr::V6(v6) if v6.ip().is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, v6.port()))
+        }
+        other => other,
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    stopping: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<Arc<Conn>>>>,
+    readers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    tx: crossbeam_channel::Sender<Job>,
+) {
+    let live = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        if stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        let Ok(peer) = stream.peer_addr() else {
+            continue;
+        };
+        if live.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+            tracing::warn!(%peer, "connection refused: {MAX_CONNECTIONS} connections open");
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let Ok(writer) = stream.try_clone() else {
+            continue;
+        };
+        let conn = Arc::new(Conn {
+            peer,
+            writer: Mutex::new(writer),
+            in_flight: Mutex::new(0),
+            done: Condvar::new(),
+            closed: AtomicBool::new(false),
+        });
+        {
+            let mut all = conns.lock().unwrap();
+            all.retain(|c| !c.closed.load(Ordering::SeqCst));
+            all.push(conn.clone());
+        }
+        live.fetch_add(1, Ordering::SeqCst);
+        let tx = tx.clone();
+        let live = live.clone();
+        let handle = std::thread::Builder::new()
+            .name("rpc-conn".into())
+            .spawn(move || {
+                tracing::debug!(%peer, "connected");
+                if let Err(e) = read_loop(stream, &conn, &tx) {
+                    tracing::debug!(%peer, "connection closed: {e}");
+                }
+                // Replies to calls already read still go out; wait for them.
+                let mut n = conn.in_flight.lock().unwrap();
+                while *n > 0 {
+                    n = conn.done.wait(n).unwrap();
+                }
+                conn.closed.store(true, Ordering::SeqCst);
+                live.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Ok(h) = handle {
+            let mut r = readers.lock().unwrap();
+            r.retain(|h| !h.is_finished());
+            r.push(h);
+        }
+    }
+}
+
+/// Why a connection's reader stopped.
+#[derive(Debug)]
+enum ReadEnd {
+    Io(std::io::Error),
+    TooLong(usize),
+}
+
+impl std::fmt::Display for ReadEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadEnd::Io(e) => write!(f, "{e}"),
+            ReadEnd::TooLong(n) => write!(f, "record of {n} bytes or more is over the limit"),
+        }
+    }
+}
+
+fn read_loop(
+    mut stream: TcpStream,
+    conn: &Arc<Conn>,
+    tx: &crossbeam_channel::Sender<Job>,
+) -> Result<(), ReadEnd> {
+    loop {
+        let record = read_record(&mut stream)?;
+        {
+            let mut n = conn.in_flight.lock().unwrap();
+            while *n >= MAX_IN_FLIGHT {
+                n = conn.done.wait(n).unwrap();
+            }
+            *n += 1;
+        }
+        if tx
+            .send(Job {
+                conn: conn.clone(),
+                record,
+            })
+            .is_err()
+        {
+            conn.finished_one();
+            return Ok(());
+        }
+    }
+}
+
+/// Reads one record (all its fragments) into one buffer.
+fn read_record(stream: &mut TcpStream) -> Result<Vec<u8>, ReadEnd> {
+    let mut record: Vec<u8> = Vec::new();
+    loop {
+        let mut mark = [0u8; 4];
+        stream.read_exact(&mut mark).map_err(ReadEnd::Io)?;
+        let mark = u32::from_be_bytes(mark);
+        let len = (mark & !LAST_FRAGMENT) as usize;
+        let total = record.len() + len;
+        if total > MAX_RECORD_BYTES {
+            return Err(ReadEnd::TooLong(total));
+        }
+        let start = record.len();
+        record.resize(total, 0);
+        stream
+            .read_exact(&mut record[start..])
+            .map_err(ReadEnd::Io)?;
+        if mark & LAST_FRAGMENT != 0 {
+            return Ok(record);
+        }
+    }
+}
+
+/// The RPC-level answer to a record: errors of the header itself, or the service's.
+fn answer(service: &dyn Service, job: &Job) -> Option<Reply> {
+    let header = match rpc::decode_call(&job.record) {
+        Ok(h) => h,
+        Err(HeaderError::Unreadable(_)) | Err(HeaderError::NotACall { .. }) => return None,
+        Err(HeaderError::BadCredential { xid }) => {
+            return Some(Reply::new(rpc::auth_error(xid, AuthStat::BadCred)))
+        }
+    };
+    if header.rpc_version != rpc::RPC_VERSION {
+        return Some(Reply::new(rpc::rpc_mismatch(header.xid)));
+    }
+    if let rpc::Credential::Other(_) = header.credential {
+        return Some(Reply::new(rpc::auth_error(header.xid, AuthStat::TooWeak)));
+    }
+    let call = Call {
+        peer: job.conn.peer,
+        header,
+        record: &job.record,
+    };
+    service.call(&call)
+}
+
+/// A minimal blocking RPC client over TCP (tests, the portmapper probe, tools).
+pub struct RpcClient {
+    stream: TcpStream,
+    next_xid: u32,
+}
+
+impl RpcClient {
+    pub fn connect(addr: SocketAddr) -> std::io::Result<RpcClient> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        Ok(RpcClient {
+            stream,
+            next_xid: 1,
+        })
+    }
+
+    /// From a given local socket (e.g. one bound to a privileged port).
+    pub fn from_stream(stream: TcpStream) -> RpcClient {
+        RpcClient {
+            stream,
+            next_xid: 1,
+        }
+    }
+
+    /// Sends one call and returns the whole reply record.
+    pub fn call(
+        &mut self,
+        program: u32,
+        version: u32,
+        procedure: u32,
+        cred: &rpc::Credential,
+        args: &[u8],
+    ) -> std::io::Result<Vec<u8>> {
+        let xid = self.next_xid;
+        self.next_xid = self.next_xid.wrapping_add(1);
+        let mut e = rpc::encode_call(xid, program, version, procedure, cred);
+        e.buf.extend_from_slice(args);
+        self.send_raw(&e.buf)?;
+        loop {
+            let reply = self.read_reply()?;
+            if reply.len() >= 4 && reply[0..4] == xid.to_be_bytes() {
+                return Ok(reply);
+            }
+        }
+    }
+
+    /// Sends `body` as one record.
+    pub fn send_raw(&mut self, body: &[u8]) -> std::io::Result<()> {
+        let mark = (LAST_FRAGMENT | body.len() as u32).to_be_bytes();
+        self.stream.write_all(&mark)?;
+        self.stream.write_all(body)
+    }
+
+    /// Writes bytes as they are (for tests of malformed framing).
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    pub fn read_reply(&mut self) -> std::io::Result<Vec<u8>> {
+        read_record(&mut self.stream).map_err(|e| match e {
+            ReadEnd::Io(e) => e,
+            ReadEnd::TooLong(_) => std::io::Error::other("reply too long"),
+        })
+    }
+}

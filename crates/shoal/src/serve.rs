@@ -1,0 +1,86 @@
+//! `shoal serve`: the daemon. Imports every registered pool, shares the configured
+//! datasets over NFS, and runs until SIGTERM or SIGINT, when it drains in-flight
+//! requests and commits every pool before exiting.
+
+use crate::pool_cmd::open_registered;
+use crate::registry::{lock_pool, state_dir, Registry};
+use anyhow::{Context, Result};
+use server::config::{ServeConfig, ShareConfig};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Configuration file (TOML); the options below override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address for NFS and MOUNT (default 0.0.0.0:2049).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Also answer portmapper GETPORT calls here (usually 0.0.0.0:111).
+    #[arg(long)]
+    portmapper: Option<std::net::SocketAddr>,
+    /// Share a dataset: `pool/fs` or `pool/fs=RULES` (RULES as in /etc/exports,
+    /// default `*(rw)`); repeatable.
+    #[arg(long = "share")]
+    shares: Vec<String>,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    init_logs();
+    let mut config = match &args.config {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            ServeConfig::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+        }
+        None => ServeConfig::default(),
+    };
+    if let Some(l) = args.listen {
+        config.nfs.listen = l;
+    }
+    if args.portmapper.is_some() {
+        config.nfs.portmapper = args.portmapper;
+    }
+    for s in &args.shares {
+        let (dataset, rules) = match s.split_once('=') {
+            Some((d, r)) => (d.to_string(), r.to_string()),
+            None => (s.clone(), server::config::default_rules()),
+        };
+        config.shares.retain(|c| c.dataset != dataset);
+        config.shares.push(ShareConfig { dataset, rules });
+    }
+    let registry = Registry::load()?;
+    let mut locks = Vec::new();
+    let mut pools = Vec::new();
+    for name in registry.pools.keys() {
+        locks.push(lock_pool(name)?);
+        pools.push(open_registered(name).with_context(|| format!("importing pool {name}"))?);
+    }
+    let daemon = server::Daemon::start(&config, pools, &state_dir())?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    for a in daemon.nfs_addrs() {
+        eprintln!("shoal: serving NFSv3 on {a}");
+    }
+    for s in daemon.service().shares() {
+        eprintln!("shoal: sharing {} as {} to {}", s.dataset, s.path, s.rules);
+    }
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "stopping: draining requests and committing");
+    }
+    daemon.stop()?;
+    drop(locks);
+    eprintln!("shoal: stopped");
+    Ok(())
+}
+
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
