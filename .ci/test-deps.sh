@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond cargo, on a fresh Debian machine, as root:
 # pjdfstest (the Rust POSIX test suite, run against the FUSE mount) with its build
-# dependency libacl, and the unprivileged users pjdfstest switches to. Idempotent.
+# dependency libacl, the unprivileged users pjdfstest switches to, and libnfs-utils
+# (nfs-cp, nfs-cat, nfs-ls: real NFS clients for the daemon's tests). Idempotent.
 set -euo pipefail
 PJDFSTEST_VERSION=0.2.2
-if ! dpkg -s libacl1-dev >/dev/null 2>&1; then
+if ! dpkg -s libacl1-dev libnfs-utils >/dev/null 2>&1; then
     apt-get update -qq
-    apt-get install -y -qq libacl1-dev acl >/dev/null
+    apt-get install -y -qq libacl1-dev acl libnfs-utils >/dev/null
 fi
+command -v nfs-cp nfs-cat nfs-ls >/dev/null
 if [ ! -e /dev/fuse ]; then
     echo "test-deps: /dev/fuse is missing; the FUSE tests need it" >&2
     exit 1
@@ -18,4 +20,4 @@ if ! "$HOME/.cargo/bin/pjdfstest" -l >/dev/null 2>&1; then
     cargo install --locked -q pjdfstest --version "$PJDFSTEST_VERSION"
 fi
 "$HOME/.cargo/bin/pjdfstest" -l >/dev/null
-echo "test-deps: pjdfstest $PJDFSTEST_VERSION, users nobody and tests ready"
+echo "test-deps: pjdfstest $PJDFSTEST_VERSION, users nobody and tests, libnfs-utils ready"

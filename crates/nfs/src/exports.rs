@@ -207,9 +207,10 @@ impl ExportRules {
         let cred = match cred {
             Credential::Sys(a) => match rule.squash {
                 Squash::All => anon,
-                Squash::Root if a.uid == 0 => anon,
+                // As knfsd: uid 0 and group 0 become the anonymous ids, and group 0
+                // leaves the supplementary groups.
                 Squash::Root => fs::Cred {
-                    uid: a.uid,
+                    uid: if a.uid == 0 { rule.anon_uid } else { a.uid },
                     gid: if a.gid == 0 { rule.anon_gid } else { a.gid },
                     groups: a.gids.iter().copied().filter(|&g| g != 0).collect(),
                 },

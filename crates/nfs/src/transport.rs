@@ -318,6 +318,10 @@ fn accept_loop(
                 while *n > 0 {
                     n = conn.done.wait(n).unwrap();
                 }
+                drop(n);
+                // The write half is shared with `conns`: close the socket explicitly so
+                // the client sees the end now, not when the server stops.
+                let _ = conn.writer.lock().unwrap().shutdown(Shutdown::Both);
                 conn.closed.store(true, Ordering::SeqCst);
                 live.fetch_sub(1, Ordering::SeqCst);
             });

@@ -14,7 +14,7 @@
 //! SIGTERM or SIGINT (or `shoal unmount`) unmounts, commits the open transaction group
 //! and exits; nothing acknowledged is lost.
 
-use crate::pool_cmd::open_registered;
+use crate::pool_cmd::open_registered_long_lived;
 use crate::registry::lock_pool;
 use anyhow::{bail, Context, Result};
 use fs::{Attr, Cred, FsError, Kind, SetAttr, Timespec};
@@ -909,7 +909,7 @@ pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()>
     }
     let pool_name = dataset.split('/').next().unwrap_or(dataset);
     let _lock = lock_pool(pool_name)?;
-    let pool = open_registered(pool_name)?;
+    let pool = open_registered_long_lived(pool_name)?;
     let datasets = fs::Datasets::new(pool.clone())?;
     let filesystem = datasets
         .open(dataset)

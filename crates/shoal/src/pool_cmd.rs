@@ -300,6 +300,16 @@ fn create(dir: Option<PathBuf>, size: Option<String>, name: &str, words: &[Strin
 
 /// Imports a registered pool for the duration of one command.
 pub(crate) fn open_registered(name: &str) -> Result<Arc<Pool>> {
+    open_registered_with(name, cli_options())
+}
+
+/// For processes that keep a pool open (the daemon, a FUSE mount): the background
+/// sync thread commits a txg every few seconds, as it would in the appliance.
+pub(crate) fn open_registered_long_lived(name: &str) -> Result<Arc<Pool>> {
+    open_registered_with(name, PoolOptions::default())
+}
+
+fn open_registered_with(name: &str, options: PoolOptions) -> Result<Arc<Pool>> {
     let registry = Registry::load()?;
     let paths = registry.pools.get(name).ok_or_else(|| {
         anyhow!("no pool named '{name}' (see `shoal pool status`, or `shoal pool import`)")
@@ -314,7 +324,7 @@ pub(crate) fn open_registered(name: &str) -> Result<Arc<Pool>> {
             Err(e) => eprintln!("warning: cannot open {p}: {e}"),
         }
     }
-    Ok(Pool::import(devices, Some(name), cli_options())?)
+    Ok(Pool::import(devices, Some(name), options)?)
 }
 
 fn print_status(st: &PoolStatus) {

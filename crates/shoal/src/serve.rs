@@ -2,7 +2,7 @@
 //! datasets over NFS, and runs until SIGTERM or SIGINT, when it drains in-flight
 //! requests and commits every pool before exiting.
 
-use crate::pool_cmd::open_registered;
+use crate::pool_cmd::open_registered_long_lived;
 use crate::registry::{lock_pool, state_dir, Registry};
 use anyhow::{Context, Result};
 use server::config::{ServeConfig, ShareConfig};
@@ -54,7 +54,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let mut pools = Vec::new();
     for name in registry.pools.keys() {
         locks.push(lock_pool(name)?);
-        pools.push(open_registered(name).with_context(|| format!("importing pool {name}"))?);
+        pools.push(
+            open_registered_long_lived(name).with_context(|| format!("importing pool {name}"))?,
+        );
     }
     let daemon = server::Daemon::start(&config, pools, &state_dir())?;
     let mut signals = signal_hook::iterator::Signals::new([
