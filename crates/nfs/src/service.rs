@@ -166,6 +166,22 @@ const ACCESS_EXTEND: u32 = 0x08;
 const ACCESS_DELETE: u32 = 0x10;
 const ACCESS_EXECUTE: u32 = 0x20;
 
+/// Failure results that are a post_op_attr: the attributes seen before failing.
+fn fail_attr(e: &mut Encoder, seen: &Option<(Attr, u64)>) {
+    match seen {
+        Some((a, fsid)) => post_op_attr(e, Some(a), *fsid),
+        None => post_op_attr(e, None, 0),
+    }
+}
+
+/// Failure results that are a wcc_data: nothing changed, so before is after.
+fn fail_wcc(e: &mut Encoder, seen: &Option<(Attr, u64)>) {
+    match seen {
+        Some((a, fsid)) => wcc_data(e, Some(a), Some(a), *fsid),
+        None => wcc_data(e, None, None, 0),
+    }
+}
+
 fn is_non_idempotent(procedure: u32) -> bool {
     matches!(procedure, 2 | 7 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15)
 }
@@ -665,10 +681,7 @@ impl NfsService {
             wcc_data(e, Some(&t.attr), Some(&after), t.fsid());
             Ok(())
         })();
-        Self::outcome(e, r, |e| match &before {
-            Some((a, fsid)) => wcc_data(e, Some(a), Some(a), *fsid),
-            None => wcc_data(e, None, None, 0),
-        })
+        Self::outcome(e, r, |e| fail_wcc(e, &before))
     }
 
     fn lookup(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
@@ -693,10 +706,7 @@ impl NfsService {
             post_op_attr(e, Some(&t.attr), t.fsid());
             Ok(())
         })();
-        Self::outcome(e, r, |e| match &dir {
-            Some((a, fsid)) => post_op_attr(e, Some(a), *fsid),
-            None => post_op_attr(e, None, 0),
-        })
+        Self::outcome(e, r, |e| fail_attr(e, &dir))
     }
 
     fn access(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
@@ -792,10 +802,7 @@ impl NfsService {
             *data = Some(bytes);
             Ok(())
         })();
-        Self::outcome(e, r, |e| match &attr {
-            Some((a, fsid)) => post_op_attr(e, Some(a), *fsid),
-            None => post_op_attr(e, None, 0),
-        })
+        Self::outcome(e, r, |e| fail_attr(e, &attr))
     }
 
     fn write(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
@@ -837,10 +844,7 @@ impl NfsService {
             e.u32(n as u32).u32(committed).fixed(&self.write_verifier);
             Ok(())
         })();
-        Self::outcome(e, r, |e| match &before {
-            Some((a, fsid)) => wcc_data(e, Some(a), Some(a), *fsid),
-            None => wcc_data(e, None, None, 0),
-        })
+        Self::outcome(e, r, |e| fail_wcc(e, &before))
     }
 
     /// CREATE (8), MKDIR (9), SYMLINK (10), MKNOD (11).
@@ -1064,10 +1068,7 @@ impl NfsService {
             wcc_data(e, Some(&t.attr), after.as_ref(), t.fsid());
             Ok(())
         })();
-        Self::outcome(e, r, |e| match &before {
-            Some((a, fsid)) => wcc_data(e, Some(a), Some(a), *fsid),
-            None => wcc_data(e, None, None, 0),
-        })
+        Self::outcome(e, r, |e| fail_wcc(e, &before))
     }
 
     fn rename(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
@@ -1108,10 +1109,7 @@ impl NfsService {
         })();
         Self::outcome(e, r, |e| {
             for b in &befores {
-                match b {
-                    Some((a, fsid)) => wcc_data(e, Some(a), Some(a), *fsid),
-                    None => wcc_data(e, None, None, 0),
-                }
+                fail_wcc(e, b);
             }
         })
     }
@@ -1143,10 +1141,7 @@ impl NfsService {
             Ok(())
         })();
         Self::outcome(e, r, |e| {
-            match &file_attr {
-                Some((a, fsid)) => post_op_attr(e, Some(a), *fsid),
-                None => post_op_attr(e, None, 0),
-            }
+            fail_attr(e, &file_attr);
             let fsid = file_attr.as_ref().map_or(0, |x| x.1);
             wcc_data(e, dir_before.as_ref(), dir_before.as_ref(), fsid);
         })
@@ -1236,49 +1231,60 @@ impl NfsService {
             e.bool(false).bool(eof);
             Ok(())
         })();
-        Self::outcome(e, r, |e| match &dir {
-            Some((a, fsid)) => post_op_attr(e, Some(a), *fsid),
-            None => post_op_attr(e, None, 0),
-        })
+        Self::outcome(e, r, |e| fail_attr(e, &dir))
     }
 
-    fn fsstat(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
+    /// The shape of FSSTAT, FSINFO and PATHCONF: a handle in; status, the object's
+    /// attributes and `body`'s results out.
+    fn attr_query(
+        &self,
+        call: &Call<'_>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+        body: impl FnOnce(&Target, &mut Encoder) -> Result<(), Failure>,
+    ) -> Result<(), Failure> {
         let fh = d.opaque(FHSIZE3)?;
         d.finish()?;
         let r = (|| {
             let t = self.target(call, fh)?;
-            let s = t.share.fs.statfs()?;
+            let mut rest = Encoder::new();
+            body(&t, &mut rest)?;
             e.u32(0);
             post_op_attr(e, Some(&t.attr), t.fsid());
+            e.buf.extend_from_slice(&rest.buf);
+            Ok(())
+        })();
+        Self::outcome(e, r, |e| post_op_attr(e, None, 0))
+    }
+
+    fn fsstat(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
+        self.attr_query(call, d, e, |t, e| {
+            let s = t.share.fs.statfs()?;
             e.u64(s.total_bytes)
                 .u64(s.free_bytes)
                 .u64(s.avail_bytes)
                 .u64(s.files)
                 .u64(s.free_files)
                 .u64(s.free_files)
-                .u32(0);
+                .u32(0); // invarsec
             Ok(())
-        })();
-        Self::outcome(e, r, |e| post_op_attr(e, None, 0))
+        })
     }
 
     fn fsinfo(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
-        let fh = d.opaque(FHSIZE3)?;
-        d.finish()?;
-        let r = (|| {
-            let t = self.target(call, fh)?;
-            e.u32(0);
-            post_op_attr(e, Some(&t.attr), t.fsid());
+        self.attr_query(call, d, e, |_, e| {
             e.u32(RTMAX).u32(PREFERRED).u32(4096);
             e.u32(WTMAX).u32(PREFERRED).u32(4096);
             e.u32(PREFERRED); // dtpref
             e.u64(fs::filesystem::MAX_FILE_SIZE);
             e.u32(0).u32(1); // time_delta: nanoseconds
-                             // FSF_LINK | FSF_SYMLINK | FSF_HOMOGENEOUS | FSF_CANSETTIME
-            e.u32(0x1 | 0x2 | 0x8 | 0x10);
+            const FSF_LINK: u32 = 0x1;
+            const FSF_SYMLINK: u32 = 0x2;
+            const FSF_HOMOGENEOUS: u32 = 0x8;
+            const FSF_CANSETTIME: u32 = 0x10;
+            e.u32(FSF_LINK | FSF_SYMLINK | FSF_HOMOGENEOUS | FSF_CANSETTIME);
             Ok(())
-        })();
-        Self::outcome(e, r, |e| post_op_attr(e, None, 0))
+        })
     }
 
     fn pathconf(
@@ -1287,12 +1293,7 @@ impl NfsService {
         d: &mut Decoder<'_>,
         e: &mut Encoder,
     ) -> Result<(), Failure> {
-        let fh = d.opaque(FHSIZE3)?;
-        d.finish()?;
-        let r = (|| {
-            let t = self.target(call, fh)?;
-            e.u32(0);
-            post_op_attr(e, Some(&t.attr), t.fsid());
+        self.attr_query(call, d, e, |_, e| {
             e.u32(fs::filesystem::MAX_LINKS)
                 .u32(NAME_MAX as u32)
                 .bool(true) // no_trunc
@@ -1300,8 +1301,7 @@ impl NfsService {
                 .bool(false) // case_insensitive
                 .bool(true); // case_preserving
             Ok(())
-        })();
-        Self::outcome(e, r, |e| post_op_attr(e, None, 0))
+        })
     }
 
     fn commit(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
@@ -1323,10 +1323,7 @@ impl NfsService {
             e.fixed(&self.write_verifier);
             Ok(())
         })();
-        Self::outcome(e, r, |e| match &before {
-            Some((a, fsid)) => wcc_data(e, Some(a), Some(a), *fsid),
-            None => wcc_data(e, None, None, 0),
-        })
+        Self::outcome(e, r, |e| fail_wcc(e, &before))
     }
 }
 
