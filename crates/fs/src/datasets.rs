@@ -130,18 +130,11 @@ impl Datasets {
         let (id, _) = self.local(name)?;
         let mut props = resolve(&self.chain(name)?).1;
         let usage = self.limits.usage(&self.pool, id);
-        let own = self
-            .pool
-            .dataset_spaces()
-            .into_iter()
-            .find(|(i, _, _)| *i == id)
-            .map(|x| x.2)
-            .unwrap_or_default();
         for (property, bytes) in [
             ("used", usage.used),
             ("available", usage.available),
-            ("referenced", own.referenced),
-            ("usedbysnapshots", own.snapshots),
+            ("referenced", usage.own.referenced),
+            ("usedbysnapshots", usage.own.snapshots),
         ] {
             props.push(PropValue {
                 property: property.into(),

@@ -54,6 +54,8 @@ pub struct Usage {
     /// What the dataset can still take: the pool's free space less reservations held
     /// elsewhere, capped by its own and its ancestors' quotas.
     pub available: u64,
+    /// Its own space alone (referenced, snapshots, pending).
+    pub own: DatasetSpace,
 }
 
 impl SpaceLimits {
@@ -88,15 +90,13 @@ impl SpaceLimits {
         if bytes == 0 || !self.any.load(Ordering::SeqCst) {
             return Ok(());
         }
-        match self.check(pool, os, bytes) {
-            Ok(()) => Ok(()),
-            Err(_) => {
-                for _ in 0..=pool::alloc::DEFER_TXGS {
-                    pool.sync()?;
-                }
-                self.check(pool, os, bytes)
-            }
+        if self.check(pool, os, bytes).is_ok() {
+            return Ok(());
         }
+        for _ in 0..=pool::alloc::DEFER_TXGS {
+            pool.sync()?;
+        }
+        self.check(pool, os, bytes)
     }
 
     fn check(&self, pool: &Pool, os: u64, bytes: u64) -> Result<()> {
@@ -105,16 +105,10 @@ impl SpaceLimits {
         let Some(me) = limits.get(&os) else {
             return Ok(()); // a dataset created after the last refresh has no limits yet
         };
-        for (id, l) in limits.iter() {
-            if l.quota > 0 && is_within(&me.name, &l.name) {
-                let used = view.used.get(id).copied().unwrap_or(0);
-                if used + bytes > l.quota {
-                    return Err(FsError::Quota);
-                }
-            }
+        if view.quota_headroom(&limits, &me.name) < bytes {
+            return Err(FsError::Quota);
         }
-        let held_elsewhere = view.unused_reservations_outside(&limits, &me.name);
-        if view.pool_avail < held_elsewhere + bytes {
+        if view.pool_headroom(&limits, &me.name) < bytes {
             return Err(FsError::NoSpace);
         }
         Ok(())
@@ -125,22 +119,18 @@ impl SpaceLimits {
         let view = self.view(pool);
         let limits = self.limits.read().unwrap();
         let used = view.used.get(&os).copied().unwrap_or(0);
-        let Some(me) = limits.get(&os) else {
-            return Usage {
-                used,
-                available: view.pool_avail,
-            };
+        let own = view.own.get(&os).copied().unwrap_or_default();
+        let available = match limits.get(&os) {
+            Some(me) => view
+                .pool_headroom(&limits, &me.name)
+                .min(view.quota_headroom(&limits, &me.name)),
+            None => view.pool_avail,
         };
-        let mut available = view
-            .pool_avail
-            .saturating_sub(view.unused_reservations_outside(&limits, &me.name));
-        for (id, l) in limits.iter() {
-            if l.quota > 0 && is_within(&me.name, &l.name) {
-                let u = view.used.get(id).copied().unwrap_or(0);
-                available = available.min(l.quota.saturating_sub(u));
-            }
+        Usage {
+            used,
+            available,
+            own,
         }
-        Usage { used, available }
     }
 
     fn view(&self, pool: &Pool) -> View {
@@ -152,6 +142,7 @@ impl SpaceLimits {
         order.sort_by_key(|(_, name, _)| std::cmp::Reverse(name.matches('/').count()));
         let id_of: HashMap<&str, u64> = spaces.iter().map(|(id, n, _)| (n.as_str(), *id)).collect();
         let mut used: HashMap<u64, u64> = spaces.iter().map(|(id, _, s)| (*id, s.used())).collect();
+        let own: HashMap<u64, DatasetSpace> = spaces.iter().map(|(id, _, s)| (*id, *s)).collect();
         for (id, name, _) in order {
             if let Some((parent, _)) = name.rsplit_once('/') {
                 if let Some(&pid) = id_of.get(parent) {
@@ -162,27 +153,43 @@ impl SpaceLimits {
         }
         View {
             used,
+            own,
             pool_avail: pool.usable_space().1,
         }
     }
 }
 
 struct View {
+    /// Per dataset: `Usage::used`.
     used: HashMap<u64, u64>,
+    own: HashMap<u64, DatasetSpace>,
     pool_avail: u64,
 }
 
 impl View {
-    /// The unused part of every reservation outside `name`'s line of ancestors.
-    fn unused_reservations_outside(&self, limits: &HashMap<u64, Limit>, name: &str) -> u64 {
+    fn used_of(&self, id: u64) -> u64 {
+        self.used.get(&id).copied().unwrap_or(0)
+    }
+
+    /// What dataset `name` may add before it or an ancestor reaches its quota.
+    fn quota_headroom(&self, limits: &HashMap<u64, Limit>, name: &str) -> u64 {
         limits
             .iter()
+            .filter(|(_, l)| l.quota > 0 && is_within(name, &l.name))
+            .map(|(id, l)| l.quota.saturating_sub(self.used_of(*id)))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The pool's free space less the unused part of every reservation outside
+    /// `name`'s line of ancestors.
+    fn pool_headroom(&self, limits: &HashMap<u64, Limit>, name: &str) -> u64 {
+        let held_elsewhere: u64 = limits
+            .iter()
             .filter(|(_, l)| l.reservation > 0 && !is_within(name, &l.name))
-            .map(|(id, l)| {
-                l.reservation
-                    .saturating_sub(self.used.get(id).copied().unwrap_or(0))
-            })
-            .sum()
+            .map(|(id, l)| l.reservation.saturating_sub(self.used_of(*id)))
+            .sum();
+        self.pool_avail.saturating_sub(held_elsewhere)
     }
 }
 

@@ -22,7 +22,7 @@ use crate::transport::{Call, Reply, Service};
 use crate::xdr::{Decoder, Encoder, XdrError, XdrResult};
 use fs::{Attr, Cred, Filesystem, Kind, SetAttr, Timespec};
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Largest READ and WRITE, and the preferred sizes (FSINFO).
@@ -123,12 +123,7 @@ struct Target {
     ino: u64,
     attr: Attr,
     access: Access,
-}
-
-impl Target {
-    fn fsid(&self) -> u64 {
-        fsid_of(&self.share)
-    }
+    fsid: u64,
 }
 
 fn fsid_of(share: &Share) -> u64 {
@@ -165,6 +160,13 @@ const ACCESS_MODIFY: u32 = 0x04;
 const ACCESS_EXTEND: u32 = 0x08;
 const ACCESS_DELETE: u32 = 0x10;
 const ACCESS_EXECUTE: u32 = 0x20;
+
+/// Arguments that are one file handle.
+fn handle_only<'a>(d: &mut Decoder<'a>) -> XdrResult<&'a [u8]> {
+    let fh = d.opaque(FHSIZE3)?;
+    d.finish()?;
+    Ok(fh)
+}
 
 /// Failure results that are a post_op_attr: the attributes seen before failing.
 fn fail_attr(e: &mut Encoder, seen: &Option<(Attr, u64)>) {
@@ -291,6 +293,7 @@ impl NfsService {
             return Err(Status::Stale);
         }
         Ok(Target {
+            fsid: fsid_of(&share),
             share,
             ino: id.object,
             attr,
@@ -459,9 +462,7 @@ impl NfsService {
         share
             .rules
             .access(call.peer, &call.header.credential)
-            .map_err(|r| match r {
-                Refusal::NotAllowed | Refusal::InsecurePort => 13u32,
-            })?;
+            .map_err(|_: Refusal| 13u32)?;
         let mut attr = share
             .fs
             .getattr(fs::filesystem::ROOT_INO)
@@ -613,12 +614,11 @@ impl NfsService {
         d: &mut Decoder<'_>,
         e: &mut Encoder,
     ) -> Result<(), Failure> {
-        let fh = d.opaque(FHSIZE3)?;
-        d.finish()?;
+        let fh = handle_only(d)?;
         let r = (|| {
             let t = self.target(call, fh)?;
             e.u32(0);
-            fattr(e, &t.attr, t.fsid());
+            fattr(e, &t.attr, t.fsid);
             Ok(())
         })();
         Self::outcome(e, r, |_| {})
@@ -637,7 +637,7 @@ impl NfsService {
         let mut before: Option<(Attr, u64)> = None;
         let r = (|| {
             let t = self.target(call, fh)?;
-            before = Some((t.attr.clone(), t.fsid()));
+            before = Some((t.attr.clone(), t.fsid));
             if t.access.read_only {
                 return Err(Status::RoFs.into());
             }
@@ -678,7 +678,7 @@ impl NfsService {
             };
             let after = t.share.fs.settle(t.share.fs.setattr(t.ino, &set, cred))?;
             e.u32(0);
-            wcc_data(e, Some(&t.attr), Some(&after), t.fsid());
+            wcc_data(e, Some(&t.attr), Some(&after), t.fsid);
             Ok(())
         })();
         Self::outcome(e, r, |e| fail_wcc(e, &before))
@@ -690,7 +690,7 @@ impl NfsService {
         let mut dir: Option<(Attr, u64)> = None;
         let r = (|| {
             let t = self.target(call, fh)?;
-            dir = Some((t.attr.clone(), t.fsid()));
+            dir = Some((t.attr.clone(), t.fsid));
             if t.attr.kind != Kind::Dir {
                 return Err(Status::NotDir.into());
             }
@@ -702,8 +702,8 @@ impl NfsService {
             }
             let a = t.share.fs.lookup(t.ino, name)?;
             e.u32(0).opaque(&self.handle_for(&t.share, &a));
-            post_op_attr(e, Some(&a), t.fsid());
-            post_op_attr(e, Some(&t.attr), t.fsid());
+            post_op_attr(e, Some(&a), t.fsid);
+            post_op_attr(e, Some(&t.attr), t.fsid);
             Ok(())
         })();
         Self::outcome(e, r, |e| fail_attr(e, &dir))
@@ -713,8 +713,7 @@ impl NfsService {
         let fh = d.opaque(FHSIZE3)?;
         let want = d.u32()?;
         d.finish()?;
-        let r = (|| {
-            let t = self.target(call, fh)?;
+        self.attr_query(call, fh, e, |t, e| {
             let c = &t.access.cred;
             let a = &t.attr;
             let mut got = 0;
@@ -737,12 +736,9 @@ impl NfsService {
                     got |= ACCESS_EXECUTE;
                 }
             }
-            e.u32(0);
-            post_op_attr(e, Some(a), t.fsid());
             e.u32(got & want);
             Ok(())
-        })();
-        Self::outcome(e, r, |e| post_op_attr(e, None, 0))
+        })
     }
 
     fn readlink(
@@ -751,20 +747,14 @@ impl NfsService {
         d: &mut Decoder<'_>,
         e: &mut Encoder,
     ) -> Result<(), Failure> {
-        let fh = d.opaque(FHSIZE3)?;
-        d.finish()?;
-        let r = (|| {
-            let t = self.target(call, fh)?;
+        let fh = handle_only(d)?;
+        self.attr_query(call, fh, e, |t, e| {
             if t.attr.kind != Kind::Symlink {
                 return Err(Status::Inval.into());
             }
-            let target = t.share.fs.readlink(t.ino)?;
-            e.u32(0);
-            post_op_attr(e, Some(&t.attr), t.fsid());
-            e.opaque(&target);
+            e.opaque(&t.share.fs.readlink(t.ino)?);
             Ok(())
-        })();
-        Self::outcome(e, r, |e| post_op_attr(e, None, 0))
+        })
     }
 
     fn read(
@@ -781,7 +771,7 @@ impl NfsService {
         let mut attr: Option<(Attr, u64)> = None;
         let r = (|| {
             let t = self.target(call, fh)?;
-            attr = Some((t.attr.clone(), t.fsid()));
+            attr = Some((t.attr.clone(), t.fsid));
             match t.attr.kind {
                 Kind::File => {}
                 Kind::Dir => return Err(Status::IsDir.into()),
@@ -797,7 +787,7 @@ impl NfsService {
             let bytes = t.share.fs.read(t.ino, offset, count)?;
             let eof = offset.saturating_add(bytes.len() as u64) >= t.attr.size;
             e.u32(0);
-            post_op_attr(e, Some(&t.attr), t.fsid());
+            post_op_attr(e, Some(&t.attr), t.fsid);
             e.u32(bytes.len() as u32).bool(eof).u32(bytes.len() as u32);
             *data = Some(bytes);
             Ok(())
@@ -818,7 +808,7 @@ impl NfsService {
         let mut before: Option<(Attr, u64)> = None;
         let r = (|| {
             let t = self.target(call, fh)?;
-            before = Some((t.attr.clone(), t.fsid()));
+            before = Some((t.attr.clone(), t.fsid));
             if t.access.read_only {
                 return Err(Status::RoFs.into());
             }
@@ -840,7 +830,7 @@ impl NfsService {
             };
             let after = t.share.fs.getattr(t.ino).ok();
             e.u32(0);
-            wcc_data(e, Some(&t.attr), after.as_ref(), t.fsid());
+            wcc_data(e, Some(&t.attr), after.as_ref(), t.fsid);
             e.u32(n as u32).u32(committed).fixed(&self.write_verifier);
             Ok(())
         })();
@@ -857,11 +847,16 @@ impl NfsService {
     ) -> Result<(), Failure> {
         let (fh, name) = decode_diropargs(d)?;
         enum How<'a> {
-            File { guarded: bool, attrs: Sattr },
+            File {
+                guarded: bool,
+                attrs: Sattr,
+            },
             Exclusive([u8; 8]),
             Dir(Sattr),
             Symlink(Sattr, &'a [u8]),
             Node(Kind, Sattr, u64),
+            /// MKNOD of a regular file, directory or symlink.
+            BadType,
         }
         let how = match procedure {
             8 => match d.u32()? {
@@ -891,7 +886,7 @@ impl NfsService {
                         How::Node(k, s, libc::makedev(major, minor))
                     }
                     Some(k @ (Kind::Socket | Kind::Fifo)) => How::Node(k, decode_sattr(d)?, 0),
-                    Some(_) => How::Node(Kind::File, Sattr::default(), u64::MAX),
+                    Some(_) => How::BadType,
                     None => return Err(Failure::Garbage),
                 }
             }
@@ -901,7 +896,7 @@ impl NfsService {
         let mut dir_after: Option<Attr> = None;
         let r = (|| {
             let t = self.target(call, fh)?;
-            dir_before = Some((t.attr.clone(), t.fsid()));
+            dir_before = Some((t.attr.clone(), t.fsid));
             self.check_dir_change(&t, name)?;
             let fs = &t.share.fs;
             let cred = &t.access.cred;
@@ -971,7 +966,7 @@ impl NfsService {
                         }),
                     )
                 }
-                How::Node(_, _, u64::MAX) => return Err(Status::BadType.into()),
+                How::BadType => return Err(Status::BadType.into()),
                 How::Node(kind, attrs, rdev) => {
                     let mode = attrs.mode.unwrap_or(0o644);
                     (fs.create(t.ino, name, kind, mode, rdev, cred)?, Some(attrs))
@@ -1008,8 +1003,8 @@ impl NfsService {
             dir_after = fs.getattr(t.ino).ok();
             e.u32(0);
             e.bool(true).opaque(&self.handle_for(&t.share, &made));
-            post_op_attr(e, Some(&made), t.fsid());
-            wcc_data(e, Some(&t.attr), dir_after.as_ref(), t.fsid());
+            post_op_attr(e, Some(&made), t.fsid);
+            wcc_data(e, Some(&t.attr), dir_after.as_ref(), t.fsid);
             Ok(())
         })();
         Self::outcome(e, r, |e| match &dir_before {
@@ -1051,7 +1046,7 @@ impl NfsService {
         let mut before: Option<(Attr, u64)> = None;
         let r = (|| {
             let t = self.target(call, fh)?;
-            before = Some((t.attr.clone(), t.fsid()));
+            before = Some((t.attr.clone(), t.fsid));
             if name == b"." || name == b".." {
                 return Err(if dir { Status::Inval } else { Status::Acces }.into());
             }
@@ -1065,7 +1060,7 @@ impl NfsService {
             fs.settle(r)?;
             let after = fs.getattr(t.ino).ok();
             e.u32(0);
-            wcc_data(e, Some(&t.attr), after.as_ref(), t.fsid());
+            wcc_data(e, Some(&t.attr), after.as_ref(), t.fsid);
             Ok(())
         })();
         Self::outcome(e, r, |e| fail_wcc(e, &before))
@@ -1078,9 +1073,9 @@ impl NfsService {
         let mut befores: [Option<(Attr, u64)>; 2] = [None, None];
         let r = (|| {
             let from = self.target(call, from_fh)?;
-            befores[0] = Some((from.attr.clone(), from.fsid()));
+            befores[0] = Some((from.attr.clone(), from.fsid));
             let to = self.target(call, to_fh)?;
-            befores[1] = Some((to.attr.clone(), to.fsid()));
+            befores[1] = Some((to.attr.clone(), to.fsid));
             if !Arc::ptr_eq(&from.share, &to.share) {
                 return Err(Status::XDev.into());
             }
@@ -1103,8 +1098,8 @@ impl NfsService {
             let fa = fs.getattr(from.ino).ok();
             let ta = fs.getattr(to.ino).ok();
             e.u32(0);
-            wcc_data(e, Some(&from.attr), fa.as_ref(), from.fsid());
-            wcc_data(e, Some(&to.attr), ta.as_ref(), to.fsid());
+            wcc_data(e, Some(&from.attr), fa.as_ref(), from.fsid);
+            wcc_data(e, Some(&to.attr), ta.as_ref(), to.fsid);
             Ok(())
         })();
         Self::outcome(e, r, |e| {
@@ -1122,7 +1117,7 @@ impl NfsService {
         let mut dir_before: Option<Attr> = None;
         let r = (|| {
             let file = self.target(call, fh)?;
-            file_attr = Some((file.attr.clone(), file.fsid()));
+            file_attr = Some((file.attr.clone(), file.fsid));
             let dir = self.target(call, dir_fh)?;
             dir_before = Some(dir.attr.clone());
             if !Arc::ptr_eq(&file.share, &dir.share) {
@@ -1136,8 +1131,8 @@ impl NfsService {
             let a = fs.settle(fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
             let da = fs.getattr(dir.ino).ok();
             e.u32(0);
-            post_op_attr(e, Some(&a), file.fsid());
-            wcc_data(e, Some(&dir.attr), da.as_ref(), dir.fsid());
+            post_op_attr(e, Some(&a), file.fsid);
+            wcc_data(e, Some(&dir.attr), da.as_ref(), dir.fsid);
             Ok(())
         })();
         Self::outcome(e, r, |e| {
@@ -1168,14 +1163,14 @@ impl NfsService {
         let mut dir: Option<(Attr, u64)> = None;
         let r = (|| {
             let t = self.target(call, fh)?;
-            dir = Some((t.attr.clone(), t.fsid()));
+            dir = Some((t.attr.clone(), t.fsid));
             if t.attr.kind != Kind::Dir {
                 return Err(Status::NotDir.into());
             }
             if !may(&t.attr, &t.access.cred, MAY_READ) {
                 return Err(Status::Acces.into());
             }
-            let fsid = t.fsid();
+            let fsid = t.fsid;
             // Reply budget: the header and trailer take about 120 bytes.
             let max_reply = (maxcount as usize).clamp(512, RTMAX as usize);
             let max_dir = (dircount as usize).clamp(512, RTMAX as usize);
@@ -1234,23 +1229,22 @@ impl NfsService {
         Self::outcome(e, r, |e| fail_attr(e, &dir))
     }
 
-    /// The shape of FSSTAT, FSINFO and PATHCONF: a handle in; status, the object's
-    /// attributes and `body`'s results out.
+    /// The shape of ACCESS, READLINK, FSSTAT, FSINFO and PATHCONF: a handle in;
+    /// status, the object's attributes and `body`'s results out (on failure, no
+    /// attributes).
     fn attr_query(
         &self,
         call: &Call<'_>,
-        d: &mut Decoder<'_>,
+        fh: &[u8],
         e: &mut Encoder,
         body: impl FnOnce(&Target, &mut Encoder) -> Result<(), Failure>,
     ) -> Result<(), Failure> {
-        let fh = d.opaque(FHSIZE3)?;
-        d.finish()?;
         let r = (|| {
             let t = self.target(call, fh)?;
             let mut rest = Encoder::new();
             body(&t, &mut rest)?;
             e.u32(0);
-            post_op_attr(e, Some(&t.attr), t.fsid());
+            post_op_attr(e, Some(&t.attr), t.fsid);
             e.buf.extend_from_slice(&rest.buf);
             Ok(())
         })();
@@ -1258,7 +1252,8 @@ impl NfsService {
     }
 
     fn fsstat(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
-        self.attr_query(call, d, e, |t, e| {
+        let fh = handle_only(d)?;
+        self.attr_query(call, fh, e, |t, e| {
             let s = t.share.fs.statfs()?;
             e.u64(s.total_bytes)
                 .u64(s.free_bytes)
@@ -1272,7 +1267,8 @@ impl NfsService {
     }
 
     fn fsinfo(&self, call: &Call<'_>, d: &mut Decoder<'_>, e: &mut Encoder) -> Result<(), Failure> {
-        self.attr_query(call, d, e, |_, e| {
+        let fh = handle_only(d)?;
+        self.attr_query(call, fh, e, |_, e| {
             e.u32(RTMAX).u32(PREFERRED).u32(4096);
             e.u32(WTMAX).u32(PREFERRED).u32(4096);
             e.u32(PREFERRED); // dtpref
@@ -1293,7 +1289,8 @@ impl NfsService {
         d: &mut Decoder<'_>,
         e: &mut Encoder,
     ) -> Result<(), Failure> {
-        self.attr_query(call, d, e, |_, e| {
+        let fh = handle_only(d)?;
+        self.attr_query(call, fh, e, |_, e| {
             e.u32(fs::filesystem::MAX_LINKS)
                 .u32(NAME_MAX as u32)
                 .bool(true) // no_trunc
@@ -1312,14 +1309,14 @@ impl NfsService {
         let mut before: Option<(Attr, u64)> = None;
         let r = (|| {
             let t = self.target(call, fh)?;
-            before = Some((t.attr.clone(), t.fsid()));
+            before = Some((t.attr.clone(), t.fsid));
             if t.attr.kind != Kind::File {
                 return Err(Status::Inval.into());
             }
             // The log is pool-wide: one commit makes every earlier write durable.
             t.share.fs.fsync(t.ino)?;
             e.u32(0);
-            wcc_data(e, Some(&t.attr), Some(&t.attr), t.fsid());
+            wcc_data(e, Some(&t.attr), Some(&t.attr), t.fsid);
             e.fixed(&self.write_verifier);
             Ok(())
         })();
@@ -1336,9 +1333,4 @@ impl Service for NfsService {
             Some(reply)
         }
     }
-}
-
-/// The peer of a call, for logs.
-pub fn peer_text(peer: SocketAddr) -> String {
-    peer.to_string()
 }

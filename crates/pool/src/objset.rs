@@ -294,7 +294,9 @@ impl Objset {
         *self.space.lock().unwrap()
     }
 
-    fn charge(&self, bytes: u64) {
+    /// Adds `bytes` newly dirtied in the open txg to its charge (the pool does, as it
+    /// accounts dirty data).
+    pub(crate) fn charge(&self, bytes: u64) {
         if bytes > 0 {
             self.space.lock().unwrap().open_charge += bytes;
         }
@@ -664,8 +666,6 @@ impl Objset {
             s.open.dnode_dirty = true;
         }
         inner.open_dirty.insert(obj);
-        drop(inner);
-        self.charge(dirtied);
         Ok(dirtied)
     }
 

@@ -1000,7 +1000,14 @@ impl Pool {
         Ok(())
     }
 
-    fn account_dirty(&self, bytes: u64) {
+    /// Counts `bytes` newly dirtied in `objset`: towards the txg's dirty data (the
+    /// write throttle) and the object set's space charge (quotas).
+    fn account_dirty(&self, objset: &Objset, bytes: u64) {
+        objset.charge(bytes);
+        self.account_dirty_bytes(bytes);
+    }
+
+    fn account_dirty_bytes(&self, bytes: u64) {
         if bytes == 0 {
             return;
         }
@@ -2551,7 +2558,8 @@ impl Tx<'_> {
             compression,
             checksum,
         )?;
-        self.pool.account_dirty(crate::dnode::DNODE_SIZE as u64);
+        self.pool
+            .account_dirty_bytes(crate::dnode::DNODE_SIZE as u64);
         self.record(LogOp::CreateObject {
             os,
             obj,
@@ -2565,10 +2573,9 @@ impl Tx<'_> {
 
     pub fn write(&self, os: u64, obj: u64, offset: u64, data: &[u8]) -> Result<(), PoolError> {
         let p = self.pool;
-        let dirtied = p
-            .writable_objset(os)?
-            .write(&p.storage, obj, offset, data)?;
-        p.account_dirty(dirtied);
+        let objset = p.writable_objset(os)?;
+        let dirtied = objset.write(&p.storage, obj, offset, data)?;
+        p.account_dirty(&objset, dirtied);
         self.record(LogOp::Write {
             os,
             obj,
@@ -2609,7 +2616,7 @@ impl Tx<'_> {
         let p = self.pool;
         p.writable_objset(os)?
             .set_bonus(&p.storage, obj, bonus, generation)?;
-        p.account_dirty(bonus.len() as u64);
+        p.account_dirty_bytes(bonus.len() as u64);
         self.record(LogOp::SetBonus {
             os,
             obj,
@@ -2623,10 +2630,9 @@ impl Tx<'_> {
     /// growing towards its recordsize); its contents are kept.
     pub fn grow_block_size(&self, os: u64, obj: u64, block_size: u32) -> Result<(), PoolError> {
         let p = self.pool;
-        let dirtied = p
-            .writable_objset(os)?
-            .grow_block_size(&p.storage, obj, block_size)?;
-        p.account_dirty(dirtied);
+        let objset = p.writable_objset(os)?;
+        let dirtied = objset.grow_block_size(&p.storage, obj, block_size)?;
+        p.account_dirty(&objset, dirtied);
         self.record(LogOp::GrowBlockSize {
             os,
             obj,
@@ -2725,7 +2731,7 @@ impl Tx<'_> {
             p.storage.release_placed(&bp, self.txg);
             return Err(e);
         }
-        p.account_dirty(bs);
+        p.account_dirty(&objset, bs);
         Ok(())
     }
 }

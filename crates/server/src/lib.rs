@@ -53,7 +53,6 @@ impl Daemon {
             service.add_pool_key(&p.name, HandleKey::new(key));
             datasets.insert(p.name.clone(), Arc::new(fs::Datasets::new(p.clone())?));
         }
-        let daemon_datasets = datasets.clone();
         for s in &config.shares {
             let pool_name = s.dataset.split('/').next().unwrap_or("");
             let ds = datasets.get(pool_name).ok_or_else(|| {
@@ -90,7 +89,7 @@ impl Daemon {
         }
         Ok(Daemon {
             pools,
-            datasets: daemon_datasets,
+            datasets,
             service,
             rpc: Some(rpc),
         })

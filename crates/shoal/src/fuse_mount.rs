@@ -346,6 +346,20 @@ impl ShoalFuse {
         }
     }
 
+    /// unlink and rmdir: nothing under `.shoal` can be removed.
+    fn remove(&self, req: &Request, parent: INodeNo, name: &OsStr, dir: bool, reply: ReplyEmpty) {
+        if let Some(e) = refuse(parent, name) {
+            return reply.error(e);
+        }
+        let (ino, name, cred) = (parent.0, name.as_bytes(), cred(req, false));
+        let r = if dir {
+            self.fs.rmdir(ino, name, &cred)
+        } else {
+            self.fs.unlink(ino, name, &cred)
+        };
+        done(self.fs.settle(r), reply)
+    }
+
     /// Creates `name` in `parent` with the caller's mode less its umask; nothing can be
     /// created under `.shoal`.
     #[allow(clippy::too_many_arguments)]
@@ -499,25 +513,11 @@ impl fuser::Filesystem for ShoalFuse {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if let Some(e) = refuse(parent, name) {
-            return reply.error(e);
-        }
-        done(
-            self.fs
-                .settle(self.fs.unlink(parent.0, name.as_bytes(), &cred(req, false))),
-            reply,
-        )
+        self.remove(req, parent, name, false, reply)
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if let Some(e) = refuse(parent, name) {
-            return reply.error(e);
-        }
-        done(
-            self.fs
-                .settle(self.fs.rmdir(parent.0, name.as_bytes(), &cred(req, false))),
-            reply,
-        )
+        self.remove(req, parent, name, true, reply)
     }
 
     fn symlink(
