@@ -2,7 +2,8 @@
 # Installs what the test suite needs beyond cargo, on a fresh Debian machine, as root:
 # pjdfstest (the Rust POSIX test suite, run against the FUSE mount) with its build
 # dependency libacl, the unprivileged users pjdfstest switches to, and libnfs-utils
-# (nfs-cp, nfs-cat, nfs-ls: real NFS clients for the daemon's tests). Idempotent.
+# (nfs-cp, nfs-cat, nfs-ls: real NFS clients for the daemon's tests), and the kernel
+# NFS client harness (qemu, busybox, Debian's kernel unpacked). Idempotent.
 set -euo pipefail
 PJDFSTEST_VERSION=0.2.2
 if ! dpkg -s libacl1-dev libnfs-utils >/dev/null 2>&1; then
@@ -20,4 +21,5 @@ if ! "$HOME/.cargo/bin/pjdfstest" -l >/dev/null 2>&1; then
     cargo install --locked -q pjdfstest --version "$PJDFSTEST_VERSION"
 fi
 "$HOME/.cargo/bin/pjdfstest" -l >/dev/null
+"$(dirname "$0")/../tests/nfsvm/harness/setup.sh"
 echo "test-deps: pjdfstest $PJDFSTEST_VERSION, users nobody and tests, libnfs-utils ready"

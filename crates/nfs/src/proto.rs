@@ -47,6 +47,43 @@ pub enum Status {
     BadType = 10007,
 }
 
+impl Status {
+    /// The status with this wire code, if it is one NFSv3 defines.
+    pub fn from_code(code: u32) -> Option<Status> {
+        use Status::*;
+        [
+            Ok,
+            Perm,
+            NoEnt,
+            Io,
+            NxIo,
+            Acces,
+            Exist,
+            XDev,
+            NotDir,
+            IsDir,
+            Inval,
+            FBig,
+            NoSpc,
+            RoFs,
+            MLink,
+            NameTooLong,
+            NotEmpty,
+            DQuot,
+            Stale,
+            BadHandle,
+            NotSync,
+            BadCookie,
+            NotSupp,
+            TooSmall,
+            ServerFault,
+            BadType,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == code)
+    }
+}
+
 impl From<&FsError> for Status {
     fn from(e: &FsError) -> Status {
         match e {

@@ -133,6 +133,32 @@ fn fsid_of(share: &Share) -> u64 {
     share.fs.objset() ^ (salt & 0xffff_ffff_0000_0000)
 }
 
+/// NFSv3 procedure names by number (RFC 1813), for logs.
+const PROCEDURE_NAMES: [&str; 22] = [
+    "NULL",
+    "GETATTR",
+    "SETATTR",
+    "LOOKUP",
+    "ACCESS",
+    "READLINK",
+    "READ",
+    "WRITE",
+    "CREATE",
+    "MKDIR",
+    "SYMLINK",
+    "MKNOD",
+    "REMOVE",
+    "RMDIR",
+    "RENAME",
+    "LINK",
+    "READDIR",
+    "READDIRPLUS",
+    "FSSTAT",
+    "FSINFO",
+    "PATHCONF",
+    "COMMIT",
+];
+
 const MAY_READ: u32 = 4;
 const MAY_WRITE: u32 = 2;
 const MAY_EXEC: u32 = 1;
@@ -561,6 +587,7 @@ impl NfsService {
     fn nfs3_procedure(&self, call: &Call<'_>, procedure: u32) -> Reply {
         let mut d = call.args();
         let mut e = call.reply(Accept::Success);
+        let status_at = e.buf.len();
         let mut data = None;
         let r = match procedure {
             0 => d.finish().map_err(Failure::from),
@@ -583,6 +610,27 @@ impl NfsService {
             21 => self.commit(call, &mut d, &mut e),
             _ => unreachable!("checked by the caller"),
         };
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let status = (procedure != 0)
+                .then_some(())
+                .and_then(|()| e.buf.get(status_at..status_at + 4))
+                .map(|b| {
+                    let code = u32::from_be_bytes(b.try_into().unwrap());
+                    Status::from_code(code).map_or_else(|| code.to_string(), |s| format!("{s:?}"))
+                });
+            let uid = match &call.header.credential {
+                crate::rpc::Credential::Sys(a) => Some(a.uid),
+                _ => None,
+            };
+            tracing::debug!(
+                peer = %call.peer,
+                xid = call.header.xid,
+                procedure = PROCEDURE_NAMES[procedure as usize],
+                ?uid,
+                status = status.as_deref().unwrap_or(if r.is_err() { "GARBAGE_ARGS" } else { "-" }),
+                "nfs call"
+            );
+        }
         match r {
             Ok(()) => Reply { head: e.buf, data },
             Err(Failure::Garbage) => Reply::new(call.reply(Accept::GarbageArgs)),

@@ -1,0 +1,189 @@
+//! `shoal serve` against the Linux kernel's own NFSv3 client: Debian's kernel booted
+//! under qemu in a private network namespace (tests/nfsvm), mounting a share of a
+//! raidz2 pool with port options and through the portmapper, with the server restarted
+//! under the mount, and pjdfstest run over the mount.
+//!
+//! Needs root (network namespaces, port 111), qemu and the unpacked kernel; the harness
+//! installs both on first use (`tests/nfsvm/harness/setup.sh`). pjdfstest comes from
+//! `.ci/test-deps.sh` (`PJDFSTEST` may point at the binary).
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One guest at a time: each boots a 2-CPU emulated machine, and the machine has 2 cores.
+static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+fn nfsvm_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/nfsvm")
+}
+
+/// A pool `tank` (raidz2 of six file devices) with an empty filesystem `tank/share`.
+fn make_share(dir: &Path) -> PathBuf {
+    let state = dir.join("state");
+    let devs = dir.join("devs");
+    ok(
+        &state,
+        &[
+            "pool",
+            "create",
+            "--dir",
+            devs.to_str().unwrap(),
+            "--size",
+            "256M",
+            "tank",
+            "raidz2",
+            "a",
+            "b",
+            "c",
+            "d",
+            "e",
+            "f",
+        ],
+    );
+    ok(&state, &["fs", "create", "tank/share"]);
+    state
+}
+
+/// Runs `guest` in the VM against `shoal serve` sharing tank/share; returns the
+/// guest's output. Panics with the guest's and the server's output if the guest fails.
+fn run_guest(state: &Path, guest: &str, extra_bins: &[&Path], env: &[(&str, &str)]) -> String {
+    let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
+    let vm = nfsvm_dir();
+    let log = state.join("server.log");
+    let server = format!(
+        "SHOAL_STATE_DIR={state} SHOAL_LOG=info {wrapper} {shoal} --listen 10.99.0.1:2049 \
+         --portmapper 10.99.0.1:111 --share 'tank/share=*(rw,no_root_squash)' 2>>{log}",
+        state = state.display(),
+        wrapper = vm.join("serve-restartable.sh").display(),
+        shoal = env!("CARGO_BIN_EXE_shoal"),
+        log = log.display(),
+    );
+    let mut cmd = Command::new(vm.join("harness/run.sh"));
+    cmd.args(["-s", &server, "-p", "2049", "-t", "900"])
+        .args(["-e", "EXPORT=/tank/share"]);
+    for (k, v) in env {
+        cmd.args(["-e", &format!("{k}={v}")]);
+    }
+    let bins: Vec<String> = extra_bins.iter().map(|p| p.display().to_string()).collect();
+    cmd.env("EXTRA_BINS", bins.join(" "));
+    cmd.arg(vm.join(guest));
+    let out = cmd.output().expect("run tests/nfsvm/harness/run.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The guest's own lines, without the kernel's console messages.
+    let guest: String = stdout
+        .lines()
+        .filter(|l| !l.starts_with('['))
+        .map(|l| format!("{}\n", l.trim_end_matches('\r')))
+        .collect();
+    println!("{guest}");
+    assert!(
+        out.status.success(),
+        "guest {guest} failed ({}):\n{stdout}\n{}\nserver log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    guest
+}
+
+#[test]
+fn kernel_client_mounts_reads_writes_and_survives_a_server_restart() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = make_share(t.path());
+    let out = run_guest(&state, "kernel-client.sh", &[], &[]);
+    for step in [
+        "ok: mount v3 with port options",
+        "ok: write 24 MiB, read back, checksum",
+        "ok: create, rename, link, symlink, chmod, truncate, mknod, remove",
+        "ok: tar unpack of",
+        "ok: server restarted under the mount; handles still valid",
+        "ok: unmount",
+        "ok: mount v3 through the portmapper",
+        "kernel client: all steps passed",
+    ] {
+        assert!(out.contains(step), "missing step {step:?} in:\n{out}");
+    }
+    let log = std::fs::read_to_string(state.join("server.log")).unwrap();
+    assert_eq!(
+        log.matches("serving NFSv3 on 10.99.0.1:2049").count(),
+        2,
+        "the server should have run twice (one restart):\n{log}"
+    );
+    assert_eq!(log.matches("shoal: stopped").count(), 2, "{log}");
+    // Everything the guest did is committed and consistent; it removed what it made.
+    let check = ok(&state, &["pool", "check", "tank"]);
+    assert!(check.contains("no problems found"), "{check}");
+}
+
+fn pjdfstest_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("PJDFSTEST") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var("HOME").unwrap_or_default();
+    let cargo_bin = Path::new(&home).join(".cargo/bin/pjdfstest");
+    assert!(
+        cargo_bin.exists(),
+        "pjdfstest is not installed: run .ci/test-deps.sh (or set PJDFSTEST)"
+    );
+    cargo_bin
+}
+
+/// Tests that cannot pass over NFSv3 whatever the server does (README, "pjdfstest
+/// exclusions"), and tests pjdfstest itself skips.
+const NFS_CLIENT_LIMITS: [&str; 2] = [
+    // The client keeps an unlinked open file alive by renaming it (.nfsXXXX), so
+    // fstat shows one link, not zero: NFSv3 has no open state on the server.
+    "unlink::open_file_not_freed",
+    // nfstime3 seconds are 32 bits: the client clamps 2^32 to 2^32-1.
+    "utimensat::y2038",
+];
+
+#[test]
+fn pjdfstest_passes_over_the_kernel_nfs_client() {
+    let bin = pjdfstest_binary();
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = make_share(t.path());
+    let bin_text = bin.display().to_string();
+    let out = run_guest(&state, "pjdfstest.sh", &[&bin], &[("PJDFSTEST", &bin_text)]);
+    let (main, erofs) = out
+        .split_once("== pjdfstest run: erofs")
+        .expect("both pjdfstest runs reported");
+    let failed = |run: &str| -> Vec<String> {
+        run.lines()
+            .filter(|l| l.trim_end().ends_with("FAILED"))
+            .map(|l| l.split_whitespace().next().unwrap().to_string())
+            .collect()
+    };
+    let unexpected: Vec<String> = failed(main)
+        .into_iter()
+        .filter(|f| !NFS_CLIENT_LIMITS.contains(&f.as_str()))
+        .collect();
+    assert!(unexpected.is_empty(), "pjdfstest failures: {unexpected:?}");
+    assert!(failed(erofs).is_empty(), "EROFS failures:\n{erofs}");
+    let skipped: Vec<&str> = main
+        .lines()
+        .filter(|l| l.trim_end().ends_with("skipped"))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .filter(|s| !s.contains("erofs") && *s != "link::link_count_max")
+        .collect();
+    assert!(skipped.is_empty(), "unexpected skips: {skipped:?}");
+    let summary = |run: &str| {
+        run.lines()
+            .find(|l| l.starts_with("Summary:"))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        summary(erofs).contains(" 0 failed") && summary(erofs).contains(" 13 passed"),
+        "{}",
+        summary(erofs)
+    );
+    // All of pjdfstest 0.2.2 ran: everything but the client limits and skips passed.
+    assert!(summary(main).ends_with(" 398 total"), "{}", summary(main));
+    let check = ok(&state, &["pool", "check", "tank"]);
+    assert!(check.contains("no problems found"), "{check}");
+}
