@@ -98,7 +98,7 @@ impl Default for EffectiveProps {
 }
 
 /// Where a property's value comes from, as `shoal fs get` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct PropValue {
     pub property: String,
     pub value: String,

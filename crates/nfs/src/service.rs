@@ -48,12 +48,22 @@ impl Share {
 }
 
 /// What `shoal` shows about a share.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShareInfo {
     pub dataset: String,
     pub path: String,
     pub rules: String,
     pub read_only_dataset: bool,
+}
+
+/// An export as MOUNT EXPORT lists it, with the clients that mounted it (MOUNT DUMP).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExportInfo {
+    pub path: String,
+    pub rules: String,
+    /// `host:path` of each client mount below this export, as the clients reported
+    /// them (MNT adds, UMNT and UMNTALL remove; NFSv3 has no other way to know).
+    pub mounts: Vec<String>,
 }
 
 /// A client's mount, for MOUNT DUMP.
@@ -272,6 +282,26 @@ impl NfsService {
             .collect();
         v.sort_by(|a, b| a.dataset.cmp(&b.dataset));
         v
+    }
+
+    /// Every export with the client mounts below it.
+    pub fn exports(&self) -> Vec<ExportInfo> {
+        let mounts = self.mounts.lock().unwrap().clone();
+        self.shares()
+            .into_iter()
+            .map(|s| {
+                let below = |p: &str| p == s.path || p.starts_with(&format!("{}/", s.path));
+                ExportInfo {
+                    mounts: mounts
+                        .iter()
+                        .filter(|m| below(&m.path))
+                        .map(|m| format!("{}:{}", m.host, m.path))
+                        .collect(),
+                    path: s.path,
+                    rules: s.rules,
+                }
+            })
+            .collect()
     }
 
     fn handle_for(&self, share: &Share, attr: &Attr) -> Vec<u8> {

@@ -401,7 +401,15 @@ fn read_record(stream: &mut TcpStream) -> Result<Vec<u8>, ReadEnd> {
 
 /// The RPC-level answer to a record: errors of the header itself, or the service's.
 fn answer(service: &dyn Service, job: &Job) -> Option<Reply> {
-    let header = match rpc::decode_call(&job.record) {
+    answer_record(service, job.conn.peer, &job.record)
+}
+
+/// What the server sends back for one record (a whole RPC message, record marking
+/// removed) from `peer`: `None` for records that get no reply (unreadable, not a call,
+/// or a retransmission still running). The path every received record takes, and the
+/// entry point of the fuzz target.
+pub fn answer_record(service: &dyn Service, peer: SocketAddr, record: &[u8]) -> Option<Reply> {
+    let header = match rpc::decode_call(record) {
         Ok(h) => h,
         Err(HeaderError::Unreadable(_)) | Err(HeaderError::NotACall { .. }) => return None,
         Err(HeaderError::BadCredential { xid }) => {
@@ -415,9 +423,9 @@ fn answer(service: &dyn Service, job: &Job) -> Option<Reply> {
         return Some(Reply::new(rpc::auth_error(header.xid, AuthStat::TooWeak)));
     }
     let call = Call {
-        peer: job.conn.peer,
+        peer,
         header,
-        record: &job.record,
+        record,
     };
     service.call(&call)
 }

@@ -770,7 +770,7 @@ struct LogState {
 }
 
 /// Counters shown in pool status.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct IntentLogStats {
     /// "log devices", "pool", or "none".
     pub ring: String,

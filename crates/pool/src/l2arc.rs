@@ -53,7 +53,7 @@ struct State {
     next_ring: usize,
 }
 
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct L2Stats {
     pub hits: u64,
     pub misses: u64,

@@ -189,7 +189,7 @@ impl DatasetSpace {
 }
 
 /// A snapshot as listed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SnapshotInfo {
     pub id: u64,
     /// `dataset@snapshot`
@@ -217,7 +217,7 @@ struct Committed {
     spacelog_len: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct ScrubSummary {
     pub blocks: u64,
     pub bytes: u64,
@@ -242,7 +242,7 @@ pub struct ScrubProgress {
     pub bytes_total: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct CheckReport {
     pub blocks: u64,
     pub referenced_bytes: u64,
@@ -251,7 +251,7 @@ pub struct CheckReport {
     pub problems: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct LeafStatus {
     pub path: String,
     pub guid: u64,
@@ -267,7 +267,7 @@ pub struct LeafStatus {
     pub repaired_bytes: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct TopStatus {
     pub id: u32,
     pub layout: String,
@@ -277,7 +277,7 @@ pub struct TopStatus {
     pub children: Vec<LeafStatus>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ArcStatus {
     pub size_bytes: u64,
     pub max_bytes: u64,
@@ -306,7 +306,7 @@ impl From<ArcStats> for ArcStatus {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
     pub guid: u64,

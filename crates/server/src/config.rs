@@ -6,6 +6,9 @@
 //! portmapper = "0.0.0.0:111"   # optional: answer GETPORT so clients need no port options
 //! workers = 16                 # threads running NFS calls
 //!
+//! [api]
+//! listen = "127.0.0.1:8080"    # the admin HTTP API (and UI); "off" disables it
+//!
 //! [[share]]
 //! dataset = "tank/home"
 //! rules = "10.0.0.0/8(rw) *(ro)"   # as in /etc/exports; default "*(rw)"
@@ -60,8 +63,45 @@ pub fn default_rules() -> String {
 pub struct ServeConfig {
     #[serde(default)]
     pub nfs: NfsConfig,
+    #[serde(default)]
+    pub api: ApiConfig,
     #[serde(default, rename = "share")]
     pub shares: Vec<ShareConfig>,
+}
+
+/// Where the admin HTTP API listens; `None` when it is off.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    #[serde(default = "default_api", deserialize_with = "listen_or_off")]
+    pub listen: Option<SocketAddr>,
+}
+
+fn default_api() -> Option<SocketAddr> {
+    Some("127.0.0.1:8080".parse().unwrap())
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: default_api(),
+        }
+    }
+}
+
+/// Parses an API address, or "off".
+pub fn parse_api_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s == "off" {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("'{s}' is not an address:port or \"off\""))
+}
+
+fn listen_or_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_api_listen(&s).map_err(serde::de::Error::custom)
 }
 
 impl ServeConfig {
@@ -86,5 +126,9 @@ mod tests {
         assert_eq!(ServeConfig::parse("").unwrap(), ServeConfig::default());
         assert!(ServeConfig::parse("[nfs]\nlisten = 5\n").is_err());
         assert!(ServeConfig::parse("[nfs]\nlisten_on = \"x\"\n").is_err());
+        assert_eq!(c.api.listen, Some("127.0.0.1:8080".parse().unwrap()));
+        let off = ServeConfig::parse("[api]\nlisten = \"off\"\n").unwrap();
+        assert_eq!(off.api.listen, None);
+        assert!(ServeConfig::parse("[api]\nlisten = \"nowhere\"\n").is_err());
     }
 }

@@ -1,21 +1,28 @@
 //! The shoal daemon: it takes imported pools, opens their datasets, shares them over
-//! NFS, and on shutdown drains in-flight requests and commits every pool.
+//! NFS, serves the admin HTTP API (`api.rs`), and on shutdown stops taking admin
+//! requests, drains in-flight NFS calls and commits every pool.
 //!
-//! Configuration is one TOML file (see `config.rs`). State the daemon must keep
-//! across restarts lives in its state directory: one file-handle secret per pool
-//! (`handle-keys/<pool guid>.key`, 32 random bytes, mode 0600), so NFS handles stay
-//! valid when the daemon restarts.
+//! Configuration is one TOML file (see `config.rs`). State the daemon keeps across
+//! restarts lives in its state directory, each file written to a temporary name,
+//! synced and renamed, so a crash leaves the old or the new version, never half:
+//! - `handle-keys/<pool guid>.key`: one file-handle secret per pool (32 random bytes,
+//!   mode 0600), so NFS handles stay valid when the daemon restarts;
+//! - `shares.json`: shares made or removed through the API (dataset to rules, `null`
+//!   for removed), applied over the config file's shares at start;
+//! - `daemon.json`: the running daemon's pid and API address, for the CLI to find it
+//!   (removed at a clean stop; a stale one names a dead pid and is ignored).
 
+pub mod api;
 pub mod config;
 
 use config::ServeConfig;
 use nfs::{ExportRules, HandleKey, NfsService, RpcServer, Share};
 use pool::Pool;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -23,6 +30,8 @@ pub enum ServerError {
     Config(String),
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
+    #[error("{0}")]
+    NotFound(String),
     #[error(transparent)]
     Fs(#[from] fs::FsError),
     #[error(transparent)]
@@ -31,21 +40,195 @@ pub enum ServerError {
 
 pub type Result<T> = std::result::Result<T, ServerError>;
 
+/// What the daemon serves, shared by the NFS service's owner and the API handlers.
+pub struct DaemonState {
+    pub pools: Vec<Arc<Pool>>,
+    pub datasets: HashMap<String, Arc<fs::Datasets>>,
+    pub service: Arc<NfsService>,
+    pub nfs_addrs: Vec<SocketAddr>,
+    pub api_addr: Mutex<Option<SocketAddr>>,
+    pub started_unix: u64,
+    state_dir: PathBuf,
+    /// Serialises share changes and their persistence.
+    share_changes: Mutex<()>,
+}
+
+/// The daemon's address book in the state directory (`daemon.json`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct DaemonFile {
+    pub pid: u32,
+    pub api: Option<SocketAddr>,
+}
+
+impl DaemonFile {
+    pub fn path(state_dir: &Path) -> PathBuf {
+        state_dir.join("daemon.json")
+    }
+
+    /// The running daemon's entry, if its process is alive.
+    pub fn read_live(state_dir: &Path) -> Option<DaemonFile> {
+        let text = std::fs::read(Self::path(state_dir)).ok()?;
+        let d: DaemonFile = serde_json::from_slice(&text).ok()?;
+        Path::new(&format!("/proc/{}", d.pid)).exists().then_some(d)
+    }
+}
+
+impl DaemonState {
+    /// Shares `dataset` with `rules` (replacing its rules if already shared);
+    /// `persist` records the change in `shares.json`.
+    pub fn share(&self, dataset: &str, rules: &str, persist: bool) -> Result<()> {
+        let _one = self.share_changes.lock().unwrap();
+        let pool_name = dataset.split('/').next().unwrap_or("");
+        let ds = self.datasets.get(pool_name).ok_or_else(|| {
+            ServerError::Config(format!(
+                "share {dataset}: no imported pool named '{pool_name}'"
+            ))
+        })?;
+        if dataset.contains('@') {
+            return Err(ServerError::Config(format!(
+                "share {dataset}: snapshots are reached through their filesystem's share"
+            )));
+        }
+        let parsed = ExportRules::parse(rules)
+            .map_err(|e| ServerError::Config(format!("share {dataset}: {e}")))?;
+        let filesystem = ds.open(dataset)?;
+        if persist {
+            self.persist_share(dataset, Some(rules))?;
+        }
+        self.service.remove_share(dataset);
+        self.service.add_share(Share {
+            pool: pool_name.to_string(),
+            dataset: dataset.to_string(),
+            fs: filesystem,
+            rules: parsed,
+        });
+        tracing::info!(%dataset, %rules, "sharing");
+        Ok(())
+    }
+
+    /// Stops sharing `dataset` and records that in `shares.json`.
+    pub fn unshare(&self, dataset: &str) -> Result<()> {
+        let _one = self.share_changes.lock().unwrap();
+        if !self.service.shares().iter().any(|s| s.dataset == dataset) {
+            return Err(ServerError::NotFound(format!("{dataset} is not shared")));
+        }
+        self.persist_share(dataset, None)?;
+        self.service.remove_share(dataset);
+        tracing::info!(%dataset, "unshared");
+        Ok(())
+    }
+
+    fn persist_share(&self, dataset: &str, rules: Option<&str>) -> Result<()> {
+        let mut all = read_persisted_shares(&self.state_dir)?;
+        all.insert(dataset.to_string(), rules.map(str::to_string));
+        let bytes = serde_json::to_vec_pretty(&all).expect("a map of strings serialises");
+        write_atomically(&self.state_dir.join("shares.json"), &bytes)
+    }
+}
+
+fn read_persisted_shares(state_dir: &Path) -> Result<BTreeMap<String, Option<String>>> {
+    let path = state_dir.join("shares.json");
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map_err(|e| ServerError::Config(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(ServerError::Io(format!("reading {}", path.display()), e)),
+    }
+}
+
+/// Writes `path` whole or not at all: a temporary file, synced, renamed over it, and
+/// the directory synced.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let io = |what: &str, e| ServerError::Io(format!("{what} {}", path.display()), e);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| io("creating the folder of", e))?;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
+        f.write_all(bytes).map_err(|e| io("writing", e))?;
+        f.sync_all().map_err(|e| io("syncing", e))?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| io("renaming", e))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// The admin API's server: a small tokio runtime of its own, stopped gracefully.
+struct ApiServer {
+    runtime: tokio::runtime::Runtime,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl ApiServer {
+    fn start(listen: SocketAddr, state: Arc<DaemonState>) -> Result<(ApiServer, SocketAddr)> {
+        let io = |what: String, e| ServerError::Io(what, e);
+        let listener =
+            TcpListener::bind(listen).map_err(|e| io(format!("API listening on {listen}"), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| io("API address".into(), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| io("API socket".into(), e))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(8)
+            .thread_name("shoal-api")
+            .enable_all()
+            .build()
+            .map_err(|e| io("starting the API runtime".into(), e))?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let app = api::router(state);
+        let task = runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+        });
+        Ok((
+            ApiServer {
+                runtime,
+                shutdown: Some(tx),
+                task: Some(task),
+            },
+            addr,
+        ))
+    }
+
+    /// Stops accepting, lets requests in progress finish, and ends the runtime.
+    fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = self.runtime.block_on(task);
+        }
+        self.runtime
+            .shutdown_timeout(std::time::Duration::from_secs(30));
+    }
+}
+
 /// A running daemon.
 pub struct Daemon {
-    pools: Vec<Arc<Pool>>,
-    datasets: HashMap<String, Arc<fs::Datasets>>,
-    service: Arc<NfsService>,
+    state: Arc<DaemonState>,
     rpc: Option<RpcServer>,
+    api: Option<ApiServer>,
 }
 
 impl Daemon {
-    /// Opens the shares of `config` on `pools` and starts serving.
+    /// Opens the shares of `config` (and those changed through the API before) on
+    /// `pools` and starts serving NFS and the API.
     pub fn start(config: &ServeConfig, pools: Vec<Arc<Pool>>, state_dir: &Path) -> Result<Daemon> {
-        let boot = std::time::SystemTime::now()
+        let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as u64;
+            .unwrap_or_default();
+        let boot = now.as_nanos() as u64;
         let service = Arc::new(NfsService::new(boot ^ std::process::id() as u64));
         let mut datasets = HashMap::new();
         for p in &pools {
@@ -53,25 +236,13 @@ impl Daemon {
             service.add_pool_key(&p.name, HandleKey::new(key));
             datasets.insert(p.name.clone(), Arc::new(fs::Datasets::new(p.clone())?));
         }
-        for s in &config.shares {
-            let pool_name = s.dataset.split('/').next().unwrap_or("");
-            let ds = datasets.get(pool_name).ok_or_else(|| {
-                ServerError::Config(format!(
-                    "share {}: no imported pool named '{pool_name}'",
-                    s.dataset
-                ))
-            })?;
-            let rules = ExportRules::parse(&s.rules)
-                .map_err(|e| ServerError::Config(format!("share {}: {e}", s.dataset)))?;
-            let filesystem = ds.open(&s.dataset)?;
-            service.add_share(Share {
-                pool: pool_name.to_string(),
-                dataset: s.dataset.clone(),
-                fs: filesystem,
-                rules,
-            });
-            tracing::info!(dataset = %s.dataset, rules = %s.rules, "sharing");
-        }
+        let mut shares: BTreeMap<String, Option<String>> = config
+            .shares
+            .iter()
+            .map(|s| (s.dataset.clone(), Some(s.rules.clone())))
+            .collect();
+        shares.extend(read_persisted_shares(state_dir)?);
+
         let mut listeners = Vec::new();
         let nfs = TcpListener::bind(config.nfs.listen)
             .map_err(|e| ServerError::Io(format!("listening on {}", config.nfs.listen), e))?;
@@ -82,42 +253,95 @@ impl Daemon {
                 .map_err(|e| ServerError::Io(format!("portmapper on {pm}"), e))?;
             listeners.push(l);
         }
-        let rpc = RpcServer::start(listeners, service.clone(), config.nfs.workers)
+        let nfs_addrs = listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        let state = Arc::new(DaemonState {
+            pools,
+            datasets,
+            service: service.clone(),
+            nfs_addrs,
+            api_addr: Mutex::new(None),
+            started_unix: now.as_secs(),
+            state_dir: state_dir.to_path_buf(),
+            share_changes: Mutex::new(()),
+        });
+        for (dataset, rules) in &shares {
+            if let Some(rules) = rules {
+                state.share(dataset, rules, false)?;
+            }
+        }
+        let api = match config.api.listen {
+            Some(listen) => {
+                let (server, addr) = ApiServer::start(listen, state.clone())?;
+                *state.api_addr.lock().unwrap() = Some(addr);
+                tracing::info!(address = %addr, "admin API listening");
+                Some(server)
+            }
+            None => None,
+        };
+        let rpc = RpcServer::start(listeners, service, config.nfs.workers)
             .map_err(|e| ServerError::Io("starting the NFS service".into(), e))?;
         for a in rpc.local_addrs() {
             tracing::info!(address = %a, "NFS listening");
         }
+        let daemon_file = DaemonFile {
+            pid: std::process::id(),
+            api: *state.api_addr.lock().unwrap(),
+        };
+        write_atomically(
+            &DaemonFile::path(state_dir),
+            &serde_json::to_vec_pretty(&daemon_file).expect("serialises"),
+        )?;
         Ok(Daemon {
-            pools,
-            datasets,
-            service,
+            state,
             rpc: Some(rpc),
+            api,
         })
     }
 
     /// The addresses served: NFS first, then the portmapper if enabled.
-    pub fn nfs_addrs(&self) -> Vec<std::net::SocketAddr> {
+    pub fn nfs_addrs(&self) -> Vec<SocketAddr> {
         self.rpc
             .as_ref()
             .map(|r| r.local_addrs().to_vec())
             .unwrap_or_default()
     }
 
+    /// Where the admin API listens, if it is on.
+    pub fn api_addr(&self) -> Option<SocketAddr> {
+        *self.state.api_addr.lock().unwrap()
+    }
+
     pub fn service(&self) -> &Arc<NfsService> {
-        &self.service
+        &self.state.service
+    }
+
+    pub fn state(&self) -> &Arc<DaemonState> {
+        &self.state
     }
 
     pub fn datasets(&self, pool: &str) -> Option<&Arc<fs::Datasets>> {
-        self.datasets.get(pool)
+        self.state.datasets.get(pool)
     }
 
-    /// Drains in-flight calls, then commits every pool's open transaction group.
+    /// Stops the API, drains in-flight NFS calls, then commits every pool's open
+    /// transaction group.
     pub fn stop(mut self) -> Result<()> {
+        if let Some(api) = self.api.take() {
+            api.stop();
+        }
         if let Some(rpc) = self.rpc.take() {
             rpc.stop();
         }
-        for p in &self.pools {
+        for p in &self.state.pools {
             p.sync()?;
+        }
+        let file = DaemonFile::path(&self.state.state_dir);
+        if DaemonFile::read_live(&self.state.state_dir).is_some_and(|d| d.pid == std::process::id())
+        {
+            let _ = std::fs::remove_file(file);
         }
         Ok(())
     }

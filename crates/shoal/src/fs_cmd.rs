@@ -1,12 +1,11 @@
 //! `shoal fs ...`: create, list, get, set, inherit and destroy datasets. Each command
-//! opens the pool through the local registry, makes its change, and commits it before
-//! it returns, so what it printed is on disk.
+//! goes through the daemon's API when it runs, else opens the pool through the local
+//! registry (`admin.rs`); either way the change is committed before it returns, so
+//! what it printed is on disk.
 
-use crate::pool_cmd::open_registered;
-use crate::registry::lock_pool;
+use crate::admin::Admin;
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
-use fs::Datasets;
 
 #[derive(Subcommand)]
 pub enum FsCommand {
@@ -43,10 +42,6 @@ pub enum FsCommand {
     Destroy { name: String },
 }
 
-fn pool_of(name: &str) -> &str {
-    name.split(['/', '@']).next().unwrap_or(name)
-}
-
 fn parse_assignment(a: &str) -> Result<(String, String)> {
     let (k, v) = a
         .split_once('=')
@@ -57,46 +52,20 @@ fn parse_assignment(a: &str) -> Result<(String, String)> {
     Ok((k.to_string(), v.to_string()))
 }
 
-/// Opens the datasets of the pool that `name` lives in, under the pool's lock.
-pub(crate) fn with_datasets<T>(name: &str, f: impl FnOnce(&Datasets) -> Result<T>) -> Result<T> {
-    let pool_name = pool_of(name);
-    let _lock = lock_pool(pool_name)?;
-    let pool = open_registered(pool_name)?;
-    let ds = Datasets::new(pool.clone())?;
-    let r = f(&ds);
-    pool.sync()?;
-    r
-}
-
 pub fn run(cmd: FsCommand) -> Result<()> {
+    let admin = Admin::connect()?;
     match cmd {
         FsCommand::Create { name, options } => {
             let settings = options
                 .iter()
                 .map(|o| parse_assignment(o))
                 .collect::<Result<Vec<_>>>()?;
-            with_datasets(&name, |ds| {
-                ds.create(&name, &settings)?;
-                println!("created {name}");
-                Ok(())
-            })
+            admin.fs_create(&name, &settings)?;
+            println!("created {name}");
+            Ok(())
         }
         FsCommand::List { pool, json } => {
-            let pools: Vec<String> = match pool {
-                Some(p) => vec![p],
-                None => crate::registry::Registry::load()?
-                    .pools
-                    .keys()
-                    .cloned()
-                    .collect(),
-            };
-            let mut all = Vec::new();
-            for p in pools {
-                with_datasets(&p, |ds| {
-                    all.extend(ds.list()?);
-                    Ok(())
-                })?;
-            }
+            let all = admin.fs_list(pool.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&all)?);
             } else {
@@ -133,8 +102,7 @@ pub fn run(cmd: FsCommand) -> Result<()> {
             name,
             properties,
             json,
-        } => with_datasets(&name, |ds| {
-            let info = ds.info(&name)?;
+        } => {
             for p in &properties {
                 if !fs::props::NAMES.contains(&p.as_str())
                     && !fs::props::STATISTICS.contains(&p.as_str())
@@ -146,6 +114,7 @@ pub fn run(cmd: FsCommand) -> Result<()> {
                     );
                 }
             }
+            let info = admin.fs_info(&name)?;
             let shown: Vec<_> = info
                 .props
                 .into_iter()
@@ -163,31 +132,19 @@ pub fn run(cmd: FsCommand) -> Result<()> {
                 }
             }
             Ok(())
-        }),
+        }
         FsCommand::Set { name, assignments } => {
             let parsed = assignments
                 .iter()
-                .map(|a| parse_assignment(a))
+                .map(|a| parse_assignment(a).map(|(k, v)| (k, Some(v))))
                 .collect::<Result<Vec<_>>>()?;
-            with_datasets(&name, |ds| {
-                // Validate every assignment before applying any.
-                let mut trial = fs::Props::default();
-                for (k, v) in &parsed {
-                    trial.set(k, v)?;
-                }
-                for (k, v) in &parsed {
-                    ds.set(&name, k, Some(v))?;
-                }
-                Ok(())
-            })
+            admin.fs_set(&name, &parsed)
         }
-        FsCommand::Inherit { name, property } => {
-            with_datasets(&name, |ds| Ok(ds.set(&name, &property, None)?))
-        }
-        FsCommand::Destroy { name } => with_datasets(&name, |ds| {
-            ds.destroy(&name)?;
+        FsCommand::Inherit { name, property } => admin.fs_set(&name, &[(property, None)]),
+        FsCommand::Destroy { name } => {
+            admin.fs_destroy(&name)?;
             println!("destroyed {name}");
             Ok(())
-        }),
+        }
     }
 }

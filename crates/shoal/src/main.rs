@@ -1,13 +1,15 @@
-//! The shoal command line. For now the pool commands work on the pool's devices
-//! directly (found through the local registry); once the daemon runs, the same commands
-//! become clients of its HTTP API.
+//! The shoal command line. While `shoal serve` runs, the admin commands are clients of
+//! its HTTP API (`admin.rs`); otherwise they work on the pool's devices directly,
+//! found through the local registry.
 
+mod admin;
 mod allocator;
 mod fs_cmd;
 mod fuse_mount;
 mod pool_cmd;
 mod registry;
 mod serve;
+mod share_cmd;
 mod snapshot_cmd;
 mod units;
 
@@ -48,6 +50,14 @@ enum Command {
     Unmount { mountpoint: std::path::PathBuf },
     /// Run the daemon: serve shared filesystems over NFSv3 until SIGTERM.
     Serve(serve::ServeArgs),
+    /// Share filesystems over NFS, change export rules, list exports (needs the daemon).
+    #[command(subcommand)]
+    Share(share_cmd::ShareCommand),
+    /// The running daemon: pools, filesystems (with their sync setting), shares.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() {
@@ -64,6 +74,8 @@ fn main() {
         } => fuse_mount::mount(&dataset, &mountpoint, &options),
         Command::Unmount { mountpoint } => fuse_mount::unmount(&mountpoint),
         Command::Serve(args) => serve::run(args),
+        Command::Share(cmd) => share_cmd::run(cmd),
+        Command::Status { json } => share_cmd::status(json),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e:#}");

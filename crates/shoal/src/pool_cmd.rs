@@ -4,6 +4,7 @@
 //! `create` removes the files it made if anything fails, so a wrong argument never
 //! leaves a half-made pool behind.
 
+use crate::admin::Api;
 use crate::registry::{lock_pool, Registry};
 use crate::units::{human, parse_size};
 use anyhow::{anyhow, bail, Context, Result};
@@ -405,10 +406,18 @@ fn status(name: Option<String>, json: bool) -> Result<()> {
         None => Registry::load()?.pools.keys().cloned().collect(),
     };
     let mut all = Vec::new();
-    for n in &names {
-        let _lock = lock_pool(n)?;
-        let pool = open_registered(n)?;
-        all.push(pool.status());
+    if let Some(api) = Api::running()? {
+        all = api.get::<Vec<PoolStatus>>("/pools")?;
+        all.retain(|p| names.contains(&p.name));
+        if let Some(missing) = names.iter().find(|n| !all.iter().any(|p| &p.name == *n)) {
+            bail!("no imported pool named '{missing}'");
+        }
+    } else {
+        for n in &names {
+            let _lock = lock_pool(n)?;
+            let pool = open_registered(n)?;
+            all.push(pool.status());
+        }
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&all)?);
@@ -423,15 +432,24 @@ fn status(name: Option<String>, json: bool) -> Result<()> {
 }
 
 fn scrub(name: &str, json: bool) -> Result<()> {
-    let _lock = lock_pool(name)?;
-    let pool = open_registered(name)?;
-    let bar = progress_bar(json, "scrub");
-    let summary = pool.scrub(&|p| {
-        bar.set_length(p.bytes_total);
-        bar.set_position(p.bytes_done);
-    })?;
-    bar.finish_and_clear();
-    pool.storage.flush_all();
+    let summary = if let Some(api) = Api::running()? {
+        // The daemon answers when the scrub is done.
+        let bar = progress_bar(json, "scrub (in the daemon)");
+        let s: pool::pool::ScrubSummary = api.post(&format!("/pools/{name}/scrub"), &())?;
+        bar.finish_and_clear();
+        s
+    } else {
+        let _lock = lock_pool(name)?;
+        let pool = open_registered(name)?;
+        let bar = progress_bar(json, "scrub");
+        let summary = pool.scrub(&|p| {
+            bar.set_length(p.bytes_total);
+            bar.set_position(p.bytes_done);
+        })?;
+        bar.finish_and_clear();
+        pool.storage.flush_all();
+        summary
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
@@ -451,9 +469,13 @@ fn scrub(name: &str, json: bool) -> Result<()> {
 }
 
 fn check(name: &str, json: bool) -> Result<()> {
-    let _lock = lock_pool(name)?;
-    let pool = open_registered(name)?;
-    let report = pool.check()?;
+    let report: pool::pool::CheckReport = if let Some(api) = Api::running()? {
+        api.get(&format!("/pools/{name}/check"))?
+    } else {
+        let _lock = lock_pool(name)?;
+        let pool = open_registered(name)?;
+        pool.check()?
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

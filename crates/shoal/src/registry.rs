@@ -80,6 +80,12 @@ pub fn lock_pool(name: &str) -> Result<PoolLock> {
         .write(true)
         .open(&path)?;
     if file.try_lock().is_err() {
+        if let Some(d) = server::DaemonFile::read_live(&dir) {
+            anyhow::bail!(
+                "pool '{name}' is held by shoal serve (pid {}): stop it for this command",
+                d.pid
+            );
+        }
         anyhow::bail!("pool '{name}' is in use by another shoal command");
     }
     Ok(PoolLock { _file: file })

@@ -1,6 +1,7 @@
 //! `shoal serve`: the daemon. Imports every registered pool, shares the configured
-//! datasets over NFS, and runs until SIGTERM or SIGINT, when it drains in-flight
-//! requests and commits every pool before exiting.
+//! datasets (and those shared through the API before) over NFS, serves the admin API,
+//! and runs until SIGTERM or SIGINT, when it stops the API, drains in-flight requests
+//! and commits every pool before exiting.
 
 use crate::pool_cmd::open_registered_long_lived;
 use crate::registry::{lock_pool, state_dir, Registry};
@@ -19,6 +20,9 @@ pub struct ServeArgs {
     /// Also answer portmapper GETPORT calls here (usually 0.0.0.0:111).
     #[arg(long)]
     portmapper: Option<std::net::SocketAddr>,
+    /// Admin HTTP API address (default 127.0.0.1:8080), or `off`.
+    #[arg(long)]
+    api: Option<String>,
     /// Share a dataset: `pool/fs` or `pool/fs=RULES` (RULES as in /etc/exports,
     /// default `*(rw)`); repeatable.
     #[arg(long = "share")]
@@ -37,6 +41,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     if let Some(l) = args.listen {
         config.nfs.listen = l;
+    }
+    if let Some(api) = &args.api {
+        config.api.listen =
+            server::config::parse_api_listen(api).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
     }
     if args.portmapper.is_some() {
         config.nfs.portmapper = args.portmapper;
@@ -65,6 +73,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     ])?;
     for a in daemon.nfs_addrs() {
         eprintln!("shoal: serving NFSv3 on {a}");
+    }
+    if let Some(a) = daemon.api_addr() {
+        eprintln!("shoal: admin API on http://{a}/api/v1/status");
     }
     for s in daemon.service().shares() {
         eprintln!("shoal: sharing {} as {} to {}", s.dataset, s.path, s.rules);

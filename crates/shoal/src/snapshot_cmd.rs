@@ -1,7 +1,8 @@
 //! `shoal snapshot ...`: take, list, destroy and roll back to snapshots. Like `shoal
-//! fs`, each command opens the pool under its lock and commits before it returns.
+//! fs`, each command goes through the daemon when it runs, else opens the pool under
+//! its lock, and commits before it returns.
 
-use crate::fs_cmd::with_datasets;
+use crate::admin::Admin;
 use crate::units::human;
 use anyhow::Result;
 use clap::Subcommand;
@@ -24,15 +25,15 @@ pub enum SnapshotCommand {
 }
 
 pub fn run(cmd: SnapshotCommand) -> Result<()> {
+    let admin = Admin::connect()?;
     match cmd {
-        SnapshotCommand::Create { name } => with_datasets(&name, |ds| {
-            let s = ds.snapshot(&name)?;
+        SnapshotCommand::Create { name } => {
+            let s = admin.snapshot_create(&name)?;
             println!("created {} (txg {})", s.name, s.txg);
             Ok(())
-        }),
-        SnapshotCommand::List { name, json } => with_datasets(&name, |ds| {
-            let filter = name.contains('/').then_some(name.as_str());
-            let snaps = ds.snapshots(filter)?;
+        }
+        SnapshotCommand::List { name, json } => {
+            let snaps = admin.snapshots(&name)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&snaps)?);
             } else {
@@ -42,16 +43,16 @@ pub fn run(cmd: SnapshotCommand) -> Result<()> {
                 }
             }
             Ok(())
-        }),
-        SnapshotCommand::Destroy { name } => with_datasets(&name, |ds| {
-            ds.destroy_snapshot(&name)?;
+        }
+        SnapshotCommand::Destroy { name } => {
+            admin.snapshot_destroy(&name)?;
             println!("destroyed {name}");
             Ok(())
-        }),
-        SnapshotCommand::Rollback { name } => with_datasets(&name, |ds| {
-            ds.rollback(&name)?;
+        }
+        SnapshotCommand::Rollback { name } => {
+            admin.rollback(&name)?;
             println!("rolled back to {name}");
             Ok(())
-        }),
+        }
     }
 }

@@ -1,0 +1,551 @@
+//! The admin HTTP API (JSON over HTTP/1.1, axum), described by `docs/openapi.json`:
+//! status, pools (status, scrub, check), filesystems (create, list, get, set, inherit,
+//! destroy), snapshots (take, list, destroy, roll back), shares and exports. The CLI is
+//! a client of it while the daemon runs (`crates/shoal/src/admin.rs`).
+//!
+//! Every change is committed (`Pool::sync`) before its response, as the CLI commits
+//! before it prints, so a 2xx answer means the change is on disk. Pool work runs on
+//! tokio's blocking threads, never on the threads that serve HTTP. Errors are
+//! `{"error": "..."}` with 400 (bad request), 404 (no such thing), 409 (exists, busy,
+//! or in a state that forbids it) or 500.
+//!
+//! The API listens on loopback by default and has no authentication: it is the
+//! appliance's control plane, for the local CLI and the UI behind it. Exposing it
+//! beyond the host is the operator's explicit choice (`[api] listen`).
+
+use crate::{DaemonState, ServerError};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub type Shared = Arc<DaemonState>;
+
+/// The routes of `docs/openapi.json`, over the daemon's state.
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/pools", get(pools))
+        .route("/api/v1/pools/{pool}", get(pool))
+        .route("/api/v1/pools/{pool}/scrub", post(scrub))
+        .route("/api/v1/pools/{pool}/check", get(check))
+        .route(
+            "/api/v1/filesystems",
+            get(filesystems).post(create_filesystem),
+        )
+        .route(
+            "/api/v1/filesystems/{*name}",
+            get(filesystem)
+                .patch(set_properties)
+                .delete(destroy_filesystem),
+        )
+        .route("/api/v1/snapshots", get(snapshots).post(create_snapshot))
+        .route(
+            "/api/v1/snapshots/{*name}",
+            axum::routing::delete(destroy_snapshot),
+        )
+        .route("/api/v1/rollback", post(rollback))
+        .route("/api/v1/shares", get(shares))
+        .route(
+            "/api/v1/shares/{*dataset}",
+            axum::routing::put(put_share).delete(delete_share),
+        )
+        .route("/api/v1/exports", get(exports))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such API path") })
+        .with_state(state)
+}
+
+/// An error answer: a status and a message for people.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        #[derive(Serialize)]
+        struct Body {
+            error: String,
+        }
+        (
+            self.status,
+            Json(Body {
+                error: self.message,
+            }),
+        )
+            .into_response()
+    }
+}
+
+impl From<fs::FsError> for ApiError {
+    fn from(e: fs::FsError) -> ApiError {
+        use fs::FsError::*;
+        let status = match &e {
+            NotFound(_) => StatusCode::NOT_FOUND,
+            Exists | NotEmpty => StatusCode::CONFLICT,
+            Invalid(_) | NameTooLong => StatusCode::BAD_REQUEST,
+            ReadOnly | Access | Perm => StatusCode::CONFLICT,
+            NoSpace | Quota => StatusCode::INSUFFICIENT_STORAGE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+impl From<pool::PoolError> for ApiError {
+    fn from(e: pool::PoolError) -> ApiError {
+        use pool::PoolError::*;
+        let status = match &e {
+            NotFound(_) => StatusCode::NOT_FOUND,
+            Exists(_) | ReadOnly(_) => StatusCode::CONFLICT,
+            InvalidArgument(_) => StatusCode::BAD_REQUEST,
+            NoSpace => StatusCode::INSUFFICIENT_STORAGE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+impl From<ServerError> for ApiError {
+    fn from(e: ServerError) -> ApiError {
+        match e {
+            ServerError::Fs(e) => e.into(),
+            ServerError::Pool(e) => e.into(),
+            ServerError::Config(m) => ApiError::bad(m),
+            ServerError::NotFound(m) => ApiError::not_found(m),
+            e @ ServerError::Io(..) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }
+        }
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+/// A JSON request body whose rejections (not JSON, wrong shape, wrong content type)
+/// are answered like every other error: 400 with `{"error": ...}`.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Body(v)),
+            Err(e) => Err(ApiError::bad(e.body_text())),
+        }
+    }
+}
+
+/// Runs pool work on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> ApiResult<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map(Json),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the request failed inside the daemon: {e}"),
+        )),
+    }
+}
+
+/// The pool a dataset or snapshot name lives in.
+fn pool_of(name: &str) -> &str {
+    name.split(['/', '@']).next().unwrap_or(name)
+}
+
+impl DaemonState {
+    fn datasets_of(&self, name: &str) -> Result<Arc<fs::Datasets>, ApiError> {
+        let pool = pool_of(name);
+        self.datasets
+            .get(pool)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("no imported pool named '{pool}'")))
+    }
+
+    fn pool(&self, name: &str) -> Result<Arc<pool::Pool>, ApiError> {
+        self.pools
+            .iter()
+            .find(|p| p.name == name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("no imported pool named '{name}'")))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub pid: u32,
+    pub started_unix: u64,
+    pub nfs: Vec<String>,
+    pub api: String,
+    pub pools: Vec<PoolSummary>,
+    pub shares: Vec<nfs::ShareInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PoolSummary {
+    pub name: String,
+    pub health: String,
+    pub capacity_bytes: u64,
+    pub allocated_bytes: u64,
+    pub filesystems: Vec<FilesystemSummary>,
+}
+
+/// What a storage engineer checks first about a filesystem: where its data goes
+/// and whether synchronous writes are really synchronous.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FilesystemSummary {
+    pub name: String,
+    pub used_bytes: u64,
+    pub available_bytes: u64,
+    pub sync: String,
+    pub compression: String,
+    pub recordsize: String,
+    pub shared: bool,
+}
+
+fn prop<'a>(info: &'a fs::DatasetInfo, name: &str) -> &'a str {
+    info.props
+        .iter()
+        .find(|p| p.property == name)
+        .map(|p| p.value.as_str())
+        .unwrap_or("")
+}
+
+async fn status(State(s): State<Shared>) -> ApiResult<Status> {
+    blocking(move || {
+        let shares = s.service.shares();
+        let mut pools = Vec::new();
+        for p in &s.pools {
+            let st = p.status();
+            let list = s.datasets[&p.name].list()?;
+            let filesystems = list
+                .iter()
+                .map(|d| FilesystemSummary {
+                    name: d.name.clone(),
+                    used_bytes: prop(d, "used").parse().unwrap_or(0),
+                    available_bytes: prop(d, "available").parse().unwrap_or(0),
+                    sync: prop(d, "sync").to_string(),
+                    compression: prop(d, "compression").to_string(),
+                    recordsize: prop(d, "recordsize").to_string(),
+                    shared: shares.iter().any(|x| x.dataset == d.name),
+                })
+                .collect();
+            pools.push(PoolSummary {
+                name: st.name,
+                health: st.health,
+                capacity_bytes: st.capacity_bytes,
+                allocated_bytes: st.allocated_bytes,
+                filesystems,
+            });
+        }
+        Ok(Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            started_unix: s.started_unix,
+            nfs: s.nfs_addrs.iter().map(|a| a.to_string()).collect(),
+            api: s
+                .api_addr
+                .lock()
+                .unwrap()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            pools,
+            shares,
+        })
+    })
+    .await
+}
+
+async fn pools(State(s): State<Shared>) -> ApiResult<Vec<pool::pool::PoolStatus>> {
+    blocking(move || Ok(s.pools.iter().map(|p| p.status()).collect())).await
+}
+
+async fn pool(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+) -> ApiResult<pool::pool::PoolStatus> {
+    blocking(move || Ok(s.pool(&name)?.status())).await
+}
+
+async fn scrub(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+) -> ApiResult<pool::pool::ScrubSummary> {
+    blocking(move || {
+        let p = s.pool(&name)?;
+        let summary = p.scrub(&|_| {})?;
+        p.storage.flush_all();
+        Ok(summary)
+    })
+    .await
+}
+
+async fn check(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+) -> ApiResult<pool::pool::CheckReport> {
+    blocking(move || {
+        let p = s.pool(&name)?;
+        // Commit first: blocks placed in the open txg are not referenced yet.
+        p.sync()?;
+        Ok(p.check()?)
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct PoolFilter {
+    pool: Option<String>,
+}
+
+async fn filesystems(
+    State(s): State<Shared>,
+    Query(q): Query<PoolFilter>,
+) -> ApiResult<Vec<fs::DatasetInfo>> {
+    blocking(move || {
+        let mut all = Vec::new();
+        for p in &s.pools {
+            if q.pool.as_deref().is_some_and(|want| want != p.name) {
+                continue;
+            }
+            all.extend(s.datasets[&p.name].list()?);
+        }
+        if let Some(want) = &q.pool {
+            if !s.datasets.contains_key(want) {
+                return Err(ApiError::not_found(format!(
+                    "no imported pool named '{want}'"
+                )));
+            }
+        }
+        Ok(all)
+    })
+    .await
+}
+
+/// `POST /filesystems` body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewFilesystem {
+    pub name: String,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+async fn create_filesystem(
+    State(s): State<Shared>,
+    Body(body): Body<NewFilesystem>,
+) -> Result<(StatusCode, Json<fs::DatasetInfo>), ApiError> {
+    let info = blocking(move || {
+        let ds = s.datasets_of(&body.name)?;
+        let settings: Vec<(String, String)> = body.properties.into_iter().collect();
+        let info = ds.create(&body.name, &settings)?;
+        s.pool(pool_of(&body.name))?.sync()?;
+        Ok(info)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, info))
+}
+
+async fn filesystem(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+) -> ApiResult<fs::DatasetInfo> {
+    blocking(move || Ok(s.datasets_of(&name)?.info(&name)?)).await
+}
+
+/// `PATCH /filesystems/{name}` body: a value sets a property, null inherits it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PropertyChanges {
+    pub properties: BTreeMap<String, Option<String>>,
+}
+
+async fn set_properties(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+    Body(body): Body<PropertyChanges>,
+) -> ApiResult<fs::DatasetInfo> {
+    blocking(move || {
+        let ds = s.datasets_of(&name)?;
+        // Validate every assignment before applying any.
+        let mut trial = fs::Props::default();
+        for (k, v) in &body.properties {
+            match v {
+                Some(v) => trial.set(k, v)?,
+                None => {
+                    if !fs::props::NAMES.contains(&k.as_str()) {
+                        return Err(ApiError::bad(format!("unknown property '{k}'")));
+                    }
+                }
+            }
+        }
+        for (k, v) in &body.properties {
+            ds.set(&name, k, v.as_deref())?;
+        }
+        s.pool(pool_of(&name))?.sync()?;
+        Ok(ds.info(&name)?)
+    })
+    .await
+}
+
+async fn destroy_filesystem(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    blocking(move || {
+        if s.service.shares().iter().any(|x| x.dataset == name) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{name} is shared over NFS: unshare it first"),
+            ));
+        }
+        s.datasets_of(&name)?.destroy(&name)?;
+        s.pool(pool_of(&name))?.sync()?;
+        Ok(())
+    })
+    .await
+    .map(|_| StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+struct SnapshotFilter {
+    /// A pool or a filesystem; all pools when absent.
+    of: Option<String>,
+}
+
+async fn snapshots(
+    State(s): State<Shared>,
+    Query(q): Query<SnapshotFilter>,
+) -> ApiResult<Vec<pool::pool::SnapshotInfo>> {
+    blocking(move || {
+        let mut all = Vec::new();
+        match &q.of {
+            Some(of) => {
+                let filter = of.contains('/').then_some(of.as_str());
+                all.extend(s.datasets_of(of)?.snapshots(filter)?);
+            }
+            None => {
+                for p in &s.pools {
+                    all.extend(s.datasets[&p.name].snapshots(None)?);
+                }
+            }
+        }
+        Ok(all)
+    })
+    .await
+}
+
+/// `POST /snapshots` and `POST /rollback` bodies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotName {
+    pub name: String,
+}
+
+async fn create_snapshot(
+    State(s): State<Shared>,
+    Body(body): Body<SnapshotName>,
+) -> Result<(StatusCode, Json<pool::pool::SnapshotInfo>), ApiError> {
+    let info = blocking(move || {
+        let info = s.datasets_of(&body.name)?.snapshot(&body.name)?;
+        s.pool(pool_of(&body.name))?.sync()?;
+        Ok(info)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, info))
+}
+
+async fn destroy_snapshot(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    blocking(move || {
+        s.datasets_of(&name)?.destroy_snapshot(&name)?;
+        s.pool(pool_of(&name))?.sync()?;
+        Ok(())
+    })
+    .await
+    .map(|_| StatusCode::NO_CONTENT)
+}
+
+async fn rollback(
+    State(s): State<Shared>,
+    Body(body): Body<SnapshotName>,
+) -> Result<StatusCode, ApiError> {
+    blocking(move || {
+        let dataset = body.name.split('@').next().unwrap_or("").to_string();
+        if s.service.shares().iter().any(|x| x.dataset == dataset) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{dataset} is shared over NFS: unshare it before rolling back"),
+            ));
+        }
+        s.datasets_of(&body.name)?.rollback(&body.name)?;
+        s.pool(pool_of(&body.name))?.sync()?;
+        Ok(())
+    })
+    .await
+    .map(|_| StatusCode::NO_CONTENT)
+}
+
+async fn shares(State(s): State<Shared>) -> ApiResult<Vec<nfs::ShareInfo>> {
+    Ok(Json(s.service.shares()))
+}
+
+/// `PUT /shares/{dataset}` body: export rules as in /etc/exports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShareRules {
+    #[serde(default = "crate::config::default_rules")]
+    pub rules: String,
+}
+
+async fn put_share(
+    State(s): State<Shared>,
+    Path(dataset): Path<String>,
+    Body(body): Body<ShareRules>,
+) -> ApiResult<nfs::ShareInfo> {
+    blocking(move || {
+        s.share(&dataset, &body.rules, true)?;
+        s.service
+            .shares()
+            .into_iter()
+            .find(|x| x.dataset == dataset)
+            .ok_or_else(|| ApiError::not_found(format!("{dataset} is not shared")))
+    })
+    .await
+}
+
+async fn delete_share(
+    State(s): State<Shared>,
+    Path(dataset): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    blocking(move || Ok(s.unshare(&dataset)?))
+        .await
+        .map(|_| StatusCode::NO_CONTENT)
+}
+
+async fn exports(State(s): State<Shared>) -> ApiResult<Vec<nfs::service::ExportInfo>> {
+    Ok(Json(s.service.exports()))
+}

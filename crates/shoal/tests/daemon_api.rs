@@ -1,0 +1,401 @@
+//! The daemon's admin API and the CLI as its client: `shoal serve` runs, and the
+//! `fs`, `snapshot`, `pool status/check`, `share` and `status` commands go through its
+//! API (they could not do otherwise: the daemon holds the pools). Shares changed
+//! through the API survive a restart; bad requests get JSON errors; every operation
+//! of docs/openapi.json is served.
+
+mod common;
+use common::*;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `shoal serve` on loopback with ports picked by the kernel.
+struct Daemon {
+    child: Option<Child>,
+    api: SocketAddr,
+    nfs: SocketAddr,
+}
+
+impl Daemon {
+    fn start(state: &Path) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--api", "127.0.0.1:0"])
+            .env("SHOAL_STATE_DIR", state)
+            .env("SHOAL_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start shoal serve");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let api = loop {
+            let file = server::DaemonFile::read_live(state);
+            if let Some(server::DaemonFile { pid, api: Some(a) }) = file {
+                if pid == child.id() {
+                    break a;
+                }
+            }
+            assert!(Instant::now() < deadline, "the daemon did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut d = Daemon {
+            child: Some(child),
+            api,
+            nfs: "0.0.0.0:0".parse().unwrap(),
+        };
+        let (code, st) = d.request("GET", "/status", None);
+        assert_eq!(code, 200, "{st}");
+        d.nfs = st["nfs"][0].as_str().unwrap().parse().unwrap();
+        d
+    }
+
+    /// One API call; returns the status code and the JSON body (null when empty).
+    fn request(&self, method: &str, path: &str, body: Option<&str>) -> (u16, serde_json::Value) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let url = format!("http://{}/api/v1{path}", self.api);
+        let json = body.unwrap_or("{}").as_bytes();
+        let r = match method {
+            "GET" => agent.get(&url).call(),
+            "DELETE" => agent.delete(&url).call(),
+            "POST" => agent
+                .post(&url)
+                .header("content-type", "application/json")
+                .send(json),
+            "PUT" => agent
+                .put(&url)
+                .header("content-type", "application/json")
+                .send(json),
+            "PATCH" => agent
+                .patch(&url)
+                .header("content-type", "application/json")
+                .send(json),
+            m => panic!("method {m}"),
+        };
+        let mut resp = r.expect("the API answers");
+        let code = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap();
+        let value = if text.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"))
+        };
+        (code, value)
+    }
+
+    /// SIGTERM, and the daemon must exit cleanly and remove its address file.
+    fn stop(mut self, state: &Path) {
+        let mut child = self.child.take().unwrap();
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = child.wait().unwrap();
+        assert!(status.success(), "shoal serve exited with {status}");
+        assert!(!server::DaemonFile::path(state).exists());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn make_pool(dir: &Path) -> PathBuf {
+    let state = dir.join("state");
+    let devs = dir.join("devs");
+    ok(
+        &state,
+        &[
+            "pool",
+            "create",
+            "--dir",
+            devs.to_str().unwrap(),
+            "--size",
+            "128M",
+            "tank",
+            "raidz1",
+            "a",
+            "b",
+            "c",
+        ],
+    );
+    ok(&state, &["fs", "create", "tank/a"]);
+    state
+}
+
+/// A command that must fail; returns its error output.
+fn fails(state: &Path, args: &[&str]) -> String {
+    let out = shoal(state, args);
+    assert!(!out.status.success(), "shoal {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn nfs_ls(d: &Daemon, export: &str) -> bool {
+    let url = format!(
+        "nfs://127.0.0.1{export}?version=3&nfsport={p}&mountport={p}",
+        p = d.nfs.port()
+    );
+    Command::new("nfs-ls")
+        .arg(url)
+        .output()
+        .expect("nfs-ls (libnfs-utils; .ci/test-deps.sh)")
+        .status
+        .success()
+}
+
+#[test]
+fn cli_commands_go_through_the_running_daemon() {
+    let t = tempfile::tempdir().unwrap();
+    let state = make_pool(t.path());
+    let d = Daemon::start(&state);
+
+    // Filesystems and properties: the daemon holds the pool, so these can only work
+    // through its API.
+    ok(&state, &["fs", "create", "tank/b", "-o", "compression=lz4"]);
+    ok(
+        &state,
+        &["fs", "set", "tank/b", "sync=disabled", "atime=off"],
+    );
+    let got: serde_json::Value =
+        serde_json::from_str(&ok(&state, &["fs", "get", "tank/b", "sync", "--json"])).unwrap();
+    assert_eq!(got[0]["value"], "disabled");
+    assert_eq!(got[0]["source"], "local");
+    ok(&state, &["fs", "inherit", "tank/b", "atime"]);
+    let list = ok(&state, &["fs", "list"]);
+    assert!(list.contains("tank/b") && list.contains("lz4"), "{list}");
+    let err = fails(&state, &["fs", "set", "tank/b", "compression=bogus"]);
+    assert!(err.contains("compression must be"), "{err}");
+    let err = fails(&state, &["fs", "create", "tank/b"]);
+    assert!(err.contains("exists"), "{err}");
+
+    // Status shows sync=disabled for what it is.
+    let status = ok(&state, &["status"]);
+    assert!(
+        status
+            .contains("sync=disabled: synchronous writes are acknowledged before they are durable"),
+        "{status}"
+    );
+    let st: serde_json::Value = serde_json::from_str(&ok(&state, &["status", "--json"])).unwrap();
+    let b = st["pools"][0]["filesystems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "tank/b")
+        .unwrap()
+        .clone();
+    assert_eq!(b["sync"], "disabled");
+
+    // Snapshots.
+    assert!(ok(&state, &["snapshot", "create", "tank/b@one"]).contains("created tank/b@one"));
+    assert!(ok(&state, &["snapshot", "list", "tank"]).contains("tank/b@one"));
+    ok(&state, &["snapshot", "destroy", "tank/b@one"]);
+    assert!(!ok(&state, &["snapshot", "list", "tank/b"]).contains("tank/b@one"));
+
+    // Shares go live at once, and away at once.
+    assert!(!nfs_ls(&d, "/tank/b"), "not shared yet");
+    ok(
+        &state,
+        &[
+            "share",
+            "set",
+            "tank/b",
+            "127.0.0.1(rw,no_root_squash,insecure)",
+        ],
+    );
+    assert!(nfs_ls(&d, "/tank/b"), "shared");
+    assert!(ok(&state, &["share", "list"]).contains("/tank/b"));
+    let exports = ok(&state, &["share", "exports"]);
+    assert!(exports.contains("/tank/b 127.0.0.1(rw"), "{exports}");
+    let err = fails(&state, &["fs", "destroy", "tank/b"]);
+    assert!(err.contains("shared over NFS"), "{err}");
+    ok(&state, &["share", "remove", "tank/b"]);
+    assert!(!nfs_ls(&d, "/tank/b"), "unshared");
+
+    // Pool commands: status and check through the API, the rest refused clearly.
+    let pools: serde_json::Value =
+        serde_json::from_str(&ok(&state, &["pool", "status", "tank", "--json"])).unwrap();
+    assert_eq!(pools[0]["name"], "tank");
+    assert!(ok(&state, &["pool", "check", "tank"]).contains("no problems found"));
+    assert!(ok(&state, &["pool", "scrub", "tank"]).contains("with 0 errors"));
+    let err = fails(&state, &["pool", "export", "tank"]);
+    assert!(err.contains("held by shoal serve"), "{err}");
+
+    ok(&state, &["fs", "destroy", "tank/b"]);
+    d.stop(&state);
+    // Without the daemon the same commands work on the pool directly, and see what
+    // the daemon committed.
+    let list = ok(&state, &["fs", "list"]);
+    assert!(
+        list.contains("tank/a") && !list.contains("tank/b"),
+        "{list}"
+    );
+    assert!(ok(&state, &["pool", "check", "tank"]).contains("no problems found"));
+    let err = fails(&state, &["share", "list"]);
+    assert!(err.contains("needs the daemon"), "{err}");
+}
+
+#[test]
+fn shares_survive_restarts_and_bad_requests_get_json_errors() {
+    let t = tempfile::tempdir().unwrap();
+    let state = make_pool(t.path());
+    let d = Daemon::start(&state);
+    let (code, share) = d.request(
+        "PUT",
+        "/shares/tank/a",
+        Some(r#"{"rules": "127.0.0.1(rw,insecure)"}"#),
+    );
+    assert_eq!(code, 200, "{share}");
+    assert_eq!(share["path"], "/tank/a");
+    d.stop(&state);
+
+    let d = Daemon::start(&state);
+    let (_, shares) = d.request("GET", "/shares", None);
+    assert_eq!(shares[0]["dataset"], "tank/a", "{shares}");
+    assert!(nfs_ls(&d, "/tank/a"));
+    let (code, _) = d.request("DELETE", "/shares/tank/a", None);
+    assert_eq!(code, 204);
+    d.stop(&state);
+
+    let d = Daemon::start(&state);
+    let (_, shares) = d.request("GET", "/shares", None);
+    assert_eq!(shares, serde_json::json!([]));
+
+    // Bad requests: a JSON error, the right status, nothing changed.
+    let cases: [(&str, &str, Option<&str>, u16); 9] = [
+        ("POST", "/filesystems", Some("{not json"), 400),
+        ("POST", "/filesystems", Some(r#"{"nam": "tank/x"}"#), 400),
+        ("POST", "/filesystems", Some(r#"{"name": "tank/a"}"#), 409),
+        ("POST", "/filesystems", Some(r#"{"name": "nopool/x"}"#), 404),
+        (
+            "PATCH",
+            "/filesystems/tank/a",
+            Some(r#"{"properties": {"recordsize": "3K"}}"#),
+            400,
+        ),
+        ("GET", "/pools/nopool", None, 404),
+        ("DELETE", "/snapshots/tank/a@never", None, 404),
+        (
+            "PUT",
+            "/shares/tank/a",
+            Some(r#"{"rules": "*(rw,frobnicate)"}"#),
+            400,
+        ),
+        ("GET", "/no/such/path", None, 404),
+    ];
+    for (method, path, body, want) in cases {
+        let (code, v) = d.request(method, path, body);
+        assert_eq!(code, want, "{method} {path}: {v}");
+        assert!(
+            v["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{method} {path}: {v}"
+        );
+    }
+    let (_, list) = d.request("GET", "/filesystems", None);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tank", "tank/a"]);
+    let (_, a) = d.request("GET", "/filesystems/tank/a", None);
+    let recordsize = a["props"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["property"] == "recordsize")
+        .unwrap();
+    assert_eq!(recordsize["value"], "128K");
+    let (_, shares) = d.request("GET", "/shares", None);
+    assert_eq!(shares, serde_json::json!([]));
+    d.stop(&state);
+}
+
+/// Every operation of docs/openapi.json reaches a handler (not the fallback, not 405),
+/// and answers with a status the document lists for it.
+#[test]
+fn every_documented_operation_is_served() {
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let state = make_pool(t.path());
+    let d = Daemon::start(&state);
+    // What the examples name: tank/home with a snapshot.
+    assert_eq!(
+        d.request("POST", "/filesystems", Some(r#"{"name": "tank/home"}"#))
+            .0,
+        201
+    );
+    assert_eq!(
+        d.request(
+            "POST",
+            "/snapshots",
+            Some(r#"{"name": "tank/home@monday"}"#)
+        )
+        .0,
+        201
+    );
+    let mut operations = 0;
+    // Deletions last, so the other calls find what they name.
+    let order = ["get", "post", "put", "patch", "delete"];
+    for method in order {
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            let Some(op) = item.get(method) else { continue };
+            let concrete = path
+                .replace("{pool}", "tank")
+                .replace(
+                    "{name}",
+                    if path.contains("snapshots") {
+                        "tank/home@monday"
+                    } else {
+                        "tank/home"
+                    },
+                )
+                .replace("{dataset}", "tank/home");
+            let rel = concrete.strip_prefix("/api/v1").unwrap();
+            let body = op.get("requestBody").map(|b| {
+                let schema = &b["content"]["application/json"]["schema"]["$ref"];
+                match schema.as_str().unwrap() {
+                    "#/components/schemas/NewFilesystem" => r#"{"name": "tank/other"}"#,
+                    "#/components/schemas/PropertyChanges" => r#"{"properties": {"atime": "off"}}"#,
+                    "#/components/schemas/SnapshotName" if path.ends_with("rollback") => {
+                        r#"{"name": "tank/home@monday"}"#
+                    }
+                    "#/components/schemas/SnapshotName" => r#"{"name": "tank/home@tuesday"}"#,
+                    "#/components/schemas/ShareRules" => r#"{"rules": "127.0.0.1(rw)"}"#,
+                    other => panic!("no example body for {other}"),
+                }
+            });
+            let (code, v) = d.request(&method.to_uppercase(), rel, body);
+            assert_ne!(
+                v["error"], "no such API path",
+                "{method} {path} is not routed"
+            );
+            assert_ne!(code, 405, "{method} {path} is not routed");
+            let documented = op["responses"].as_object().unwrap();
+            assert!(
+                documented.contains_key(&code.to_string()),
+                "{method} {path} answered {code} ({v}), not documented"
+            );
+            operations += 1;
+        }
+    }
+    assert_eq!(operations, 18, "docs/openapi.json has 18 operations");
+    d.stop(&state);
+}
