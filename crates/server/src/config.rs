@@ -131,4 +131,11 @@ mod tests {
         assert_eq!(off.api.listen, None);
         assert!(ServeConfig::parse("[api]\nlisten = \"nowhere\"\n").is_err());
     }
+
+    #[test]
+    fn the_shipped_example_config_parses() {
+        let c = ServeConfig::parse(include_str!("../../../dist/shoal.toml")).unwrap();
+        assert_eq!(c.nfs.portmapper, Some("0.0.0.0:111".parse().unwrap()));
+        assert_eq!(c.api, ApiConfig::default());
+    }
 }

@@ -4,6 +4,7 @@
 
 mod admin;
 mod allocator;
+mod demo;
 mod fs_cmd;
 mod fuse_mount;
 mod pool_cmd;
@@ -50,6 +51,9 @@ enum Command {
     Unmount { mountpoint: std::path::PathBuf },
     /// Run the daemon: serve shared filesystems over NFSv3 until SIGTERM.
     Serve(serve::ServeArgs),
+    /// Try shoal: a pool of device files under ./shoal-demo, a filesystem shared over
+    /// NFS, served until Ctrl-C; prints how to mount it.
+    Demo(demo::DemoArgs),
     /// Share filesystems over NFS, change export rules, list exports (needs the daemon).
     #[command(subcommand)]
     Share(share_cmd::ShareCommand),
@@ -74,6 +78,7 @@ fn main() {
         } => fuse_mount::mount(&dataset, &mountpoint, &options),
         Command::Unmount { mountpoint } => fuse_mount::unmount(&mountpoint),
         Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
         Command::Share(cmd) => share_cmd::run(cmd),
         Command::Status { json } => share_cmd::status(json),
     };

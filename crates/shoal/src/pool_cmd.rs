@@ -198,7 +198,12 @@ fn open_device(path: &Path) -> Result<Arc<dyn Device>> {
     Ok(Arc::new(dev))
 }
 
-fn create(dir: Option<PathBuf>, size: Option<String>, name: &str, words: &[String]) -> Result<()> {
+pub(crate) fn create(
+    dir: Option<PathBuf>,
+    size: Option<String>,
+    name: &str,
+    words: &[String],
+) -> Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from("."));
     let size = size.map(|s| parse_size(&s)).transpose()?;
     let layout = parse_layout(words, &dir)?;

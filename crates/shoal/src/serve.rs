@@ -57,6 +57,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
         config.shares.retain(|c| c.dataset != dataset);
         config.shares.push(ShareConfig { dataset, rules });
     }
+    serve(&config, |daemon| {
+        for a in daemon.nfs_addrs() {
+            eprintln!("shoal: serving NFSv3 on {a}");
+        }
+        if let Some(a) = daemon.api_addr() {
+            eprintln!("shoal: admin API on http://{a}/api/v1/status");
+        }
+        for s in daemon.service().shares() {
+            eprintln!("shoal: sharing {} as {} to {}", s.dataset, s.path, s.rules);
+        }
+    })
+}
+
+/// Imports every registered pool, starts the daemon, calls `ready`, and runs until
+/// SIGTERM or SIGINT; then stops the daemon (drain, commit) and releases the pools.
+pub fn serve(config: &ServeConfig, ready: impl FnOnce(&server::Daemon)) -> Result<()> {
     let registry = Registry::load()?;
     let mut locks = Vec::new();
     let mut pools = Vec::new();
@@ -66,20 +82,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
             open_registered_long_lived(name).with_context(|| format!("importing pool {name}"))?,
         );
     }
-    let daemon = server::Daemon::start(&config, pools, &state_dir())?;
+    // Signals are caught before anything is served, so none is lost in between.
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
     ])?;
-    for a in daemon.nfs_addrs() {
-        eprintln!("shoal: serving NFSv3 on {a}");
-    }
-    if let Some(a) = daemon.api_addr() {
-        eprintln!("shoal: admin API on http://{a}/api/v1/status");
-    }
-    for s in daemon.service().shares() {
-        eprintln!("shoal: sharing {} as {} to {}", s.dataset, s.path, s.rules);
-    }
+    let daemon = server::Daemon::start(config, pools, &state_dir())?;
+    ready(&daemon);
     if let Some(sig) = signals.forever().next() {
         tracing::info!(signal = sig, "stopping: draining requests and committing");
     }
@@ -89,7 +98,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-fn init_logs() {
+pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
