@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# NFSv3 benchmark: `shoal serve` against NFS-Ganesha (Debian, FSAL VFS) exporting
+# (a) an ext4 directory on the same disk and (b) a zfs-fuse raidz2 pool of the same
+# layout as shoal's (6 file devices, recordsize 128K, compression off), in one run,
+# with the same clients: the project's pipelined client (bench/nfs-bench, 1 and 8
+# streams) and libnfs's nfs-cp/nfs-cat. Prints one JSON object: every figure and the
+# ratios the NFS issue names. A benchmark, never a test. Needs root (rpcbind for
+# Ganesha, dropping caches, zfs-fuse).
+#
+#   bench/nfs.sh                                   # 4 GiB per test under target/bench-data
+#   BENCH_DIR=/work/bench-data TOTAL_MIB=2048 SECONDS_RUN=10 bench/nfs.sh
+#
+# "From disk" means the server restarted (shoal: empty ARC; zfs-fuse: pool re-imported)
+# and the kernel's caches dropped before the read; "cached" is the same read again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${BENCH_DIR:-$PWD/target/bench-data}/nfs
+TOTAL_MIB=${TOTAL_MIB:-4096}
+SECONDS_RUN=${SECONDS_RUN:-10}
+DEV_MIB=${DEV_MIB:-$(( TOTAL_MIB * 6 / 4 / 6 + 1024 ))}
+need() { dpkg -s "$@" >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }; }
+need nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils fio
+# zfs-fuse brings the fuse package, whose mount.fuse helper breaks the FUSE tests'
+# read-only remounts: what this script installs it removes again.
+INSTALLED_ZFS_FUSE=0
+if ! command -v zfs-fuse >/dev/null; then
+    need zfs-fuse
+    INSTALLED_ZFS_FUSE=1
+fi
+cargo build --release -q -p shoal -p nfs-bench
+SHOAL=$PWD/target/release/shoal
+NB=$PWD/target/release/nfs-bench
+export SHOAL_STATE_DIR="$DIR/state"
+OUT=$(mktemp -d)
+SHOAL_PORT=20490
+GANESHA_PORT=20590
+GANESHA_MNT=20591
+
+stop_shoal() { [ -f "$OUT/shoal.pid" ] && kill -TERM "$(cat "$OUT/shoal.pid")" 2>/dev/null && while kill -0 "$(cat "$OUT/shoal.pid")" 2>/dev/null; do sleep 0.1; done; rm -f "$OUT/shoal.pid"; }
+stop_ganesha() { [ -f "$OUT/ganesha.pid" ] && kill "$(cat "$OUT/ganesha.pid")" 2>/dev/null && while kill -0 "$(cat "$OUT/ganesha.pid")" 2>/dev/null; do sleep 0.1; done; rm -f "$OUT/ganesha.pid"; }
+stop_zfs() {
+    zpool export zbench 2>/dev/null || true
+    [ -f "$OUT/zfs.pid" ] && kill "$(cat "$OUT/zfs.pid")" 2>/dev/null && sleep 1
+    rm -f "$OUT/zfs.pid"
+}
+cleanup() {
+    stop_shoal || true
+    stop_ganesha || true
+    zpool destroy -f zbench 2>/dev/null || true
+    stop_zfs || true
+    [ -f "$OUT/rpcbind.started" ] && pkill -x rpcbind || true
+    rm -rf "$DIR" "$OUT"
+    if [ "$INSTALLED_ZFS_FUSE" = 1 ]; then
+        apt-get remove -y -qq zfs-fuse fuse >/dev/null 2>&1 || true
+    fi
+}
+trap cleanup EXIT
+rm -rf "$DIR"
+mkdir -p "$DIR"
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+log() { echo "nfs.sh: $*" >&2; }
+
+# --- the raw disk, for the "85% of the raw read rate" target ---
+fio --name=raw --filename="$DIR/raw" --size="${TOTAL_MIB}M" --rw=write --bs=1M --direct=1 \
+    --ioengine=psync --output-format=json > /dev/null
+drop_caches
+fio --name=raw --filename="$DIR/raw" --size="${TOTAL_MIB}M" --rw=read --bs=1M --direct=1 \
+    --ioengine=libaio --iodepth=8 --output-format=json > "$OUT/raw.json"
+RAW_READ=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0]["read"]["bw_bytes"]/1e6)' "$OUT/raw.json")
+rm -f "$DIR/raw"
+
+# --- shoal: two pools, raidz2 of six files, one with a log device ---
+mkdir -p "$DIR/shoal"
+"$SHOAL" pool create --dir "$DIR/shoal" --size "${DEV_MIB}M" sbench raidz2 a b c d e f >/dev/null
+"$SHOAL" pool create --dir "$DIR/shoal" --size "${DEV_MIB}M" slog raidz2 g h i j k l log m >/dev/null
+for p in sbench slog; do
+    "$SHOAL" fs create "$p/fs" -o recordsize=128K -o compression=off >/dev/null
+done
+start_shoal() {
+    SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off \
+        --share 'sbench/fs=127.0.0.1(rw,no_root_squash,insecure)' \
+        --share 'slog/fs=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
+    echo $! > "$OUT/shoal.pid"
+    for _ in $(seq 100); do ss -ltn | grep -q ":$SHOAL_PORT " && return; sleep 0.1; done
+    log "shoal did not start"; cat "$OUT/shoal.log" >&2; exit 1
+}
+
+# --- zfs-fuse: the same layout ---
+mkdir -p "$DIR/zfs" "$DIR/zfs-mnt"
+start_zfs() {
+    zfs-fuse --pidfile "$OUT/zfs.pid"
+    for _ in $(seq 50); do zpool list >/dev/null 2>&1 && return; sleep 0.2; done
+}
+start_zfs
+for d in a b c d e f; do truncate -s "${DEV_MIB}M" "$DIR/zfs/$d"; done
+zpool create -f -m "$DIR/zfs-mnt" zbench raidz2 "$DIR"/zfs/{a,b,c,d,e,f}
+zfs set recordsize=128K zbench
+zfs set compression=off zbench
+
+# --- Ganesha: VFS exports of the ext4 directory and of the zfs-fuse mount ---
+mkdir -p "$DIR/ext4"
+pgrep -x rpcbind >/dev/null || { rpcbind -w; touch "$OUT/rpcbind.started"; }
+cat > "$OUT/ganesha.conf" <<EOF
+NFS_CORE_PARAM {
+    NFS_Port = $GANESHA_PORT; MNT_Port = $GANESHA_MNT; NLM_Port = 20592; Rquota_Port = 20593;
+    Protocols = 3; Enable_NLM = false; Enable_RQUOTA = false; Bind_addr = 127.0.0.1;
+}
+NFSV4 { Graceless = true; }
+EXPORT { Export_Id = 1; Path = $DIR/ext4; Pseudo = /ext4; Access_Type = RW; Squash = No_Root_Squash;
+         SecType = sys; Protocols = 3; Transports = TCP; FSAL { Name = VFS; } }
+EXPORT { Export_Id = 2; Path = $DIR/zfs-mnt; Pseudo = /zfs; Access_Type = RW; Squash = No_Root_Squash;
+         SecType = sys; Protocols = 3; Transports = TCP; FSAL { Name = VFS; } }
+EOF
+start_ganesha() {
+    ganesha.nfsd -F -L "$OUT/ganesha.log" -f "$OUT/ganesha.conf" -p "$OUT/ganesha.pid.unused" &
+    echo $! > "$OUT/ganesha.pid"
+    for _ in $(seq 100); do ss -ltn | grep -q ":$GANESHA_PORT " && return; sleep 0.1; done
+    log "ganesha did not start"; cat "$OUT/ganesha.log" >&2; exit 1
+}
+
+# restart_for_disk SERVER: whatever makes the next read come from the disk.
+restart_for_disk() {
+    case $1 in
+        shoal*) stop_shoal; drop_caches; start_shoal ;;
+        ganesha-ext4) drop_caches ;;
+        ganesha-zfs) stop_ganesha; stop_zfs; drop_caches; start_zfs; zpool import -d "$DIR/zfs" zbench; start_ganesha ;;
+    esac
+}
+endpoint() { # SERVER -> "nfs-bench arguments"
+    case $1 in
+        shoal) echo "--server 127.0.0.1:$SHOAL_PORT --export /sbench/fs" ;;
+        shoal-log) echo "--server 127.0.0.1:$SHOAL_PORT --export /slog/fs" ;;
+        ganesha-ext4) echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/ext4" ;;
+        ganesha-zfs) echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/zfs-mnt" ;;
+    esac
+}
+url() { # SERVER FILE -> libnfs URL
+    case $1 in
+        shoal) echo "nfs://127.0.0.1/sbench/fs/$2?version=3&nfsport=$SHOAL_PORT&mountport=$SHOAL_PORT" ;;
+        ganesha-ext4) echo "nfs://127.0.0.1$DIR/ext4/$2?version=3&nfsport=$GANESHA_PORT&mountport=$GANESHA_MNT" ;;
+        ganesha-zfs) echo "nfs://127.0.0.1$DIR/zfs-mnt/$2?version=3&nfsport=$GANESHA_PORT&mountport=$GANESHA_MNT" ;;
+    esac
+}
+local_dir() {
+    case $1 in ganesha-ext4) echo "$DIR/ext4" ;; ganesha-zfs) echo "$DIR/zfs-mnt" ;; esac
+}
+nb() { # SERVER TEST STREAMS extra... -> JSON
+    local server=$1 test=$2 streams=$3
+    shift 3
+    # A server that cannot run a test gets an error entry, and the run goes on.
+    # shellcheck disable=SC2046
+    "$NB" $(endpoint "$server") --test "$test" --streams "$streams" \
+        --file-mib $(( TOTAL_MIB / streams )) --seconds "$SECONDS_RUN" "$@" 2>>"$OUT/nb.err" \
+        || echo "{\"error\": \"nfs-bench $test failed against $server\"}"
+}
+remove_files() { # SERVER: delete what nfs-bench made (Ganesha's exports)
+    rm -f "$(local_dir "$1")"/nfs-bench-* "$(local_dir "$1")"/libnfs-file
+}
+
+start_shoal
+start_ganesha
+RESULTS="$OUT/results.jsonl"
+: > "$RESULTS"
+record() { echo "{\"server\": \"$1\", \"what\": \"$2\", \"result\": $3}" >> "$RESULTS"; }
+
+for server in shoal ganesha-ext4 ganesha-zfs; do
+    for streams in 1 8; do
+        log "$server, $streams streams"
+        record "$server" "write_128k_s$streams" "$(nb "$server" write "$streams" --block 131072 --depth 16)"
+        restart_for_disk "$server"
+        record "$server" "read_disk_128k_s$streams" "$(nb "$server" read "$streams" --block 131072 --depth 16)"
+        record "$server" "read_cached_128k_s$streams" "$(nb "$server" read "$streams" --block 131072 --depth 16)"
+        record "$server" "randread_8k_cached_s$streams" "$(nb "$server" randread "$streams" --block 8192 --depth 32)"
+        record "$server" "syncwrite_8k_s$streams" "$(nb "$server" syncwrite "$streams" --block 8192 --depth 1)"
+        if [ "$server" = shoal ]; then
+            record shoal-log "syncwrite_8k_s$streams" "$(nb shoal-log syncwrite "$streams" --block 8192 --depth 1)"
+        fi
+        case $server in
+            shoal) stop_shoal; "$SHOAL" fs destroy sbench/fs >/dev/null; "$SHOAL" fs destroy slog/fs >/dev/null
+                   for p in sbench slog; do "$SHOAL" fs create "$p/fs" -o recordsize=128K -o compression=off >/dev/null; done
+                   start_shoal ;;
+            *) remove_files "$server" ;;
+        esac
+    done
+    # libnfs's own client, one stream: nfs-cp up, then nfs-cat back from disk.
+    head -c $(( TOTAL_MIB << 20 )) /dev/urandom > "$OUT/libnfs-file"
+    t0=$(date +%s.%N); nfs-cp "$OUT/libnfs-file" "$(url "$server" libnfs-file)" >/dev/null || true; t1=$(date +%s.%N)
+    restart_for_disk "$server"
+    t2=$(date +%s.%N); nfs-cat "$(url "$server" libnfs-file)" > "$OUT/libnfs-back" || true; t3=$(date +%s.%N)
+    if ! cmp -s "$OUT/libnfs-file" "$OUT/libnfs-back"; then
+        record "$server" libnfs '{"error": "nfs-cp/nfs-cat did not round-trip the file"}'
+    else
+    record "$server" libnfs "$(python3 -c 'import sys,json; b=int(sys.argv[1])<<20; print(json.dumps({"nfs_cp_mb_per_s": b/1e6/(float(sys.argv[3])-float(sys.argv[2])), "nfs_cat_disk_mb_per_s": b/1e6/(float(sys.argv[5])-float(sys.argv[4]))}))' "$TOTAL_MIB" "$t0" "$t1" "$t2" "$t3")"
+    fi
+    rm -f "$OUT/libnfs-file" "$OUT/libnfs-back"
+done
+
+python3 - "$RESULTS" "$RAW_READ" "$TOTAL_MIB" "$SECONDS_RUN" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+raw = float(sys.argv[2])
+r = {}
+for row in rows:
+    r.setdefault(row["server"], {})[row["what"]] = row["result"]
+def mb(s, w): return r.get(s, {}).get(w, {}).get("mb_per_s")
+def iops(s, w): return r.get(s, {}).get(w, {}).get("iops")
+def ratio(a, b): return round(a / b, 2) if a and b else None
+out = {"total_mib": int(sys.argv[3]), "seconds_per_iops_test": int(sys.argv[4]),
+       "raw_disk_read_mb_per_s": round(raw, 1), "servers": r, "ratios": {}}
+for s in (1, 8):
+    q = out["ratios"]
+    q[f"read_disk_s{s}_vs_ganesha_ext4 (target 1.0)"] = ratio(mb("shoal", f"read_disk_128k_s{s}"), mb("ganesha-ext4", f"read_disk_128k_s{s}"))
+    q[f"read_disk_s{s}_vs_ganesha_zfs (target 4)"] = ratio(mb("shoal", f"read_disk_128k_s{s}"), mb("ganesha-zfs", f"read_disk_128k_s{s}"))
+    q[f"read_disk_s{s}_vs_raw_disk (target 0.85)"] = ratio(mb("shoal", f"read_disk_128k_s{s}"), raw)
+    q[f"read_cached_s{s}_vs_ganesha_page_cache (target 1.2)"] = ratio(mb("shoal", f"read_cached_128k_s{s}"), mb("ganesha-ext4", f"read_cached_128k_s{s}"))
+    q[f"write_128k_s{s}_vs_ganesha_zfs (target 3)"] = ratio(mb("shoal", f"write_128k_s{s}"), mb("ganesha-zfs", f"write_128k_s{s}"))
+    q[f"write_128k_s{s}_vs_ganesha_ext4"] = ratio(mb("shoal", f"write_128k_s{s}"), mb("ganesha-ext4", f"write_128k_s{s}"))
+    q[f"randread_8k_s{s}_vs_ganesha_ext4"] = ratio(iops("shoal", f"randread_8k_cached_s{s}"), iops("ganesha-ext4", f"randread_8k_cached_s{s}"))
+    q[f"syncwrite_8k_s{s}_vs_ganesha_ext4"] = ratio(iops("shoal", f"syncwrite_8k_s{s}"), iops("ganesha-ext4", f"syncwrite_8k_s{s}"))
+    q[f"syncwrite_8k_s{s}_log_device_vs_none"] = ratio(iops("shoal-log", f"syncwrite_8k_s{s}"), iops("shoal", f"syncwrite_8k_s{s}"))
+print(json.dumps(out, indent=2))
+PY
