@@ -17,8 +17,10 @@ cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-$PWD/target/bench-data}/nfs
 TOTAL_MIB=${TOTAL_MIB:-4096}
 SECONDS_RUN=${SECONDS_RUN:-10}
+SERVERS=${SERVERS:-shoal ganesha-ext4 ganesha-zfs}
 DEV_MIB=${DEV_MIB:-$(( TOTAL_MIB * 6 / 4 / 6 + 1024 ))}
-need() { dpkg -s "$@" >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }; }
+installed() { for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || return 1; done; }
+need() { installed "$@" || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }; }
 need nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils fio
 # zfs-fuse brings the fuse package, whose mount.fuse helper breaks the FUSE tests'
 # read-only remounts: what this script installs it removes again.
@@ -44,6 +46,8 @@ stop_zfs() {
     rm -f "$OUT/zfs.pid"
 }
 cleanup() {
+    # A run that stops early still shows what it measured.
+    [ -s "$OUT/results.jsonl" ] && [ ! -f "$OUT/done" ] && { log "partial results:"; cat "$OUT/results.jsonl" >&2; }
     stop_shoal || true
     stop_ganesha || true
     zpool destroy -f zbench 2>/dev/null || true
@@ -88,7 +92,7 @@ start_shoal() {
 # --- zfs-fuse: the same layout ---
 mkdir -p "$DIR/zfs" "$DIR/zfs-mnt"
 start_zfs() {
-    zfs-fuse --pidfile "$OUT/zfs.pid"
+    zfs-fuse --no-kstat-mount -p "$OUT/zfs.pid"
     for _ in $(seq 50); do zpool list >/dev/null 2>&1 && return; sleep 0.2; done
 }
 start_zfs
@@ -123,7 +127,9 @@ restart_for_disk() {
     case $1 in
         shoal*) stop_shoal; drop_caches; start_shoal ;;
         ganesha-ext4) drop_caches ;;
-        ganesha-zfs) stop_ganesha; stop_zfs; drop_caches; start_zfs; zpool import -d "$DIR/zfs" zbench; start_ganesha ;;
+        ganesha-zfs) stop_ganesha; stop_zfs; drop_caches; start_zfs
+                     zpool import -d "$DIR/zfs" zbench || log "zfs-fuse: re-importing zbench failed"
+                     start_ganesha ;;
     esac
 }
 endpoint() { # SERVER -> "nfs-bench arguments"
@@ -163,7 +169,7 @@ RESULTS="$OUT/results.jsonl"
 : > "$RESULTS"
 record() { echo "{\"server\": \"$1\", \"what\": \"$2\", \"result\": $3}" >> "$RESULTS"; }
 
-for server in shoal ganesha-ext4 ganesha-zfs; do
+for server in $SERVERS; do
     for streams in 1 8; do
         log "$server, $streams streams"
         record "$server" "write_128k_s$streams" "$(nb "$server" write "$streams" --block 131072 --depth 16)"
@@ -195,6 +201,7 @@ for server in shoal ganesha-ext4 ganesha-zfs; do
     rm -f "$OUT/libnfs-file" "$OUT/libnfs-back"
 done
 
+touch "$OUT/done"
 python3 - "$RESULTS" "$RAW_READ" "$TOTAL_MIB" "$SECONDS_RUN" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
