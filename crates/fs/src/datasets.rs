@@ -21,6 +21,21 @@ pub struct DatasetInfo {
     pub props: Vec<PropValue>,
 }
 
+impl DatasetInfo {
+    /// The value of property (or statistic) `name`.
+    pub fn prop(&self, name: &str) -> Option<&str> {
+        self.props
+            .iter()
+            .find(|p| p.property == name)
+            .map(|p| p.value.as_str())
+    }
+}
+
+/// The pool a dataset or snapshot name (`pool/a/b@snap`) lives in.
+pub fn pool_of(name: &str) -> &str {
+    name.split(['/', '@']).next().unwrap_or(name)
+}
+
 pub struct Datasets {
     pool: Arc<Pool>,
     open: Mutex<HashMap<u64, Arc<Filesystem>>>,
@@ -157,10 +172,18 @@ impl Datasets {
 
     /// Sets (`Some`) or inherits (`None`) a property; open filesystems below see it.
     pub fn set(&self, name: &str, prop: &str, value: Option<&str>) -> Result<()> {
+        self.set_many(name, &[(prop.to_string(), value.map(str::to_string))])
+    }
+
+    /// Sets and inherits several properties in one change: every one is checked
+    /// before any is stored, so a bad one leaves the dataset as it was.
+    pub fn set_many(&self, name: &str, changes: &[(String, Option<String>)]) -> Result<()> {
         let (id, mut props) = self.local(name)?;
-        match value {
-            Some(v) => props.set(prop, v)?,
-            None => props.inherit(prop)?,
+        for (prop, value) in changes {
+            match value {
+                Some(v) => props.set(prop, v)?,
+                None => props.inherit(prop)?,
+            }
         }
         self.pool.set_objset_props(id, &props.to_json())?;
         self.limits.refresh(&self.pool)?;

@@ -14,7 +14,7 @@ pub mod props;
 pub mod space;
 
 pub use attr::{Attr, Kind, SetAttr, Timespec};
-pub use datasets::{DatasetInfo, Datasets};
+pub use datasets::{pool_of, DatasetInfo, Datasets};
 pub use filesystem::{Cred, DirEntry, Filesystem, StatFs};
 pub use props::{EffectiveProps, Props};
 

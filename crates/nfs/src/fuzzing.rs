@@ -25,6 +25,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use vdev::{Layout, SimDevice};
 
+fn sys(uid: u32, gid: u32, gids: Vec<u32>) -> Credential {
+    Credential::Sys(AuthSys {
+        stamp: 0,
+        machine: b"fuzz".to_vec(),
+        uid,
+        gid,
+        gids,
+    })
+}
+
 pub struct Harness {
     service: NfsService,
     /// Handles of the share's root, a file and a directory in it.
@@ -112,20 +122,8 @@ impl Harness {
         };
         let procedure = pick & 0x1f;
         let cred = match (pick >> 5) & 3 {
-            0 | 1 => Credential::Sys(AuthSys {
-                stamp: 0,
-                machine: b"fuzz".to_vec(),
-                uid: 0,
-                gid: 0,
-                gids: vec![],
-            }),
-            2 => Credential::Sys(AuthSys {
-                stamp: 0,
-                machine: b"fuzz".to_vec(),
-                uid: 1000,
-                gid: 1000,
-                gids: vec![1000, 10],
-            }),
+            0 | 1 => sys(0, 0, vec![]),
+            2 => sys(1000, 1000, vec![1000, 10]),
             _ => Credential::None,
         };
         let mut e = rpc::encode_call(pick >> 8, program, version, procedure, &cred);
@@ -162,14 +160,7 @@ impl Harness {
     }
 
     fn call(&self, program: u32, version: u32, procedure: u32, args: &Encoder) -> Vec<u8> {
-        let root = Credential::Sys(AuthSys {
-            stamp: 0,
-            machine: b"fuzz".to_vec(),
-            uid: 0,
-            gid: 0,
-            gids: vec![],
-        });
-        let mut e = rpc::encode_call(1, program, version, procedure, &root);
+        let mut e = rpc::encode_call(1, program, version, procedure, &sys(0, 0, vec![]));
         e.fixed(&args.buf);
         let reply = self.check_reply(&e.buf).expect("a reply");
         // xid, REPLY, MSG_ACCEPTED, verifier (flavor, empty body), SUCCESS.

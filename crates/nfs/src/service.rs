@@ -267,6 +267,14 @@ impl NfsService {
         shares.len() != before
     }
 
+    pub fn is_shared(&self, dataset: &str) -> bool {
+        self.shares
+            .read()
+            .unwrap()
+            .values()
+            .any(|s| s.dataset == dataset)
+    }
+
     pub fn shares(&self) -> Vec<ShareInfo> {
         let mut v: Vec<ShareInfo> = self
             .shares

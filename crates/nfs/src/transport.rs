@@ -186,7 +186,9 @@ impl RpcServer {
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
                         while let Ok(job) = rx.recv() {
-                            if let Some(reply) = answer(&*service, &job) {
+                            if let Some(reply) =
+                                answer_record(&*service, job.conn.peer, &job.record)
+                            {
                                 job.conn.send(&reply);
                             }
                             job.conn.finished_one();
@@ -399,12 +401,8 @@ fn read_record(stream: &mut TcpStream) -> Result<Vec<u8>, ReadEnd> {
     }
 }
 
-/// The RPC-level answer to a record: errors of the header itself, or the service's.
-fn answer(service: &dyn Service, job: &Job) -> Option<Reply> {
-    answer_record(service, job.conn.peer, &job.record)
-}
-
-/// What the server sends back for one record (a whole RPC message, record marking
+/// The RPC-level answer to a record (errors of the header itself, or the service's):
+/// what the server sends back for one record (a whole RPC message, record marking
 /// removed) from `peer`: `None` for records that get no reply (unreadable, not a call,
 /// or a retransmission still running). The path every received record takes, and the
 /// entry point of the fuzz target.

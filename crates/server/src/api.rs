@@ -172,18 +172,38 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-/// The pool a dataset or snapshot name lives in.
-fn pool_of(name: &str) -> &str {
-    name.split(['/', '@']).next().unwrap_or(name)
-}
-
 impl DaemonState {
     fn datasets_of(&self, name: &str) -> Result<Arc<fs::Datasets>, ApiError> {
-        let pool = pool_of(name);
+        let pool = fs::pool_of(name);
         self.datasets
             .get(pool)
             .cloned()
             .ok_or_else(|| ApiError::not_found(format!("no imported pool named '{pool}'")))
+    }
+
+    /// Runs `change` on the datasets of the pool `name` lives in, then commits it, so
+    /// the answer goes out only once the change is on disk.
+    fn commit<T>(
+        &self,
+        name: &str,
+        change: impl FnOnce(&fs::Datasets) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let ds = self.datasets_of(name)?;
+        let r = change(&ds)?;
+        ds.pool().sync()?;
+        Ok(r)
+    }
+
+    /// 409 if `dataset` is shared: destroying or rolling it back would pull it from
+    /// under its clients.
+    fn refuse_if_shared(&self, dataset: &str, what: &str) -> Result<(), ApiError> {
+        if self.service.is_shared(dataset) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{dataset} is shared over NFS: unshare it {what}"),
+            ));
+        }
+        Ok(())
     }
 
     fn pool(&self, name: &str) -> Result<Arc<pool::Pool>, ApiError> {
@@ -228,14 +248,6 @@ pub struct FilesystemSummary {
     pub shared: bool,
 }
 
-fn prop<'a>(info: &'a fs::DatasetInfo, name: &str) -> &'a str {
-    info.props
-        .iter()
-        .find(|p| p.property == name)
-        .map(|p| p.value.as_str())
-        .unwrap_or("")
-}
-
 async fn status(State(s): State<Shared>) -> ApiResult<Status> {
     blocking(move || {
         let shares = s.service.shares();
@@ -245,14 +257,17 @@ async fn status(State(s): State<Shared>) -> ApiResult<Status> {
             let list = s.datasets[&p.name].list()?;
             let filesystems = list
                 .iter()
-                .map(|d| FilesystemSummary {
-                    name: d.name.clone(),
-                    used_bytes: prop(d, "used").parse().unwrap_or(0),
-                    available_bytes: prop(d, "available").parse().unwrap_or(0),
-                    sync: prop(d, "sync").to_string(),
-                    compression: prop(d, "compression").to_string(),
-                    recordsize: prop(d, "recordsize").to_string(),
-                    shared: shares.iter().any(|x| x.dataset == d.name),
+                .map(|d| {
+                    let prop = |name| d.prop(name).unwrap_or("");
+                    FilesystemSummary {
+                        name: d.name.clone(),
+                        used_bytes: prop("used").parse().unwrap_or(0),
+                        available_bytes: prop("available").parse().unwrap_or(0),
+                        sync: prop("sync").to_string(),
+                        compression: prop("compression").to_string(),
+                        recordsize: prop("recordsize").to_string(),
+                        shared: shares.iter().any(|x| x.dataset == d.name),
+                    }
                 })
                 .collect();
             pools.push(PoolSummary {
@@ -327,22 +342,15 @@ async fn filesystems(
     State(s): State<Shared>,
     Query(q): Query<PoolFilter>,
 ) -> ApiResult<Vec<fs::DatasetInfo>> {
-    blocking(move || {
-        let mut all = Vec::new();
-        for p in &s.pools {
-            if q.pool.as_deref().is_some_and(|want| want != p.name) {
-                continue;
+    blocking(move || match &q.pool {
+        Some(want) => Ok(s.pool(want).and_then(|p| s.datasets_of(&p.name))?.list()?),
+        None => {
+            let mut all = Vec::new();
+            for p in &s.pools {
+                all.extend(s.datasets[&p.name].list()?);
             }
-            all.extend(s.datasets[&p.name].list()?);
+            Ok(all)
         }
-        if let Some(want) = &q.pool {
-            if !s.datasets.contains_key(want) {
-                return Err(ApiError::not_found(format!(
-                    "no imported pool named '{want}'"
-                )));
-            }
-        }
-        Ok(all)
     })
     .await
 }
@@ -360,11 +368,8 @@ async fn create_filesystem(
     Body(body): Body<NewFilesystem>,
 ) -> Result<(StatusCode, Json<fs::DatasetInfo>), ApiError> {
     let info = blocking(move || {
-        let ds = s.datasets_of(&body.name)?;
         let settings: Vec<(String, String)> = body.properties.into_iter().collect();
-        let info = ds.create(&body.name, &settings)?;
-        s.pool(pool_of(&body.name))?.sync()?;
-        Ok(info)
+        s.commit(&body.name, |ds| Ok(ds.create(&body.name, &settings)?))
     })
     .await?;
     Ok((StatusCode::CREATED, info))
@@ -389,24 +394,11 @@ async fn set_properties(
     Body(body): Body<PropertyChanges>,
 ) -> ApiResult<fs::DatasetInfo> {
     blocking(move || {
-        let ds = s.datasets_of(&name)?;
-        // Validate every assignment before applying any.
-        let mut trial = fs::Props::default();
-        for (k, v) in &body.properties {
-            match v {
-                Some(v) => trial.set(k, v)?,
-                None => {
-                    if !fs::props::NAMES.contains(&k.as_str()) {
-                        return Err(ApiError::bad(format!("unknown property '{k}'")));
-                    }
-                }
-            }
-        }
-        for (k, v) in &body.properties {
-            ds.set(&name, k, v.as_deref())?;
-        }
-        s.pool(pool_of(&name))?.sync()?;
-        Ok(ds.info(&name)?)
+        let changes: Vec<(String, Option<String>)> = body.properties.into_iter().collect();
+        s.commit(&name, |ds| {
+            ds.set_many(&name, &changes)?;
+            Ok(ds.info(&name)?)
+        })
     })
     .await
 }
@@ -416,15 +408,8 @@ async fn destroy_filesystem(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     blocking(move || {
-        if s.service.shares().iter().any(|x| x.dataset == name) {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!("{name} is shared over NFS: unshare it first"),
-            ));
-        }
-        s.datasets_of(&name)?.destroy(&name)?;
-        s.pool(pool_of(&name))?.sync()?;
-        Ok(())
+        s.refuse_if_shared(&name, "first")?;
+        s.commit(&name, |ds| Ok(ds.destroy(&name)?))
     })
     .await
     .map(|_| StatusCode::NO_CONTENT)
@@ -468,12 +453,7 @@ async fn create_snapshot(
     State(s): State<Shared>,
     Body(body): Body<SnapshotName>,
 ) -> Result<(StatusCode, Json<pool::pool::SnapshotInfo>), ApiError> {
-    let info = blocking(move || {
-        let info = s.datasets_of(&body.name)?.snapshot(&body.name)?;
-        s.pool(pool_of(&body.name))?.sync()?;
-        Ok(info)
-    })
-    .await?;
+    let info = blocking(move || s.commit(&body.name, |ds| Ok(ds.snapshot(&body.name)?))).await?;
     Ok((StatusCode::CREATED, info))
 }
 
@@ -481,13 +461,9 @@ async fn destroy_snapshot(
     State(s): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    blocking(move || {
-        s.datasets_of(&name)?.destroy_snapshot(&name)?;
-        s.pool(pool_of(&name))?.sync()?;
-        Ok(())
-    })
-    .await
-    .map(|_| StatusCode::NO_CONTENT)
+    blocking(move || s.commit(&name, |ds| Ok(ds.destroy_snapshot(&name)?)))
+        .await
+        .map(|_| StatusCode::NO_CONTENT)
 }
 
 async fn rollback(
@@ -495,16 +471,9 @@ async fn rollback(
     Body(body): Body<SnapshotName>,
 ) -> Result<StatusCode, ApiError> {
     blocking(move || {
-        let dataset = body.name.split('@').next().unwrap_or("").to_string();
-        if s.service.shares().iter().any(|x| x.dataset == dataset) {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!("{dataset} is shared over NFS: unshare it before rolling back"),
-            ));
-        }
-        s.datasets_of(&body.name)?.rollback(&body.name)?;
-        s.pool(pool_of(&body.name))?.sync()?;
-        Ok(())
+        let dataset = body.name.split('@').next().unwrap_or("");
+        s.refuse_if_shared(dataset, "before rolling back")?;
+        s.commit(&body.name, |ds| Ok(ds.rollback(&body.name)?))
     })
     .await
     .map(|_| StatusCode::NO_CONTENT)

@@ -95,7 +95,7 @@ impl DaemonState {
         if persist {
             self.persist_share(dataset, Some(rules))?;
         }
-        self.service.remove_share(dataset);
+        // Replaces the share of the same dataset, if any.
         self.service.add_share(Share {
             pool: pool_name.to_string(),
             dataset: dataset.to_string(),
@@ -109,7 +109,7 @@ impl DaemonState {
     /// Stops sharing `dataset` and records that in `shares.json`.
     pub fn unshare(&self, dataset: &str) -> Result<()> {
         let _one = self.share_changes.lock().unwrap();
-        if !self.service.shares().iter().any(|s| s.dataset == dataset) {
+        if !self.service.is_shared(dataset) {
             return Err(ServerError::NotFound(format!("{dataset} is not shared")));
         }
         self.persist_share(dataset, None)?;
@@ -122,7 +122,7 @@ impl DaemonState {
         let mut all = read_persisted_shares(&self.state_dir)?;
         all.insert(dataset.to_string(), rules.map(str::to_string));
         let bytes = serde_json::to_vec_pretty(&all).expect("a map of strings serialises");
-        write_atomically(&self.state_dir.join("shares.json"), &bytes)
+        write_atomically(&self.state_dir.join("shares.json"), &bytes, 0o644)
     }
 }
 
@@ -136,16 +136,23 @@ fn read_persisted_shares(state_dir: &Path) -> Result<BTreeMap<String, Option<Str
     }
 }
 
-/// Writes `path` whole or not at all: a temporary file, synced, renamed over it, and
-/// the directory synced.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `path` whole or not at all: a temporary file with `mode`, synced, renamed
+/// over it, and the directory synced.
+fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |what: &str, e| ServerError::Io(format!("{what} {}", path.display()), e);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io("creating the folder of", e))?;
     let tmp = path.with_extension("tmp");
     {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(|e| io("creating", e))?;
         f.write_all(bytes).map_err(|e| io("writing", e))?;
         f.sync_all().map_err(|e| io("syncing", e))?;
     }
@@ -293,6 +300,7 @@ impl Daemon {
         write_atomically(
             &DaemonFile::path(state_dir),
             &serde_json::to_vec_pretty(&daemon_file).expect("serialises"),
+            0o644,
         )?;
         Ok(Daemon {
             state,
@@ -349,8 +357,9 @@ impl Daemon {
 
 /// The pool's file-handle secret, made on first use.
 fn handle_key(state_dir: &Path, guid: u64) -> Result<[u8; 32]> {
-    let dir: PathBuf = state_dir.join("handle-keys");
-    let path = dir.join(format!("{guid:016x}.key"));
+    let path = state_dir
+        .join("handle-keys")
+        .join(format!("{guid:016x}.key"));
     let io = |what: &str, e| ServerError::Io(format!("{what} {}", path.display()), e);
     match std::fs::read(&path) {
         Ok(b) if b.len() == 32 => return Ok(b.try_into().unwrap()),
@@ -363,29 +372,11 @@ fn handle_key(state_dir: &Path, guid: u64) -> Result<[u8; 32]> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io("reading", e)),
     }
-    std::fs::create_dir_all(&dir).map_err(|e| io("creating the folder of", e))?;
     let mut key = [0u8; 32];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut key))
         .map_err(|e| io("random bytes for", e))?;
-    // Written to a temporary name and renamed, so a crash never leaves half a key.
-    let tmp = path.with_extension("tmp");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| io("creating", e))?;
-        f.write_all(&key).map_err(|e| io("writing", e))?;
-        f.sync_all().map_err(|e| io("syncing", e))?;
-    }
-    std::fs::rename(&tmp, &path).map_err(|e| io("renaming", e))?;
-    if let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
+    // A crash never leaves half a key; only the daemon's user may read it.
+    write_atomically(&path, &key, 0o600)?;
     Ok(key)
 }

@@ -71,62 +71,55 @@ impl Api {
         serde_json::from_str(text).with_context(|| format!("the daemon's answer to {what}"))
     }
 
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        let r = self.agent.get(format!("{}{path}", self.base)).call();
+        let r = self.agent.get(self.url(path)).call();
         self.answer(path, r)
     }
 
+    /// Sends `body` as JSON with `request` (a POST, PUT or PATCH of `path`).
     fn send<T: DeserializeOwned>(
         &self,
-        method: &str,
         path: &str,
+        request: ureq::RequestBuilder<ureq::typestate::WithBody>,
         body: &impl serde::Serialize,
     ) -> Result<T> {
-        let url = format!("{}{path}", self.base);
         let bytes = serde_json::to_vec(body)?;
-        let r = match method {
-            "POST" => self
-                .agent
-                .post(&url)
-                .header("content-type", "application/json")
-                .send(&bytes[..]),
-            "PUT" => self
-                .agent
-                .put(&url)
-                .header("content-type", "application/json")
-                .send(&bytes[..]),
-            "PATCH" => self
-                .agent
-                .patch(&url)
-                .header("content-type", "application/json")
-                .send(&bytes[..]),
-            _ => unreachable!("only methods with a body"),
-        };
+        let r = request
+            .header("content-type", "application/json")
+            .send(&bytes[..]);
         self.answer(path, r)
     }
 
     pub fn post<T: DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> Result<T> {
-        self.send("POST", path, body)
+        self.send(path, self.agent.post(self.url(path)), body)
     }
 
     pub fn put<T: DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> Result<T> {
-        self.send("PUT", path, body)
+        self.send(path, self.agent.put(self.url(path)), body)
+    }
+
+    pub fn patch<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<T> {
+        self.send(path, self.agent.patch(self.url(path)), body)
     }
 
     pub fn delete(&self, path: &str) -> Result<()> {
-        let r = self.agent.delete(format!("{}{path}", self.base)).call();
+        let r = self.agent.delete(self.url(path)).call();
         self.answer::<serde_json::Value>(path, r).map(|_| ())
     }
-}
-
-fn pool_of(name: &str) -> &str {
-    name.split(['/', '@']).next().unwrap_or(name)
 }
 
 /// Opens the datasets of the pool that `name` lives in, under the pool's lock, and
 /// commits after `f`.
 pub(crate) fn with_datasets<T>(name: &str, f: impl FnOnce(&Datasets) -> Result<T>) -> Result<T> {
-    let pool_name = pool_of(name);
+    let pool_name = fs::pool_of(name);
     let _lock = lock_pool(pool_name)?;
     let pool = crate::pool_cmd::open_registered(pool_name)?;
     let ds = Datasets::new(pool.clone())?;
@@ -202,29 +195,13 @@ impl Admin {
             Admin::Daemon(api) => {
                 let properties: BTreeMap<String, Option<String>> =
                     changes.iter().cloned().collect();
-                api.send::<DatasetInfo>(
-                    "PATCH",
+                api.patch::<DatasetInfo>(
                     &format!("/filesystems/{}", encode(name)),
                     &PropertyChanges { properties },
                 )
                 .map(|_| ())
             }
-            Admin::Local => with_datasets(name, |ds| {
-                let mut trial = fs::Props::default();
-                for (k, v) in changes {
-                    match v {
-                        Some(v) => trial.set(k, v)?,
-                        None if !fs::props::NAMES.contains(&k.as_str()) => {
-                            bail!("unknown property '{k}'")
-                        }
-                        None => {}
-                    }
-                }
-                for (k, v) in changes {
-                    ds.set(name, k, v.as_deref())?;
-                }
-                Ok(())
-            }),
+            Admin::Local => with_datasets(name, |ds| Ok(ds.set_many(name, changes)?)),
         }
     }
 

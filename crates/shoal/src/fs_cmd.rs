@@ -74,13 +74,7 @@ pub fn run(cmd: FsCommand) -> Result<()> {
                     "NAME", "USED", "AVAIL", "REFER", "RECORDSIZE", "COMPRESSION", "ATIME"
                 );
                 for d in &all {
-                    let v = |p: &str| {
-                        d.props
-                            .iter()
-                            .find(|x| x.property == p)
-                            .map(|x| x.value.clone())
-                            .unwrap_or_default()
-                    };
+                    let v = |p: &str| d.prop(p).unwrap_or("");
                     let bytes = |p: &str| {
                         crate::units::human(v(p).parse().expect("statistics are byte counts"))
                     };

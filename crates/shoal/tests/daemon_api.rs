@@ -91,11 +91,7 @@ impl Daemon {
     /// SIGTERM, and the daemon must exit cleanly and remove its address file.
     fn stop(mut self, state: &Path) {
         let mut child = self.child.take().unwrap();
-        let killed = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
+        signal(&child, "TERM");
         let status = child.wait().unwrap();
         assert!(status.success(), "shoal serve exited with {status}");
         assert!(!server::DaemonFile::path(state).exists());
@@ -113,23 +109,7 @@ impl Drop for Daemon {
 
 fn make_pool(dir: &Path) -> PathBuf {
     let state = dir.join("state");
-    let devs = dir.join("devs");
-    ok(
-        &state,
-        &[
-            "pool",
-            "create",
-            "--dir",
-            devs.to_str().unwrap(),
-            "--size",
-            "128M",
-            "tank",
-            "raidz1",
-            "a",
-            "b",
-            "c",
-        ],
-    );
+    create_tank(&state, dir, "128M", &["raidz1", "a", "b", "c"]);
     ok(&state, &["fs", "create", "tank/a"]);
     state
 }

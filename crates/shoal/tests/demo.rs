@@ -2,6 +2,9 @@
 //! share, serves them, and prints mount instructions that work (the libnfs line is
 //! used as printed); Ctrl-C commits; a second run reuses the pool and its data.
 
+mod common;
+use common::signal;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -40,11 +43,7 @@ fn start_demo(dir: &Path) -> (Child, Vec<String>) {
 }
 
 fn interrupt(mut child: Child) {
-    let sent = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    signal(&child, "INT");
     let status = child.wait().unwrap();
     assert!(status.success(), "shoal demo exited with {status}");
 }

@@ -104,23 +104,7 @@ impl Drop for Unmount {
 }
 
 fn make_pool(dir: &Path, state: &Path) {
-    let devs = dir.join("devs");
-    ok(
-        state,
-        &[
-            "pool",
-            "create",
-            "--dir",
-            devs.to_str().unwrap(),
-            "--size",
-            "512M",
-            "tank",
-            "raidz1",
-            "a",
-            "b",
-            "c",
-        ],
-    );
+    create_tank(state, dir, "512M", &["raidz1", "a", "b", "c"]);
 }
 
 /// Allocated bytes of pool `tank`, after the commits a free needs to show.
@@ -314,19 +298,6 @@ fn wait_until_remountable(mnt: &Path) {
         "remounting {} read-write",
         mnt.display()
     );
-}
-
-fn pjdfstest_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("PJDFSTEST") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var("HOME").unwrap_or_default();
-    let cargo_bin = Path::new(&home).join(".cargo/bin/pjdfstest");
-    assert!(
-        cargo_bin.exists(),
-        "pjdfstest is not installed: run .ci/test-deps.sh (or set PJDFSTEST)"
-    );
-    cargo_bin
 }
 
 #[test]

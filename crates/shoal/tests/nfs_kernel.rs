@@ -24,25 +24,11 @@ fn nfsvm_dir() -> PathBuf {
 /// A pool `tank` (raidz2 of six file devices) with an empty filesystem `tank/share`.
 fn make_share(dir: &Path) -> PathBuf {
     let state = dir.join("state");
-    let devs = dir.join("devs");
-    ok(
+    create_tank(
         &state,
-        &[
-            "pool",
-            "create",
-            "--dir",
-            devs.to_str().unwrap(),
-            "--size",
-            "256M",
-            "tank",
-            "raidz2",
-            "a",
-            "b",
-            "c",
-            "d",
-            "e",
-            "f",
-        ],
+        dir,
+        "256M",
+        &["raidz2", "a", "b", "c", "d", "e", "f"],
     );
     ok(&state, &["fs", "create", "tank/share"]);
     state
@@ -117,19 +103,6 @@ fn kernel_client_mounts_reads_writes_and_survives_a_server_restart() {
     // Everything the guest did is committed and consistent; it removed what it made.
     let check = ok(&state, &["pool", "check", "tank"]);
     assert!(check.contains("no problems found"), "{check}");
-}
-
-fn pjdfstest_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("PJDFSTEST") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var("HOME").unwrap_or_default();
-    let cargo_bin = Path::new(&home).join(".cargo/bin/pjdfstest");
-    assert!(
-        cargo_bin.exists(),
-        "pjdfstest is not installed: run .ci/test-deps.sh (or set PJDFSTEST)"
-    );
-    cargo_bin
 }
 
 /// Tests that cannot pass over NFSv3 whatever the server does (README, "pjdfstest
