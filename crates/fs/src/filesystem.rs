@@ -25,7 +25,7 @@ use crate::space::SpaceLimits;
 use crate::{FsError, Result};
 use pool::checksum::ChecksumKind;
 use pool::compress::Compression;
-use pool::{Pool, Tx};
+use pool::{Pool, ReadBuf, Tx};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -821,6 +821,12 @@ impl Filesystem {
     // ---- data ----
 
     pub fn read(&self, ino: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+        Ok(self.read_parts(ino, offset, len)?.to_vec())
+    }
+
+    /// Reads up to `len` bytes at `offset` (fewer at the end of the file) as slices of
+    /// the pool's cache buffers, for a server to send without copying.
+    pub fn read_parts(&self, ino: u64, offset: u64, len: usize) -> Result<ReadBuf> {
         let a = self.getattr(ino)?;
         match a.kind {
             Kind::File => {}
@@ -828,13 +834,12 @@ impl Filesystem {
             _ => return Err(FsError::Invalid("not a regular file".into())),
         }
         if offset >= a.size || len == 0 {
-            return Ok(Vec::new());
+            return Ok(ReadBuf::new());
         }
         let n = (a.size - offset).min(len as u64) as usize;
-        let mut buf = vec![0u8; n];
-        self.pool.read_into(self.os, ino, offset, &mut buf)?;
+        let bytes = self.pool.read_parts(self.os, ino, offset, n)?;
         self.touch_atime(&a);
-        Ok(buf)
+        Ok(bytes)
     }
 
     /// relatime: atime moves when it is older than mtime or ctime, or a day old, so

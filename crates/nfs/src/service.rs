@@ -18,7 +18,7 @@ use crate::exports::{Access, ExportRules, Refusal};
 use crate::handle::{FileId, HandleKey};
 use crate::proto::*;
 use crate::rpc::Accept;
-use crate::transport::{Call, Reply, Service};
+use crate::transport::{Call, ReadBuf, Reply, Service};
 use crate::xdr::{Decoder, Encoder, XdrError, XdrResult};
 use fs::{Attr, Cred, Filesystem, Kind, SetAttr, Timespec};
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -848,7 +848,7 @@ impl NfsService {
         call: &Call<'_>,
         d: &mut Decoder<'_>,
         e: &mut Encoder,
-        data: &mut Option<Vec<u8>>,
+        data: &mut Option<ReadBuf>,
     ) -> Result<(), Failure> {
         let fh = d.opaque(FHSIZE3)?;
         let offset = d.u64()?;
@@ -870,7 +870,7 @@ impl NfsService {
                 return Err(Status::Acces.into());
             }
             let count = count.min(RTMAX) as usize;
-            let bytes = t.share.fs.read(t.ino, offset, count)?;
+            let bytes = t.share.fs.read_parts(t.ino, offset, count)?;
             let eof = offset.saturating_add(bytes.len() as u64) >= t.attr.size;
             e.u32(0);
             post_op_attr(e, Some(&t.attr), t.fsid);

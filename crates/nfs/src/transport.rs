@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+pub use pool::ReadBuf;
+
 /// Largest record accepted: a 1 MiB WRITE and its headers.
 pub const MAX_RECORD_BYTES: usize = (1 << 20) + (64 << 10);
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -52,11 +54,12 @@ impl<'a> Call<'a> {
 }
 
 /// A reply: the encoded header and results, then optionally bulk data that goes out
-/// as it is (XDR padding is added here).
+/// as it is (XDR padding is added here). READ data is a list of slices of the ARC's
+/// own buffers, so it reaches the socket in the reply's one `writev` uncopied.
 #[derive(Debug, Default)]
 pub struct Reply {
     pub head: Vec<u8>,
-    pub data: Option<Vec<u8>>,
+    pub data: Option<ReadBuf>,
 }
 
 impl Reply {
@@ -80,7 +83,9 @@ impl Reply {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = self.head.clone();
         if let Some(d) = &self.data {
-            v.extend_from_slice(d);
+            for part in d.slices() {
+                v.extend_from_slice(part);
+            }
             v.extend_from_slice(Encoder::padding(d.len()));
         }
         v
@@ -110,9 +115,11 @@ impl Conn {
             "reply larger than one fragment"
         );
         let mark = (LAST_FRAGMENT | total as u32).to_be_bytes();
-        let data: &[u8] = reply.data.as_deref().unwrap_or(&[]);
-        let pad = Encoder::padding(data.len());
-        let parts: [&[u8]; 4] = [&mark, &reply.head, data, pad];
+        let mut parts: Vec<&[u8]> = vec![&mark, &reply.head];
+        if let Some(data) = &reply.data {
+            parts.extend(data.slices());
+            parts.push(Encoder::padding(data.len()));
+        }
         let mut w = self.writer.lock().unwrap();
         if write_all_vectored(&mut w, &parts).is_err() {
             // The client went away; its reader sees the closed socket.

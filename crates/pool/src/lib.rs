@@ -15,11 +15,13 @@ pub mod l2arc;
 pub mod objset;
 pub mod pool;
 pub mod prefetch;
+pub mod read_buf;
 pub mod spacelog;
 pub mod storage;
 pub mod uberblock;
 
 pub use pool::{Pool, PoolOptions, PoolStatus, Tx};
+pub use read_buf::ReadBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {

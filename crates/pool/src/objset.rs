@@ -35,6 +35,7 @@ use crate::checksum::ChecksumKind;
 use crate::compress::Compression;
 use crate::dnode::*;
 use crate::prefetch::{PrefetchConfig, StreamDetector};
+use crate::read_buf::ReadBuf;
 use crate::storage::{BlockSpec, Storage};
 use crate::PoolError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -476,22 +477,22 @@ impl Objset {
         Source::Tree(s.dnode.root, s.dnode.levels)
     }
 
-    /// Reads `out.len()` bytes at `offset` into `out`; holes and unwritten blocks read
-    /// as zeros. Returns the object's block size (for read-ahead).
-    pub fn read_into(
+    /// Reads `len` bytes at `offset` as slices of the buffers that hold them (the ARC's
+    /// blocks, dirty blocks); holes and unwritten blocks read as zeros. Returns the
+    /// object's block size (for read-ahead) with the bytes.
+    pub fn read_parts(
         &self,
         st: &Storage,
         obj: u64,
         offset: u64,
-        out: &mut [u8],
-    ) -> Result<u64, PoolError> {
-        let len = out.len();
+        len: usize,
+    ) -> Result<(u64, ReadBuf), PoolError> {
         let (bs, plan) = {
             let mut inner = self.inner.lock().unwrap();
             let s = Self::load(st, &mut inner, obj)?;
             let bs = s.dnode.block_size as u64;
             if len == 0 {
-                return Ok(bs);
+                return Ok((bs, ReadBuf::new()));
             }
             let first = offset / bs;
             let last = (offset + len as u64 - 1) / bs;
@@ -526,15 +527,15 @@ impl Objset {
             .into_iter()
             .map(|r| r.map(Some))
             .collect::<Result<_, _>>()?;
+        let mut out = ReadBuf::new();
         for ((blkid, source), slot) in plan.into_iter().zip(tree_slot) {
             let block_start = blkid * bs;
             let from = offset.max(block_start);
             let to = (offset + len as u64).min(block_start + bs);
-            let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
             let src_range = (from - block_start) as usize..(to - block_start) as usize;
             match source {
-                Source::Zero => dst.fill(0),
-                Source::Mem(b) => dst.copy_from_slice(&b[src_range]),
+                Source::Zero => out.push_zeros(src_range.len()),
+                Source::Mem(b) => out.push_dirty(b, src_range),
                 Source::Tree(..) => match slot.and_then(|i| blocks[i].take()) {
                     Some(block) => {
                         if block.bytes().len() < src_range.end {
@@ -542,13 +543,14 @@ impl Objset {
                                 "data block shorter than the object's block size".into(),
                             ));
                         }
-                        dst.copy_from_slice(&block.bytes()[src_range]);
+                        out.push_block(block, src_range);
                     }
-                    None => dst.fill(0),
+                    None => out.push_zeros(src_range.len()),
                 },
             }
         }
-        Ok(bs)
+        assert_eq!(out.len(), len, "a read returns exactly the bytes asked for");
+        Ok((bs, out))
     }
 
     /// Feeds a demand read to the object's stream detector; returns the block ids to

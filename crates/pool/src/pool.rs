@@ -36,6 +36,7 @@ use crate::config::{new_guid, LeafConfig, PoolConfig, PoolState, TopConfig, CONF
 use crate::deadlist::{self, Deadlist};
 use crate::intent_log::{IntentLog, IntentLogStats, LogHeader, LogOp, LogSource, Ring, RingKind};
 use crate::objset::{visit_objset, ObjectInfo, Objset};
+use crate::read_buf::ReadBuf;
 use crate::spacelog;
 use crate::storage::{BlockSpec, Storage};
 use crate::uberblock::{self, Uberblock};
@@ -1534,14 +1535,7 @@ impl Pool {
     }
 
     pub fn read(&self, os: u64, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
-        if len > 64 << 20 {
-            return Err(PoolError::InvalidArgument(
-                "read of more than 64 MiB at once".into(),
-            ));
-        }
-        let mut data = vec![0u8; len];
-        self.read_into(os, obj, offset, &mut data)?;
-        Ok(data)
+        Ok(self.read_parts(os, obj, offset, len)?.to_vec())
     }
 
     /// Reads into a caller's buffer (holes as zeros), feeding read-ahead.
@@ -1552,14 +1546,26 @@ impl Pool {
         offset: u64,
         data: &mut [u8],
     ) -> Result<(), PoolError> {
-        let len = data.len();
+        self.read_parts(os, obj, offset, data.len())?.copy_to(data);
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `offset` as slices of the cache's own buffers (holes as
+    /// zeros), feeding read-ahead: what a server sends without copying.
+    pub fn read_parts(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<ReadBuf, PoolError> {
         if len > 64 << 20 {
             return Err(PoolError::InvalidArgument(
                 "read of more than 64 MiB at once".into(),
             ));
         }
         let objset = self.objset(os)?;
-        let bs = objset.read_into(&self.storage, obj, offset, data)?;
+        let (bs, bytes) = objset.read_parts(&self.storage, obj, offset, len)?;
         if self.opts.prefetch {
             let ahead = objset.note_read(obj, offset, len as u64, bs);
             if !ahead.is_empty() {
@@ -1578,7 +1584,7 @@ impl Pool {
                 }
             }
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// Starts the read-ahead workers on first use.
@@ -2321,11 +2327,8 @@ fn device_ring(log_leaves: &[Arc<Leaf>]) -> Option<Ring> {
 impl LogSource for Pool {
     fn read_for_log(&self, os: u64, obj: u64, offset: u64, len: usize) -> Option<Vec<u8>> {
         let objset = self.objset(os).ok()?;
-        let mut data = vec![0u8; len];
-        objset
-            .read_into(&self.storage, obj, offset, &mut data)
-            .ok()?;
-        Some(data)
+        let (_, bytes) = objset.read_parts(&self.storage, obj, offset, len).ok()?;
+        Some(bytes.to_vec())
     }
 
     fn commit_txg(&self) -> Result<(), PoolError> {

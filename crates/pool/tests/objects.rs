@@ -332,3 +332,40 @@ fn sequential_reads_are_prefetched() {
         "read-ahead hits: {with} with, {without} without"
     );
 }
+
+/// The bytes of a read are the ARC's own buffers: a second read of a cached block
+/// hands out the same memory, so a server can send it without copying.
+#[test]
+fn reads_of_cached_blocks_share_the_arc_buffers() {
+    let devs = sim_devices(3, 41, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let f = new_file(&pool, os, 128 * 1024, Compression::Lz4);
+    let data = Rng(41).mixed(300_000);
+    pool.write(os, f, 4096, &data).unwrap();
+    // Before the sync the bytes come from the dirty buffers, after it from the ARC.
+    for synced in [false, true] {
+        if synced {
+            pool.sync().unwrap();
+        }
+        let first = pool.read_parts(os, f, 0, 400_000).unwrap();
+        let second = pool.read_parts(os, f, 0, 400_000).unwrap();
+        assert_eq!(first.len(), 400_000);
+        let bytes = first.to_vec();
+        assert!(
+            bytes[..4096].iter().all(|&b| b == 0),
+            "the hole reads as zeros"
+        );
+        assert_eq!(&bytes[4096..4096 + data.len()], &data[..]);
+        assert!(bytes[4096 + data.len()..].iter().all(|&b| b == 0));
+        let pointers = |r: &pool::ReadBuf| -> Vec<*const u8> {
+            r.slices()
+                .filter(|s| s.iter().any(|&b| b != 0))
+                .map(|s| s.as_ptr())
+                .collect()
+        };
+        let shared = pointers(&first);
+        assert_eq!(shared.len(), 3, "three blocks hold data (synced: {synced})");
+        assert_eq!(shared, pointers(&second), "synced: {synced}");
+    }
+}
