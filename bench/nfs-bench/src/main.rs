@@ -7,7 +7,8 @@
 //! `read` (sequential reads of those files), `randread` (random reads within them for
 //! `--seconds`), `syncwrite` (random FILE_SYNC writes for `--seconds`). Every reply
 //! is checked (RPC accepted, NFS3_OK, READ returns what was asked); prints one JSON
-//! object.
+//! object. `remove` deletes the streams' files through the server (so a server that
+//! caches names, as Ganesha does, never sees them vanish behind its back).
 
 use clap::Parser;
 use nfs::proto::{MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3};
@@ -29,7 +30,7 @@ struct Args {
     /// Exported path.
     #[arg(long)]
     export: String,
-    /// write, read, randread or syncwrite.
+    /// write, read, randread, syncwrite or remove.
     #[arg(long)]
     test: String,
     #[arg(long, default_value_t = 1)]
@@ -196,9 +197,26 @@ fn offsets(seed: u64, blocks: u64) -> impl FnMut() -> u64 {
     }
 }
 
+/// REMOVEs each stream's file; a file that is not there is fine.
+fn remove_files(args: &Args, dir: &[u8]) {
+    let mut c = RpcClient::connect(args.server).unwrap();
+    for i in 0..args.streams {
+        let mut e = Encoder::new();
+        e.opaque(dir).opaque(format!("nfs-bench-{i}").as_bytes());
+        let r = c.call(NFS_PROGRAM, NFS_V3, 12, &root(), &e.buf).unwrap();
+        let status = Decoder::new(results(&r)).u32().unwrap();
+        assert!(status == 0 || status == 2, "REMOVE nfs-bench-{i}: status {status}");
+    }
+    println!("{}", serde_json::json!({"test": "remove", "streams": args.streams}));
+}
+
 fn main() {
     let args = Args::parse();
     let dir = root_handle(&args);
+    if args.test == "remove" {
+        remove_files(&args, &dir);
+        return;
+    }
     let file_bytes = args.file_mib << 20;
     let blocks = file_bytes / args.block as u64;
     assert!(blocks > 0, "--file-mib is smaller than one block");
@@ -235,7 +253,7 @@ fn main() {
                             let write = (args.test == "syncwrite").then_some(2);
                             pipeline(&args, &fh, &mut next, write)
                         }
-                        t => panic!("unknown --test {t}: write, read, randread or syncwrite"),
+                        t => panic!("unknown --test {t}: write, read, randread, syncwrite or remove"),
                     }
                 })
             })
