@@ -205,9 +205,15 @@ fn remove_files(args: &Args, dir: &[u8]) {
         e.opaque(dir).opaque(format!("nfs-bench-{i}").as_bytes());
         let r = c.call(NFS_PROGRAM, NFS_V3, 12, &root(), &e.buf).unwrap();
         let status = Decoder::new(results(&r)).u32().unwrap();
-        assert!(status == 0 || status == 2, "REMOVE nfs-bench-{i}: status {status}");
+        assert!(
+            status == 0 || status == 2,
+            "REMOVE nfs-bench-{i}: status {status}"
+        );
     }
-    println!("{}", serde_json::json!({"test": "remove", "streams": args.streams}));
+    println!(
+        "{}",
+        serde_json::json!({"test": "remove", "streams": args.streams})
+    );
 }
 
 fn main() {
@@ -253,7 +259,9 @@ fn main() {
                             let write = (args.test == "syncwrite").then_some(2);
                             pipeline(&args, &fh, &mut next, write)
                         }
-                        t => panic!("unknown --test {t}: write, read, randread, syncwrite or remove"),
+                        t => {
+                            panic!("unknown --test {t}: write, read, randread, syncwrite or remove")
+                        }
                     }
                 })
             })

@@ -6,10 +6,15 @@
 //! `read end + distance` are returned for prefetch. A read that matches no stream starts
 //! one (no prefetch on the first read: one read is not a pattern). Streams idle past
 //! `stream_timeout` are dropped, the least recently used one is replaced when full.
+//! Once a stream has been continued exactly, reads within `REORDER_BLOCKS` of its end
+//! count as its own (a client with many reads in flight delivers them out of order).
 //! Invariant: a block id is returned at most once per stream.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
+
+/// How far out of order a stream's reads may arrive, in blocks.
+pub const REORDER_BLOCKS: u64 = 32;
 
 #[derive(Debug, Clone)]
 pub struct PrefetchConfig {
@@ -33,6 +38,8 @@ impl Default for PrefetchConfig {
 #[derive(Debug, Clone)]
 struct Stream {
     next_blkid: u64,
+    /// Continued exactly at least once: only then are out-of-order reads its own.
+    confirmed: bool,
     issued_until: u64,
     distance: u64,
     last_used: Instant,
@@ -68,18 +75,44 @@ impl StreamDetector {
             .retain(|s| now.saturating_duration_since(s.last_used) < timeout);
         let end = blkid + nblocks.max(1);
         let max_distance = (self.cfg.max_distance_bytes / block_size.max(1)).max(1);
-        if let Some(s) = self
-            .streams
-            .iter_mut()
-            .find(|s| blkid == s.next_blkid || (blkid < s.next_blkid && end > s.next_blkid))
-        {
+        // Reads of one stream arrive slightly out of order when a client keeps many in
+        // flight and server threads take them in parallel: once a stream has been
+        // continued exactly, a read within `REORDER_BLOCKS` of its end belongs to it.
+        // One that ends before the stream's end is a late arrival and changes nothing;
+        // one past it moves the end forward.
+        // One that overlaps a stream exactly confirms it.
+        let found = self.streams.iter().position(|s| {
+            let exact = blkid == s.next_blkid || (blkid < s.next_blkid && end > s.next_blkid);
+            let near =
+                blkid <= s.next_blkid + REORDER_BLOCKS && end + REORDER_BLOCKS > s.next_blkid;
+            exact || (s.confirmed && near)
+        });
+        if let Some(i) = found {
+            let s = &mut self.streams[i];
+            s.last_used = now;
+            if end <= s.next_blkid {
+                return end..end;
+            }
+            s.confirmed = true;
             s.next_blkid = end;
             s.distance = (s.distance * 2).min(max_distance);
-            s.last_used = now;
-            let from = s.issued_until.max(end);
+            // Streams started by this stream's early arrivals are this stream: merge them
+            // so no block is issued twice.
+            let (next, mut issued_until) = (s.next_blkid, s.issued_until);
+            let mut i = i;
+            for j in (0..self.streams.len()).rev() {
+                if j != i && self.streams[j].next_blkid.abs_diff(next) <= REORDER_BLOCKS {
+                    issued_until = issued_until.max(self.streams.remove(j).issued_until);
+                    if j < i {
+                        i -= 1;
+                    }
+                }
+            }
+            let s = &mut self.streams[i];
+            let from = issued_until.max(end);
             let to = end + s.distance;
+            s.issued_until = issued_until.max(to);
             if to > from {
-                s.issued_until = to;
                 return from..to;
             }
             return end..end;
@@ -92,6 +125,7 @@ impl StreamDetector {
         }
         self.streams.push(Stream {
             next_blkid: end,
+            confirmed: false,
             issued_until: end,
             distance: (self.cfg.initial_distance_blocks / 2).max(1),
             last_used: now,
@@ -124,6 +158,34 @@ mod tests {
         assert!(issued.iter().all(|&x| x <= 200 + 256));
         assert!(issued.contains(&150));
         assert!(widths[1] >= 1);
+    }
+
+    /// Sixteen reads in flight reach the detector in a shuffled order: still one
+    /// stream, reading ahead to the full distance, never issuing a block twice.
+    #[test]
+    fn reordered_reads_stay_one_stream() {
+        let mut d = StreamDetector::new(PrefetchConfig::default());
+        let t = Instant::now();
+        let bs = 128 * 1024;
+        let mut issued = std::collections::HashSet::new();
+        let mut x = 12345u64;
+        for window in 0..50u64 {
+            let mut ids: Vec<u64> = (window * 16..window * 16 + 16).collect();
+            for i in (1..ids.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ids.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            for b in ids {
+                for p in d.on_read(b, 1, bs, t) {
+                    assert!(issued.insert(p), "block {p} issued twice");
+                }
+            }
+        }
+        assert_eq!(d.stream_count(), 1);
+        // By the end the stream reads the full 256 blocks (32 MiB) ahead.
+        assert!(issued.contains(&(800 + 200)), "{}", issued.len());
     }
 
     #[test]

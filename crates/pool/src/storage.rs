@@ -17,7 +17,7 @@ use crate::blkptr::{BlockPointer, BlockType, Dva, MAX_DVAS};
 use crate::checksum::{self, ChecksumKind};
 use crate::compress::{self, Compression};
 use crate::PoolError;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use vdev::{AlignedBuf, ReadMode, RepairReport, TopVdev, SECTOR_SIZE};
@@ -118,14 +118,49 @@ pub struct WriteBatch {
     per_top: Vec<Mutex<Vec<vdev::tree::PlannedWrite>>>,
 }
 
+/// Blocks being read from the devices, so that a block is read once however many
+/// readers want it at the same moment. Each read in flight has its own signal: a
+/// finished read wakes only the readers waiting for that block (one shared condition
+/// variable woke every waiting reader at every block, a storm of context switches
+/// under a streaming read).
+#[derive(Default)]
+struct InFlight {
+    reads: Mutex<HashMap<BlockKey, Arc<ReadDone>>>,
+}
+
+#[derive(Default)]
+struct ReadDone {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl ReadDone {
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap();
+        while !*done {
+            done = self.cv.wait(done).unwrap();
+        }
+    }
+}
+
+impl InFlight {
+    /// Ends the read of `key`: wakes its waiters.
+    fn finish(&self, key: &BlockKey) {
+        let signal = self.reads.lock().unwrap().remove(key);
+        if let Some(signal) = signal {
+            *signal.done.lock().unwrap() = true;
+            signal.cv.notify_all();
+        }
+    }
+}
+
 /// The vdevs, allocator and ARC of one pool.
 pub struct Storage {
     pub tops: Vec<Arc<TopVdev>>,
     pub alloc: Mutex<Allocator>,
     pub arc: AdaptiveCache<BlockKey, CachedBlock>,
     pub counters: PoolCounters,
-    inflight: Mutex<HashSet<BlockKey>>,
-    inflight_cv: Condvar,
+    inflight: InFlight,
     /// The second-level cache on cache devices, if the pool has any.
     pub l2: std::sync::OnceLock<Arc<crate::l2arc::L2Arc>>,
     /// Top-level vdevs that placed blocks went to since `flush_placed` last ran.
@@ -146,9 +181,8 @@ impl Storage {
             alloc: Mutex::new(alloc),
             arc: AdaptiveCache::new(arc_max_bytes),
             counters: PoolCounters::default(),
-            inflight: Mutex::new(HashSet::new()),
+            inflight: InFlight::default(),
             placed_tops: Mutex::new(Default::default()),
-            inflight_cv: Condvar::new(),
             l2: std::sync::OnceLock::new(),
             deterministic: std::sync::atomic::AtomicBool::new(false),
         }
@@ -412,15 +446,20 @@ impl Storage {
             }
             // One device read per block at a time: a reader that finds the block in
             // flight (a prefetch, or another client) waits for it instead of reading again.
-            let mut inflight = self.inflight.lock().unwrap();
-            if inflight.contains(&key) {
-                while inflight.contains(&key) {
-                    inflight = self.inflight_cv.wait(inflight).unwrap();
+            let waiting = {
+                let mut reads = self.inflight.reads.lock().unwrap();
+                match reads.get(&key) {
+                    Some(signal) => Some(signal.clone()),
+                    None => {
+                        reads.insert(key, Arc::default());
+                        None
+                    }
                 }
-                continue;
+            };
+            match waiting {
+                Some(signal) => signal.wait(),
+                None => break,
             }
-            inflight.insert(key);
-            break;
         }
         let l2_hit = self.l2.get().and_then(|l2| l2.read(&key));
         let result = match l2_hit {
@@ -430,10 +469,7 @@ impl Storage {
         if let Ok((block, _)) = &result {
             self.arc_insert(key, block.clone(), kind);
         }
-        let mut inflight = self.inflight.lock().unwrap();
-        inflight.remove(&key);
-        self.inflight_cv.notify_all();
-        drop(inflight);
+        self.inflight.finish(&key);
         result.map(|(b, _)| b)
     }
 
@@ -449,13 +485,13 @@ impl Storage {
             bps.iter().map(|_| None).collect();
         let mut claimed: Vec<usize> = Vec::new();
         {
-            let mut inflight = self.inflight.lock().unwrap();
+            let mut reads = self.inflight.reads.lock().unwrap();
             for (i, bp) in bps.iter().enumerate() {
                 let key = BlockKey::of(bp);
                 if let Some(b) = self.arc.get(&key, kind) {
                     results[i] = Some(Ok(b));
-                } else if !inflight.contains(&key) && self.l2.get().is_none() {
-                    inflight.insert(key);
+                } else if !reads.contains_key(&key) && self.l2.get().is_none() {
+                    reads.insert(key, Arc::default());
                     claimed.push(i);
                 }
             }
@@ -500,12 +536,8 @@ impl Storage {
                 results[i] = Some(Ok(block));
             }
         }
-        {
-            let mut inflight = self.inflight.lock().unwrap();
-            for &i in &claimed {
-                inflight.remove(&BlockKey::of(&bps[i]));
-            }
-            self.inflight_cv.notify_all();
+        for &i in &claimed {
+            self.inflight.finish(&BlockKey::of(&bps[i]));
         }
         results
             .into_iter()

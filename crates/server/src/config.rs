@@ -9,6 +9,9 @@
 //! [api]
 //! listen = "127.0.0.1:8080"    # the admin HTTP API (and UI); "off" disables it
 //!
+//! [cache]
+//! arc_max = "4G"               # each pool's ARC bound (default: a quarter of memory)
+//!
 //! [[share]]
 //! dataset = "tank/home"
 //! rules = "10.0.0.0/8(rw) *(ro)"   # as in /etc/exports; default "*(rw)"
@@ -67,6 +70,47 @@ pub struct ServeConfig {
     pub api: ApiConfig,
     #[serde(default, rename = "share")]
     pub shares: Vec<ShareConfig>,
+    #[serde(default)]
+    pub cache: CacheConfig,
+}
+
+/// Memory for caching. A size is a number with an optional unit (K, M, G, T).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Each pool's ARC bound; `None` leaves the pool's default (a quarter of memory).
+    #[serde(default, deserialize_with = "size_or_none")]
+    pub arc_max: Option<u64>,
+}
+
+/// Parses a size such as `512M` or `4G` (binary units) into bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (a whole number with K, M, G or T)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KIB" => 10,
+        "M" | "MIB" => 20,
+        "G" | "GIB" => 30,
+        "T" | "TIB" => 40,
+        other => {
+            return Err(format!(
+                "unknown unit '{other}' in '{s}' (use K, M, G or T)"
+            ))
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("size '{s}' is out of range"))
+}
+
+fn size_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_size(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
 /// Where the admin HTTP API listens; `None` when it is off.
@@ -130,6 +174,13 @@ mod tests {
         let off = ServeConfig::parse("[api]\nlisten = \"off\"\n").unwrap();
         assert_eq!(off.api.listen, None);
         assert!(ServeConfig::parse("[api]\nlisten = \"nowhere\"\n").is_err());
+        let cache = ServeConfig::parse("[cache]\narc_max = \"1536M\"\n").unwrap();
+        assert_eq!(cache.cache.arc_max, Some(1536 << 20));
+        assert_eq!(c.cache.arc_max, None);
+        for bad in ["\"\"", "\"0\"", "\"4X\"", "\"-1G\"", "\"99999999T\"", "4"] {
+            let text = format!("[cache]\narc_max = {bad}\n");
+            assert!(ServeConfig::parse(&text).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

@@ -909,7 +909,7 @@ pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()>
     }
     let pool_name = dataset.split('/').next().unwrap_or(dataset);
     let _lock = lock_pool(pool_name)?;
-    let pool = open_registered_long_lived(pool_name)?;
+    let pool = open_registered_long_lived(pool_name, None)?;
     let datasets = fs::Datasets::new(pool.clone())?;
     let filesystem = datasets
         .open(dataset)

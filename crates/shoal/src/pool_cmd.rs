@@ -311,8 +311,18 @@ pub(crate) fn open_registered(name: &str) -> Result<Arc<Pool>> {
 
 /// For processes that keep a pool open (the daemon, a FUSE mount): the background
 /// sync thread commits a txg every few seconds, as it would in the appliance.
-pub(crate) fn open_registered_long_lived(name: &str) -> Result<Arc<Pool>> {
-    open_registered_with(name, PoolOptions::default())
+/// `arc_max_bytes`: the ARC's bound, `None` for the pool's default.
+pub(crate) fn open_registered_long_lived(
+    name: &str,
+    arc_max_bytes: Option<u64>,
+) -> Result<Arc<Pool>> {
+    open_registered_with(
+        name,
+        PoolOptions {
+            arc_max_bytes,
+            ..PoolOptions::default()
+        },
+    )
 }
 
 fn open_registered_with(name: &str, options: PoolOptions) -> Result<Arc<Pool>> {

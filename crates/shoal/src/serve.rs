@@ -27,6 +27,9 @@ pub struct ServeArgs {
     /// default `*(rw)`); repeatable.
     #[arg(long = "share")]
     shares: Vec<String>,
+    /// Each pool's ARC bound, e.g. `4G` (default: a quarter of memory).
+    #[arg(long, value_parser = server::config::parse_size)]
+    arc_max: Option<u64>,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -45,6 +48,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Some(api) = &args.api {
         config.api.listen =
             server::config::parse_api_listen(api).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
+    }
+    if args.arc_max.is_some() {
+        config.cache.arc_max = args.arc_max;
     }
     if args.portmapper.is_some() {
         config.nfs.portmapper = args.portmapper;
@@ -79,7 +85,8 @@ pub fn serve(config: &ServeConfig, ready: impl FnOnce(&server::Daemon)) -> Resul
     for name in registry.pools.keys() {
         locks.push(lock_pool(name)?);
         pools.push(
-            open_registered_long_lived(name).with_context(|| format!("importing pool {name}"))?,
+            open_registered_long_lived(name, config.cache.arc_max)
+                .with_context(|| format!("importing pool {name}"))?,
         );
     }
     // Signals are caught before anything is served, so none is lost in between.

@@ -107,6 +107,8 @@ fn wrong_arguments_fail_cleanly() {
             &["pool", "create", "--dir", d, "--size", "lots", "tank", "a"],
             "not a number",
         ),
+        (&["serve", "--arc-max", "4X"], "unknown unit 'X'"),
+        (&["serve", "--arc-max", "0"], "out of range"),
         (
             &["pool", "create", "--dir", d, "tank", "a"],
             "does not exist",
