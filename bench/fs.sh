@@ -15,15 +15,9 @@ SIZE_MIB=${SIZE_MIB:-4096}
 DEV_MIB=${DEV_MIB:-$(( SIZE_MIB * 6 / 4 / 6 + 1024 ))}
 FILES=${FILES:-100000}
 SECONDS_SYNC=${SECONDS_SYNC:-20}
-command -v fio >/dev/null || { apt-get update -qq && apt-get install -y -qq fio >/dev/null; }
-# zfs-fuse brings the fuse package, whose mount.fuse helper takes over mount(8)
-# remounts of every FUSE file system (the FUSE tests' EROFS run needs it absent), so
-# what this script installs it removes again.
-INSTALLED_ZFS_FUSE=0
-if ! command -v zfs-fuse >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq zfs-fuse >/dev/null
-    INSTALLED_ZFS_FUSE=1
-fi
+. bench/lib.sh
+need fio
+need_zfs_fuse
 cargo build --release -q -p shoal
 SHOAL=$PWD/target/release/shoal
 export SHOAL_STATE_DIR="$DIR/state"
@@ -35,15 +29,12 @@ cleanup() {
     [ -f "$OUT/zfs.pid" ] && kill "$(cat "$OUT/zfs.pid")" 2>/dev/null || true
     sleep 1
     rm -rf "$DIR" "$OUT"
-    if [ "$INSTALLED_ZFS_FUSE" = 1 ]; then
-        apt-get remove -y -qq zfs-fuse fuse >/dev/null 2>&1 || true
-    fi
+    remove_zfs_fuse_if_installed
 }
 trap cleanup EXIT
 rm -rf "$DIR"
 mkdir -p "$DIR"
 
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 fio_job() { # name dir rw bs extra... -> JSON {bw_bytes, iops, lat_us_p50}
     local name=$1 dir=$2 rw=$3 bs=$4

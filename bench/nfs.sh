@@ -26,16 +26,9 @@ REPEAT=${REPEAT:-3}
 ARC_MIB=${ARC_MIB:-1024}
 CACHED_MIB=${CACHED_MIB:-$(( ARC_MIB / 2 ))}
 DEV_MIB=${DEV_MIB:-$(( TOTAL_MIB * 6 / 4 / 6 + 1024 ))}
-installed() { for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || return 1; done; }
-need() { installed "$@" || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }; }
+. bench/lib.sh
 need nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils fio
-# zfs-fuse brings the fuse package, whose mount.fuse helper breaks the FUSE tests'
-# read-only remounts: what this script installs it removes again.
-INSTALLED_ZFS_FUSE=0
-if ! command -v zfs-fuse >/dev/null; then
-    need zfs-fuse
-    INSTALLED_ZFS_FUSE=1
-fi
+need_zfs_fuse
 cargo build --release -q -p shoal -p nfs-bench
 SHOAL=$PWD/target/release/shoal
 NB=$PWD/target/release/nfs-bench
@@ -66,14 +59,11 @@ cleanup() {
     [ -f "$OUT/rpcbind.started" ] && pkill -x rpcbind || true
     cp "$OUT"/*.log "$OUT"/*.err "$OUT"/*.conf "$LOGS"/ 2>/dev/null || true
     rm -rf "$DIR" "$OUT"
-    if [ "$INSTALLED_ZFS_FUSE" = 1 ]; then
-        apt-get remove -y -qq zfs-fuse fuse >/dev/null 2>&1 || true
-    fi
+    remove_zfs_fuse_if_installed
 }
 trap cleanup EXIT
 rm -rf "$DIR"
 mkdir -p "$DIR"
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 log() { echo "nfs.sh: $*" >&2; }
 
 # The disk of a shared machine is noisy (the same fio job varies by 2x from one run to

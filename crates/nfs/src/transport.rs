@@ -115,13 +115,13 @@ impl Conn {
             "reply larger than one fragment"
         );
         let mark = (LAST_FRAGMENT | total as u32).to_be_bytes();
-        let mut parts: Vec<&[u8]> = vec![&mark, &reply.head];
+        let mut parts = vec![IoSlice::new(&mark), IoSlice::new(&reply.head)];
         if let Some(data) = &reply.data {
-            parts.extend(data.slices());
-            parts.push(Encoder::padding(data.len()));
+            parts.extend(data.slices().map(IoSlice::new));
+            parts.push(IoSlice::new(Encoder::padding(data.len())));
         }
         let mut w = self.writer.lock().unwrap();
-        if write_all_vectored(&mut w, &parts).is_err() {
+        if write_all_vectored(&mut w, &mut parts).is_err() {
             // The client went away; its reader sees the closed socket.
             self.closed.store(true, Ordering::SeqCst);
             let _ = w.shutdown(Shutdown::Both);
@@ -136,23 +136,13 @@ impl Conn {
 }
 
 /// Writes every byte of `parts`, as few system calls as the socket allows.
-fn write_all_vectored(w: &mut TcpStream, parts: &[&[u8]]) -> std::io::Result<()> {
-    let mut skip = 0usize; // bytes of `parts` already written
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    while skip < total {
-        let mut slices = Vec::with_capacity(parts.len());
-        let mut offset = skip;
-        for p in parts {
-            if offset >= p.len() {
-                offset -= p.len();
-                continue;
-            }
-            slices.push(IoSlice::new(&p[offset..]));
-            offset = 0;
-        }
-        match w.write_vectored(&slices) {
+fn write_all_vectored(w: &mut TcpStream, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    let mut rest = parts;
+    IoSlice::advance_slices(&mut rest, 0); // drops leading empty slices
+    while !rest.is_empty() {
+        match w.write_vectored(rest) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => skip += n,
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }

@@ -76,11 +76,10 @@ impl StreamDetector {
         let end = blkid + nblocks.max(1);
         let max_distance = (self.cfg.max_distance_bytes / block_size.max(1)).max(1);
         // Reads of one stream arrive slightly out of order when a client keeps many in
-        // flight and server threads take them in parallel: once a stream has been
-        // continued exactly, a read within `REORDER_BLOCKS` of its end belongs to it.
-        // One that ends before the stream's end is a late arrival and changes nothing;
-        // one past it moves the end forward.
-        // One that overlaps a stream exactly confirms it.
+        // flight and server threads take them in parallel. A read that continues a
+        // stream exactly confirms it; once confirmed, a read within `REORDER_BLOCKS` of
+        // its end belongs to it too. A read that ends before the stream's end is a late
+        // arrival and changes nothing; one past it moves the end forward.
         let found = self.streams.iter().position(|s| {
             let exact = blkid == s.next_blkid || (blkid < s.next_blkid && end > s.next_blkid);
             let near =
@@ -88,34 +87,29 @@ impl StreamDetector {
             exact || (s.confirmed && near)
         });
         if let Some(i) = found {
-            let s = &mut self.streams[i];
-            s.last_used = now;
-            if end <= s.next_blkid {
+            if end <= self.streams[i].next_blkid {
+                self.streams[i].last_used = now;
                 return end..end;
             }
+            let mut s = self.streams.swap_remove(i);
+            s.last_used = now;
             s.confirmed = true;
             s.next_blkid = end;
             s.distance = (s.distance * 2).min(max_distance);
             // Streams started by this stream's early arrivals are this stream: merge them
             // so no block is issued twice.
-            let (next, mut issued_until) = (s.next_blkid, s.issued_until);
-            let mut i = i;
-            for j in (0..self.streams.len()).rev() {
-                if j != i && self.streams[j].next_blkid.abs_diff(next) <= REORDER_BLOCKS {
-                    issued_until = issued_until.max(self.streams.remove(j).issued_until);
-                    if j < i {
-                        i -= 1;
-                    }
+            self.streams.retain(|o| {
+                let twin = o.next_blkid.abs_diff(end) <= REORDER_BLOCKS;
+                if twin {
+                    s.issued_until = s.issued_until.max(o.issued_until);
                 }
-            }
-            let s = &mut self.streams[i];
-            let from = issued_until.max(end);
+                !twin
+            });
+            let from = s.issued_until.max(end);
             let to = end + s.distance;
-            s.issued_until = issued_until.max(to);
-            if to > from {
-                return from..to;
-            }
-            return end..end;
+            s.issued_until = s.issued_until.max(to);
+            self.streams.push(s);
+            return if to > from { from..to } else { end..end };
         }
         if self.streams.len() >= self.cfg.max_streams {
             let lru = (0..self.streams.len())

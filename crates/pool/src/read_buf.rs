@@ -112,17 +112,6 @@ impl ReadBuf {
     }
 }
 
-impl From<Vec<u8>> for ReadBuf {
-    fn from(v: Vec<u8>) -> ReadBuf {
-        let mut r = ReadBuf::new();
-        let n = v.len();
-        if n > 0 {
-            r.push_block(CachedBlock::from_vec(v), 0..n);
-        }
-        r
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,13 +132,5 @@ mod tests {
         assert_eq!(&v[..3], &[2, 3, 4]);
         assert!(v[3..3 + 3 + ZEROS.len()].iter().all(|&b| b == 0));
         assert_eq!(&v[v.len() - 3..], b"bcd");
-    }
-
-    #[test]
-    fn a_vec_becomes_one_part() {
-        let r = ReadBuf::from(vec![7u8; 5]);
-        assert_eq!(r.slices().count(), 1);
-        assert_eq!(r.to_vec(), vec![7u8; 5]);
-        assert!(ReadBuf::from(Vec::new()).is_empty());
     }
 }

@@ -144,10 +144,13 @@ impl ReadDone {
 }
 
 impl InFlight {
-    /// Ends the read of `key`: wakes its waiters.
-    fn finish(&self, key: &BlockKey) {
-        let signal = self.reads.lock().unwrap().remove(key);
-        if let Some(signal) = signal {
+    /// Ends the reads of `keys`: wakes their waiters.
+    fn finish<'a>(&self, keys: impl IntoIterator<Item = &'a BlockKey>) {
+        let signals: Vec<Arc<ReadDone>> = {
+            let mut reads = self.reads.lock().unwrap();
+            keys.into_iter().filter_map(|k| reads.remove(k)).collect()
+        };
+        for signal in signals {
             *signal.done.lock().unwrap() = true;
             signal.cv.notify_all();
         }
@@ -469,7 +472,7 @@ impl Storage {
         if let Ok((block, _)) = &result {
             self.arc_insert(key, block.clone(), kind);
         }
-        self.inflight.finish(&key);
+        self.inflight.finish([&key]);
         result.map(|(b, _)| b)
     }
 
@@ -536,9 +539,8 @@ impl Storage {
                 results[i] = Some(Ok(block));
             }
         }
-        for &i in &claimed {
-            self.inflight.finish(&BlockKey::of(&bps[i]));
-        }
+        let keys: Vec<BlockKey> = claimed.iter().map(|&i| BlockKey::of(&bps[i])).collect();
+        self.inflight.finish(&keys);
         results
             .into_iter()
             .zip(bps)

@@ -83,29 +83,34 @@ pub struct CacheConfig {
     pub arc_max: Option<u64>,
 }
 
-/// Parses a size such as `512M` or `4G` (binary units) into bytes.
+/// Parses a human size such as `64M`, `4G` or `1.5TiB` (binary units) into bytes:
+/// the one size parser of the daemon's config and the command line.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num
+    let n: f64 = num
         .parse()
-        .map_err(|_| format!("'{s}' is not a size (a whole number with K, M, G or T)"))?;
+        .map_err(|_| format!("size '{s}' is not a number with an optional unit (K, M, G, T)"))?;
     let shift = match unit.trim().to_ascii_uppercase().as_str() {
         "" | "B" => 0,
-        "K" | "KIB" => 10,
-        "M" | "MIB" => 20,
-        "G" | "GIB" => 30,
-        "T" | "TIB" => 40,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
         other => {
             return Err(format!(
-                "unknown unit '{other}' in '{s}' (use K, M, G or T)"
+                "unknown unit '{other}' in size '{s}' (use K, M, G or T)"
             ))
         }
     };
-    n.checked_mul(1u64 << shift)
-        .filter(|&b| b > 0)
-        .ok_or_else(|| format!("size '{s}' is out of range"))
+    let bytes = n * (1u64 << shift) as f64;
+    if !(bytes.is_finite() && (1.0..1e18).contains(&bytes)) {
+        return Err(format!("size '{s}' out of range"));
+    }
+    Ok(bytes as u64)
 }
 
 fn size_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {

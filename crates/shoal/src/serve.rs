@@ -28,7 +28,7 @@ pub struct ServeArgs {
     #[arg(long = "share")]
     shares: Vec<String>,
     /// Each pool's ARC bound, e.g. `4G` (default: a quarter of memory).
-    #[arg(long, value_parser = server::config::parse_size)]
+    #[arg(long, value_parser = crate::units::parse_size)]
     arc_max: Option<u64>,
 }
 

@@ -1,30 +1,9 @@
 //! Human sizes: parsing `64M`, `1G`, `1.5TiB` and printing `1.2G`.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = match num.parse() {
-        Ok(n) => n,
-        Err(_) => bail!("size '{s}' is not a number with an optional unit (K, M, G, T)"),
-    };
-    let mult: u64 = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        "T" | "TB" | "TIB" => 1 << 40,
-        other => bail!("unknown size unit '{other}' in '{s}' (use K, M, G or T)"),
-    };
-    let bytes = n * mult as f64;
-    if !(bytes.is_finite() && (1.0..1e18).contains(&bytes)) {
-        bail!("size '{s}' out of range");
-    }
-    Ok(bytes as u64)
+    server::config::parse_size(s).map_err(anyhow::Error::msg)
 }
 
 pub fn human(bytes: u64) -> String {

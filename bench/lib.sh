@@ -1,0 +1,24 @@
+# Helpers shared by the benchmark scripts (sourced, never run): packages, zfs-fuse
+# installed for the run only, and dropping the kernel's caches.
+
+installed() { for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || return 1; done; }
+need() { installed "$@" || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }; }
+
+# zfs-fuse brings the fuse package, whose mount.fuse helper takes over mount(8)
+# remounts of every FUSE file system (the FUSE tests' EROFS run needs it absent), so
+# what a run installs it removes again: need_zfs_fuse at the start, and
+# remove_zfs_fuse_if_installed in the script's exit trap.
+INSTALLED_ZFS_FUSE=0
+need_zfs_fuse() {
+    if ! command -v zfs-fuse >/dev/null; then
+        need zfs-fuse
+        INSTALLED_ZFS_FUSE=1
+    fi
+}
+remove_zfs_fuse_if_installed() {
+    if [ "$INSTALLED_ZFS_FUSE" = 1 ]; then
+        apt-get remove -y -qq zfs-fuse fuse >/dev/null 2>&1 || true
+    fi
+}
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
