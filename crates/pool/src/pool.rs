@@ -52,7 +52,11 @@ use vdev::{Device, Health, Layout, Leaf, ReadMode, TopVdev};
 const DIR_MAGIC: &[u8; 8] = b"SHOALDIR";
 const DIR_VERSION: u32 = 3;
 const DIR_MAX_BYTES: usize = 1024 * 1024;
-const PREFETCH_WORKERS: usize = 8;
+/// Read-ahead threads. Each runs one job (one aggregated read per leaf) at a time, so
+/// this is also the device queue depth read-ahead can reach: 16 keeps a 32 MiB window
+/// in flight for two streams (8 left the reader waiting on in-flight blocks twice as
+/// often on one stream).
+const PREFETCH_WORKERS: usize = 16;
 const PREFETCH_QUEUE: usize = 1024;
 
 /// (object set, object, block range)

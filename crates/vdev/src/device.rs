@@ -50,6 +50,22 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         }
         self.write_at(offset, &joined)
     }
+
+    /// Reads back-to-back bytes from `offset` into `bufs` in order, as one I/O where
+    /// the device can (a leaf read that feeds several blocks lands in their buffers
+    /// without a staging copy).
+    fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> io::Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut joined = crate::aligned::AlignedBuf::for_overwrite(total);
+        self.read_at(offset, &mut joined)?;
+        let mut pos = 0;
+        for b in bufs.iter_mut() {
+            let len = b.len();
+            b.copy_from_slice(&joined[pos..pos + len]);
+            pos += len;
+        }
+        Ok(())
+    }
 }
 
 /// Alignment and range check shared by every device.

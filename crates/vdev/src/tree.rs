@@ -212,22 +212,32 @@ impl Leaf {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
+        self.read_vectored(offset, &mut [buf])
+    }
+
+    /// Reads adjacent pieces as one I/O, straight into their buffers.
+    fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> bool {
         let Some(dev) = self.device() else {
             return false;
         };
         if self.health() != Health::Online {
             return false;
         }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
         assert!(
-            offset + buf.len() as u64 <= self.data_len(),
+            offset + total as u64 <= self.data_len(),
             "read past data area"
         );
         self.counters.read_ops.fetch_add(1, Ordering::Relaxed);
-        match dev.read_at(self.data_start + offset, buf) {
+        let result = match bufs {
+            [one] => dev.read_at(self.data_start + offset, one),
+            _ => dev.read_vectored_at(self.data_start + offset, bufs),
+        };
+        match result {
             Ok(()) => {
                 self.counters
                     .read_bytes
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    .fetch_add(total as u64, Ordering::Relaxed);
                 true
             }
             Err(_) => {
@@ -603,10 +613,11 @@ impl TopVdev {
                 }
             }
         }
-        let outs: Vec<Mutex<Option<AlignedBuf>>> = reqs
+        let mut outs: Vec<AlignedBuf> = reqs
             .iter()
-            .map(|&(_, size)| Mutex::new(Some(AlignedBuf::for_overwrite(size as usize))))
+            .map(|&(_, size)| AlignedBuf::for_overwrite(size as usize))
             .collect();
+        let mut failed = vec![false; reqs.len()];
         // Leaves are read one after another in the calling thread: callers (read-ahead
         // workers, client threads) already provide the parallelism, and spawning
         // threads per call cost more (stack maps, TLB shootdowns) than it saved.
@@ -627,24 +638,28 @@ impl TopVdev {
                     run += pieces[j].1;
                     j += 1;
                 }
-                let mut buf = AlignedBuf::for_overwrite(run);
-                let ok = leaf.read(pieces[i].0, &mut buf);
-                let mut pos = 0;
+                // Each request has at most one piece per leaf, so the pieces of a run
+                // lie in distinct buffers and can all be borrowed at once.
+                let mut slots: Vec<Option<&mut AlignedBuf>> = outs.iter_mut().map(Some).collect();
+                let mut targets: Vec<&mut [u8]> = Vec::with_capacity(j - i);
                 for p in &pieces[i..j] {
-                    let mut slot = outs[p.2].lock().unwrap();
-                    if ok {
-                        if let Some(out) = slot.as_mut() {
-                            out[p.3..p.3 + p.1].copy_from_slice(&buf[pos..pos + p.1]);
-                        }
-                    } else {
-                        *slot = None;
+                    let out = slots[p.2]
+                        .take()
+                        .expect("two pieces of one request on one leaf");
+                    targets.push(&mut out[p.3..p.3 + p.1]);
+                }
+                if !leaf.read_vectored(pieces[i].0, &mut targets) {
+                    for p in &pieces[i..j] {
+                        failed[p.2] = true;
                     }
-                    pos += p.1;
                 }
                 i = j;
             }
         }
-        outs.into_iter().map(|m| m.into_inner().unwrap()).collect()
+        outs.into_iter()
+            .zip(failed)
+            .map(|(out, failed)| (!failed).then_some(out))
+            .collect()
     }
 
     /// Reads the block of `io_size` bytes at logical `offset`, accepting only data for
@@ -917,4 +932,76 @@ fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
     let mut out = Vec::new();
     go(items, k, 0, &mut Vec::new(), &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim_device::{Fault, SimDevice};
+
+    fn raidz2_of_six() -> (TopVdev, Vec<Arc<SimDevice>>) {
+        let devs: Vec<Arc<SimDevice>> = (0..6)
+            .map(|i| SimDevice::new(label::MIN_DEVICE_BYTES, i))
+            .collect();
+        let leaves = devs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Arc::new(Leaf::new(i as u64 + 1, format!("sim{i}"), d.clone())))
+            .collect();
+        (TopVdev::new(0, Layout::RaidZ { nparity: 2 }, leaves), devs)
+    }
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    }
+
+    #[test]
+    fn read_many_lands_aggregated_runs_in_each_blocks_buffer() {
+        let (top, devs) = raidz2_of_six();
+        // Back-to-back blocks of mixed sizes, so each leaf's pieces form runs that
+        // span several blocks, in an order unlike the leaves' own.
+        let sizes = [
+            128 << 10,
+            4096,
+            64 << 10,
+            128 << 10,
+            12288,
+            128 << 10,
+            32768,
+        ];
+        let mut reqs = Vec::new();
+        let mut offset = 0u64;
+        for (i, &size) in sizes.iter().enumerate() {
+            top.write(offset, &pattern(i as u8, size)).unwrap();
+            reqs.push((offset, size as u64));
+            offset += top.asize(size as u64);
+        }
+        reqs.reverse();
+        let outs = top.read_many(&reqs);
+        for (k, (&(_, size), out)) in reqs.iter().zip(&outs).enumerate() {
+            let i = sizes.len() - 1 - k;
+            let out = out.as_ref().expect("every leaf is healthy");
+            assert_eq!(&out[..], &pattern(i as u8, size as usize)[..], "block {i}");
+        }
+
+        // A leaf that fails its read loses exactly the blocks with data on it; the
+        // others still arrive whole.
+        devs[0].inject(Fault::Dead);
+        let outs = top.read_many(&reqs);
+        for (k, (&(off, size), out)) in reqs.iter().zip(&outs).enumerate() {
+            let i = sizes.len() - 1 - k;
+            let map = raidz_map(6, 2, off, size);
+            let on_dead_leaf = map.data_columns().iter().any(|c| c.child == 0);
+            match out {
+                Some(out) => {
+                    assert!(!on_dead_leaf, "block {i} read from a dead leaf");
+                    assert_eq!(&out[..], &pattern(i as u8, size as usize)[..]);
+                }
+                None => assert!(on_dead_leaf, "block {i} lost without cause"),
+            }
+        }
+        assert!(outs.iter().any(|o| o.is_none()) && outs.iter().any(|o| o.is_some()));
+    }
 }
