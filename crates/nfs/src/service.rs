@@ -20,10 +20,12 @@ use crate::proto::*;
 use crate::rpc::Accept;
 use crate::transport::{Call, ReadBuf, Reply, Service};
 use crate::xdr::{Decoder, Encoder, XdrError, XdrResult};
+use analytics::{Analytics, Event, NfsEvent};
 use fs::{Attr, Cred, Filesystem, Kind, SetAttr, Timespec};
+use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// Largest READ and WRITE, and the preferred sizes (FSINFO).
 pub const RTMAX: u32 = 1 << 20;
@@ -100,6 +102,31 @@ pub struct NfsService {
     drc: Mutex<Drc>,
     /// The port NFS and MOUNT are served on (what the portmapper answers).
     nfs_port: Mutex<u16>,
+    /// Where each NFSv3 call is reported; set once when the daemon starts.
+    analytics: OnceLock<Arc<Analytics>>,
+}
+
+/// What the call being served touched, for its analytics event: the first file
+/// handle it resolved, and a READ's or WRITE's size and offset. Per thread, because
+/// a call runs start to finish on one worker thread.
+#[derive(Clone, Copy, Default)]
+struct Probe {
+    fsid: u64,
+    ino: u64,
+    bytes: u32,
+    offset: u64,
+}
+
+thread_local! {
+    static PROBE: Cell<Probe> = Cell::new(Probe::default());
+}
+
+fn probe_update(f: impl FnOnce(&mut Probe)) {
+    PROBE.with(|p| {
+        let mut v = p.get();
+        f(&mut v);
+        p.set(v);
+    });
 }
 
 enum Failure {
@@ -143,30 +170,30 @@ fn fsid_of(share: &Share) -> u64 {
     share.fs.objset() ^ (salt & 0xffff_ffff_0000_0000)
 }
 
-/// NFSv3 procedure names by number (RFC 1813), for logs.
-const PROCEDURE_NAMES: [&str; 22] = [
-    "NULL",
-    "GETATTR",
-    "SETATTR",
-    "LOOKUP",
-    "ACCESS",
-    "READLINK",
-    "READ",
-    "WRITE",
-    "CREATE",
-    "MKDIR",
-    "SYMLINK",
-    "MKNOD",
-    "REMOVE",
-    "RMDIR",
-    "RENAME",
-    "LINK",
-    "READDIR",
-    "READDIRPLUS",
-    "FSSTAT",
-    "FSINFO",
-    "PATHCONF",
-    "COMMIT",
+/// NFSv3 procedure names by number (RFC 1813), for logs and analytics.
+pub const PROCEDURE_NAMES: [&str; 22] = [
+    "null",
+    "getattr",
+    "setattr",
+    "lookup",
+    "access",
+    "readlink",
+    "read",
+    "write",
+    "create",
+    "mkdir",
+    "symlink",
+    "mknod",
+    "remove",
+    "rmdir",
+    "rename",
+    "link",
+    "readdir",
+    "readdirplus",
+    "fsstat",
+    "fsinfo",
+    "pathconf",
+    "commit",
 ];
 
 const MAY_READ: u32 = 4;
@@ -236,7 +263,23 @@ impl NfsService {
             mounts: Mutex::new(BTreeSet::new()),
             drc: Mutex::new(Drc::default()),
             nfs_port: Mutex::new(2049),
+            analytics: OnceLock::new(),
         }
+    }
+
+    /// Reports every NFSv3 call to `analytics` from now on (the first one set stays).
+    pub fn set_analytics(&self, analytics: Arc<Analytics>) {
+        let _ = self.analytics.set(analytics);
+    }
+
+    /// The dataset name of the share with this fsid (as FSINFO and analytics give it).
+    pub fn share_of_fsid(&self, fsid: u64) -> Option<Arc<Share>> {
+        self.shares
+            .read()
+            .unwrap()
+            .values()
+            .find(|s| fsid_of(s) == fsid)
+            .cloned()
     }
 
     pub fn set_nfs_port(&self, port: u16) {
@@ -356,8 +399,14 @@ impl NfsService {
         if attr.nlink == 0 && attr.kind == Kind::Dir {
             return Err(Status::Stale);
         }
+        let fsid = fsid_of(&share);
+        probe_update(|p| {
+            if p.fsid == 0 {
+                (p.fsid, p.ino) = (fsid, id.object);
+            }
+        });
         Ok(Target {
-            fsid: fsid_of(&share),
+            fsid,
             share,
             ino: id.object,
             attr,
@@ -615,9 +664,27 @@ impl NfsService {
                 return cached.unwrap_or_default();
             }
         }
+        PROBE.with(|p| p.set(Probe::default()));
         let reply = self.nfs3_procedure(call, procedure);
         if let Some(key) = drc_key {
             self.drc_finish(key, &reply);
+        }
+        if let Some(a) = self.analytics.get() {
+            let probe = PROBE.with(|p| p.get());
+            let at = std::time::Instant::now();
+            a.record(Event::Nfs(NfsEvent {
+                op: PROCEDURE_NAMES[procedure as usize],
+                client: call.peer.ip(),
+                fsid: probe.fsid,
+                ino: probe.ino,
+                bytes: probe.bytes,
+                offset: probe.offset,
+                // With the 4-byte record marks.
+                request_bytes: (call.record.len() + 4) as u32,
+                reply_bytes: (reply.len() + 4) as u32,
+                latency_ns: at.saturating_duration_since(call.received).as_nanos() as u64,
+                at,
+            }));
         }
         reply
     }
@@ -871,6 +938,7 @@ impl NfsService {
             }
             let count = count.min(RTMAX) as usize;
             let bytes = t.share.fs.read_parts(t.ino, offset, count)?;
+            probe_update(|p| (p.bytes, p.offset) = (bytes.len() as u32, offset));
             let eof = offset.saturating_add(bytes.len() as u64) >= t.attr.size;
             e.u32(0);
             post_op_attr(e, Some(&t.attr), t.fsid);
@@ -908,6 +976,7 @@ impl NfsService {
                 return Err(Status::Acces.into());
             }
             let n = t.share.fs.write(t.ino, offset, payload)?;
+            probe_update(|p| (p.bytes, p.offset) = (payload.len() as u32, offset));
             let committed = if stable == 0 {
                 0
             } else {

@@ -25,6 +25,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 pub use pool::ReadBuf;
 
@@ -37,6 +38,8 @@ const LAST_FRAGMENT: u32 = 0x8000_0000;
 /// One decoded call, as a service sees it.
 pub struct Call<'a> {
     pub peer: SocketAddr,
+    /// When the whole record had been read (the start of the call's latency).
+    pub received: Instant,
     pub header: CallHeader,
     pub record: &'a [u8],
 }
@@ -153,6 +156,7 @@ fn write_all_vectored(w: &mut TcpStream, parts: &mut [IoSlice<'_>]) -> std::io::
 struct Job {
     conn: Arc<Conn>,
     record: Vec<u8>,
+    received: Instant,
 }
 
 /// A running RPC server; dropping it does not stop it, `stop` does.
@@ -184,7 +188,7 @@ impl RpcServer {
                     .spawn(move || {
                         while let Ok(job) = rx.recv() {
                             if let Some(reply) =
-                                answer_record(&*service, job.conn.peer, &job.record)
+                                answer_record(&*service, job.conn.peer, &job.record, job.received)
                             {
                                 job.conn.send(&reply);
                             }
@@ -355,6 +359,7 @@ fn read_loop(
 ) -> Result<(), ReadEnd> {
     loop {
         let record = read_record(&mut stream)?;
+        let received = Instant::now();
         {
             let mut n = conn.in_flight.lock().unwrap();
             while *n >= MAX_IN_FLIGHT {
@@ -366,6 +371,7 @@ fn read_loop(
             .send(Job {
                 conn: conn.clone(),
                 record,
+                received,
             })
             .is_err()
         {
@@ -403,7 +409,12 @@ fn read_record(stream: &mut TcpStream) -> Result<Vec<u8>, ReadEnd> {
 /// removed) from `peer`: `None` for records that get no reply (unreadable, not a call,
 /// or a retransmission still running). The path every received record takes, and the
 /// entry point of the fuzz target.
-pub fn answer_record(service: &dyn Service, peer: SocketAddr, record: &[u8]) -> Option<Reply> {
+pub fn answer_record(
+    service: &dyn Service,
+    peer: SocketAddr,
+    record: &[u8],
+    received: Instant,
+) -> Option<Reply> {
     let header = match rpc::decode_call(record) {
         Ok(h) => h,
         Err(HeaderError::Unreadable(_)) | Err(HeaderError::NotACall { .. }) => return None,
@@ -419,6 +430,7 @@ pub fn answer_record(service: &dyn Service, peer: SocketAddr, record: &[u8]) -> 
     }
     let call = Call {
         peer,
+        received,
         header,
         record,
     };

@@ -627,6 +627,13 @@ impl Pool {
         }
     }
 
+    /// Reports every device I/O of this pool to `analytics` from now on.
+    pub fn attach_analytics(&self, analytics: &Arc<analytics::Analytics>) {
+        for leaf in self.all_leaves() {
+            leaf.attach_analytics(analytics, &self.name);
+        }
+    }
+
     fn all_leaves(&self) -> Vec<Arc<Leaf>> {
         let mut v: Vec<Arc<Leaf>> = self
             .storage

@@ -55,6 +55,22 @@ pub fn router(state: Shared) -> Router {
             axum::routing::put(put_share).delete(delete_share),
         )
         .route("/api/v1/exports", get(exports))
+        .route(
+            "/api/v1/analytics/statistics",
+            get(crate::analytics_api::statistics),
+        )
+        .route(
+            "/api/v1/analytics/datasets",
+            get(crate::analytics_api::datasets)
+                .post(crate::analytics_api::enable)
+                .delete(crate::analytics_api::disable),
+        )
+        .route("/api/v1/analytics/data", get(crate::analytics_api::data))
+        .route(
+            "/api/v1/analytics/status",
+            get(crate::analytics_api::status),
+        )
+        .route("/metrics", get(crate::analytics_api::metrics))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such API path") })
         .with_state(state)
 }
@@ -67,14 +83,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
         }
     }
 
-    fn bad(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 
@@ -142,7 +158,7 @@ impl From<ServerError> for ApiError {
     }
 }
 
-type ApiResult<T> = Result<Json<T>, ApiError>;
+pub(crate) type ApiResult<T> = Result<Json<T>, ApiError>;
 
 /// A JSON request body whose rejections (not JSON, wrong shape, wrong content type)
 /// are answered like every other error: 400 with `{"error": ...}`.
@@ -154,6 +170,26 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(Body(v)),
+            Err(e) => Err(ApiError::bad(e.body_text())),
+        }
+    }
+}
+
+/// Query parameters whose rejections (missing or malformed) are answered like every
+/// other error: 400 with `{"error": ...}`.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S>
+    for Params<T>
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(Params(v)),
             Err(e) => Err(ApiError::bad(e.body_text())),
         }
     }

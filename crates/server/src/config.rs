@@ -72,6 +72,28 @@ pub struct ServeConfig {
     pub shares: Vec<ShareConfig>,
     #[serde(default)]
     pub cache: CacheConfig,
+    #[serde(default)]
+    pub analytics: AnalyticsConfig,
+}
+
+/// Analytics (`/api/v1/analytics`, `/metrics`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AnalyticsConfig {
+    /// Off: no event is recorded (the overhead benchmark's baseline); the API answers
+    /// with empty datasets.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for AnalyticsConfig {
+    fn default() -> Self {
+        AnalyticsConfig { enabled: true }
+    }
 }
 
 /// Memory for caching. A size is a number with an optional unit (K, M, G, T).

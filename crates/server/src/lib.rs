@@ -12,6 +12,7 @@
 //! - `daemon.json`: the running daemon's pid and API address, for the CLI to find it
 //!   (removed at a clean stop; a stale one names a dead pid and is ignored).
 
+pub mod analytics_api;
 pub mod api;
 pub mod config;
 
@@ -45,6 +46,7 @@ pub struct DaemonState {
     pub pools: Vec<Arc<Pool>>,
     pub datasets: HashMap<String, Arc<fs::Datasets>>,
     pub service: Arc<NfsService>,
+    pub analytics: Arc<analytics::Analytics>,
     pub nfs_addrs: Vec<SocketAddr>,
     pub api_addr: Mutex<Option<SocketAddr>>,
     pub started_unix: u64,
@@ -237,8 +239,19 @@ impl Daemon {
             .unwrap_or_default();
         let boot = now.as_nanos() as u64;
         let service = Arc::new(NfsService::new(boot ^ std::process::id() as u64));
+        let analytics = analytics::Analytics::new();
+        analytics.set_names(Arc::new(nfs::names::ShareNames::new(Arc::downgrade(
+            &service,
+        ))));
+        analytics.start_collector();
+        if config.analytics.enabled {
+            service.set_analytics(analytics.clone());
+        }
         let mut datasets = HashMap::new();
         for p in &pools {
+            if config.analytics.enabled {
+                p.attach_analytics(&analytics);
+            }
             let key = handle_key(state_dir, p.guid)?;
             service.add_pool_key(&p.name, HandleKey::new(key));
             datasets.insert(p.name.clone(), Arc::new(fs::Datasets::new(p.clone())?));
@@ -268,6 +281,7 @@ impl Daemon {
             pools,
             datasets,
             service: service.clone(),
+            analytics,
             nfs_addrs,
             api_addr: Mutex::new(None),
             started_unix: now.as_secs(),

@@ -30,6 +30,9 @@ pub struct ServeArgs {
     /// Each pool's ARC bound, e.g. `4G` (default: a quarter of memory).
     #[arg(long, value_parser = crate::units::parse_size)]
     arc_max: Option<u64>,
+    /// Record analytics (`on`, the default) or not (`off`).
+    #[arg(long, value_parser = ["on", "off"])]
+    analytics: Option<String>,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -51,6 +54,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     if args.arc_max.is_some() {
         config.cache.arc_max = args.arc_max;
+    }
+    if let Some(a) = &args.analytics {
+        config.analytics.enabled = a == "on";
     }
     if args.portmapper.is_some() {
         config.nfs.portmapper = args.portmapper;

@@ -302,6 +302,10 @@ fn shares_survive_restarts_and_bad_requests_get_json_errors() {
     d.stop(&state);
 }
 
+fn documented_ok(op: &serde_json::Value, code: u16) -> bool {
+    op["responses"].get(code.to_string()).is_some()
+}
+
 /// Every operation of docs/openapi.json reaches a handler (not the fallback, not 405),
 /// and answers with a status the document lists for it.
 #[test]
@@ -348,7 +352,51 @@ fn every_documented_operation_is_served() {
                     },
                 )
                 .replace("{dataset}", "tank/home");
-            let rel = concrete.strip_prefix("/api/v1").unwrap();
+            let Some(rel) = concrete.strip_prefix("/api/v1") else {
+                // Outside the JSON API: /metrics, in Prometheus's text format.
+                assert_eq!(concrete, "/metrics");
+                let mut r = ureq::get(&format!("http://{}{concrete}", d.api))
+                    .call()
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 200);
+                let text = r.body_mut().read_to_string().unwrap();
+                assert!(
+                    text.contains("# TYPE shoal_nfs_operations_total counter"),
+                    "{text}"
+                );
+                assert!(
+                    documented_ok(op, 200),
+                    "{method} {path}: 200 not documented"
+                );
+                operations += 1;
+                continue;
+            };
+            // Required query parameters take their documented examples.
+            let query: Vec<String> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "query" && p["required"] == true)
+                .map(|p| {
+                    let example = p["example"].as_str().unwrap();
+                    let escaped: String = example
+                        .bytes()
+                        .map(|b| match b {
+                            b'[' => "%5B".to_string(),
+                            b']' => "%5D".to_string(),
+                            b'=' => "%3D".to_string(),
+                            _ => (b as char).to_string(),
+                        })
+                        .collect();
+                    format!("{}={escaped}", p["name"].as_str().unwrap())
+                })
+                .collect();
+            let rel = if query.is_empty() {
+                rel.to_string()
+            } else {
+                format!("{rel}?{}", query.join("&"))
+            };
+            let rel = rel.as_str();
             let body = op.get("requestBody").map(|b| {
                 let schema = &b["content"]["application/json"]["schema"]["$ref"];
                 match schema.as_str().unwrap() {
@@ -359,6 +407,7 @@ fn every_documented_operation_is_served() {
                     }
                     "#/components/schemas/SnapshotName" => r#"{"name": "tank/home@tuesday"}"#,
                     "#/components/schemas/ShareRules" => r#"{"rules": "127.0.0.1(rw)"}"#,
+                    "#/components/schemas/DatasetName" => r#"{"name": "nfs3.ops[client]"}"#,
                     other => panic!("no example body for {other}"),
                 }
             });
@@ -376,6 +425,6 @@ fn every_documented_operation_is_served() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 18, "docs/openapi.json has 18 operations");
+    assert_eq!(operations, 25, "docs/openapi.json has 25 operations");
     d.stop(&state);
 }

@@ -22,8 +22,10 @@ use crate::device::{Device, SECTOR_SIZE};
 use crate::label;
 use crate::raidz_map::{raidz_asize, raidz_map};
 use crate::raidz_math;
+use analytics::{Analytics, Event, IoEvent};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
 
 /// Largest I/O a batch of adjacent writes is merged into.
 pub const MAX_AGGREGATE_BYTES: usize = 1 << 20;
@@ -97,6 +99,8 @@ pub struct Leaf {
     pub counters: LeafCounters,
     data_start: u64,
     data_len: AtomicU64,
+    /// Where this leaf's I/O is reported, with its device number there.
+    analytics: OnceLock<(Arc<Analytics>, u32)>,
 }
 
 impl Leaf {
@@ -109,6 +113,7 @@ impl Leaf {
             counters: LeafCounters::default(),
             data_start,
             data_len: AtomicU64::new(data_len),
+            analytics: OnceLock::new(),
         }
     }
 
@@ -121,6 +126,28 @@ impl Leaf {
             counters: LeafCounters::default(),
             data_start: label::DATA_AREA_START,
             data_len: AtomicU64::new(data_len),
+            analytics: OnceLock::new(),
+        }
+    }
+
+    /// Reports this leaf's I/O to `analytics` from now on, as a device of `pool`
+    /// (the first attachment stays).
+    pub fn attach_analytics(&self, analytics: &Arc<Analytics>, pool: &str) {
+        let id = analytics.register_device(pool, &self.path());
+        let _ = self.analytics.set((analytics.clone(), id));
+    }
+
+    fn report(&self, write: bool, bytes: usize, offset: u64, started: Option<Instant>) {
+        if let (Some((a, device)), Some(started)) = (self.analytics.get(), started) {
+            let at = Instant::now();
+            a.record(Event::Io(IoEvent {
+                device: *device,
+                write,
+                bytes: bytes as u32,
+                offset,
+                latency_ns: at.saturating_duration_since(started).as_nanos() as u64,
+                at,
+            }));
         }
     }
 
@@ -229,10 +256,12 @@ impl Leaf {
             "read past data area"
         );
         self.counters.read_ops.fetch_add(1, Ordering::Relaxed);
+        let started = self.analytics.get().map(|_| Instant::now());
         let result = match bufs {
             [one] => dev.read_at(self.data_start + offset, one),
             _ => dev.read_vectored_at(self.data_start + offset, bufs),
         };
+        self.report(false, total, offset, started);
         match result {
             Ok(()) => {
                 self.counters
@@ -269,10 +298,12 @@ impl Leaf {
             "write past data area"
         );
         self.counters.write_ops.fetch_add(1, Ordering::Relaxed);
+        let started = self.analytics.get().map(|_| Instant::now());
         let result = match bufs {
             [one] => dev.write_at(self.data_start + offset, one),
             _ => dev.write_vectored_at(self.data_start + offset, bufs),
         };
+        self.report(true, total, offset, started);
         match result {
             Ok(()) => {
                 self.counters

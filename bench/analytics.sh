@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Analytics overhead: the same NFS load against `shoal serve` with analytics on (the
+# default statistics) and off, alternating REPEAT times, on a raidz2 pool of 6 file
+# devices. Prints one JSON object with every run, the medians and on/off ratios; the
+# issue's target is a throughput drop under 2%. A benchmark, never a test.
+#
+#   bench/analytics.sh
+#   BENCH_DIR=/work/bench-data SECONDS_RUN=10 REPEAT=5 bench/analytics.sh
+#
+# The loads are the ones where per-operation cost shows most: 8K random reads and
+# 128K streaming reads from the ARC (no disk noise), and 128K streaming writes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${BENCH_DIR:-$PWD/target/bench-data}/analytics
+SECONDS_RUN=${SECONDS_RUN:-10}
+REPEAT=${REPEAT:-3}
+FILE_MIB=${FILE_MIB:-512}
+STREAMS=${STREAMS:-8}
+. bench/lib.sh
+cargo build --release -q -p shoal -p nfs-bench
+SHOAL=$PWD/target/release/shoal
+NB=$PWD/target/release/nfs-bench
+PORT=20490
+export SHOAL_STATE_DIR="$DIR/state"
+OUT=$(mktemp -d)
+stop() { [ -f "$OUT/pid" ] && kill -TERM "$(cat "$OUT/pid")" 2>/dev/null && while kill -0 "$(cat "$OUT/pid")" 2>/dev/null; do sleep 0.1; done; rm -f "$OUT/pid"; }
+trap 'stop; rm -rf "$OUT"' EXIT
+rm -rf "$DIR" && mkdir -p "$DIR"
+DEV_MIB=$(( FILE_MIB * STREAMS * 2 / 4 + 512 ))
+"$SHOAL" pool create --dir "$DIR" --size "${DEV_MIB}M" abench raidz2 a b c d e f >/dev/null
+"$SHOAL" fs create abench/fs -o recordsize=128K -o compression=off >/dev/null
+start() { # on|off
+    SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$PORT --api off --analytics "$1" \
+        --share 'abench/fs=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
+    echo $! > "$OUT/pid"
+    for _ in $(seq 100); do ss -ltn | grep -q ":$PORT " && return; sleep 0.1; done
+    echo "shoal did not start" >&2; cat "$OUT/shoal.log" >&2; exit 1
+}
+nb() { "$NB" --server 127.0.0.1:$PORT --export /abench/fs --streams "$STREAMS" --file-mib "$FILE_MIB" "$@"; }
+start on
+nb --test write --block 131072 --depth 16 >/dev/null
+stop
+: > "$OUT/runs.jsonl"
+for i in $(seq "$REPEAT"); do
+    for mode in on off; do
+        start "$mode"
+        nb --test read --block 131072 --depth 16 >/dev/null # warm the ARC
+        for t in "randread 8192" "read 131072" "write 131072"; do
+            set -- $t
+            r=$(nb --test "$1" --block "$2" --depth 16 --seconds "$SECONDS_RUN")
+            echo "{\"mode\":\"$mode\",\"run\":$i,\"test\":\"$1\",\"result\":$r}" >> "$OUT/runs.jsonl"
+        done
+        stop
+    done
+    echo "analytics.sh: round $i of $REPEAT done" >&2
+done
+python3 - "$OUT/runs.jsonl" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+out = {"benchmark": "analytics overhead", "runs": runs, "tests": {}}
+for test in sorted({r["test"] for r in runs}):
+    fig = {}
+    for mode in ("on", "off"):
+        rs = [r["result"] for r in runs if r["test"] == test and r["mode"] == mode]
+        key = "iops" if test == "randread" else "mb_per_s"
+        fig[mode] = statistics.median(x[key] for x in rs)
+        fig["unit"] = key
+    fig["on_over_off"] = round(fig["on"] / fig["off"], 4)
+    out["tests"][test] = fig
+print(json.dumps(out, indent=1))
+PY

@@ -1,0 +1,378 @@
+//! The statistics shoal keeps, their dimensions, and the dataset names users write.
+//!
+//! A statistic counts something per second (NFS operations, bytes). A dataset is a
+//! statistic, optionally narrowed by filters on its categorical dimensions and
+//! optionally broken down by one dimension: categorical dimensions give a count per
+//! value, numeric ones (latency, size, offset) a heatmap column of log-linear
+//! buckets. Dataset names follow the original appliance's drill-down style:
+//!
+//! `nfs3.ops`, `nfs3.ops[op]`, `nfs3.ops[op=read][client=10.0.0.2][file]`,
+//! `nfs3.ops[latency]`.
+//!
+//! Filters come first, the breakdown (a bare dimension) last. The canonical name
+//! sorts the filters by dimension, so two spellings of one dataset are one dataset.
+
+use crate::event::Event;
+use std::fmt;
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dim {
+    Op,
+    Client,
+    Share,
+    File,
+    Device,
+    Pool,
+    Direction,
+    Latency,
+    Size,
+    Offset,
+}
+
+impl Dim {
+    pub const ALL: [Dim; 10] = [
+        Dim::Op,
+        Dim::Client,
+        Dim::Share,
+        Dim::File,
+        Dim::Device,
+        Dim::Pool,
+        Dim::Direction,
+        Dim::Latency,
+        Dim::Size,
+        Dim::Offset,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dim::Op => "op",
+            Dim::Client => "client",
+            Dim::Share => "share",
+            Dim::File => "file",
+            Dim::Device => "device",
+            Dim::Pool => "pool",
+            Dim::Direction => "direction",
+            Dim::Latency => "latency",
+            Dim::Size => "size",
+            Dim::Offset => "offset",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Dim> {
+        Dim::ALL.into_iter().find(|d| d.name() == s)
+    }
+
+    /// Numeric dimensions break down into heatmap buckets.
+    pub fn numeric(self) -> bool {
+        matches!(self, Dim::Latency | Dim::Size | Dim::Offset)
+    }
+
+    /// The unit of a numeric dimension's bucket bounds.
+    pub fn unit(self) -> Option<&'static str> {
+        match self {
+            Dim::Latency => Some("microseconds"),
+            Dim::Size | Dim::Offset => Some("bytes"),
+            _ => None,
+        }
+    }
+}
+
+/// A statistic: what is counted, in what unit, by which dimensions.
+#[derive(Debug, Clone, Copy)]
+pub struct Statistic {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Unit of the per-second value.
+    pub unit: &'static str,
+    pub dims: &'static [Dim],
+}
+
+pub const STATISTICS: &[Statistic] = &[
+    Statistic {
+        name: "nfs3.ops",
+        description: "NFS operations",
+        unit: "operations",
+        dims: &[
+            Dim::Op,
+            Dim::Client,
+            Dim::Share,
+            Dim::File,
+            Dim::Latency,
+            Dim::Size,
+            Dim::Offset,
+        ],
+    },
+    Statistic {
+        name: "nfs3.bytes",
+        description: "NFS READ and WRITE payload",
+        unit: "bytes",
+        dims: &[
+            Dim::Op,
+            Dim::Client,
+            Dim::Share,
+            Dim::File,
+            Dim::Size,
+            Dim::Offset,
+        ],
+    },
+    Statistic {
+        name: "net.bytes",
+        description: "NFS traffic on the network (RPC records in and out)",
+        unit: "bytes",
+        dims: &[Dim::Direction, Dim::Client, Dim::Share],
+    },
+    Statistic {
+        name: "io.ops",
+        description: "Device I/O operations",
+        unit: "operations",
+        dims: &[
+            Dim::Op,
+            Dim::Device,
+            Dim::Pool,
+            Dim::Latency,
+            Dim::Size,
+            Dim::Offset,
+        ],
+    },
+    Statistic {
+        name: "io.bytes",
+        description: "Device I/O bytes",
+        unit: "bytes",
+        dims: &[Dim::Op, Dim::Device, Dim::Pool, Dim::Size, Dim::Offset],
+    },
+];
+
+/// Datasets every daemon keeps from the start and archives; they cannot be removed.
+pub const BUILTIN_DATASETS: &[&str] = &[
+    "nfs3.ops",
+    "nfs3.ops[op]",
+    "nfs3.ops[latency]",
+    "nfs3.bytes[op]",
+    "net.bytes[direction]",
+    "io.ops[op]",
+    "io.ops[latency]",
+    "io.bytes[device]",
+];
+
+/// The value of one dimension of one sample, before it is turned into a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RawKey {
+    Name(&'static str),
+    Client(IpAddr),
+    Share(u64),
+    File(u64, u64),
+    Device(u32),
+    Direction(bool),
+    Bucket(u32),
+}
+
+/// One contribution of an event to a statistic: `value` plus the event it came
+/// from (an event can contribute twice, as net.bytes does for in and out).
+#[derive(Debug, Clone, Copy)]
+pub struct Sample<'a> {
+    pub value: u64,
+    pub event: &'a Event,
+    /// For net.bytes: true for bytes out (replies).
+    pub outbound: bool,
+}
+
+impl Sample<'_> {
+    /// The sample's value of `dim`, or None when the dimension does not apply.
+    /// `Dim::Pool` yields the device, which the engine maps to its pool.
+    pub fn key(&self, dim: Dim) -> Option<RawKey> {
+        use crate::buckets::index;
+        match (self.event, dim) {
+            (Event::Nfs(e), Dim::Op) => Some(RawKey::Name(e.op)),
+            (Event::Nfs(e), Dim::Client) => Some(RawKey::Client(e.client)),
+            (Event::Nfs(e), Dim::Share) => (e.fsid != 0).then_some(RawKey::Share(e.fsid)),
+            (Event::Nfs(e), Dim::File) => (e.fsid != 0).then_some(RawKey::File(e.fsid, e.ino)),
+            (Event::Nfs(_), Dim::Direction) => Some(RawKey::Direction(self.outbound)),
+            (Event::Nfs(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
+            (Event::Nfs(e), Dim::Size) => Some(RawKey::Bucket(index(e.bytes as u64))),
+            (Event::Nfs(e), Dim::Offset) => Some(RawKey::Bucket(index(e.offset))),
+            (Event::Io(e), Dim::Op) => Some(RawKey::Name(if e.write { "write" } else { "read" })),
+            (Event::Io(e), Dim::Device | Dim::Pool) => Some(RawKey::Device(e.device)),
+            (Event::Io(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
+            (Event::Io(e), Dim::Size) => Some(RawKey::Bucket(index(e.bytes as u64))),
+            (Event::Io(e), Dim::Offset) => Some(RawKey::Bucket(index(e.offset))),
+            _ => None,
+        }
+    }
+}
+
+/// Calls `f` for each contribution of `event` to statistic `stat`.
+pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>)) {
+    let one = |value, outbound| Sample {
+        value,
+        event,
+        outbound,
+    };
+    match (STATISTICS[stat].name, event) {
+        ("nfs3.ops", Event::Nfs(_)) => f(one(1, false)),
+        ("nfs3.bytes", Event::Nfs(e)) if e.bytes > 0 => f(one(e.bytes as u64, false)),
+        ("net.bytes", Event::Nfs(e)) => {
+            f(one(e.request_bytes as u64, false));
+            f(one(e.reply_bytes as u64, true));
+        }
+        ("io.ops", Event::Io(_)) => f(one(1, false)),
+        ("io.bytes", Event::Io(e)) => f(one(e.bytes as u64, false)),
+        _ => {}
+    }
+}
+
+/// A parsed dataset name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Spec {
+    pub stat: usize,
+    /// (dimension, value as shown in breakdowns), sorted by dimension, at most one each.
+    pub filters: Vec<(Dim, String)>,
+    pub breakdown: Option<Dim>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("dataset '{name}': {why}")]
+pub struct SpecError {
+    pub name: String,
+    pub why: String,
+}
+
+impl Spec {
+    pub fn parse(name: &str) -> Result<Spec, SpecError> {
+        let err = |why: String| SpecError {
+            name: name.to_string(),
+            why,
+        };
+        let (stat_name, mut rest) = match name.find('[') {
+            Some(i) => (&name[..i], &name[i..]),
+            None => (name, ""),
+        };
+        let stat = STATISTICS
+            .iter()
+            .position(|s| s.name == stat_name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = STATISTICS.iter().map(|s| s.name).collect();
+                err(format!(
+                    "unknown statistic '{stat_name}' (known: {})",
+                    known.join(", ")
+                ))
+            })?;
+        let info = &STATISTICS[stat];
+        let mut filters: Vec<(Dim, String)> = Vec::new();
+        let mut breakdown = None;
+        while !rest.is_empty() {
+            let Some(body) = rest.strip_prefix('[') else {
+                return Err(err(format!("expected '[' at '{rest}'")));
+            };
+            let Some(end) = body.find(']') else {
+                return Err(err("a '[' without its ']'".into()));
+            };
+            let part = &body[..end];
+            rest = &body[end + 1..];
+            if breakdown.is_some() {
+                return Err(err("the breakdown must be the last bracket".into()));
+            }
+            let (dim_name, value) = match part.split_once('=') {
+                Some((d, v)) => (d, Some(v)),
+                None => (part, None),
+            };
+            let dim = Dim::parse(dim_name)
+                .filter(|d| info.dims.contains(d))
+                .ok_or_else(|| {
+                    let dims: Vec<&str> = info.dims.iter().map(|d| d.name()).collect();
+                    err(format!(
+                        "{} has no dimension '{dim_name}' (it has: {})",
+                        info.name,
+                        dims.join(", ")
+                    ))
+                })?;
+            match value {
+                Some(v) => {
+                    if dim.numeric() {
+                        return Err(err(format!(
+                            "filters on {} are not supported; break down by it instead",
+                            dim.name()
+                        )));
+                    }
+                    if v.is_empty() {
+                        return Err(err(format!("empty value for {}", dim.name())));
+                    }
+                    if filters.iter().any(|(d, _)| *d == dim) {
+                        return Err(err(format!("two filters on {}", dim.name())));
+                    }
+                    filters.push((dim, v.to_string()));
+                }
+                None => breakdown = Some(dim),
+            }
+        }
+        if let Some(b) = breakdown {
+            if filters.iter().any(|(d, _)| *d == b) {
+                return Err(err(format!(
+                    "breaking down by {} after filtering on it shows one value",
+                    b.name()
+                )));
+            }
+        }
+        filters.sort_by_key(|f| f.0);
+        Ok(Spec {
+            stat,
+            filters,
+            breakdown,
+        })
+    }
+
+    pub fn statistic(&self) -> &'static Statistic {
+        &STATISTICS[self.stat]
+    }
+}
+
+impl fmt::Display for Spec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(STATISTICS[self.stat].name)?;
+        for (d, v) in &self.filters {
+            write!(f, "[{}={}]", d.name(), v)?;
+        }
+        if let Some(b) = self.breakdown {
+            write!(f, "[{}]", b.name())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_to_one_canonical_form() {
+        let a = Spec::parse("nfs3.ops[op=read][client=10.0.0.2][file]").unwrap();
+        let b = Spec::parse("nfs3.ops[client=10.0.0.2][op=read][file]").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.to_string(), "nfs3.ops[op=read][client=10.0.0.2][file]");
+        assert_eq!(a.breakdown, Some(Dim::File));
+        for name in BUILTIN_DATASETS {
+            assert_eq!(Spec::parse(name).unwrap().to_string(), *name);
+        }
+    }
+
+    #[test]
+    fn bad_names_say_what_is_wrong() {
+        for (name, why) in [
+            ("nfs4.ops", "unknown statistic"),
+            ("nfs3.ops[colour]", "no dimension 'colour'"),
+            ("io.ops[client]", "no dimension 'client'"),
+            ("nfs3.ops[file][op]", "must be the last"),
+            ("nfs3.ops[op=read", "without its ']'"),
+            ("nfs3.ops[latency=5]", "not supported"),
+            ("nfs3.ops[op=]", "empty value"),
+            ("nfs3.ops[op=read][op=write]", "two filters"),
+            ("nfs3.ops[op=read][op]", "shows one value"),
+            ("nfs3.opsx", "unknown statistic"),
+            ("nfs3.ops x", "unknown statistic"),
+            ("nfs3.ops[op]x", "expected '['"),
+        ] {
+            let e = Spec::parse(name).unwrap_err();
+            assert!(e.to_string().contains(why), "{name}: {e}");
+        }
+    }
+}

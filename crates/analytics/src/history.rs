@@ -1,0 +1,256 @@
+//! A dataset's history: per-second points for an hour, per-minute for a week,
+//! per-hour for a year, each in a bounded ring.
+//!
+//! A point holds the sum over its interval (`seconds` long), so a minute or hour is
+//! the exact sum of its seconds and any range's average rate is sum / seconds.
+//! Breakdowns keep at most `MAX_KEYS` values per point, the largest; the rest are
+//! summed under `OTHER`, so memory is bounded whatever the clients do.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+pub const SECONDS_KEPT: usize = 3600;
+pub const MINUTES_KEPT: usize = 7 * 24 * 60;
+pub const HOURS_KEPT: usize = 366 * 24;
+/// Values kept per point of a categorical breakdown.
+pub const MAX_KEYS: usize = 200;
+pub const OTHER: &str = "(other)";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolution {
+    Second,
+    Minute,
+    Hour,
+}
+
+impl Resolution {
+    pub fn seconds(self) -> u64 {
+        match self {
+            Resolution::Second => 1,
+            Resolution::Minute => 60,
+            Resolution::Hour => 3600,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Resolution> {
+        match s {
+            "second" => Some(Resolution::Second),
+            "minute" => Some(Resolution::Minute),
+            "hour" => Some(Resolution::Hour),
+            _ => None,
+        }
+    }
+
+    /// The finest resolution whose ring still covers `span` seconds back from now.
+    pub fn for_span(span: u64) -> Resolution {
+        if span <= SECONDS_KEPT as u64 {
+            Resolution::Second
+        } else if span <= (MINUTES_KEPT * 60) as u64 {
+            Resolution::Minute
+        } else {
+            Resolution::Hour
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyCount {
+    pub key: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketCount {
+    /// Inclusive lower and exclusive upper bound, in the dimension's unit.
+    pub low: u64,
+    pub high: u64,
+    pub count: u64,
+}
+
+/// The sum of one interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Point {
+    /// Unix time of the interval's start, in seconds.
+    pub t: u64,
+    pub seconds: u64,
+    pub total: u64,
+    /// Categorical breakdown, largest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breakdown: Vec<KeyCount>,
+    /// Numeric breakdown (a heatmap column), by increasing bound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<BucketCount>,
+}
+
+impl Point {
+    pub fn empty(t: u64, seconds: u64) -> Point {
+        Point {
+            t,
+            seconds,
+            total: 0,
+            breakdown: Vec::new(),
+            buckets: Vec::new(),
+        }
+    }
+
+    /// Builds a point from unbounded counts, keeping the `MAX_KEYS` largest.
+    pub fn from_counts(
+        t: u64,
+        seconds: u64,
+        total: u64,
+        keys: HashMap<String, u64>,
+        buckets: BTreeMap<(u64, u64), u64>,
+    ) -> Point {
+        let mut breakdown: Vec<KeyCount> = keys
+            .into_iter()
+            .map(|(key, count)| KeyCount { key, count })
+            .collect();
+        breakdown.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+        if breakdown.len() > MAX_KEYS {
+            let rest: u64 = breakdown[MAX_KEYS - 1..].iter().map(|k| k.count).sum();
+            breakdown.truncate(MAX_KEYS - 1);
+            breakdown.push(KeyCount {
+                key: OTHER.to_string(),
+                count: rest,
+            });
+        }
+        Point {
+            t,
+            seconds,
+            total,
+            breakdown,
+            buckets: buckets
+                .into_iter()
+                .map(|((low, high), count)| BucketCount { low, high, count })
+                .collect(),
+        }
+    }
+
+    /// Sums points into one covering `[t, t + seconds)`.
+    pub fn sum<'a>(t: u64, seconds: u64, points: impl IntoIterator<Item = &'a Point>) -> Point {
+        let mut total = 0;
+        let mut keys: HashMap<String, u64> = HashMap::new();
+        let mut buckets: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+        for p in points {
+            total += p.total;
+            for k in &p.breakdown {
+                *keys.entry(k.key.clone()).or_default() += k.count;
+            }
+            for b in &p.buckets {
+                *buckets.entry((b.low, b.high)).or_default() += b.count;
+            }
+        }
+        Point::from_counts(t, seconds, total, keys, buckets)
+    }
+}
+
+/// One dataset's rings.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct History {
+    pub seconds: VecDeque<Point>,
+    pub minutes: VecDeque<Point>,
+    pub hours: VecDeque<Point>,
+}
+
+impl History {
+    /// Appends the next second (points arrive in increasing `t`).
+    pub fn push_second(&mut self, p: Point) {
+        debug_assert!(self.seconds.back().is_none_or(|l| l.t < p.t));
+        Self::fold_into(&mut self.minutes, &p, 60, MINUTES_KEPT);
+        Self::fold_into(&mut self.hours, &p, 3600, HOURS_KEPT);
+        self.seconds.push_back(p);
+        while self.seconds.len() > SECONDS_KEPT {
+            self.seconds.pop_front();
+        }
+    }
+
+    fn fold_into(ring: &mut VecDeque<Point>, p: &Point, width: u64, keep: usize) {
+        let start = p.t / width * width;
+        match ring.back_mut() {
+            Some(last) if last.t == start => *last = Point::sum(start, width, [&*last, p]),
+            _ => {
+                let mut first = Point::sum(start, width, [p]);
+                first.seconds = width;
+                ring.push_back(first);
+                while ring.len() > keep {
+                    ring.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Points of `resolution` whose interval starts in `[start, end]`.
+    pub fn range(&self, resolution: Resolution, start: u64, end: u64) -> Vec<Point> {
+        let ring = match resolution {
+            Resolution::Second => &self.seconds,
+            Resolution::Minute => &self.minutes,
+            Resolution::Hour => &self.hours,
+        };
+        ring.iter()
+            .filter(|p| p.t >= start && p.t <= end)
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(t: u64, total: u64, key: &str) -> Point {
+        Point::from_counts(
+            t,
+            1,
+            total,
+            HashMap::from([(key.to_string(), total)]),
+            BTreeMap::from([((1000, 2000), total)]),
+        )
+    }
+
+    #[test]
+    fn minutes_and_hours_are_exact_sums_of_their_seconds() {
+        let mut h = History::default();
+        for t in 3540..3720 {
+            h.push_second(second(t, t % 7, if t % 2 == 0 { "a" } else { "b" }));
+        }
+        assert_eq!(h.seconds.len(), 180);
+        let minutes = h.range(Resolution::Minute, 0, u64::MAX);
+        assert_eq!(
+            minutes.iter().map(|p| p.t).collect::<Vec<_>>(),
+            [3540, 3600, 3660]
+        );
+        for m in &minutes {
+            let want: u64 = (m.t..m.t + 60).map(|t| t % 7).sum();
+            assert_eq!(m.total, want);
+            let a: u64 = (m.t..m.t + 60).filter(|t| t % 2 == 0).map(|t| t % 7).sum();
+            let got_a = m.breakdown.iter().find(|k| k.key == "a").unwrap().count;
+            assert_eq!(got_a, a);
+            assert_eq!(m.buckets[0].count, want);
+            assert_eq!(m.seconds, 60);
+        }
+        let hours = h.range(Resolution::Hour, 0, u64::MAX);
+        assert_eq!(hours.len(), 2);
+        assert_eq!(
+            hours[0].total + hours[1].total,
+            (3540..3720).map(|t| t % 7).sum()
+        );
+    }
+
+    #[test]
+    fn rings_and_breakdowns_stay_bounded() {
+        let mut h = History::default();
+        for t in 0..(SECONDS_KEPT as u64 + 10) {
+            h.push_second(Point::empty(t, 1));
+        }
+        assert_eq!(h.seconds.len(), SECONDS_KEPT);
+        assert_eq!(h.seconds.front().unwrap().t, 10);
+        let keys: HashMap<String, u64> = (0..500).map(|i| (format!("k{i}"), i)).collect();
+        let total = keys.values().sum();
+        let p = Point::from_counts(0, 1, total, keys, BTreeMap::new());
+        assert_eq!(p.breakdown.len(), MAX_KEYS);
+        assert_eq!(p.breakdown[0].key, "k499");
+        assert_eq!(p.breakdown.last().unwrap().key, OTHER);
+        assert_eq!(p.breakdown.iter().map(|k| k.count).sum::<u64>(), total);
+    }
+}

@@ -1,0 +1,609 @@
+//! shoal's analytics: every layer reports events, and statistics with drill-down
+//! breakdowns, heatmaps and history are computed from them away from the I/O path.
+//!
+//! What it owns:
+//! - the hot path, `Analytics::record`: an event is copied into one of `SHARDS`
+//!   bounded lock-free queues (crossbeam's `ArrayQueue`), picked by the recording
+//!   thread, so threads do not share a cache line or take a lock. A full queue drops
+//!   the event and counts the drop (shown in status and `/metrics`); it never blocks
+//!   I/O.
+//! - the collector thread, which drains the queues every `TICK`, assigns each event
+//!   to its second (from the event's own timestamp), adds it to every enabled
+//!   dataset, and seals a second once it is `SEAL_DELAY_S` old, appending it to the
+//!   dataset's history rings. Ids become names here (shares, files, devices), once
+//!   per distinct value and cached for `NAME_CACHE_S`.
+//! - the Prometheus counters (cumulative, low-cardinality labels only).
+//!
+//! Invariants: a sealed second never changes (an event arriving after its second
+//! was sealed is counted as late and dropped from the datasets, not added to a later
+//! second); every sample of a dataset adds to its total and to exactly one value of
+//! its breakdown (`(none)` when the event has no value for that dimension), so a
+//! breakdown always sums to its total.
+
+pub mod buckets;
+pub mod catalog;
+pub mod event;
+pub mod history;
+mod prometheus;
+
+pub use catalog::{Dim, Spec, SpecError, Statistic, BUILTIN_DATASETS, STATISTICS};
+pub use event::{Event, IoEvent, NfsEvent};
+pub use history::{BucketCount, History, KeyCount, Point, Resolution};
+
+use catalog::{samples, RawKey};
+use crossbeam_queue::ArrayQueue;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Queues events are recorded into.
+pub const SHARDS: usize = 16;
+/// Events each queue holds between two drains.
+pub const SHARD_EVENTS: usize = 8192;
+/// How often the collector drains the queues.
+pub const TICK: Duration = Duration::from_millis(100);
+/// A second is sealed once it ended this many seconds ago.
+pub const SEAL_DELAY_S: u64 = 2;
+/// Datasets beyond the built-in ones that may be enabled at once.
+pub const MAX_USER_DATASETS: usize = 64;
+/// How long a resolved share or file name is reused before it is looked up again.
+const NAME_CACHE_S: u64 = 10;
+/// The breakdown value of a sample that has no value for the dimension.
+pub const NONE_KEY: &str = "(none)";
+
+/// Turns ids into names for breakdowns; the daemon provides it.
+pub trait Names: Send + Sync {
+    /// The dataset name of the share with this file-system id.
+    fn share(&self, fsid: u64) -> Option<String>;
+    /// A path for an object of a share (`/pool/fs/dir/file`).
+    fn file(&self, fsid: u64, ino: u64) -> Option<String>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyticsError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("dataset '{0}' is not enabled")]
+    NotEnabled(String),
+    #[error("dataset '{0}' is built in and cannot be removed")]
+    BuiltIn(String),
+    #[error("at most {MAX_USER_DATASETS} datasets can be enabled besides the built-in ones")]
+    TooMany,
+    #[error("{0}")]
+    BadRange(String),
+}
+
+struct Shard {
+    queue: ArrayQueue<Event>,
+    dropped: AtomicU64,
+}
+
+#[derive(Default)]
+struct Registry {
+    pools: Vec<String>,
+    /// (pool index, device path)
+    devices: Vec<(usize, String)>,
+}
+
+/// Counts of one second not yet sealed.
+#[derive(Default)]
+struct Open {
+    total: u64,
+    keys: HashMap<RawKey, u64>,
+}
+
+struct DatasetState {
+    spec: Spec,
+    builtin: bool,
+    /// First second the dataset counts in full.
+    since: u64,
+    open: BTreeMap<u64, Open>,
+    history: History,
+    /// (filter index, value) → whether the value's name matches the filter.
+    filter_memo: HashMap<(usize, RawKey), bool>,
+}
+
+#[derive(Default)]
+struct Engine {
+    datasets: BTreeMap<String, DatasetState>,
+    /// Seconds up to this one are sealed.
+    sealed_upto: Option<u64>,
+    names: HashMap<(Dim, RawKey), String>,
+    names_at: u64,
+    late: u64,
+    totals: prometheus::Totals,
+}
+
+/// Everything about one dataset but its points.
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetInfo {
+    pub name: String,
+    pub statistic: &'static str,
+    pub description: &'static str,
+    pub unit: &'static str,
+    pub breakdown: Option<&'static str>,
+    /// Unit of the heatmap buckets' bounds when the breakdown is numeric.
+    pub breakdown_unit: Option<&'static str>,
+    pub filters: Vec<(String, String)>,
+    pub builtin: bool,
+    /// Unix second from which the dataset counts.
+    pub since: u64,
+}
+
+/// A summary of a range: the average, smallest and largest per-second rate.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    pub seconds: u64,
+    pub total: u64,
+    pub average: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Series {
+    #[serde(flatten)]
+    pub dataset: DatasetInfo,
+    pub resolution: Resolution,
+    pub start: u64,
+    pub end: u64,
+    pub points: Vec<Point>,
+    pub summary: Summary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub events_dropped: u64,
+    pub events_late: u64,
+    /// The newest sealed second.
+    pub sealed_upto: Option<u64>,
+    pub datasets: usize,
+}
+
+pub struct Analytics {
+    shards: Box<[Shard]>,
+    epoch: Instant,
+    epoch_unix_ns: u128,
+    registry: RwLock<Registry>,
+    resolver: RwLock<Option<Arc<dyn Names>>>,
+    engine: Mutex<Engine>,
+}
+
+impl std::fmt::Debug for Analytics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Analytics").finish_non_exhaustive()
+    }
+}
+
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static THREAD_SHARD: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+}
+
+impl Analytics {
+    /// A new instance with the built-in datasets enabled; `start_collector` makes it live.
+    pub fn new() -> Arc<Analytics> {
+        let epoch = Instant::now();
+        let epoch_unix_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let a = Arc::new(Analytics {
+            shards: (0..SHARDS)
+                .map(|_| Shard {
+                    queue: ArrayQueue::new(SHARD_EVENTS),
+                    dropped: AtomicU64::new(0),
+                })
+                .collect(),
+            epoch,
+            epoch_unix_ns,
+            registry: RwLock::default(),
+            resolver: RwLock::default(),
+            engine: Mutex::default(),
+        });
+        let now = a.unix_now();
+        {
+            let mut engine = a.engine.lock().unwrap();
+            for name in BUILTIN_DATASETS {
+                let spec = Spec::parse(name).expect("built-in dataset names parse");
+                engine
+                    .datasets
+                    .insert(name.to_string(), DatasetState::new(spec, true, now));
+            }
+        }
+        a
+    }
+
+    /// Records one event. Lock-free; never blocks (a full queue drops and counts).
+    #[inline]
+    pub fn record(&self, event: Event) {
+        let shard = &self.shards[THREAD_SHARD.with(|s| *s)];
+        if shard.queue.push(event).is_err() {
+            shard.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A number for a device, for its `IoEvent`s; the same (pool, path) gets the same
+    /// number again (a pool imported twice in one process).
+    pub fn register_device(&self, pool: &str, path: &str) -> u32 {
+        let mut r = self.registry.write().unwrap();
+        let pool_ix = match r.pools.iter().position(|p| p == pool) {
+            Some(i) => i,
+            None => {
+                r.pools.push(pool.to_string());
+                r.pools.len() - 1
+            }
+        };
+        if let Some(i) = r
+            .devices
+            .iter()
+            .position(|(p, d)| *p == pool_ix && d == path)
+        {
+            return i as u32;
+        }
+        r.devices.push((pool_ix, path.to_string()));
+        (r.devices.len() - 1) as u32
+    }
+
+    pub fn set_names(&self, names: Arc<dyn Names>) {
+        *self.resolver.write().unwrap() = Some(names);
+    }
+
+    /// Starts the collector thread; it ends when the last `Arc` is dropped.
+    pub fn start_collector(self: &Arc<Self>) {
+        let weak: Weak<Analytics> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("analytics".into())
+            .spawn(move || loop {
+                std::thread::sleep(TICK);
+                let Some(a) = weak.upgrade() else { return };
+                a.tick(a.unix_now());
+            })
+            .expect("spawn the analytics collector");
+    }
+
+    /// The current Unix second by this instance's clock.
+    pub fn unix_now(&self) -> u64 {
+        self.unix_second(Instant::now())
+    }
+
+    fn unix_second(&self, at: Instant) -> u64 {
+        let ns = self.epoch_unix_ns + at.saturating_duration_since(self.epoch).as_nanos();
+        (ns / 1_000_000_000) as u64
+    }
+
+    /// Drains the queues and seals every second that ended `SEAL_DELAY_S` before `now`.
+    /// The collector calls it every `TICK`; tests call it to step time.
+    pub fn tick(&self, now: u64) {
+        let mut events = Vec::new();
+        for s in self.shards.iter() {
+            while let Some(e) = s.queue.pop() {
+                events.push(e);
+            }
+        }
+        let resolver = self.resolver.read().unwrap().clone();
+        let registry = self.registry.read().unwrap();
+        let mut engine = self.engine.lock().unwrap();
+        let engine = &mut *engine;
+        if now >= engine.names_at + NAME_CACHE_S {
+            // Names change (rename, a share re-created): look them up afresh.
+            engine.names.clear();
+            engine.names_at = now;
+            for ds in engine.datasets.values_mut() {
+                ds.filter_memo.clear();
+            }
+        }
+        let mut namer = Namer {
+            cache: &mut engine.names,
+            registry: &registry,
+            resolver: resolver.as_deref(),
+        };
+        for e in &events {
+            let second = self.unix_second(e.at());
+            if engine.sealed_upto.is_some_and(|s| second <= s) {
+                engine.late += 1;
+                continue;
+            }
+            engine.totals.add(e);
+            for ds in engine.datasets.values_mut() {
+                if second >= ds.since {
+                    ds.add(e, second, &mut namer);
+                }
+            }
+        }
+        let Some(seal_to) = now.checked_sub(SEAL_DELAY_S) else {
+            return;
+        };
+        let from = match engine.sealed_upto {
+            Some(s) if s >= seal_to => return,
+            // After a long pause (a suspended machine) only the last hour is replayed.
+            Some(s) => (s + 1).max(seal_to.saturating_sub(history::SECONDS_KEPT as u64)),
+            None => seal_to.saturating_sub(history::SECONDS_KEPT as u64),
+        };
+        for ds in engine.datasets.values_mut() {
+            ds.seal(from, seal_to, &mut namer);
+        }
+        engine.sealed_upto = Some(seal_to);
+    }
+
+    /// Enables a dataset (or returns the one already enabled under that name).
+    pub fn enable(&self, name: &str) -> Result<DatasetInfo, AnalyticsError> {
+        let spec = Spec::parse(name)?;
+        let canonical = spec.to_string();
+        let now = self.unix_now();
+        let mut engine = self.engine.lock().unwrap();
+        if !engine.datasets.contains_key(&canonical) {
+            let user = engine.datasets.values().filter(|d| !d.builtin).count();
+            if user >= MAX_USER_DATASETS {
+                return Err(AnalyticsError::TooMany);
+            }
+            // Counting starts with the next whole second.
+            engine
+                .datasets
+                .insert(canonical.clone(), DatasetState::new(spec, false, now + 1));
+        }
+        Ok(engine.datasets[&canonical].info(&canonical))
+    }
+
+    pub fn disable(&self, name: &str) -> Result<(), AnalyticsError> {
+        let canonical = Spec::parse(name)?.to_string();
+        let mut engine = self.engine.lock().unwrap();
+        match engine.datasets.get(&canonical) {
+            None => Err(AnalyticsError::NotEnabled(canonical)),
+            Some(d) if d.builtin => Err(AnalyticsError::BuiltIn(canonical)),
+            Some(_) => {
+                engine.datasets.remove(&canonical);
+                Ok(())
+            }
+        }
+    }
+
+    pub fn datasets(&self) -> Vec<DatasetInfo> {
+        let engine = self.engine.lock().unwrap();
+        engine
+            .datasets
+            .iter()
+            .map(|(name, d)| d.info(name))
+            .collect()
+    }
+
+    /// Sealed points of a dataset whose intervals start in `[start, end]`, at
+    /// `resolution` (by default the finest one whose history reaches `start`).
+    pub fn query(
+        &self,
+        name: &str,
+        start: u64,
+        end: u64,
+        resolution: Option<Resolution>,
+    ) -> Result<Series, AnalyticsError> {
+        if start > end {
+            return Err(AnalyticsError::BadRange(format!(
+                "start {start} is after end {end}"
+            )));
+        }
+        let canonical = Spec::parse(name)?.to_string();
+        let now = self.unix_now();
+        let resolution =
+            resolution.unwrap_or_else(|| Resolution::for_span(now.saturating_sub(start)));
+        let engine = self.engine.lock().unwrap();
+        let ds = engine
+            .datasets
+            .get(&canonical)
+            .ok_or_else(|| AnalyticsError::NotEnabled(canonical.clone()))?;
+        let points = ds.history.range(resolution, start, end);
+        let summary = summarize(&points);
+        Ok(Series {
+            dataset: ds.info(&canonical),
+            resolution,
+            start,
+            end,
+            points,
+            summary,
+        })
+    }
+
+    pub fn status(&self) -> Status {
+        let engine = self.engine.lock().unwrap();
+        Status {
+            events_dropped: self.dropped(),
+            events_late: engine.late,
+            sealed_upto: engine.sealed_upto,
+            datasets: engine.datasets.len(),
+        }
+    }
+
+    fn dropped(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.dropped.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The Prometheus text exposition of the cumulative counters.
+    pub fn prometheus(&self) -> String {
+        let resolver = self.resolver.read().unwrap().clone();
+        let registry = self.registry.read().unwrap();
+        let engine = self.engine.lock().unwrap();
+        engine.totals.render(
+            &|fsid| {
+                resolver
+                    .as_ref()
+                    .and_then(|r| r.share(fsid))
+                    .unwrap_or_default()
+            },
+            &registry.pools,
+            &registry.devices,
+            self.dropped(),
+            engine.late,
+        )
+    }
+}
+
+fn summarize(points: &[Point]) -> Summary {
+    let seconds: u64 = points.iter().map(|p| p.seconds).sum();
+    let total: u64 = points.iter().map(|p| p.total).sum();
+    let rates = points
+        .iter()
+        .map(|p| p.total as f64 / p.seconds.max(1) as f64);
+    Summary {
+        seconds,
+        total,
+        average: if seconds == 0 {
+            0.0
+        } else {
+            total as f64 / seconds as f64
+        },
+        min: rates.clone().reduce(f64::min).unwrap_or(0.0),
+        max: rates.reduce(f64::max).unwrap_or(0.0),
+    }
+}
+
+/// Names of breakdown values, cached per collector pass.
+struct Namer<'a> {
+    cache: &'a mut HashMap<(Dim, RawKey), String>,
+    registry: &'a Registry,
+    resolver: Option<&'a dyn Names>,
+}
+
+impl Namer<'_> {
+    fn name(&mut self, dim: Dim, key: RawKey) -> String {
+        if let Some(n) = self.cache.get(&(dim, key)) {
+            return n.clone();
+        }
+        let share = |fsid: u64| {
+            self.resolver
+                .and_then(|r| r.share(fsid))
+                .unwrap_or_else(|| format!("fsid:{fsid:x}"))
+        };
+        let name = match (dim, key) {
+            (_, RawKey::Name(n)) => n.to_string(),
+            (_, RawKey::Client(ip)) => ip.to_canonical().to_string(),
+            (_, RawKey::Share(fsid)) => share(fsid),
+            (_, RawKey::File(fsid, ino)) => self
+                .resolver
+                .and_then(|r| r.file(fsid, ino))
+                .unwrap_or_else(|| format!("{}:object {ino}", share(fsid))),
+            (Dim::Pool, RawKey::Device(d)) => self
+                .registry
+                .devices
+                .get(d as usize)
+                .and_then(|(p, _)| self.registry.pools.get(*p))
+                .cloned()
+                .unwrap_or_else(|| format!("pool of device {d}")),
+            (_, RawKey::Device(d)) => self
+                .registry
+                .devices
+                .get(d as usize)
+                .map(|(_, path)| path.clone())
+                .unwrap_or_else(|| format!("device {d}")),
+            (_, RawKey::Direction(out)) => (if out { "out" } else { "in" }).to_string(),
+            (_, RawKey::Bucket(i)) => {
+                let (low, high) = buckets::bounds(i);
+                format!("{low}-{high}")
+            }
+        };
+        self.cache.insert((dim, key), name.clone());
+        name
+    }
+}
+
+impl DatasetState {
+    fn new(spec: Spec, builtin: bool, since: u64) -> DatasetState {
+        DatasetState {
+            spec,
+            builtin,
+            since,
+            open: BTreeMap::new(),
+            history: History::default(),
+            filter_memo: HashMap::new(),
+        }
+    }
+
+    fn info(&self, name: &str) -> DatasetInfo {
+        let stat = self.spec.statistic();
+        DatasetInfo {
+            name: name.to_string(),
+            statistic: stat.name,
+            description: stat.description,
+            unit: stat.unit,
+            breakdown: self.spec.breakdown.map(Dim::name),
+            breakdown_unit: self.spec.breakdown.and_then(Dim::unit),
+            filters: self
+                .spec
+                .filters
+                .iter()
+                .map(|(d, v)| (d.name().to_string(), v.clone()))
+                .collect(),
+            builtin: self.builtin,
+            since: self.since,
+        }
+    }
+
+    fn add(&mut self, e: &Event, second: u64, namer: &mut Namer<'_>) {
+        let spec = &self.spec;
+        let memo = &mut self.filter_memo;
+        let open = &mut self.open;
+        samples(spec.stat, e, |s| {
+            for (i, (dim, want)) in spec.filters.iter().enumerate() {
+                let Some(key) = s.key(*dim) else { return };
+                let pass = *memo
+                    .entry((i, key))
+                    .or_insert_with(|| namer.name(*dim, key) == *want);
+                if !pass {
+                    return;
+                }
+            }
+            let o = open.entry(second).or_default();
+            o.total += s.value;
+            if let Some(dim) = spec.breakdown {
+                let key = s.key(dim).unwrap_or(RawKey::Name(NONE_KEY));
+                *o.keys.entry(key).or_default() += s.value;
+            }
+        });
+    }
+
+    fn seal(&mut self, from: u64, to: u64, namer: &mut Namer<'_>) {
+        let from = from.max(self.since);
+        // Seconds before `from` can only be stale leftovers of a long pause.
+        while let Some((&s, _)) = self.open.first_key_value() {
+            if s >= from {
+                break;
+            }
+            self.open.pop_first();
+        }
+        for second in from..=to {
+            let Some(open) = self.open.remove(&second) else {
+                self.history.push_second(Point::empty(second, 1));
+                continue;
+            };
+            let mut keys: HashMap<String, u64> = HashMap::new();
+            let mut bucket_counts: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+            for (key, count) in open.keys {
+                match key {
+                    RawKey::Bucket(i) => {
+                        *bucket_counts.entry(buckets::bounds(i)).or_default() += count
+                    }
+                    _ => {
+                        let dim = self.spec.breakdown.expect("keys imply a breakdown");
+                        *keys.entry(namer.name(dim, key)).or_default() += count;
+                    }
+                }
+            }
+            self.history.push_second(Point::from_counts(
+                second,
+                1,
+                open.total,
+                keys,
+                bucket_counts,
+            ));
+        }
+        // Bounded: a client touching millions of files cannot grow it for long.
+        if self.filter_memo.len() > 100_000 {
+            self.filter_memo.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

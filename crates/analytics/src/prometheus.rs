@@ -1,0 +1,230 @@
+//! Cumulative counters for Prometheus, kept by the collector from the same events.
+//!
+//! Labels are low-cardinality only (operation, share, pool, device, direction): never
+//! a client or a file, which belong to datasets. Names follow Prometheus practice:
+//! base units (seconds, bytes) and `_total` for counters.
+
+use crate::event::Event;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Latency histogram bounds, in seconds.
+const LATENCY_LE: [f64; 12] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0, 10.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [u64; LATENCY_LE.len()],
+    count: u64,
+    sum_ns: u128,
+}
+
+impl Histogram {
+    fn add(&mut self, ns: u64) {
+        let s = ns as f64 / 1e9;
+        for (b, le) in self.buckets.iter_mut().zip(LATENCY_LE) {
+            if s <= le {
+                *b += 1;
+            }
+        }
+        self.count += 1;
+        self.sum_ns += ns as u128;
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Totals {
+    /// (op, fsid) → (operations, payload bytes)
+    nfs: BTreeMap<(&'static str, u64), (u64, u64)>,
+    nfs_latency: BTreeMap<&'static str, Histogram>,
+    /// [in, out]
+    net_bytes: [u64; 2],
+    /// (device, write) → (operations, bytes)
+    io: BTreeMap<(u32, bool), (u64, u64)>,
+    io_latency: BTreeMap<(u32, bool), Histogram>,
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    for (b, le) in h.buckets.iter().zip(LATENCY_LE) {
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {b}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_ns as f64 / 1e9);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+}
+
+impl Totals {
+    pub(crate) fn add(&mut self, e: &Event) {
+        match e {
+            Event::Nfs(n) => {
+                let t = self.nfs.entry((n.op, n.fsid)).or_default();
+                t.0 += 1;
+                t.1 += n.bytes as u64;
+                self.nfs_latency.entry(n.op).or_default().add(n.latency_ns);
+                self.net_bytes[0] += n.request_bytes as u64;
+                self.net_bytes[1] += n.reply_bytes as u64;
+            }
+            Event::Io(io) => {
+                let t = self.io.entry((io.device, io.write)).or_default();
+                t.0 += 1;
+                t.1 += io.bytes as u64;
+                self.io_latency
+                    .entry((io.device, io.write))
+                    .or_default()
+                    .add(io.latency_ns);
+            }
+        }
+    }
+
+    pub(crate) fn render(
+        &self,
+        share: &dyn Fn(u64) -> String,
+        pools: &[String],
+        devices: &[(usize, String)],
+        dropped: u64,
+        late: u64,
+    ) -> String {
+        let mut out = String::new();
+        let op_share = |op: &str, fsid: u64| {
+            let share = if fsid == 0 {
+                String::new()
+            } else {
+                share(fsid)
+            };
+            format!("op=\"{op}\",share=\"{}\"", escape(&share))
+        };
+        header(
+            &mut out,
+            "shoal_nfs_operations_total",
+            "counter",
+            "NFS operations served.",
+        );
+        for ((op, fsid), (ops, _)) in &self.nfs {
+            let _ = writeln!(
+                out,
+                "shoal_nfs_operations_total{{{}}} {ops}",
+                op_share(op, *fsid)
+            );
+        }
+        header(
+            &mut out,
+            "shoal_nfs_payload_bytes_total",
+            "counter",
+            "NFS READ and WRITE payload bytes.",
+        );
+        for ((op, fsid), (_, bytes)) in &self.nfs {
+            if *bytes > 0 {
+                let _ = writeln!(
+                    out,
+                    "shoal_nfs_payload_bytes_total{{{}}} {bytes}",
+                    op_share(op, *fsid)
+                );
+            }
+        }
+        header(
+            &mut out,
+            "shoal_nfs_operation_duration_seconds",
+            "histogram",
+            "Time from an NFS request's arrival to its reply.",
+        );
+        for (op, h) in &self.nfs_latency {
+            histogram(
+                &mut out,
+                "shoal_nfs_operation_duration_seconds",
+                &format!("op=\"{op}\""),
+                h,
+            );
+        }
+        header(
+            &mut out,
+            "shoal_network_bytes_total",
+            "counter",
+            "NFS RPC record bytes received (in) and sent (out).",
+        );
+        for (dir, bytes) in ["in", "out"].iter().zip(self.net_bytes) {
+            let _ = writeln!(
+                out,
+                "shoal_network_bytes_total{{direction=\"{dir}\"}} {bytes}"
+            );
+        }
+        let device_labels = |d: u32, write: bool| {
+            let (pool, path) = devices
+                .get(d as usize)
+                .map(|(p, path)| (pools.get(*p).cloned().unwrap_or_default(), path.clone()))
+                .unwrap_or_default();
+            format!(
+                "pool=\"{}\",device=\"{}\",op=\"{}\"",
+                escape(&pool),
+                escape(&path),
+                if write { "write" } else { "read" }
+            )
+        };
+        header(
+            &mut out,
+            "shoal_device_operations_total",
+            "counter",
+            "I/O operations issued to pool devices.",
+        );
+        for ((d, w), (ops, _)) in &self.io {
+            let _ = writeln!(
+                out,
+                "shoal_device_operations_total{{{}}} {ops}",
+                device_labels(*d, *w)
+            );
+        }
+        header(
+            &mut out,
+            "shoal_device_bytes_total",
+            "counter",
+            "Bytes read from and written to pool devices.",
+        );
+        for ((d, w), (_, bytes)) in &self.io {
+            let _ = writeln!(
+                out,
+                "shoal_device_bytes_total{{{}}} {bytes}",
+                device_labels(*d, *w)
+            );
+        }
+        header(
+            &mut out,
+            "shoal_device_operation_duration_seconds",
+            "histogram",
+            "Pool device I/O latency.",
+        );
+        for ((d, w), h) in &self.io_latency {
+            histogram(
+                &mut out,
+                "shoal_device_operation_duration_seconds",
+                &device_labels(*d, *w),
+                h,
+            );
+        }
+        header(
+            &mut out,
+            "shoal_analytics_events_dropped_total",
+            "counter",
+            "Events lost because a recording queue was full.",
+        );
+        let _ = writeln!(out, "shoal_analytics_events_dropped_total {dropped}");
+        header(
+            &mut out,
+            "shoal_analytics_events_late_total",
+            "counter",
+            "Events that arrived after their second was sealed.",
+        );
+        let _ = writeln!(out, "shoal_analytics_events_late_total {late}");
+        out
+    }
+}

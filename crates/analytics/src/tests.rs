@@ -1,0 +1,270 @@
+use super::*;
+use std::net::{IpAddr, Ipv4Addr};
+
+struct TestNames;
+impl Names for TestNames {
+    fn share(&self, fsid: u64) -> Option<String> {
+        (fsid == 7).then(|| "tank/home".to_string())
+    }
+    fn file(&self, fsid: u64, ino: u64) -> Option<String> {
+        (fsid == 7).then(|| format!("/tank/home/f{ino}"))
+    }
+}
+
+fn client(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
+}
+
+fn nfs(a: &Analytics, second: u64, op: &'static str, c: u8, ino: u64, bytes: u32, latency_us: u64) {
+    a.record(Event::Nfs(NfsEvent {
+        op,
+        client: client(c),
+        fsid: 7,
+        ino,
+        bytes,
+        offset: 4096,
+        request_bytes: 100,
+        reply_bytes: 100 + bytes,
+        latency_ns: latency_us * 1000,
+        at: a.epoch + Duration::from_secs(second),
+    }));
+}
+
+/// An instance whose clock starts at a whole second, and that second.
+fn instance() -> (Arc<Analytics>, u64) {
+    let a = Analytics::new();
+    a.set_names(Arc::new(TestNames));
+    let t0 = a.unix_second(a.epoch);
+    (a, t0)
+}
+
+fn counts(p: &Point) -> BTreeMap<String, u64> {
+    p.breakdown
+        .iter()
+        .map(|k| (k.key.clone(), k.count))
+        .collect()
+}
+
+#[test]
+fn breakdowns_by_client_and_file_match_the_load_exactly() {
+    let (a, t0) = instance();
+    a.enable("nfs3.ops[client]").unwrap();
+    a.enable("nfs3.ops[op=read][client=10.0.0.2][file]")
+        .unwrap();
+    a.enable("nfs3.bytes[client]").unwrap();
+    // Counting starts with the next whole second after enabling.
+    for s in 1..4 {
+        for _ in 0..5 {
+            nfs(&a, s, "read", 1, 11, 8192, 150);
+        }
+        for _ in 0..3 {
+            nfs(&a, s, "read", 2, 12, 4096, 2500);
+            nfs(&a, s, "read", 2, 13, 4096, 2500);
+        }
+        nfs(&a, s, "getattr", 2, 12, 0, 40);
+    }
+    a.tick(t0 + 10);
+    let by_client = a.query("nfs3.ops[client]", t0 + 1, t0 + 3, None).unwrap();
+    assert_eq!(by_client.points.len(), 3);
+    for p in &by_client.points {
+        assert_eq!(p.total, 12);
+        assert_eq!(
+            counts(p),
+            BTreeMap::from([("10.0.0.1".into(), 5), ("10.0.0.2".into(), 7)])
+        );
+    }
+    assert_eq!(by_client.summary.average, 12.0);
+    assert_eq!((by_client.summary.min, by_client.summary.max), (12.0, 12.0));
+
+    let drill = a
+        .query(
+            "nfs3.ops[client=10.0.0.2][op=read][file]",
+            t0 + 1,
+            t0 + 3,
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        drill.dataset.name,
+        "nfs3.ops[op=read][client=10.0.0.2][file]"
+    );
+    for p in &drill.points {
+        assert_eq!(
+            counts(p),
+            BTreeMap::from([("/tank/home/f12".into(), 3), ("/tank/home/f13".into(), 3)])
+        );
+    }
+    let bytes = a.query("nfs3.bytes[client]", t0 + 1, t0 + 3, None).unwrap();
+    assert_eq!(
+        counts(&bytes.points[0]),
+        BTreeMap::from([("10.0.0.1".into(), 5 * 8192), ("10.0.0.2".into(), 6 * 4096)])
+    );
+
+    // The built-in latency heatmap: 150 µs, 2500 µs and 40 µs columns.
+    let heat = a.query("nfs3.ops[latency]", t0 + 1, t0 + 1, None).unwrap();
+    let buckets: Vec<(u64, u64, u64)> = heat.points[0]
+        .buckets
+        .iter()
+        .map(|b| (b.low, b.high, b.count))
+        .collect();
+    assert_eq!(buckets, [(40, 50, 1), (100, 200, 5), (2000, 3000, 6)]);
+    assert_eq!(heat.dataset.breakdown_unit, Some("microseconds"));
+
+    let net = a
+        .query("net.bytes[direction]", t0 + 1, t0 + 1, None)
+        .unwrap();
+    let want_out = 12 * 100 + 5 * 8192 + 6 * 4096;
+    assert_eq!(
+        counts(&net.points[0]),
+        BTreeMap::from([("in".into(), 1200), ("out".into(), want_out)])
+    );
+}
+
+#[test]
+fn sealed_seconds_never_change_and_late_events_are_counted() {
+    let (a, t0) = instance();
+    nfs(&a, 1, "read", 1, 1, 10, 10);
+    a.tick(t0 + 5);
+    let before = a.query("nfs3.ops", t0, t0 + 3, None).unwrap();
+    let totals: Vec<u64> = before.points.iter().map(|p| p.total).collect();
+    assert_eq!(totals, [0, 1, 0, 0]);
+    nfs(&a, 1, "read", 1, 1, 10, 10);
+    nfs(&a, 5, "read", 1, 1, 10, 10);
+    a.tick(t0 + 8);
+    let after = a.query("nfs3.ops", t0, t0 + 6, None).unwrap();
+    let totals: Vec<u64> = after.points.iter().map(|p| p.total).collect();
+    assert_eq!(totals, [0, 1, 0, 0, 0, 1, 0]);
+    assert_eq!(a.status().events_late, 1);
+    assert_eq!(a.status().sealed_upto, Some(t0 + 6));
+}
+
+#[test]
+fn events_from_many_threads_all_arrive() {
+    let (a, t0) = instance();
+    std::thread::scope(|s| {
+        for c in 0..8u8 {
+            let a = &a;
+            s.spawn(move || {
+                for _ in 0..1000 {
+                    nfs(a, 1, "write", c, 1, 1, 1);
+                }
+            });
+        }
+    });
+    a.tick(t0 + 5);
+    let p = &a
+        .query("nfs3.ops[op]", t0 + 1, t0 + 1, None)
+        .unwrap()
+        .points[0];
+    assert_eq!(p.total, 8000);
+    assert_eq!(counts(p), BTreeMap::from([("write".into(), 8000)]));
+    assert_eq!(a.status().events_dropped, 0);
+}
+
+#[test]
+fn a_full_queue_drops_and_counts_instead_of_blocking() {
+    let (a, t0) = instance();
+    for _ in 0..SHARD_EVENTS + 10 {
+        nfs(&a, 1, "read", 1, 1, 1, 1);
+    }
+    assert_eq!(a.status().events_dropped, 10);
+    a.tick(t0 + 5);
+    let p = &a.query("nfs3.ops", t0 + 1, t0 + 1, None).unwrap().points[0];
+    assert_eq!(p.total, SHARD_EVENTS as u64);
+}
+
+#[test]
+fn devices_break_down_by_path_and_pool() {
+    let (a, t0) = instance();
+    let d0 = a.register_device("tank", "/dev/sda");
+    let d1 = a.register_device("tank", "/dev/sdb");
+    assert_eq!(a.register_device("tank", "/dev/sda"), d0);
+    a.enable("io.bytes[pool]").unwrap();
+    for (d, n) in [(d0, 3u32), (d1, 1)] {
+        for _ in 0..n {
+            a.record(Event::Io(IoEvent {
+                device: d,
+                write: false,
+                bytes: 131072,
+                offset: 0,
+                latency_ns: 300_000,
+                at: a.epoch + Duration::from_secs(1),
+            }));
+        }
+    }
+    a.tick(t0 + 5);
+    let p = &a
+        .query("io.bytes[device]", t0 + 1, t0 + 1, None)
+        .unwrap()
+        .points[0];
+    assert_eq!(
+        counts(p),
+        BTreeMap::from([("/dev/sda".into(), 3 * 131072), ("/dev/sdb".into(), 131072)])
+    );
+    let p = &a
+        .query("io.bytes[pool]", t0 + 1, t0 + 1, None)
+        .unwrap()
+        .points[0];
+    assert_eq!(counts(p), BTreeMap::from([("tank".into(), 4 * 131072)]));
+    let text = a.prometheus();
+    assert!(
+        text.contains(
+            "shoal_device_bytes_total{pool=\"tank\",device=\"/dev/sda\",op=\"read\"} 393216"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("shoal_device_operation_duration_seconds_bucket{pool=\"tank\",device=\"/dev/sdb\",op=\"read\",le=\"0.0005\"} 1"));
+}
+
+#[test]
+fn prometheus_has_no_client_or_file_labels() {
+    let (a, t0) = instance();
+    nfs(&a, 1, "read", 1, 11, 8192, 150);
+    nfs(&a, 1, "read", 2, 12, 8192, 150);
+    a.tick(t0 + 5);
+    let text = a.prometheus();
+    assert!(
+        text.contains("shoal_nfs_operations_total{op=\"read\",share=\"tank/home\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains("shoal_nfs_payload_bytes_total{op=\"read\",share=\"tank/home\"} 16384"));
+    assert!(text.contains("shoal_nfs_operation_duration_seconds_count{op=\"read\"} 2"));
+    assert!(!text.contains("10.0.0.") && !text.contains("/tank/home/f"));
+}
+
+#[test]
+fn datasets_are_enabled_once_and_built_ins_stay() {
+    let (a, _) = instance();
+    let first = a.enable("nfs3.ops[file][]").map(|_| ()).unwrap_err();
+    assert!(first.to_string().contains("must be the last"), "{first}");
+    a.enable("nfs3.ops[op=read][file]").unwrap();
+    a.enable("nfs3.ops[op=read][file]").unwrap();
+    let user: Vec<String> = a
+        .datasets()
+        .into_iter()
+        .filter(|d| !d.builtin)
+        .map(|d| d.name)
+        .collect();
+    assert_eq!(user, ["nfs3.ops[op=read][file]"]);
+    assert!(matches!(
+        a.disable("nfs3.ops[op]"),
+        Err(AnalyticsError::BuiltIn(_))
+    ));
+    assert!(matches!(
+        a.disable("nfs3.ops[client]"),
+        Err(AnalyticsError::NotEnabled(_))
+    ));
+    a.disable("nfs3.ops[op=read][file]").unwrap();
+    assert!(matches!(
+        a.query("nfs3.ops[op=read][file]", 0, 1, None),
+        Err(AnalyticsError::NotEnabled(_))
+    ));
+    for i in 0..MAX_USER_DATASETS {
+        a.enable(&format!("nfs3.ops[client=10.0.{}.{}]", i / 256, i % 256))
+            .unwrap();
+    }
+    assert!(matches!(
+        a.enable("nfs3.ops[client]"),
+        Err(AnalyticsError::TooMany)
+    ));
+}

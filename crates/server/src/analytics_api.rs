@@ -1,0 +1,233 @@
+//! The analytics part of the admin API and the Prometheus endpoint.
+//!
+//! `/api/v1/analytics/statistics` lists what can be measured, `/datasets` enables,
+//! lists and removes datasets (drill-downs), `/data` returns a dataset's points over
+//! a time range with its average, minimum and maximum per second, `/status` shows
+//! dropped and late events. `/metrics` is the Prometheus text format: the analytics
+//! counters plus each pool's capacity, ARC and intent-log figures, with
+//! low-cardinality labels only.
+
+use crate::api::{ApiError, ApiResult, Body, Params, Shared};
+use analytics::{AnalyticsError, Resolution, Series, STATISTICS};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+
+impl From<AnalyticsError> for ApiError {
+    fn from(e: AnalyticsError) -> ApiError {
+        let status = match &e {
+            AnalyticsError::NotEnabled(_) => StatusCode::NOT_FOUND,
+            AnalyticsError::BuiltIn(_) | AnalyticsError::TooMany => StatusCode::CONFLICT,
+            AnalyticsError::Spec(_) | AnalyticsError::BadRange(_) => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+#[derive(Serialize)]
+pub struct DimensionInfo {
+    name: &'static str,
+    /// "categorical" (a value per client, file, ...) or "numeric" (heatmap buckets).
+    kind: &'static str,
+    unit: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+pub struct StatisticInfo {
+    name: &'static str,
+    description: &'static str,
+    unit: &'static str,
+    dimensions: Vec<DimensionInfo>,
+}
+
+pub async fn statistics() -> Json<Vec<StatisticInfo>> {
+    Json(
+        STATISTICS
+            .iter()
+            .map(|s| StatisticInfo {
+                name: s.name,
+                description: s.description,
+                unit: s.unit,
+                dimensions: s
+                    .dims
+                    .iter()
+                    .map(|d| DimensionInfo {
+                        name: d.name(),
+                        kind: if d.numeric() {
+                            "numeric"
+                        } else {
+                            "categorical"
+                        },
+                        unit: d.unit(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    )
+}
+
+pub async fn datasets(State(s): State<Shared>) -> Json<Vec<analytics::DatasetInfo>> {
+    Json(s.analytics.datasets())
+}
+
+#[derive(Deserialize)]
+pub struct DatasetName {
+    name: String,
+}
+
+pub async fn enable(
+    State(s): State<Shared>,
+    Body(req): Body<DatasetName>,
+) -> Result<(StatusCode, Json<analytics::DatasetInfo>), ApiError> {
+    Ok((StatusCode::CREATED, Json(s.analytics.enable(&req.name)?)))
+}
+
+pub async fn disable(
+    State(s): State<Shared>,
+    Params(q): Params<DatasetName>,
+) -> Result<StatusCode, ApiError> {
+    s.analytics.disable(&q.name)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+pub struct DataQuery {
+    name: String,
+    /// Unix seconds; by default the last `seconds` sealed seconds.
+    start: Option<u64>,
+    end: Option<u64>,
+    /// Length of the default range (60).
+    seconds: Option<u64>,
+    /// second, minute or hour; by default the finest that reaches back to `start`.
+    resolution: Option<String>,
+}
+
+pub async fn data(State(s): State<Shared>, Params(q): Params<DataQuery>) -> ApiResult<Series> {
+    let resolution = match q.resolution.as_deref() {
+        None => None,
+        Some(r) => Some(Resolution::parse(r).ok_or_else(|| {
+            ApiError::bad(format!(
+                "unknown resolution '{r}': use second, minute or hour"
+            ))
+        })?),
+    };
+    let newest = s
+        .analytics
+        .status()
+        .sealed_upto
+        .unwrap_or_else(|| s.analytics.unix_now());
+    let end = q.end.unwrap_or(newest);
+    let span = q.seconds.unwrap_or(60).max(1);
+    let start = q.start.unwrap_or(end.saturating_sub(span - 1));
+    Ok(Json(s.analytics.query(&q.name, start, end, resolution)?))
+}
+
+pub async fn status(State(s): State<Shared>) -> Json<analytics::Status> {
+    Json(s.analytics.status())
+}
+
+pub async fn metrics(State(s): State<Shared>) -> impl IntoResponse {
+    let state = s.clone();
+    let text = tokio::task::spawn_blocking(move || {
+        let mut out = state.analytics.prometheus();
+        pool_metrics(&state, &mut out);
+        out
+    })
+    .await
+    .unwrap_or_default();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
+fn pool_metrics(s: &Shared, out: &mut String) {
+    let statuses: Vec<pool::pool::PoolStatus> = s.pools.iter().map(|p| p.status()).collect();
+    let mut family =
+        |name: &str,
+         kind: &str,
+         help: &str,
+         value: &dyn Fn(&pool::pool::PoolStatus) -> Vec<(String, u64)>| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for st in &statuses {
+                for (labels, v) in value(st) {
+                    let sep = if labels.is_empty() { "" } else { "," };
+                    let _ = writeln!(out, "{name}{{pool=\"{}\"{sep}{labels}}} {v}", st.name);
+                }
+            }
+        };
+    family(
+        "shoal_pool_capacity_bytes",
+        "gauge",
+        "Usable bytes of the pool.",
+        &|p| vec![(String::new(), p.capacity_bytes)],
+    );
+    family(
+        "shoal_pool_allocated_bytes",
+        "gauge",
+        "Allocated bytes of the pool.",
+        &|p| vec![(String::new(), p.allocated_bytes)],
+    );
+    family(
+        "shoal_pool_txg",
+        "gauge",
+        "The last committed transaction group.",
+        &|p| vec![(String::new(), p.txg)],
+    );
+    family(
+        "shoal_arc_size_bytes",
+        "gauge",
+        "Bytes held in the ARC.",
+        &|p| vec![(String::new(), p.arc.size_bytes)],
+    );
+    family("shoal_arc_max_bytes", "gauge", "The ARC's bound.", &|p| {
+        vec![(String::new(), p.arc.max_bytes)]
+    });
+    family(
+        "shoal_arc_hits_total",
+        "counter",
+        "ARC lookups that found the block, by demand or prefetch.",
+        &|p| {
+            vec![
+                ("kind=\"demand\"".into(), p.arc.demand_hits),
+                ("kind=\"prefetch\"".into(), p.arc.prefetch_hits),
+            ]
+        },
+    );
+    family(
+        "shoal_arc_misses_total",
+        "counter",
+        "ARC lookups that went to a device, by demand or prefetch.",
+        &|p| {
+            vec![
+                ("kind=\"demand\"".into(), p.arc.demand_misses),
+                ("kind=\"prefetch\"".into(), p.arc.prefetch_misses),
+            ]
+        },
+    );
+    family(
+        "shoal_intent_log_commits_total",
+        "counter",
+        "Intent log commits (sync writes made durable).",
+        &|p| vec![(String::new(), p.intent_log.commits)],
+    );
+    family(
+        "shoal_intent_log_written_bytes_total",
+        "counter",
+        "Bytes written to the intent log.",
+        &|p| vec![(String::new(), p.intent_log.bytes_written)],
+    );
+    family(
+        "shoal_pool_unrecoverable_reads_total",
+        "counter",
+        "Blocks no copy of which verified.",
+        &|p| vec![(String::new(), p.unrecoverable_reads)],
+    );
+}
