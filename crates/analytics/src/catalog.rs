@@ -78,10 +78,26 @@ impl Dim {
     }
 }
 
+/// What a statistic counts per event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counts {
+    /// One per NFS call.
+    NfsOps,
+    /// READ and WRITE payload bytes.
+    NfsBytes,
+    /// Request bytes in and reply bytes out: two samples per call.
+    NetBytes,
+    /// One per device I/O.
+    IoOps,
+    /// Device I/O bytes.
+    IoBytes,
+}
+
 /// A statistic: what is counted, in what unit, by which dimensions.
 #[derive(Debug, Clone, Copy)]
 pub struct Statistic {
     pub name: &'static str,
+    pub counts: Counts,
     pub description: &'static str,
     /// Unit of the per-second value.
     pub unit: &'static str,
@@ -91,6 +107,7 @@ pub struct Statistic {
 pub const STATISTICS: &[Statistic] = &[
     Statistic {
         name: "nfs3.ops",
+        counts: Counts::NfsOps,
         description: "NFS operations",
         unit: "operations",
         dims: &[
@@ -105,6 +122,7 @@ pub const STATISTICS: &[Statistic] = &[
     },
     Statistic {
         name: "nfs3.bytes",
+        counts: Counts::NfsBytes,
         description: "NFS READ and WRITE payload",
         unit: "bytes",
         dims: &[
@@ -118,12 +136,14 @@ pub const STATISTICS: &[Statistic] = &[
     },
     Statistic {
         name: "net.bytes",
+        counts: Counts::NetBytes,
         description: "NFS traffic on the network (RPC records in and out)",
         unit: "bytes",
         dims: &[Dim::Direction, Dim::Client, Dim::Share],
     },
     Statistic {
         name: "io.ops",
+        counts: Counts::IoOps,
         description: "Device I/O operations",
         unit: "operations",
         dims: &[
@@ -137,6 +157,7 @@ pub const STATISTICS: &[Statistic] = &[
     },
     Statistic {
         name: "io.bytes",
+        counts: Counts::IoBytes,
         description: "Device I/O bytes",
         unit: "bytes",
         dims: &[Dim::Op, Dim::Device, Dim::Pool, Dim::Size, Dim::Offset],
@@ -208,15 +229,15 @@ pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>))
         event,
         outbound,
     };
-    match (STATISTICS[stat].name, event) {
-        ("nfs3.ops", Event::Nfs(_)) => f(one(1, false)),
-        ("nfs3.bytes", Event::Nfs(e)) if e.bytes > 0 => f(one(e.bytes as u64, false)),
-        ("net.bytes", Event::Nfs(e)) => {
+    match (STATISTICS[stat].counts, event) {
+        (Counts::NfsOps, Event::Nfs(_)) => f(one(1, false)),
+        (Counts::NfsBytes, Event::Nfs(e)) if e.bytes > 0 => f(one(e.bytes as u64, false)),
+        (Counts::NetBytes, Event::Nfs(e)) => {
             f(one(e.request_bytes as u64, false));
             f(one(e.reply_bytes as u64, true));
         }
-        ("io.ops", Event::Io(_)) => f(one(1, false)),
-        ("io.bytes", Event::Io(e)) => f(one(e.bytes as u64, false)),
+        (Counts::IoOps, Event::Io(_)) => f(one(1, false)),
+        (Counts::IoBytes, Event::Io(e)) => f(one(e.bytes as u64, false)),
         _ => {}
     }
 }

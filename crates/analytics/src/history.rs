@@ -170,9 +170,7 @@ impl History {
         match ring.back_mut() {
             Some(last) if last.t == start => *last = Point::sum(start, width, [&*last, p]),
             _ => {
-                let mut first = Point::sum(start, width, [p]);
-                first.seconds = width;
-                ring.push_back(first);
+                ring.push_back(Point::sum(start, width, [p]));
                 while ring.len() > keep {
                     ring.pop_front();
                 }

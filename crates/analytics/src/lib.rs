@@ -24,7 +24,7 @@ pub mod buckets;
 pub mod catalog;
 pub mod event;
 pub mod history;
-mod prometheus;
+pub mod prometheus;
 
 pub use catalog::{Dim, Spec, SpecError, Statistic, BUILTIN_DATASETS, STATISTICS};
 pub use event::{Event, IoEvent, NfsEvent};
@@ -403,6 +403,12 @@ impl Analytics {
         })
     }
 
+    /// The newest sealed second, or the current one before anything was sealed.
+    pub fn newest_sealed(&self) -> u64 {
+        let sealed = self.engine.lock().unwrap().sealed_upto;
+        sealed.unwrap_or_else(|| self.unix_now())
+    }
+
     pub fn status(&self) -> Status {
         let engine = self.engine.lock().unwrap();
         Status {
@@ -566,12 +572,7 @@ impl DatasetState {
     fn seal(&mut self, from: u64, to: u64, namer: &mut Namer<'_>) {
         let from = from.max(self.since);
         // Seconds before `from` can only be stale leftovers of a long pause.
-        while let Some((&s, _)) = self.open.first_key_value() {
-            if s >= from {
-                break;
-            }
-            self.open.pop_first();
-        }
+        self.open = self.open.split_off(&from);
         for second in from..=to {
             let Some(open) = self.open.remove(&second) else {
                 self.history.push_second(Point::empty(second, 1));

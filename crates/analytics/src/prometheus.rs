@@ -45,13 +45,15 @@ pub(crate) struct Totals {
     io_latency: BTreeMap<(u32, bool), Histogram>,
 }
 
-fn escape(v: &str) -> String {
+/// A label value with `\`, `"` and newlines escaped.
+pub fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+/// The `# HELP` and `# TYPE` lines that open a metric family.
+pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }

@@ -5,7 +5,8 @@
 //!
 //! Layout: `xdr` and `rpc` are the wire; `transport` the TCP server and a small
 //! client; `proto` the NFSv3 types; `handle` the file handles; `exports` the client
-//! rules; `service` the programs themselves; `names` the share and file names analytics shows; `fuzzing` the harness of the fuzz target.
+//! rules; `service` the programs themselves; `names` the share and file names
+//! analytics shows; `fuzzing` the harness of the fuzz target.
 
 pub mod exports;
 pub mod fuzzing;

@@ -272,7 +272,7 @@ impl NfsService {
         let _ = self.analytics.set(analytics);
     }
 
-    /// The dataset name of the share with this fsid (as FSINFO and analytics give it).
+    /// The share with this fsid (as FSINFO and analytics give it).
     pub fn share_of_fsid(&self, fsid: u64) -> Option<Arc<Share>> {
         self.shares
             .read()

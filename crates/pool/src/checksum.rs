@@ -164,17 +164,17 @@ pub fn fletcher4_grouped(data: &[u8]) -> Checksum {
 #[cfg(test)]
 fn fletcher4_lanes(data: &[u8]) -> Checksum {
     let body = data.len() / 16 * 16;
-    let mut lanes = [[0u64; 4]; 4];
+    let [mut a, mut b, mut c, mut d] = [[0u64; 4]; 4];
     for g in data[..body].chunks_exact(16) {
-        for (i, lane) in lanes.iter_mut().enumerate() {
+        for i in 0..4 {
             let w = u32::from_le_bytes(g[4 * i..4 * i + 4].try_into().unwrap()) as u64;
-            lane[0] = lane[0].wrapping_add(w);
-            lane[1] = lane[1].wrapping_add(lane[0]);
-            lane[2] = lane[2].wrapping_add(lane[1]);
-            lane[3] = lane[3].wrapping_add(lane[2]);
+            a[i] = a[i].wrapping_add(w);
+            b[i] = b[i].wrapping_add(a[i]);
+            c[i] = c[i].wrapping_add(b[i]);
+            d[i] = d[i].wrapping_add(c[i]);
         }
     }
-    finish_tail(combine_lanes(lanes), &data[body..])
+    finish_tail(combine_lanes([a, b, c, d]), &data[body..])
 }
 
 /// AVX2: lane `i` of each 256-bit accumulator runs the scalar recurrence over the words
@@ -202,31 +202,27 @@ unsafe fn fletcher4_avx2(data: &[u8]) -> Checksum {
         c = _mm256_add_epi64(c, b);
         d = _mm256_add_epi64(d, c);
     }
-    let mut per_acc = [[0u64; 4]; 4];
-    for (out, v) in per_acc.iter_mut().zip([a, b, c, d]) {
+    let mut accs = [[0u64; 4]; 4];
+    for (out, v) in accs.iter_mut().zip([a, b, c, d]) {
         // SAFETY: `out` is 32 writable bytes; storeu has no alignment demand.
         unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, v) };
     }
-    let mut lanes = [[0u64; 4]; 4];
-    for (i, lane) in lanes.iter_mut().enumerate() {
-        for (k, acc) in per_acc.iter().enumerate() {
-            lane[k] = acc[i];
-        }
-    }
-    finish_tail(combine_lanes(lanes), &data[body..])
+    finish_tail(combine_lanes(accs), &data[body..])
 }
 
-/// Combines four lanes' (a, b, c, d) into the one-lane state.
+/// Combines four lanes into the one-lane state; `accs` is [a, b, c, d], each holding
+/// its four lanes' values.
 ///
 /// With `t` counting a lane's words from the end, a lane's a, b, c, d weigh a word by
 /// 1, t, C(t+1,2) and C(t+2,3); the one-lane sums weigh it by 1, u, C(u+1,2) and
 /// C(u+2,3) with u = 4t - i for lane i. Rewriting those polynomials of t in the
 /// lanes' basis gives the coefficients below; all are integers, so wrapping
 /// arithmetic is exact modulo 2^64.
-fn combine_lanes(lanes: [[u64; 4]; 4]) -> (u64, u64, u64, u64) {
+fn combine_lanes([la4, lb4, lc4, ld4]: [[u64; 4]; 4]) -> (u64, u64, u64, u64) {
     let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
-    for (i, &[la, lb, lc, ld]) in lanes.iter().enumerate() {
-        let i = i as u64;
+    for k in 0..4 {
+        let (la, lb, lc, ld) = (la4[k], lb4[k], lc4[k], ld4[k]);
+        let i = k as u64;
         let c2 = i * i.saturating_sub(1) / 2; // C(i, 2)
         let c3 = i * i.saturating_sub(1) * i.saturating_sub(2) / 6; // C(i, 3)
         a = a.wrapping_add(la);

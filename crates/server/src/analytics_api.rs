@@ -8,11 +8,12 @@
 //! low-cardinality labels only.
 
 use crate::api::{ApiError, ApiResult, Body, Params, Shared};
-use analytics::{AnalyticsError, Resolution, Series, STATISTICS};
+use analytics::{prometheus, AnalyticsError, Resolution, Series, STATISTICS};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
+use pool::pool::PoolStatus;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
@@ -114,12 +115,7 @@ pub async fn data(State(s): State<Shared>, Params(q): Params<DataQuery>) -> ApiR
             ))
         })?),
     };
-    let newest = s
-        .analytics
-        .status()
-        .sealed_upto
-        .unwrap_or_else(|| s.analytics.unix_now());
-    let end = q.end.unwrap_or(newest);
+    let end = q.end.unwrap_or_else(|| s.analytics.newest_sealed());
     let span = q.seconds.unwrap_or(60).max(1);
     let start = q.start.unwrap_or(end.saturating_sub(span - 1));
     Ok(Json(s.analytics.query(&q.name, start, end, resolution)?))
@@ -147,87 +143,95 @@ pub async fn metrics(State(s): State<Shared>) -> impl IntoResponse {
     )
 }
 
-fn pool_metrics(s: &Shared, out: &mut String) {
-    let statuses: Vec<pool::pool::PoolStatus> = s.pools.iter().map(|p| p.status()).collect();
-    let mut family =
-        |name: &str,
-         kind: &str,
-         help: &str,
-         value: &dyn Fn(&pool::pool::PoolStatus) -> Vec<(String, u64)>| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for st in &statuses {
-                for (labels, v) in value(st) {
-                    let sep = if labels.is_empty() { "" } else { "," };
-                    let _ = writeln!(out, "{name}{{pool=\"{}\"{sep}{labels}}} {v}", st.name);
-                }
-            }
-        };
-    family(
+/// A pool metric family: name, type, help, and its samples of one pool as
+/// (extra labels, value).
+type PoolFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PoolStatus) -> Vec<(&'static str, u64)>,
+);
+
+const POOL_FAMILIES: &[PoolFamily] = &[
+    (
         "shoal_pool_capacity_bytes",
         "gauge",
         "Usable bytes of the pool.",
-        &|p| vec![(String::new(), p.capacity_bytes)],
-    );
-    family(
+        |p| vec![("", p.capacity_bytes)],
+    ),
+    (
         "shoal_pool_allocated_bytes",
         "gauge",
         "Allocated bytes of the pool.",
-        &|p| vec![(String::new(), p.allocated_bytes)],
-    );
-    family(
+        |p| vec![("", p.allocated_bytes)],
+    ),
+    (
         "shoal_pool_txg",
         "gauge",
         "The last committed transaction group.",
-        &|p| vec![(String::new(), p.txg)],
-    );
-    family(
+        |p| vec![("", p.txg)],
+    ),
+    (
         "shoal_arc_size_bytes",
         "gauge",
         "Bytes held in the ARC.",
-        &|p| vec![(String::new(), p.arc.size_bytes)],
-    );
-    family("shoal_arc_max_bytes", "gauge", "The ARC's bound.", &|p| {
-        vec![(String::new(), p.arc.max_bytes)]
-    });
-    family(
+        |p| vec![("", p.arc.size_bytes)],
+    ),
+    ("shoal_arc_max_bytes", "gauge", "The ARC's bound.", |p| {
+        vec![("", p.arc.max_bytes)]
+    }),
+    (
         "shoal_arc_hits_total",
         "counter",
         "ARC lookups that found the block, by demand or prefetch.",
-        &|p| {
+        |p| {
             vec![
-                ("kind=\"demand\"".into(), p.arc.demand_hits),
-                ("kind=\"prefetch\"".into(), p.arc.prefetch_hits),
+                ("kind=\"demand\"", p.arc.demand_hits),
+                ("kind=\"prefetch\"", p.arc.prefetch_hits),
             ]
         },
-    );
-    family(
+    ),
+    (
         "shoal_arc_misses_total",
         "counter",
         "ARC lookups that went to a device, by demand or prefetch.",
-        &|p| {
+        |p| {
             vec![
-                ("kind=\"demand\"".into(), p.arc.demand_misses),
-                ("kind=\"prefetch\"".into(), p.arc.prefetch_misses),
+                ("kind=\"demand\"", p.arc.demand_misses),
+                ("kind=\"prefetch\"", p.arc.prefetch_misses),
             ]
         },
-    );
-    family(
+    ),
+    (
         "shoal_intent_log_commits_total",
         "counter",
         "Intent log commits (sync writes made durable).",
-        &|p| vec![(String::new(), p.intent_log.commits)],
-    );
-    family(
+        |p| vec![("", p.intent_log.commits)],
+    ),
+    (
         "shoal_intent_log_written_bytes_total",
         "counter",
         "Bytes written to the intent log.",
-        &|p| vec![(String::new(), p.intent_log.bytes_written)],
-    );
-    family(
+        |p| vec![("", p.intent_log.bytes_written)],
+    ),
+    (
         "shoal_pool_unrecoverable_reads_total",
         "counter",
         "Blocks no copy of which verified.",
-        &|p| vec![(String::new(), p.unrecoverable_reads)],
-    );
+        |p| vec![("", p.unrecoverable_reads)],
+    ),
+];
+
+fn pool_metrics(s: &Shared, out: &mut String) {
+    let statuses: Vec<PoolStatus> = s.pools.iter().map(|p| p.status()).collect();
+    for (name, kind, help, samples) in POOL_FAMILIES {
+        prometheus::header(out, name, kind, help);
+        for st in &statuses {
+            let pool = prometheus::escape(&st.name);
+            for (labels, v) in samples(st) {
+                let sep = if labels.is_empty() { "" } else { "," };
+                let _ = writeln!(out, "{name}{{pool=\"{pool}\"{sep}{labels}}} {v}");
+            }
+        }
+    }
 }

@@ -376,7 +376,7 @@ struct PoolFilter {
 
 async fn filesystems(
     State(s): State<Shared>,
-    Query(q): Query<PoolFilter>,
+    Params(q): Params<PoolFilter>,
 ) -> ApiResult<Vec<fs::DatasetInfo>> {
     blocking(move || match &q.pool {
         Some(want) => Ok(s.pool(want).and_then(|p| s.datasets_of(&p.name))?.list()?),
@@ -459,7 +459,7 @@ struct SnapshotFilter {
 
 async fn snapshots(
     State(s): State<Shared>,
-    Query(q): Query<SnapshotFilter>,
+    Params(q): Params<SnapshotFilter>,
 ) -> ApiResult<Vec<pool::pool::SnapshotInfo>> {
     blocking(move || {
         let mut all = Vec::new();

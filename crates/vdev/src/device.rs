@@ -55,17 +55,27 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// the device can (a leaf read that feeds several blocks lands in their buffers
     /// without a staging copy).
     fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> io::Result<()> {
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        let mut joined = crate::aligned::AlignedBuf::for_overwrite(total);
-        self.read_at(offset, &mut joined)?;
-        let mut pos = 0;
-        for b in bufs.iter_mut() {
-            let len = b.len();
-            b.copy_from_slice(&joined[pos..pos + len]);
-            pos += len;
-        }
-        Ok(())
+        read_joined(self, offset, bufs)
     }
+}
+
+/// Reads `bufs`' total length from `offset` as one `read_at` into a staging buffer
+/// and scatters it: vectored reads for devices (or buffers) that cannot do better.
+pub(crate) fn read_joined<D: Device + ?Sized>(
+    dev: &D,
+    offset: u64,
+    bufs: &mut [&mut [u8]],
+) -> io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut joined = crate::aligned::AlignedBuf::for_overwrite(total);
+    dev.read_at(offset, &mut joined)?;
+    let mut pos = 0;
+    for b in bufs.iter_mut() {
+        let len = b.len();
+        b.copy_from_slice(&joined[pos..pos + len]);
+        pos += len;
+    }
+    Ok(())
 }
 
 /// Alignment and range check shared by every device.

@@ -185,15 +185,7 @@ impl FileDevice {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         check_io(offset, total, self.size)?;
         if !vectored_ok(bufs.iter().map(|b| (b.as_ptr() as usize, b.len()))) {
-            let mut joined = AlignedBuf::for_overwrite(total);
-            Device::read_at(self, offset, &mut joined)?;
-            let mut pos = 0;
-            for b in bufs.iter_mut() {
-                let len = b.len();
-                b.copy_from_slice(&joined[pos..pos + len]);
-                pos += len;
-            }
-            return Ok(());
+            return crate::device::read_joined(self, offset, bufs);
         }
         let iov: Vec<libc::iovec> = bufs
             .iter_mut()

@@ -137,18 +137,30 @@ impl Leaf {
         let _ = self.analytics.set((analytics.clone(), id));
     }
 
-    fn report(&self, write: bool, bytes: usize, offset: u64, started: Option<Instant>) {
-        if let (Some((a, device)), Some(started)) = (self.analytics.get(), started) {
-            let at = Instant::now();
-            a.record(Event::Io(IoEvent {
-                device: *device,
-                write,
-                bytes: bytes as u32,
-                offset,
-                latency_ns: at.saturating_duration_since(started).as_nanos() as u64,
-                at,
-            }));
-        }
+    /// Runs one device I/O of `bytes` at `offset`, reporting it to analytics when
+    /// attached (the clock is read only then).
+    fn timed(
+        &self,
+        write: bool,
+        bytes: usize,
+        offset: u64,
+        io: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let Some((a, device)) = self.analytics.get() else {
+            return io();
+        };
+        let started = Instant::now();
+        let result = io();
+        let at = Instant::now();
+        a.record(Event::Io(IoEvent {
+            device: *device,
+            write,
+            bytes: bytes as u32,
+            offset,
+            latency_ns: at.saturating_duration_since(started).as_nanos() as u64,
+            at,
+        }));
+        result
     }
 
     pub fn device(&self) -> Option<Arc<dyn Device>> {
@@ -256,12 +268,10 @@ impl Leaf {
             "read past data area"
         );
         self.counters.read_ops.fetch_add(1, Ordering::Relaxed);
-        let started = self.analytics.get().map(|_| Instant::now());
-        let result = match bufs {
+        let result = self.timed(false, total, offset, || match bufs {
             [one] => dev.read_at(self.data_start + offset, one),
             _ => dev.read_vectored_at(self.data_start + offset, bufs),
-        };
-        self.report(false, total, offset, started);
+        });
         match result {
             Ok(()) => {
                 self.counters
@@ -298,12 +308,10 @@ impl Leaf {
             "write past data area"
         );
         self.counters.write_ops.fetch_add(1, Ordering::Relaxed);
-        let started = self.analytics.get().map(|_| Instant::now());
-        let result = match bufs {
+        let result = self.timed(true, total, offset, || match bufs {
             [one] => dev.write_at(self.data_start + offset, one),
             _ => dev.write_vectored_at(self.data_start + offset, bufs),
-        };
-        self.report(true, total, offset, started);
+        });
         match result {
             Ok(()) => {
                 self.counters
@@ -658,6 +666,9 @@ impl TopVdev {
             }
             let leaf = &self.leaves[leaf];
             pieces.sort_by_key(|p| p.0);
+            // Each request has at most one piece per leaf, so the pieces of this leaf
+            // lie in distinct buffers and can all be borrowed at once.
+            let mut slots: Vec<Option<&mut AlignedBuf>> = outs.iter_mut().map(Some).collect();
             let mut i = 0;
             while i < pieces.len() {
                 let mut j = i + 1;
@@ -669,9 +680,6 @@ impl TopVdev {
                     run += pieces[j].1;
                     j += 1;
                 }
-                // Each request has at most one piece per leaf, so the pieces of a run
-                // lie in distinct buffers and can all be borrowed at once.
-                let mut slots: Vec<Option<&mut AlignedBuf>> = outs.iter_mut().map(Some).collect();
                 let mut targets: Vec<&mut [u8]> = Vec::with_capacity(j - i);
                 for p in &pieces[i..j] {
                     let out = slots[p.2]
