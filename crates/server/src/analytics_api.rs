@@ -3,13 +3,14 @@
 //! `/api/v1/analytics/statistics` lists what can be measured, `/datasets` enables,
 //! lists and removes datasets (drill-downs), `/data` returns a dataset's points over
 //! a time range with its average, minimum and maximum per second, `/status` shows
-//! dropped and late events. `/metrics` is the Prometheus text format: the analytics
+//! dropped and late events, `/worksheets` saves named sets of datasets. `/metrics` is the Prometheus text format: the analytics
 //! counters plus each pool's capacity, ARC and intent-log figures, with
 //! low-cardinality labels only.
 
 use crate::api::{ApiError, ApiResult, Body, Params, Shared};
 use analytics::{prometheus, AnalyticsError, Resolution, Series, STATISTICS};
-use axum::extract::State;
+use crate::worksheets::{check_name, Worksheet, MAX_DATASETS};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
@@ -123,6 +124,72 @@ pub async fn data(State(s): State<Shared>, Params(q): Params<DataQuery>) -> ApiR
 
 pub async fn status(State(s): State<Shared>) -> Json<analytics::Status> {
     Json(s.analytics.status())
+}
+
+pub async fn worksheets(State(s): State<Shared>) -> Json<Vec<Worksheet>> {
+    Json(s.worksheets.list())
+}
+
+pub async fn worksheet(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+) -> ApiResult<Worksheet> {
+    s.worksheets
+        .list()
+        .into_iter()
+        .find(|w| w.name == name)
+        .map(Json)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no worksheet '{name}'")))
+}
+
+#[derive(Deserialize)]
+pub struct WorksheetBody {
+    datasets: Vec<String>,
+}
+
+/// Saves a worksheet after enabling each of its datasets (in their canonical
+/// spelling); nothing is saved if one of them cannot be enabled.
+pub async fn save_worksheet(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+    Body(body): Body<WorksheetBody>,
+) -> ApiResult<Worksheet> {
+    check_name(&name).map_err(ApiError::bad)?;
+    if body.datasets.len() > MAX_DATASETS {
+        return Err(ApiError::bad(format!(
+            "a worksheet holds at most {MAX_DATASETS} datasets"
+        )));
+    }
+    let mut datasets = Vec::new();
+    for d in &body.datasets {
+        let info = s.analytics.enable(d)?;
+        if !datasets.contains(&info.name) {
+            datasets.push(info.name);
+        }
+    }
+    let saved = s
+        .worksheets
+        .save(Worksheet { name, datasets })
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(Json(saved))
+}
+
+/// Forgets a worksheet; its datasets stay enabled until removed on their own.
+pub async fn delete_worksheet(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    match s.worksheets.delete(&name) {
+        Ok(true) => Ok(StatusCode::NO_CONTENT),
+        Ok(false) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no worksheet '{name}'"),
+        )),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.to_string(),
+        )),
+    }
 }
 
 pub async fn metrics(State(s): State<Shared>) -> impl IntoResponse {

@@ -9,9 +9,9 @@
 //! `{"error": "..."}` with 400 (bad request), 404 (no such thing), 409 (exists, busy,
 //! or in a state that forbids it) or 500.
 //!
-//! The API listens on loopback by default and has no authentication: it is the
-//! appliance's control plane, for the local CLI and the UI behind it. Exposing it
-//! beyond the host is the operator's explicit choice (`[api] listen`).
+//! The API listens on loopback by default. Listening beyond it (or `[api] login =
+//! "required"`) makes every call but the login itself need a session or a token
+//! (`auth.rs`); with `[api] tls_cert` and `tls_key` it speaks HTTPS only.
 
 use crate::{DaemonState, ServerError};
 use axum::extract::{Path, Query, State};
@@ -70,8 +70,29 @@ pub fn router(state: Shared) -> Router {
             "/api/v1/analytics/status",
             get(crate::analytics_api::status),
         )
+        .route(
+            "/api/v1/analytics/worksheets",
+            get(crate::analytics_api::worksheets),
+        )
+        .route(
+            "/api/v1/analytics/worksheets/{name}",
+            get(crate::analytics_api::worksheet)
+                .put(crate::analytics_api::save_worksheet)
+                .delete(crate::analytics_api::delete_worksheet),
+        )
         .route("/metrics", get(crate::analytics_api::metrics))
+        .route("/api/v1/session", get(session))
+        .route("/api/v1/login", post(login))
+        .route("/api/v1/logout", post(logout))
+        .route("/", get(crate::ui::index))
+        .route("/ui/app.js", get(crate::ui::app_js))
+        .route("/ui/app.css", get(crate::ui::app_css))
+        .route("/favicon.ico", get(crate::ui::favicon))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such API path") })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::guard,
+        ))
         .with_state(state)
 }
 
@@ -92,6 +113,15 @@ impl ApiError {
 
     pub(crate) fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub(crate) fn message(&self) -> &str {
+        &self.message
     }
 
     fn not_found(message: impl Into<String>) -> ApiError {
@@ -553,4 +583,59 @@ async fn delete_share(
 
 async fn exports(State(s): State<Shared>) -> ApiResult<Vec<nfs::service::ExportInfo>> {
     Ok(Json(s.service.exports()))
+}
+
+#[derive(Serialize)]
+pub struct Session {
+    login_required: bool,
+    authenticated: bool,
+}
+
+async fn session(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Json<Session> {
+    Json(Session {
+        login_required: s.auth.required(),
+        authenticated: !s.auth.required() || s.auth.authenticated(&headers),
+    })
+}
+
+#[derive(Deserialize)]
+pub struct Login {
+    password: String,
+}
+
+#[derive(Serialize)]
+pub struct LoginAnswer {
+    token: String,
+}
+
+async fn login(
+    State(s): State<Shared>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    Body(req): Body<Login>,
+) -> Result<Response, ApiError> {
+    let auth = s.clone();
+    // Argon2 takes tens of milliseconds of CPU: not on the threads serving HTTP.
+    let token = match blocking(move || auth.auth.login(&req.password)).await {
+        Ok(Json(token)) => token,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e.message(), "admin login refused");
+            return Err(e);
+        }
+    };
+    tracing::info!(%peer, "admin login");
+    let cookie = s.auth.cookie(Some(&token));
+    Ok((
+        [(axum::http::header::SET_COOKIE, cookie)],
+        Json(LoginAnswer { token }),
+    )
+        .into_response())
+}
+
+async fn logout(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    s.auth.logout(&headers);
+    (
+        StatusCode::NO_CONTENT,
+        [(axum::http::header::SET_COOKIE, s.auth.cookie(None))],
+    )
+        .into_response()
 }

@@ -8,6 +8,9 @@
 //!
 //! [api]
 //! listen = "127.0.0.1:8080"    # the admin HTTP API (and UI); "off" disables it
+//! login = "auto"               # "required": log in even on loopback (auto: unless loopback)
+//! tls_cert = "/etc/shoal/cert.pem"   # with tls_key: HTTPS only
+//! tls_key = "/etc/shoal/key.pem"
 //!
 //! [cache]
 //! arc_max = "4G"               # each pool's ARC bound (default: a quarter of memory)
@@ -19,6 +22,7 @@
 
 use serde::Deserialize;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -140,12 +144,48 @@ fn size_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D
     parse_size(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
-/// Where the admin HTTP API listens; `None` when it is off.
+/// Where the admin HTTP API (and the browser UI) listens, `None` when it is off; who
+/// must log in; and its certificate when it speaks HTTPS.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiConfig {
     #[serde(default = "default_api", deserialize_with = "listen_or_off")]
     pub listen: Option<SocketAddr>,
+    /// "auto" (the default): a login is required unless the API listens on loopback
+    /// only; "required": always.
+    #[serde(default)]
+    pub login: LoginMode,
+    /// PEM certificate chain and private key: with both, the API speaks HTTPS only.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoginMode {
+    #[default]
+    Auto,
+    Required,
+}
+
+impl ApiConfig {
+    /// Whether callers must log in: always when asked, and whenever the API can be
+    /// reached from beyond this host.
+    pub fn login_required(&self) -> bool {
+        self.login == LoginMode::Required || self.listen.is_some_and(|a| !a.ip().is_loopback())
+    }
+
+    /// The certificate and key paths, when HTTPS is configured; one without the other
+    /// is an error.
+    pub fn tls(&self) -> Result<Option<(PathBuf, PathBuf)>, String> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => Ok(Some((c.clone(), k.clone()))),
+            (None, None) => Ok(None),
+            _ => Err("[api] tls_cert and tls_key go together: set both or neither".into()),
+        }
+    }
 }
 
 fn default_api() -> Option<SocketAddr> {
@@ -156,6 +196,9 @@ impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             listen: default_api(),
+            login: LoginMode::Auto,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -201,6 +244,14 @@ mod tests {
         let off = ServeConfig::parse("[api]\nlisten = \"off\"\n").unwrap();
         assert_eq!(off.api.listen, None);
         assert!(ServeConfig::parse("[api]\nlisten = \"nowhere\"\n").is_err());
+        assert!(!c.api.login_required());
+        let open = ServeConfig::parse("[api]\nlisten = \"0.0.0.0:8080\"\n").unwrap();
+        assert!(open.api.login_required());
+        let asked = ServeConfig::parse("[api]\nlogin = \"required\"\n").unwrap();
+        assert!(asked.api.login_required());
+        assert!(ServeConfig::parse("[api]\nlogin = \"maybe\"\n").is_err());
+        let half = ServeConfig::parse("[api]\ntls_cert = \"/c.pem\"\n").unwrap();
+        assert!(half.api.tls().is_err());
         let cache = ServeConfig::parse("[cache]\narc_max = \"1536M\"\n").unwrap();
         assert_eq!(cache.cache.arc_max, Some(1536 << 20));
         assert_eq!(c.cache.arc_max, None);

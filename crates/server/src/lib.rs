@@ -10,11 +10,17 @@
 //! - `shares.json`: shares made or removed through the API (dataset to rules, `null`
 //!   for removed), applied over the config file's shares at start;
 //! - `daemon.json`: the running daemon's pid and API address, for the CLI to find it
-//!   (removed at a clean stop; a stale one names a dead pid and is ignored).
+//!   (removed at a clean stop; a stale one names a dead pid and is ignored);
+//! - `api-password` and `api-token`: the UI's password hash and the local API token
+//!   (`auth.rs`);
+//! - `worksheets.json`: saved analytics worksheets (`worksheets.rs`).
 
 pub mod analytics_api;
 pub mod api;
+pub mod auth;
 pub mod config;
+pub mod ui;
+pub mod worksheets;
 
 use config::ServeConfig;
 use nfs::{ExportRules, HandleKey, NfsService, RpcServer, Share};
@@ -50,6 +56,8 @@ pub struct DaemonState {
     pub nfs_addrs: Vec<SocketAddr>,
     pub api_addr: Mutex<Option<SocketAddr>>,
     pub started_unix: u64,
+    pub auth: auth::Auth,
+    pub worksheets: worksheets::Worksheets,
     state_dir: PathBuf,
     /// Serialises share changes and their persistence.
     share_changes: Mutex<()>,
@@ -60,6 +68,9 @@ pub struct DaemonState {
 pub struct DaemonFile {
     pub pid: u32,
     pub api: Option<SocketAddr>,
+    /// The API speaks HTTPS with this certificate (PEM), which the CLI trusts.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
 }
 
 impl DaemonFile {
@@ -140,7 +151,7 @@ fn read_persisted_shares(state_dir: &Path) -> Result<BTreeMap<String, Option<Str
 
 /// Writes `path` whole or not at all: a temporary file with `mode`, synced, renamed
 /// over it, and the directory synced.
-fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let io = |what: &str, e| ServerError::Io(format!("{what} {}", path.display()), e);
@@ -168,13 +179,49 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 /// The admin API's server: a small tokio runtime of its own, stopped gracefully.
 struct ApiServer {
     runtime: tokio::runtime::Runtime,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: axum_server::Handle<SocketAddr>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
+/// The rustls server configuration from PEM files (ring as the crypto provider).
+fn tls_config(cert: &Path, key: &Path) -> Result<axum_server::tls_rustls::RustlsConfig> {
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|e| ServerError::Io(format!("reading {}", p.display()), e))
+    };
+    let certs = rustls_pemfile::certs(&mut &read(cert)?[..])
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| ServerError::Config(format!("{}: {e}", cert.display())))?;
+    if certs.is_empty() {
+        return Err(ServerError::Config(format!(
+            "{} holds no PEM certificate",
+            cert.display()
+        )));
+    }
+    let key_der = rustls_pemfile::private_key(&mut &read(key)?[..])
+        .map_err(|e| ServerError::Config(format!("{}: {e}", key.display())))?
+        .ok_or_else(|| {
+            ServerError::Config(format!("{} holds no PEM private key", key.display()))
+        })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ServerError::Config(format!("TLS: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key_der)
+        .map_err(|e| ServerError::Config(format!("{} and {}: {e}", cert.display(), key.display())))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config)))
+}
+
 impl ApiServer {
-    fn start(listen: SocketAddr, state: Arc<DaemonState>) -> Result<(ApiServer, SocketAddr)> {
+    /// Listens on `listen`, speaking HTTPS when `tls` names a certificate and key.
+    fn start(
+        listen: SocketAddr,
+        tls: Option<(PathBuf, PathBuf)>,
+        state: Arc<DaemonState>,
+    ) -> Result<(ApiServer, SocketAddr)> {
         let io = |what: String, e| ServerError::Io(what, e);
+        let tls_config = tls.as_ref().map(|(c, k)| tls_config(c, k)).transpose()?;
         let listener =
             TcpListener::bind(listen).map_err(|e| io(format!("API listening on {listen}"), e))?;
         let addr = listener
@@ -190,20 +237,29 @@ impl ApiServer {
             .enable_all()
             .build()
             .map_err(|e| io("starting the API runtime".into(), e))?;
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let app = api::router(state);
+        let handle = axum_server::Handle::new();
+        let app = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
+        let serving = handle.clone();
         let task = runtime.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(listener)?;
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
+            match tls_config {
+                Some(config) => {
+                    axum_server::from_tcp_rustls(listener, config)?
+                        .handle(serving)
+                        .serve(app)
+                        .await
+                }
+                None => {
+                    axum_server::from_tcp(listener)?
+                        .handle(serving)
+                        .serve(app)
+                        .await
+                }
+            }
         });
         Ok((
             ApiServer {
                 runtime,
-                shutdown: Some(tx),
+                handle,
                 task: Some(task),
             },
             addr,
@@ -212,9 +268,8 @@ impl ApiServer {
 
     /// Stops accepting, lets requests in progress finish, and ends the runtime.
     fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.handle
+            .graceful_shutdown(Some(std::time::Duration::from_secs(30)));
         if let Some(task) = self.task.take() {
             let _ = self.runtime.block_on(task);
         }
@@ -277,6 +332,14 @@ impl Daemon {
             .iter()
             .filter_map(|l| l.local_addr().ok())
             .collect();
+        let tls = config.api.tls().map_err(ServerError::Config)?;
+        let auth = auth::Auth::start(state_dir, config.api.login_required(), tls.is_some())?;
+        let worksheets = worksheets::Worksheets::open(state_dir)?;
+        for name in worksheets.all_datasets() {
+            if let Err(e) = analytics.enable(&name) {
+                tracing::warn!(dataset = %name, error = %e, "a saved worksheet's dataset");
+            }
+        }
         let state = Arc::new(DaemonState {
             pools,
             datasets,
@@ -285,6 +348,8 @@ impl Daemon {
             nfs_addrs,
             api_addr: Mutex::new(None),
             started_unix: now.as_secs(),
+            auth,
+            worksheets,
             state_dir: state_dir.to_path_buf(),
             share_changes: Mutex::new(()),
         });
@@ -295,7 +360,7 @@ impl Daemon {
         }
         let api = match config.api.listen {
             Some(listen) => {
-                let (server, addr) = ApiServer::start(listen, state.clone())?;
+                let (server, addr) = ApiServer::start(listen, tls.clone(), state.clone())?;
                 *state.api_addr.lock().unwrap() = Some(addr);
                 tracing::info!(address = %addr, "admin API listening");
                 Some(server)
@@ -310,6 +375,7 @@ impl Daemon {
         let daemon_file = DaemonFile {
             pid: std::process::id(),
             api: *state.api_addr.lock().unwrap(),
+            tls_cert: tls.map(|(cert, _)| cert),
         };
         write_atomically(
             &DaemonFile::path(state_dir),

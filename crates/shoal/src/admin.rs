@@ -18,33 +18,79 @@ use std::time::Duration;
 pub struct Api {
     base: String,
     agent: ureq::Agent,
+    token: Option<String>,
 }
 
 impl Api {
-    pub fn new(addr: SocketAddr) -> Api {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+    /// A client of the API at `addr`, over HTTPS trusting `tls_cert` when given, that
+    /// authenticates with `token` (the daemon's local token) when given.
+    pub fn new(addr: SocketAddr, tls_cert: Option<&std::path::Path>, token: Option<String>) -> Result<Api> {
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             // Scrubs answer when they finish.
-            .timeout_global(Some(Duration::from_secs(24 * 3600)))
-            .build()
-            .into();
-        Api {
-            base: format!("http://{addr}/api/v1"),
-            agent,
-        }
+            .timeout_global(Some(Duration::from_secs(24 * 3600)));
+        let scheme = match tls_cert {
+            None => "http",
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .with_context(|| format!("reading the API's certificate {}", path.display()))?;
+                let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+                    .filter_map(|item| match item {
+                        Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                        _ => None,
+                    })
+                    .collect();
+                if certs.is_empty() {
+                    bail!("{} holds no PEM certificate", path.display());
+                }
+                config = config.tls_config(
+                    ureq::tls::TlsConfig::builder()
+                        .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs)))
+                        .build(),
+                );
+                "https"
+            }
+        };
+        // The certificate names the host, not the loopback address the daemon file holds.
+        let host = if tls_cert.is_some() && addr.ip().is_loopback() {
+            format!("localhost:{}", addr.port())
+        } else {
+            addr.to_string()
+        };
+        Ok(Api {
+            base: format!("{scheme}://{host}/api/v1"),
+            agent: config.build().into(),
+            token,
+        })
     }
 
     /// The running daemon's API, if a daemon runs with its API on. A daemon that runs
     /// with the API off holds the pools all the same: that is an error.
     pub fn running() -> Result<Option<Api>> {
-        match server::DaemonFile::read_live(&state_dir()) {
+        let dir = state_dir();
+        match server::DaemonFile::read_live(&dir) {
             None => Ok(None),
-            Some(server::DaemonFile { api: Some(a), .. }) => Ok(Some(Api::new(a))),
+            Some(server::DaemonFile {
+                api: Some(a),
+                tls_cert,
+                ..
+            }) => Ok(Some(Api::new(
+                a,
+                tls_cert.as_deref(),
+                server::auth::local_token(&dir),
+            )?)),
             Some(d) => bail!(
                 "shoal serve (pid {}) holds the pools and runs with its API off; \
                  stop it or enable [api] to run admin commands",
                 d.pid
             ),
+        }
+    }
+
+    fn authorized<B>(&self, r: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => r.header("authorization", format!("Bearer {t}")),
+            None => r,
         }
     }
 
@@ -76,7 +122,7 @@ impl Api {
     }
 
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        let r = self.agent.get(self.url(path)).call();
+        let r = self.authorized(self.agent.get(self.url(path))).call();
         self.answer(path, r)
     }
 
@@ -88,7 +134,8 @@ impl Api {
         body: &impl serde::Serialize,
     ) -> Result<T> {
         let bytes = serde_json::to_vec(body)?;
-        let r = request
+        let r = self
+            .authorized(request)
             .header("content-type", "application/json")
             .send(&bytes[..]);
         self.answer(path, r)
@@ -111,7 +158,7 @@ impl Api {
     }
 
     pub fn delete(&self, path: &str) -> Result<()> {
-        let r = self.agent.delete(self.url(path)).call();
+        let r = self.authorized(self.agent.delete(self.url(path))).call();
         self.answer::<serde_json::Value>(path, r).map(|_| ())
     }
 }

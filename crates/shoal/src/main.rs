@@ -57,11 +57,40 @@ enum Command {
     /// Share filesystems over NFS, change export rules, list exports (needs the daemon).
     #[command(subcommand)]
     Share(share_cmd::ShareCommand),
+    /// Set the password of the browser UI and the admin API (kept hashed in the state
+    /// directory; a running daemon uses it at the next login).
+    Passwd {
+        /// Read the password from standard input (one line) instead of asking twice.
+        #[arg(long)]
+        stdin: bool,
+    },
     /// The running daemon: pools, filesystems (with their sync setting), shares.
     Status {
         #[arg(long)]
         json: bool,
     },
+}
+
+fn passwd(from_stdin: bool) -> anyhow::Result<()> {
+    let password = if from_stdin {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        line.trim_end_matches(['\r', '\n']).to_string()
+    } else {
+        let first = rpassword::prompt_password("New password: ")?;
+        let again = rpassword::prompt_password("Again: ")?;
+        if first != again {
+            anyhow::bail!("the two passwords differ; nothing changed");
+        }
+        first
+    };
+    let dir = registry::state_dir();
+    server::auth::set_password(&dir, &password)?;
+    println!(
+        "password set in {}",
+        dir.join(server::auth::PASSWORD_FILE).display()
+    );
+    Ok(())
 }
 
 fn main() {
@@ -81,6 +110,7 @@ fn main() {
         Command::Demo(args) => demo::run(args),
         Command::Share(cmd) => share_cmd::run(cmd),
         Command::Status { json } => share_cmd::status(json),
+        Command::Passwd { stdin } => passwd(stdin),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e:#}");

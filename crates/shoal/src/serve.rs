@@ -23,6 +23,15 @@ pub struct ServeArgs {
     /// Admin HTTP API address (default 127.0.0.1:8080), or `off`.
     #[arg(long)]
     api: Option<String>,
+    /// Require a login for the UI and API even on loopback (beyond loopback it always is).
+    #[arg(long)]
+    login_required: bool,
+    /// PEM certificate chain for HTTPS (with --tls-key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for HTTPS (with --tls-cert).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Share a dataset: `pool/fs` or `pool/fs=RULES` (RULES as in /etc/exports,
     /// default `*(rw)`); repeatable.
     #[arg(long = "share")]
@@ -52,6 +61,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         config.api.listen =
             server::config::parse_api_listen(api).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
     }
+    if args.login_required {
+        config.api.login = server::config::LoginMode::Required;
+    }
+    if args.tls_cert.is_some() || args.tls_key.is_some() {
+        config.api.tls_cert = args.tls_cert.clone();
+        config.api.tls_key = args.tls_key.clone();
+    }
     if args.arc_max.is_some() {
         config.cache.arc_max = args.arc_max;
     }
@@ -74,7 +90,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
             eprintln!("shoal: serving NFSv3 on {a}");
         }
         if let Some(a) = daemon.api_addr() {
-            eprintln!("shoal: admin API on http://{a}/api/v1/status");
+            let tls = daemon.state().auth.secure();
+            let scheme = if tls { "https" } else { "http" };
+            eprintln!("shoal: browser UI and admin API on {scheme}://{a}/");
+            if daemon.state().auth.required() {
+                eprintln!("shoal: the UI and API require a login (`shoal passwd` sets it)");
+            }
         }
         for s in daemon.service().shares() {
             eprintln!("shoal: sharing {} as {} to {}", s.dataset, s.path, s.rules);

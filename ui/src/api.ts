@@ -1,0 +1,343 @@
+// The admin API client: one typed function per operation of docs/openapi.json,
+// JSON in and out, errors as ApiError carrying the daemon's `error` message, and
+// a hook that fires when the daemon answers 401 (the login form takes over).
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+// --- shapes (see docs/openapi.json) -------------------------------------------
+
+export interface Session {
+  login_required: boolean;
+  authenticated: boolean;
+}
+
+export interface Share {
+  dataset: string;
+  path: string;
+  rules: string;
+  read_only_dataset: boolean;
+}
+
+export interface FilesystemSummary {
+  name: string;
+  used_bytes: number;
+  available_bytes: number;
+  sync: string;
+  compression?: string;
+  recordsize?: string;
+  shared?: boolean;
+}
+
+export interface PoolSummary {
+  name: string;
+  health: string;
+  capacity_bytes: number;
+  allocated_bytes: number;
+  filesystems: FilesystemSummary[];
+}
+
+export interface Status {
+  version: string;
+  pid: number;
+  started_unix: number;
+  nfs: string[];
+  api: string;
+  pools: PoolSummary[];
+  shares: Share[];
+}
+
+export interface Device {
+  path: string;
+  guid: number;
+  health: string;
+  io_mode: string;
+  read_errors: number;
+  write_errors: number;
+  cksum_errors: number;
+  read_ops: number;
+  write_ops: number;
+  read_bytes: number;
+  write_bytes: number;
+  repaired_bytes: number;
+}
+
+export interface TopVdev {
+  id: number;
+  layout: string;
+  health: string;
+  capacity_bytes: number;
+  free_bytes: number;
+  children: Device[];
+}
+
+export interface ScrubSummary {
+  blocks: number;
+  bytes: number;
+  repaired_bytes: number;
+  bad_copies: number;
+  errors: number;
+  seconds: number;
+  finished_at_txg: number;
+}
+
+export interface PoolStatus {
+  name: string;
+  guid: number;
+  health: string;
+  txg: number;
+  capacity_bytes: number;
+  allocated_bytes: number;
+  free_bytes: number;
+  vdevs: TopVdev[];
+  log: Device[];
+  cache: Device[];
+  arc: Record<string, number>;
+  l2arc: Record<string, number> | null;
+  suspended: string | null;
+  last_scrub: ScrubSummary | null;
+  unrecoverable_reads: number;
+  intent_log: Record<string, number | string>;
+}
+
+export interface Property {
+  property: string;
+  value: string;
+  source: string;
+}
+
+export interface Filesystem {
+  name: string;
+  objset: number;
+  props: Property[];
+}
+
+export interface Snapshot {
+  id: number;
+  name: string;
+  dataset: number;
+  txg: number;
+  unique_bytes: number;
+}
+
+export interface Export {
+  path: string;
+  rules: string;
+  mounts: string[];
+}
+
+export interface Dimension {
+  name: string;
+  kind: 'categorical' | 'numeric';
+  unit: string | null;
+}
+
+export interface Statistic {
+  name: string;
+  description: string;
+  unit: string;
+  /** "rate" (counted events, shown per second) or "gauge" (a sampled level). */
+  kind?: 'rate' | 'gauge';
+  /** The shown value is total / seconds / divisor. */
+  divisor?: number;
+  dimensions: Dimension[];
+}
+
+export interface DatasetInfo {
+  name: string;
+  statistic: string;
+  description: string;
+  unit: string;
+  breakdown: string | null;
+  breakdown_unit: string | null;
+  filters: [string, string][];
+  builtin: boolean;
+  since: number;
+}
+
+export interface KeyCount {
+  key: string;
+  count: number;
+}
+
+export interface Bucket {
+  low: number;
+  high: number;
+  count: number;
+}
+
+export interface Point {
+  t: number;
+  seconds: number;
+  total: number;
+  breakdown?: KeyCount[];
+  buckets?: Bucket[];
+}
+
+export type Resolution = 'second' | 'minute' | 'hour';
+
+export interface Summary {
+  seconds: number;
+  total: number;
+  average: number;
+  min: number;
+  max: number;
+}
+
+export interface Series extends DatasetInfo {
+  resolution: Resolution;
+  start: number;
+  end: number;
+  points: Point[];
+  summary: Summary;
+}
+
+export interface AnalyticsStatus {
+  events_dropped: number;
+  events_late: number;
+  sealed_upto: number | null;
+  datasets: number;
+}
+
+export interface Worksheet {
+  name: string;
+  datasets: string[];
+}
+
+// --- transport ------------------------------------------------------------------
+
+let unauthorized: (() => void) | null = null;
+
+/** Called whenever an API call answers 401 (not for the login call itself). */
+export function onUnauthorized(fn: () => void): void {
+  unauthorized = fn;
+}
+
+async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  const init: RequestInit = { method, headers, credentials: 'same-origin' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let res: Response;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    throw new ApiError(0, `cannot reach the daemon (${(e as Error).message})`);
+  }
+  if (res.status === 204) return undefined as T;
+  const text = await res.text();
+  let json: unknown = undefined;
+  if (text) {
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+  }
+  if (!res.ok) {
+    const msg =
+      json && typeof json === 'object' && typeof (json as { error?: unknown }).error === 'string'
+        ? (json as { error: string }).error
+        : `${res.status} ${res.statusText || 'error'}`;
+    if (res.status === 401 && path !== '/api/v1/login' && unauthorized) unauthorized();
+    throw new ApiError(res.status, msg);
+  }
+  return json as T;
+}
+
+/** A dataset path parameter: each segment escaped, slashes (and @) kept as the API wants. */
+function pathOf(name: string): string {
+  return name
+    .split('/')
+    .map((s) => encodeURIComponent(s).replace(/%40/g, '@'))
+    .join('/');
+}
+
+function query(params: Record<string, string | number | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
+  return q.toString();
+}
+
+const V1 = '/api/v1';
+
+// --- session --------------------------------------------------------------------
+
+export async function session(): Promise<Session> {
+  try {
+    return await call<Session>('GET', `${V1}/session`);
+  } catch (e) {
+    // A daemon without login support has no session endpoint: nothing to log in to.
+    if (e instanceof ApiError && e.status === 404) return { login_required: false, authenticated: true };
+    throw e;
+  }
+}
+
+export const login = (password: string) => call<{ token: string }>('POST', `${V1}/login`, { password });
+export const logout = () => call<void>('POST', `${V1}/logout`);
+
+// --- configuration --------------------------------------------------------------
+
+export const status = () => call<Status>('GET', `${V1}/status`);
+export const pools = () => call<PoolStatus[]>('GET', `${V1}/pools`);
+export const scrub = (pool: string) => call<ScrubSummary>('POST', `${V1}/pools/${pathOf(pool)}/scrub`);
+
+export const filesystems = () => call<Filesystem[]>('GET', `${V1}/filesystems`);
+export const createFilesystem = (name: string, properties: Record<string, string>) =>
+  call<Filesystem>('POST', `${V1}/filesystems`, { name, properties });
+export const setProperties = (name: string, properties: Record<string, string | null>) =>
+  call<Filesystem>('PATCH', `${V1}/filesystems/${pathOf(name)}`, { properties });
+export const destroyFilesystem = (name: string) => call<void>('DELETE', `${V1}/filesystems/${pathOf(name)}`);
+
+export const snapshots = () => call<Snapshot[]>('GET', `${V1}/snapshots`);
+export const createSnapshot = (name: string) => call<Snapshot>('POST', `${V1}/snapshots`, { name });
+export const destroySnapshot = (name: string) => call<void>('DELETE', `${V1}/snapshots/${pathOf(name)}`);
+export const rollback = (name: string) => call<void>('POST', `${V1}/rollback`, { name });
+
+export const shares = () => call<Share[]>('GET', `${V1}/shares`);
+export const putShare = (dataset: string, rules: string) =>
+  call<Share>('PUT', `${V1}/shares/${pathOf(dataset)}`, { rules });
+export const deleteShare = (dataset: string) => call<void>('DELETE', `${V1}/shares/${pathOf(dataset)}`);
+export const exports = () => call<Export[]>('GET', `${V1}/exports`);
+
+// --- analytics ------------------------------------------------------------------
+
+export const statistics = () => call<Statistic[]>('GET', `${V1}/analytics/statistics`);
+export const datasets = () => call<DatasetInfo[]>('GET', `${V1}/analytics/datasets`);
+export const enableDataset = (name: string) => call<DatasetInfo>('POST', `${V1}/analytics/datasets`, { name });
+export const disableDataset = (name: string) =>
+  call<void>('DELETE', `${V1}/analytics/datasets?${query({ name })}`);
+export const analyticsStatus = () => call<AnalyticsStatus>('GET', `${V1}/analytics/status`);
+
+export interface DataQuery {
+  name: string;
+  start?: number;
+  end?: number;
+  seconds?: number;
+  resolution?: Resolution;
+}
+
+export const data = (q: DataQuery) => call<Series>('GET', `${V1}/analytics/data?${query({ ...q })}`);
+
+export async function worksheets(): Promise<Worksheet[]> {
+  try {
+    return await call<Worksheet[]>('GET', `${V1}/analytics/worksheets`);
+  } catch (e) {
+    // A daemon that cannot keep worksheets has none saved.
+    if (e instanceof ApiError && e.status === 404) return [];
+    throw e;
+  }
+}
+
+export const saveWorksheet = (name: string, datasets: string[]) =>
+  call<Worksheet>('PUT', `${V1}/analytics/worksheets/${encodeURIComponent(name)}`, { datasets });
+export const deleteWorksheet = (name: string) =>
+  call<void>('DELETE', `${V1}/analytics/worksheets/${encodeURIComponent(name)}`);
