@@ -1,6 +1,9 @@
 //! The statistics shoal keeps, their dimensions, and the dataset names users write.
 //!
-//! A statistic counts something per second (NFS operations, bytes). A dataset is a
+//! A statistic counts something per second (NFS operations, bytes), or is a level
+//! read once a second (a gauge: ARC size, CPU use); either way a point's value is
+//! its sum over its seconds, so a minute of a gauge divided by 60 is its average
+//! level. A dataset is a
 //! statistic, optionally narrowed by filters on its categorical dimensions and
 //! optionally broken down by one dimension: categorical dimensions give a count per
 //! value, numeric ones (latency, size, offset) a heatmap column of log-linear
@@ -12,7 +15,7 @@
 //! Filters come first, the breakdown (a bare dimension) last. The canonical name
 //! sorts the filters by dimension, so two spellings of one dataset are one dataset.
 
-use crate::event::Event;
+use crate::event::{Event, Meter};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -25,13 +28,17 @@ pub enum Dim {
     Device,
     Pool,
     Direction,
+    Result,
+    Access,
+    Content,
+    Work,
     Latency,
     Size,
     Offset,
 }
 
 impl Dim {
-    pub const ALL: [Dim; 10] = [
+    pub const ALL: [Dim; 14] = [
         Dim::Op,
         Dim::Client,
         Dim::Share,
@@ -39,6 +46,10 @@ impl Dim {
         Dim::Device,
         Dim::Pool,
         Dim::Direction,
+        Dim::Result,
+        Dim::Access,
+        Dim::Content,
+        Dim::Work,
         Dim::Latency,
         Dim::Size,
         Dim::Offset,
@@ -53,6 +64,10 @@ impl Dim {
             Dim::Device => "device",
             Dim::Pool => "pool",
             Dim::Direction => "direction",
+            Dim::Result => "result",
+            Dim::Access => "access",
+            Dim::Content => "content",
+            Dim::Work => "work",
             Dim::Latency => "latency",
             Dim::Size => "size",
             Dim::Offset => "offset",
@@ -91,6 +106,8 @@ pub enum Counts {
     IoOps,
     /// Device I/O bytes.
     IoBytes,
+    /// The value of each reading of a meter.
+    Meter(Meter),
 }
 
 /// A statistic: what is counted, in what unit, by which dimensions.
@@ -99,8 +116,13 @@ pub struct Statistic {
     pub name: &'static str,
     pub counts: Counts,
     pub description: &'static str,
-    /// Unit of the per-second value.
+    /// Unit of the value: per second for counts, as is for gauges.
     pub unit: &'static str,
+    /// A level read once a second rather than a count of events.
+    pub gauge: bool,
+    /// What a value is divided by to be shown in `unit` (CPU and busy time are kept
+    /// in microseconds and shown as percent: 10 000).
+    pub divisor: u64,
     pub dims: &'static [Dim],
 }
 
@@ -110,6 +132,8 @@ pub const STATISTICS: &[Statistic] = &[
         counts: Counts::NfsOps,
         description: "NFS operations",
         unit: "operations",
+        gauge: false,
+        divisor: 1,
         dims: &[
             Dim::Op,
             Dim::Client,
@@ -125,6 +149,8 @@ pub const STATISTICS: &[Statistic] = &[
         counts: Counts::NfsBytes,
         description: "NFS READ and WRITE payload",
         unit: "bytes",
+        gauge: false,
+        divisor: 1,
         dims: &[
             Dim::Op,
             Dim::Client,
@@ -139,6 +165,8 @@ pub const STATISTICS: &[Statistic] = &[
         counts: Counts::NetBytes,
         description: "NFS traffic on the network (RPC records in and out)",
         unit: "bytes",
+        gauge: false,
+        divisor: 1,
         dims: &[Dim::Direction, Dim::Client, Dim::Share],
     },
     Statistic {
@@ -146,6 +174,8 @@ pub const STATISTICS: &[Statistic] = &[
         counts: Counts::IoOps,
         description: "Device I/O operations",
         unit: "operations",
+        gauge: false,
+        divisor: 1,
         dims: &[
             Dim::Op,
             Dim::Device,
@@ -160,7 +190,99 @@ pub const STATISTICS: &[Statistic] = &[
         counts: Counts::IoBytes,
         description: "Device I/O bytes",
         unit: "bytes",
+        gauge: false,
+        divisor: 1,
         dims: &[Dim::Op, Dim::Device, Dim::Pool, Dim::Size, Dim::Offset],
+    },
+    Statistic {
+        name: "io.utilization",
+        counts: Counts::Meter(Meter::DeviceBusy),
+        description: "Device utilisation: the share of each second a device had I/O in flight",
+        unit: "percent",
+        gauge: true,
+        divisor: 10_000,
+        dims: &[Dim::Device, Dim::Pool],
+    },
+    Statistic {
+        name: "arc.accesses",
+        counts: Counts::Meter(Meter::ArcAccess),
+        description: "ARC lookups by hit or miss, demand or prefetch, data or metadata",
+        unit: "accesses",
+        gauge: false,
+        divisor: 1,
+        dims: &[Dim::Result, Dim::Access, Dim::Content, Dim::Pool],
+    },
+    Statistic {
+        name: "arc.size",
+        counts: Counts::Meter(Meter::ArcSize),
+        description: "Bytes cached in the ARC",
+        unit: "bytes",
+        gauge: true,
+        divisor: 1,
+        dims: &[Dim::Pool],
+    },
+    Statistic {
+        name: "l2arc.accesses",
+        counts: Counts::Meter(Meter::L2Access),
+        description: "L2ARC lookups (ARC misses tried on cache devices) by hit or miss",
+        unit: "accesses",
+        gauge: false,
+        divisor: 1,
+        dims: &[Dim::Result, Dim::Pool],
+    },
+    Statistic {
+        name: "zil.commits",
+        counts: Counts::Meter(Meter::LogCommit),
+        description: "Intent log commits (fsync, stable writes) and their latency",
+        unit: "commits",
+        gauge: false,
+        divisor: 1,
+        dims: &[Dim::Pool, Dim::Latency],
+    },
+    Statistic {
+        name: "txg.syncs",
+        counts: Counts::Meter(Meter::TxgSync),
+        description: "Transaction groups synced and the time each sync took",
+        unit: "syncs",
+        gauge: false,
+        divisor: 1,
+        dims: &[Dim::Pool, Dim::Latency],
+    },
+    Statistic {
+        name: "pool.dirty",
+        counts: Counts::Meter(Meter::PoolDirty),
+        description: "Dirty data waiting for the next transaction group",
+        unit: "bytes",
+        gauge: true,
+        divisor: 1,
+        dims: &[Dim::Pool],
+    },
+    Statistic {
+        name: "pool.used",
+        counts: Counts::Meter(Meter::PoolUsed),
+        description: "Allocated space of the pool",
+        unit: "bytes",
+        gauge: true,
+        divisor: 1,
+        dims: &[Dim::Pool],
+    },
+    Statistic {
+        name: "pool.repair",
+        counts: Counts::Meter(Meter::RepairProgress),
+        description: "Progress of a running scrub or resilver",
+        unit: "percent",
+        gauge: true,
+        divisor: 100,
+        dims: &[Dim::Pool, Dim::Op],
+    },
+    Statistic {
+        name: "cpu.utilization",
+        counts: Counts::Meter(Meter::Cpu),
+        description: "The daemon's CPU use by kind of work (100 is one CPU)",
+        unit: "percent",
+        gauge: true,
+        divisor: 10_000,
+        dims: &[Dim::Work],
     },
 ];
 
@@ -174,6 +296,13 @@ pub const BUILTIN_DATASETS: &[&str] = &[
     "io.ops[op]",
     "io.ops[latency]",
     "io.bytes[device]",
+    "io.utilization[device]",
+    "arc.accesses[result]",
+    "arc.size",
+    "zil.commits[latency]",
+    "txg.syncs[latency]",
+    "pool.dirty",
+    "cpu.utilization[work]",
 ];
 
 /// The value of one dimension of one sample, before it is turned into a name.
@@ -186,6 +315,8 @@ pub enum RawKey {
     Device(u32),
     Direction(bool),
     Bucket(u32),
+    /// A pool by its registration number.
+    Pool(u32),
 }
 
 /// One contribution of an event to a statistic: `value` plus the event it came
@@ -217,9 +348,24 @@ impl Sample<'_> {
             (Event::Io(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
             (Event::Io(e), Dim::Size) => Some(RawKey::Bucket(index(e.bytes as u64))),
             (Event::Io(e), Dim::Offset) => Some(RawKey::Bucket(index(e.offset))),
+            (Event::Meter(e), Dim::Device) if e.meter == Meter::DeviceBusy => {
+                Some(RawKey::Device(e.subject))
+            }
+            (Event::Meter(e), Dim::Pool) if e.meter == Meter::DeviceBusy => {
+                Some(RawKey::Device(e.subject))
+            }
+            (Event::Meter(e), Dim::Pool) => Some(RawKey::Pool(e.subject)),
+            (Event::Meter(e), Dim::Result | Dim::Work | Dim::Op) => label(e.labels[0]),
+            (Event::Meter(e), Dim::Access) => label(e.labels[1]),
+            (Event::Meter(e), Dim::Content) => label(e.labels[2]),
+            (Event::Meter(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
             _ => None,
         }
     }
+}
+
+fn label(l: &'static str) -> Option<RawKey> {
+    (!l.is_empty()).then_some(RawKey::Name(l))
 }
 
 /// Calls `f` for each contribution of `event` to statistic `stat`.
@@ -238,6 +384,7 @@ pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>))
         }
         (Counts::IoOps, Event::Io(_)) => f(one(1, false)),
         (Counts::IoBytes, Event::Io(e)) => f(one(e.bytes as u64, false)),
+        (Counts::Meter(m), Event::Meter(e)) if e.meter == m => f(one(e.value, false)),
         _ => {}
     }
 }

@@ -1,4 +1,6 @@
-//! What the layers report: one event per NFS operation and per device I/O.
+//! What the layers report: one event per NFS operation and per device I/O, and
+//! meter readings: one per intent-log commit and per txg sync (with their latency),
+//! and the once-a-second readings of samplers (ARC counters, CPU, pool levels).
 //!
 //! Events are plain `Copy` values with no heap data (names are `&'static str`, files
 //! are (fsid, object) pairs, devices are registration numbers), so recording one is
@@ -43,10 +45,51 @@ pub struct IoEvent {
     pub at: Instant,
 }
 
+/// What a meter reading measures; each is the source of one statistic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Meter {
+    /// ARC lookups in the last second; labels: result, access, content.
+    ArcAccess,
+    /// Bytes in the ARC (a level); label 0: the list (mru, mfu).
+    ArcSize,
+    /// L2ARC lookups in the last second; label 0: result.
+    L2Access,
+    /// One intent-log commit (what an fsync waited for), with its latency.
+    LogCommit,
+    /// One transaction group synced, with the time it took.
+    TxgSync,
+    /// Dirty bytes waiting for the next txg (a level).
+    PoolDirty,
+    /// Allocated bytes of the pool (a level).
+    PoolUsed,
+    /// Scrub or resilver progress in hundredths of a percent (a level); label 0:
+    /// scrub or resilver.
+    RepairProgress,
+    /// CPU microseconds in the last second; label 0: the kind of work.
+    Cpu,
+    /// Microseconds a device was busy in the last second; `subject` is a device.
+    DeviceBusy,
+}
+
+/// One meter reading.
+#[derive(Debug, Clone, Copy)]
+pub struct MeterEvent {
+    pub meter: Meter,
+    /// A pool (`Analytics::register_pool`), or a device for `DeviceBusy`; unused by Cpu.
+    pub subject: u32,
+    /// Values of the meter's categorical dimensions: [result|list|work|op, access,
+    /// content]; "" where none.
+    pub labels: [&'static str; 3],
+    pub value: u64,
+    pub latency_ns: u64,
+    pub at: Instant,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub enum Event {
     Nfs(NfsEvent),
     Io(IoEvent),
+    Meter(MeterEvent),
 }
 
 impl Event {
@@ -54,6 +97,7 @@ impl Event {
         match self {
             Event::Nfs(e) => e.at,
             Event::Io(e) => e.at,
+            Event::Meter(e) => e.at,
         }
     }
 }

@@ -22,12 +22,13 @@
 
 pub mod buckets;
 pub mod catalog;
+pub mod cpu;
 pub mod event;
 pub mod history;
 pub mod prometheus;
 
 pub use catalog::{Dim, Spec, SpecError, Statistic, BUILTIN_DATASETS, STATISTICS};
-pub use event::{Event, IoEvent, NfsEvent};
+pub use event::{Event, IoEvent, Meter, MeterEvent, NfsEvent};
 pub use history::{BucketCount, History, KeyCount, Point, Resolution};
 
 use catalog::{samples, RawKey};
@@ -52,6 +53,13 @@ pub const MAX_USER_DATASETS: usize = 64;
 const NAME_CACHE_S: u64 = 10;
 /// The breakdown value of a sample that has no value for the dimension.
 pub const NONE_KEY: &str = "(none)";
+
+/// Something read once a second on the collector thread (counters turned into
+/// per-second deltas, levels such as the ARC's size); the daemon provides them.
+pub trait Sampler: Send + Sync {
+    /// Pushes this second's readings, stamped `at`.
+    fn sample(&self, at: Instant, out: &mut Vec<Event>);
+}
 
 /// Turns ids into names for breakdowns; the daemon provides it.
 pub trait Names: Send + Sync {
@@ -123,6 +131,10 @@ pub struct DatasetInfo {
     pub statistic: &'static str,
     pub description: &'static str,
     pub unit: &'static str,
+    /// A level read each second (shown as is) rather than a count (shown per second).
+    pub gauge: bool,
+    /// Shown value = total / seconds / divisor.
+    pub divisor: u64,
     pub breakdown: Option<&'static str>,
     /// Unit of the heatmap buckets' bounds when the breakdown is numeric.
     pub breakdown_unit: Option<&'static str>,
@@ -168,6 +180,7 @@ pub struct Analytics {
     epoch_unix_ns: u128,
     registry: RwLock<Registry>,
     resolver: RwLock<Option<Arc<dyn Names>>>,
+    samplers: RwLock<Vec<Arc<dyn Sampler>>>,
     engine: Mutex<Engine>,
 }
 
@@ -200,6 +213,7 @@ impl Analytics {
             epoch_unix_ns,
             registry: RwLock::default(),
             resolver: RwLock::default(),
+            samplers: RwLock::default(),
             engine: Mutex::default(),
         });
         let now = a.unix_now();
@@ -246,6 +260,36 @@ impl Analytics {
         (r.devices.len() - 1) as u32
     }
 
+    /// A number for a pool, for the meter readings about it.
+    pub fn register_pool(&self, pool: &str) -> u32 {
+        let mut r = self.registry.write().unwrap();
+        match r.pools.iter().position(|p| p == pool) {
+            Some(i) => i as u32,
+            None => {
+                r.pools.push(pool.to_string());
+                (r.pools.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Adds a sampler; the collector reads it once a second from now on.
+    pub fn add_sampler(&self, sampler: Arc<dyn Sampler>) {
+        self.samplers.write().unwrap().push(sampler);
+    }
+
+    /// Reads every sampler into the queues.
+    pub fn sample_now(&self) {
+        let samplers = self.samplers.read().unwrap().clone();
+        let mut events = Vec::new();
+        let at = Instant::now();
+        for s in &samplers {
+            s.sample(at, &mut events);
+        }
+        for e in events {
+            self.record(e);
+        }
+    }
+
     pub fn set_names(&self, names: Arc<dyn Names>) {
         *self.resolver.write().unwrap() = Some(names);
     }
@@ -255,12 +299,27 @@ impl Analytics {
         let weak: Weak<Analytics> = Arc::downgrade(self);
         std::thread::Builder::new()
             .name("analytics".into())
-            .spawn(move || loop {
-                std::thread::sleep(TICK);
-                let Some(a) = weak.upgrade() else { return };
-                a.tick(a.unix_now());
+            .spawn(move || {
+                let mut sampled = 0;
+                loop {
+                    std::thread::sleep(TICK);
+                    let Some(a) = weak.upgrade() else { return };
+                    let now = a.unix_now();
+                    // Samplers once per second, early in it, so the reading lands in
+                    // that second whatever the tick's phase.
+                    if now != sampled {
+                        sampled = now;
+                        a.sample_now();
+                    }
+                    a.tick(now);
+                }
             })
             .expect("spawn the analytics collector");
+    }
+
+    /// The instant this instance's clock counts from.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
     }
 
     /// The current Unix second by this instance's clock.
@@ -504,6 +563,12 @@ impl Namer<'_> {
                 .map(|(_, path)| path.clone())
                 .unwrap_or_else(|| format!("device {d}")),
             (_, RawKey::Direction(out)) => (if out { "out" } else { "in" }).to_string(),
+            (_, RawKey::Pool(p)) => self
+                .registry
+                .pools
+                .get(p as usize)
+                .cloned()
+                .unwrap_or_else(|| format!("pool {p}")),
             (_, RawKey::Bucket(i)) => {
                 let (low, high) = buckets::bounds(i);
                 format!("{low}-{high}")
@@ -533,6 +598,8 @@ impl DatasetState {
             statistic: stat.name,
             description: stat.description,
             unit: stat.unit,
+            gauge: stat.gauge,
+            divisor: stat.divisor,
             breakdown: self.spec.breakdown.map(Dim::name),
             breakdown_unit: self.spec.breakdown.and_then(Dim::unit),
             filters: self

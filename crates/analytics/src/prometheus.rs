@@ -4,7 +4,7 @@
 //! a client or a file, which belong to datasets. Names follow Prometheus practice:
 //! base units (seconds, bytes) and `_total` for counters.
 
-use crate::event::Event;
+use crate::event::{Event, Meter};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -43,6 +43,13 @@ pub(crate) struct Totals {
     /// (device, write) → (operations, bytes)
     io: BTreeMap<(u32, bool), (u64, u64)>,
     io_latency: BTreeMap<(u32, bool), Histogram>,
+    /// Work kind → CPU microseconds.
+    cpu_us: BTreeMap<&'static str, u64>,
+    /// Device → busy microseconds.
+    busy_us: BTreeMap<u32, u64>,
+    /// Pool → intent log commit latency, txg sync time.
+    log_commits: BTreeMap<u32, Histogram>,
+    txg_syncs: BTreeMap<u32, Histogram>,
 }
 
 /// A label value with `\`, `"` and newlines escaped.
@@ -87,6 +94,22 @@ impl Totals {
                     .or_default()
                     .add(io.latency_ns);
             }
+            Event::Meter(m) => match m.meter {
+                Meter::Cpu => *self.cpu_us.entry(m.labels[0]).or_default() += m.value,
+                Meter::DeviceBusy => *self.busy_us.entry(m.subject).or_default() += m.value,
+                Meter::LogCommit => self
+                    .log_commits
+                    .entry(m.subject)
+                    .or_default()
+                    .add(m.latency_ns),
+                Meter::TxgSync => self
+                    .txg_syncs
+                    .entry(m.subject)
+                    .or_default()
+                    .add(m.latency_ns),
+                // Pool levels and ARC counters are read from the pools themselves.
+                _ => {}
+            },
         }
     }
 
@@ -212,6 +235,56 @@ impl Totals {
                 &device_labels(*d, *w),
                 h,
             );
+        }
+        header(
+            &mut out,
+            "shoal_device_busy_seconds_total",
+            "counter",
+            "Time each device had I/O in flight (its utilisation is the rate).",
+        );
+        for (d, us) in &self.busy_us {
+            let (pool, path) = devices
+                .get(*d as usize)
+                .map(|(p, path)| (pools.get(*p).cloned().unwrap_or_default(), path.clone()))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "shoal_device_busy_seconds_total{{pool=\"{}\",device=\"{}\"}} {}",
+                escape(&pool),
+                escape(&path),
+                *us as f64 / 1e6
+            );
+        }
+        header(
+            &mut out,
+            "shoal_cpu_seconds_total",
+            "counter",
+            "CPU time of the daemon by kind of work (rpc, txg-sync, device-io, compression, api, analytics, other).",
+        );
+        for (work, us) in &self.cpu_us {
+            let _ = writeln!(
+                out,
+                "shoal_cpu_seconds_total{{work=\"{work}\"}} {}",
+                *us as f64 / 1e6
+            );
+        }
+        for (name, help, family) in [
+            (
+                "shoal_intent_log_commit_duration_seconds",
+                "Time an intent log commit (an fsync or stable write) waited for its log write.",
+                &self.log_commits,
+            ),
+            (
+                "shoal_txg_sync_duration_seconds",
+                "Time each transaction group took to sync.",
+                &self.txg_syncs,
+            ),
+        ] {
+            header(&mut out, name, "histogram", help);
+            for (p, h) in family {
+                let pool = pools.get(*p as usize).cloned().unwrap_or_default();
+                histogram(&mut out, name, &format!("pool=\"{}\"", escape(&pool)), h);
+            }
         }
         header(
             &mut out,

@@ -105,7 +105,15 @@ impl std::fmt::Display for Compression {
 }
 
 /// Compresses `src`; `None` unless the result is strictly shorter than `max_out`.
+/// Its CPU time is charged to compression (`cpu.utilization[work]`).
 pub fn compress(alg: Compression, src: &[u8], max_out: usize) -> Option<Vec<u8>> {
+    if alg == Compression::Off {
+        return None;
+    }
+    analytics::cpu::charge_compression(|| compress_uncharged(alg, src, max_out))
+}
+
+fn compress_uncharged(alg: Compression, src: &[u8], max_out: usize) -> Option<Vec<u8>> {
     let out = match alg {
         Compression::Off => return None,
         Compression::Lzjb => lzjb_compress(src, max_out)?,
@@ -121,8 +129,16 @@ pub fn compress(alg: Compression, src: &[u8], max_out: usize) -> Option<Vec<u8>>
     (out.len() < max_out).then_some(out)
 }
 
-/// Decompresses exactly `src` into `dst`, whose length is the original size.
+/// Decompresses exactly `src` into `dst`, whose length is the original size. Its
+/// CPU time is charged to compression, except for `off`, which is a copy.
 pub fn decompress(alg: Compression, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError> {
+    if alg == Compression::Off {
+        return decompress_uncharged(alg, src, dst);
+    }
+    analytics::cpu::charge_compression(|| decompress_uncharged(alg, src, dst))
+}
+
+fn decompress_uncharged(alg: Compression, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError> {
     match alg {
         Compression::Off => {
             if src.len() != dst.len() {

@@ -358,6 +358,35 @@ pub struct Pool {
     log_area: Mutex<(u64, u64)>,
     prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<PrefetchJob>>>,
     opts: PoolOptions,
+    /// Where intent-log commits and txg syncs are reported, with this pool's number.
+    analytics: std::sync::OnceLock<(Arc<analytics::Analytics>, u32)>,
+    /// The scrub or resilver in progress.
+    pub repair: RepairProgress,
+}
+
+/// A scrub or resilver in progress, readable at any time without a lock.
+#[derive(Debug, Default)]
+pub struct RepairProgress {
+    /// 0: none, 1: scrub, 2: resilver.
+    kind: std::sync::atomic::AtomicU8,
+    done: std::sync::atomic::AtomicU64,
+    total: std::sync::atomic::AtomicU64,
+}
+
+impl RepairProgress {
+    /// ("scrub" or "resilver", bytes done, bytes in all) while one runs.
+    pub fn get(&self) -> Option<(&'static str, u64, u64)> {
+        let kind = match self.kind.load(Ordering::Acquire) {
+            1 => "scrub",
+            2 => "resilver",
+            _ => return None,
+        };
+        Some((
+            kind,
+            self.done.load(Ordering::Relaxed),
+            self.total.load(Ordering::Relaxed),
+        ))
+    }
 }
 
 impl std::fmt::Debug for Pool {
@@ -624,6 +653,8 @@ impl Pool {
             log_area: Mutex::new((0, 0)),
             prefetch_tx: Mutex::new(None),
             opts,
+            analytics: std::sync::OnceLock::new(),
+            repair: RepairProgress::default(),
         }
     }
 
@@ -632,6 +663,33 @@ impl Pool {
         for leaf in self.all_leaves() {
             leaf.attach_analytics(analytics, &self.name);
         }
+        let id = analytics.register_pool(&self.name);
+        let _ = self.analytics.set((analytics.clone(), id));
+    }
+
+    /// Reports one intent-log commit or txg sync that took from `started` to now.
+    fn report(&self, meter: analytics::Meter, started: Instant) {
+        if let Some((a, id)) = self.analytics.get() {
+            let at = Instant::now();
+            a.record(analytics::Event::Meter(analytics::MeterEvent {
+                meter,
+                subject: *id,
+                labels: ["", "", ""],
+                value: 1,
+                latency_ns: at.saturating_duration_since(started).as_nanos() as u64,
+                at,
+            }));
+        }
+    }
+
+    /// Every leaf of the pool: data, log and cache devices.
+    pub fn leaves(&self) -> Vec<Arc<Leaf>> {
+        self.all_leaves()
+    }
+
+    /// Dirty bytes of the open transaction group.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.txg.lock().unwrap().dirty_bytes
     }
 
     fn all_leaves(&self) -> Vec<Arc<Leaf>> {
@@ -1037,7 +1095,12 @@ impl Pool {
     /// log write.
     pub fn log_commit(&self) -> Result<(), PoolError> {
         self.check_writable()?;
-        self.intent_log.commit(self)
+        let started = Instant::now();
+        let r = self.intent_log.commit(self);
+        if r.is_ok() {
+            self.report(analytics::Meter::LogCommit, started);
+        }
+        r
     }
 
     pub fn intent_log_stats(&self) -> IntentLogStats {
@@ -1711,7 +1774,12 @@ impl Pool {
             (txg, dirty_sets, changed)
         };
         let result = if changed {
-            self.sync_txg(txg, &objsets)
+            let started = Instant::now();
+            let r = self.sync_txg(txg, &objsets);
+            if r.is_ok() {
+                self.report(analytics::Meter::TxgSync, started);
+            }
+            r
         } else {
             // Nothing changed, so no record of this txg changes anything: they are moot,
             // though the ring's tail stays where the durable header left it.
@@ -2025,7 +2093,7 @@ impl Pool {
             let total: u64 = blocks.iter().map(|b| b.asize_total()).sum();
             let mut summary = ScrubSummary::default();
             let mut done = 0u64;
-            let mut ticker = Ticker::new(progress, total);
+            let mut ticker = Ticker::new(progress, total, &self.repair, 1);
             for bp in &blocks {
                 match self.storage.read_uncached(bp, ReadMode::Scrub) {
                     Ok((_, report)) => {
@@ -2123,7 +2191,7 @@ impl Pool {
             .sum();
         let mut summary = ResilverSummary::default();
         let mut done = 0;
-        let mut ticker = Ticker::new(progress, total);
+        let mut ticker = Ticker::new(progress, total, &self.repair, 2);
         for bp in &blocks {
             let verify = |buf: &[u8]| bp.verifies(buf);
             for d in bp.copies().filter(|d| d.vdev as usize == top_index) {
@@ -2234,18 +2302,30 @@ struct Ticker<'a> {
     progress: &'a dyn Fn(ScrubProgress),
     total: u64,
     last: Instant,
+    shared: &'a RepairProgress,
 }
 
 impl<'a> Ticker<'a> {
-    fn new(progress: &'a dyn Fn(ScrubProgress), total: u64) -> Ticker<'a> {
+    /// `kind`: 1 scrub, 2 resilver (as `RepairProgress` shows it until dropped).
+    fn new(
+        progress: &'a dyn Fn(ScrubProgress),
+        total: u64,
+        shared: &'a RepairProgress,
+        kind: u8,
+    ) -> Ticker<'a> {
+        shared.done.store(0, Ordering::Relaxed);
+        shared.total.store(total, Ordering::Relaxed);
+        shared.kind.store(kind, Ordering::Release);
         Ticker {
             progress,
             total,
             last: Instant::now(),
+            shared,
         }
     }
 
     fn tick(&mut self, done: u64) {
+        self.shared.done.store(done, Ordering::Relaxed);
         if self.last.elapsed() > Duration::from_millis(200) {
             (self.progress)(ScrubProgress {
                 bytes_done: done,
@@ -2260,6 +2340,12 @@ impl<'a> Ticker<'a> {
             bytes_done: self.total,
             bytes_total: self.total,
         });
+    }
+}
+
+impl Drop for Ticker<'_> {
+    fn drop(&mut self) {
+        self.shared.kind.store(0, Ordering::Release);
     }
 }
 

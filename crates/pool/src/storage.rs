@@ -108,6 +108,13 @@ pub struct PoolCounters {
     pub physical_bytes_written: AtomicU64,
     pub healed_copies: AtomicU64,
     pub unrecoverable_reads: AtomicU64,
+    /// ARC lookups, at `access_index(hit, kind, metadata)`.
+    pub arc_accesses: [AtomicU64; 8],
+}
+
+/// Where an ARC lookup is counted in `PoolCounters::arc_accesses`.
+pub fn access_index(hit: bool, kind: AccessKind, metadata: bool) -> usize {
+    (hit as usize) << 2 | ((kind == AccessKind::Prefetch) as usize) << 1 | metadata as usize
 }
 
 /// Writes of one sync phase collected per top-level vdev, issued together so adjacent
@@ -443,8 +450,17 @@ impl Storage {
     ) -> Result<CachedBlock, PoolError> {
         assert!(!bp.is_hole(), "reading a hole");
         let key = BlockKey::of(bp);
+        let metadata = bp.block_type.is_metadata();
+        let mut first = true;
         loop {
-            if let Some(b) = self.arc.get(&key, kind) {
+            let found = self.arc.get(&key, kind);
+            if first {
+                // A reader that waits for a block in flight looks again: one access.
+                self.counters.arc_accesses[access_index(found.is_some(), kind, metadata)]
+                    .fetch_add(1, Ordering::Relaxed);
+                first = false;
+            }
+            if let Some(b) = found {
                 return Ok(b);
             }
             // One device read per block at a time: a reader that finds the block in
@@ -491,9 +507,15 @@ impl Storage {
             let mut reads = self.inflight.reads.lock().unwrap();
             for (i, bp) in bps.iter().enumerate() {
                 let key = BlockKey::of(bp);
+                let metadata = bp.block_type.is_metadata();
                 if let Some(b) = self.arc.get(&key, kind) {
+                    self.counters.arc_accesses[access_index(true, kind, metadata)]
+                        .fetch_add(1, Ordering::Relaxed);
                     results[i] = Some(Ok(b));
                 } else if !reads.contains_key(&key) && self.l2.get().is_none() {
+                    // Counted here; the others are counted by `read_block_as`.
+                    self.counters.arc_accesses[access_index(false, kind, metadata)]
+                        .fetch_add(1, Ordering::Relaxed);
                     reads.insert(key, Arc::default());
                     claimed.push(i);
                 }

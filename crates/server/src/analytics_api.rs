@@ -42,6 +42,10 @@ pub struct StatisticInfo {
     name: &'static str,
     description: &'static str,
     unit: &'static str,
+    /// "rate" (events counted: shown per second) or "gauge" (a level read each second).
+    kind: &'static str,
+    /// Shown value = total / seconds / divisor.
+    divisor: u64,
     dimensions: Vec<DimensionInfo>,
 }
 
@@ -53,6 +57,8 @@ pub async fn statistics() -> Json<Vec<StatisticInfo>> {
                 name: s.name,
                 description: s.description,
                 unit: s.unit,
+                kind: if s.gauge { "gauge" } else { "rate" },
+                divisor: s.divisor,
                 dimensions: s
                     .dims
                     .iter()

@@ -19,6 +19,7 @@ pub mod analytics_api;
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod samplers;
 pub mod ui;
 pub mod worksheets;
 
@@ -301,11 +302,13 @@ impl Daemon {
         analytics.start_collector();
         if config.analytics.enabled {
             service.set_analytics(analytics.clone());
+            analytics.add_sampler(analytics::cpu::CpuSampler::new());
         }
         let mut datasets = HashMap::new();
         for p in &pools {
             if config.analytics.enabled {
                 p.attach_analytics(&analytics);
+                analytics.add_sampler(samplers::PoolSampler::new(p.clone(), &analytics));
             }
             let key = handle_key(state_dir, p.guid)?;
             service.add_pool_key(&p.name, HandleKey::new(key));

@@ -23,7 +23,7 @@ use crate::label;
 use crate::raidz_map::{raidz_asize, raidz_map};
 use crate::raidz_math;
 use analytics::{Analytics, Event, IoEvent};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
@@ -101,6 +101,48 @@ pub struct Leaf {
     data_len: AtomicU64,
     /// Where this leaf's I/O is reported, with its device number there.
     analytics: OnceLock<(Arc<Analytics>, u32)>,
+    /// Busy time while analytics is attached (`busy_ns`).
+    busy: BusyClock,
+}
+
+/// How long a device had at least one I/O in flight: the union of its I/Os'
+/// intervals, kept with atomics only. The first I/O to start stamps the start, the
+/// last to finish adds the interval. A start that slips in between another I/O's
+/// finish and its reading of the stamp shortens that interval: a statistic that
+/// can read a little low, never a lock on the I/O path.
+#[derive(Debug, Default)]
+struct BusyClock {
+    in_flight: AtomicU32,
+    /// Nanoseconds since `epoch` when the current busy interval began.
+    since_ns: AtomicU64,
+    total_ns: AtomicU64,
+}
+
+impl BusyClock {
+    fn start(&self, epoch: Instant, now: Instant) {
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.since_ns
+                .store(now.duration_since(epoch).as_nanos() as u64, Ordering::Release);
+        }
+    }
+
+    fn finish(&self, epoch: Instant, now: Instant) {
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let since = self.since_ns.load(Ordering::Acquire);
+            let now = now.duration_since(epoch).as_nanos() as u64;
+            self.total_ns
+                .fetch_add(now.saturating_sub(since), Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self, epoch: Instant) -> u64 {
+        let mut total = self.total_ns.load(Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            let now = Instant::now().duration_since(epoch).as_nanos() as u64;
+            total += now.saturating_sub(self.since_ns.load(Ordering::Acquire));
+        }
+        total
+    }
 }
 
 impl Leaf {
@@ -114,6 +156,7 @@ impl Leaf {
             data_start,
             data_len: AtomicU64::new(data_len),
             analytics: OnceLock::new(),
+            busy: BusyClock::default(),
         }
     }
 
@@ -127,6 +170,7 @@ impl Leaf {
             data_start: label::DATA_AREA_START,
             data_len: AtomicU64::new(data_len),
             analytics: OnceLock::new(),
+            busy: BusyClock::default(),
         }
     }
 
@@ -150,8 +194,11 @@ impl Leaf {
             return io();
         };
         let started = Instant::now();
+        let epoch = a.epoch();
+        self.busy.start(epoch, started);
         let result = io();
         let at = Instant::now();
+        self.busy.finish(epoch, at);
         a.record(Event::Io(IoEvent {
             device: *device,
             write,
@@ -161,6 +208,13 @@ impl Leaf {
             at,
         }));
         result
+    }
+
+    /// This leaf's analytics device number and the nanoseconds it has been busy
+    /// since analytics was attached (None before).
+    pub fn busy_ns(&self) -> Option<(u32, u64)> {
+        let (a, id) = self.analytics.get()?;
+        Some((*id, self.busy.read(a.epoch())))
     }
 
     pub fn device(&self) -> Option<Arc<dyn Device>> {
