@@ -24,7 +24,7 @@ const common = {
   sourcemap: false,
   legalComments: 'eof',
   logLevel: 'warning',
-  target: ['es2020', 'chrome90', 'firefox90', 'safari14'],
+  target: ['es2020'],
 };
 
 await esbuild.build({

@@ -154,7 +154,10 @@ mod tests {
         assert_eq!(work_of("txg-sync-tank"), "txg-sync");
         assert_eq!(work_of("cargo-test"), "other");
         let sampler = CpuSampler::new();
-        assert!(sampler.read().is_none(), "the first reading is the baseline");
+        assert!(
+            sampler.read().is_none(),
+            "the first reading is the baseline"
+        );
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let spin = |name: &str, compress: bool| {
             let stop = stop.clone();

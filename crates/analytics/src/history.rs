@@ -16,7 +16,7 @@ pub const HOURS_KEPT: usize = 366 * 24;
 pub const MAX_KEYS: usize = 200;
 pub const OTHER: &str = "(other)";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Resolution {
     Second,
@@ -154,28 +154,76 @@ pub struct History {
 }
 
 impl History {
-    /// Appends the next second (points arrive in increasing `t`).
-    pub fn push_second(&mut self, p: Point) {
+    /// Appends the next second (points arrive in increasing `t`) and folds it into
+    /// its minute and hour. Returns the points this completed, for the archive: the
+    /// second itself, and a minute or hour that a later interval has begun after.
+    pub fn push_second(&mut self, p: Point) -> Vec<(Resolution, Point)> {
         debug_assert!(self.seconds.back().is_none_or(|l| l.t < p.t));
-        Self::fold_into(&mut self.minutes, &p, 60, MINUTES_KEPT);
-        Self::fold_into(&mut self.hours, &p, 3600, HOURS_KEPT);
+        let mut done = Vec::new();
+        if let Some(m) = Self::fold_into(&mut self.minutes, &p, 60, MINUTES_KEPT) {
+            done.push((Resolution::Minute, m));
+        }
+        if let Some(h) = Self::fold_into(&mut self.hours, &p, 3600, HOURS_KEPT) {
+            done.push((Resolution::Hour, h));
+        }
+        done.push((Resolution::Second, p.clone()));
         self.seconds.push_back(p);
         while self.seconds.len() > SECONDS_KEPT {
             self.seconds.pop_front();
         }
+        done
     }
 
-    fn fold_into(ring: &mut VecDeque<Point>, p: &Point, width: u64, keep: usize) {
+    /// Adds `p` to its interval in `ring`; returns the interval before it when `p`
+    /// begins a new one.
+    fn fold_into(ring: &mut VecDeque<Point>, p: &Point, width: u64, keep: usize) -> Option<Point> {
         let start = p.t / width * width;
         match ring.back_mut() {
-            Some(last) if last.t == start => *last = Point::sum(start, width, [&*last, p]),
+            Some(last) if last.t == start => {
+                *last = Point::sum(start, width, [&*last, p]);
+                None
+            }
             _ => {
+                let finished = ring.back().cloned();
                 ring.push_back(Point::sum(start, width, [p]));
                 while ring.len() > keep {
                     ring.pop_front();
                 }
+                finished
             }
         }
+    }
+
+    /// Rebuilds a history from archived points of each resolution (oldest first):
+    /// seconds newer than the last whole minute or hour archived are folded again,
+    /// which restores the interval that was open when the daemon stopped.
+    pub fn restore(seconds: Vec<Point>, minutes: Vec<Point>, hours: Vec<Point>) -> History {
+        let mut h = History {
+            seconds: VecDeque::new(),
+            minutes: minutes.into(),
+            hours: hours.into(),
+        };
+        let minute_end = h.minutes.back().map_or(0, |m| m.t + 60);
+        let hour_end = h.hours.back().map_or(0, |m| m.t + 3600);
+        for p in seconds {
+            if p.t >= minute_end {
+                Self::fold_into(&mut h.minutes, &p, 60, MINUTES_KEPT);
+            }
+            if p.t >= hour_end {
+                Self::fold_into(&mut h.hours, &p, 3600, HOURS_KEPT);
+            }
+            h.seconds.push_back(p);
+        }
+        for (ring, keep) in [
+            (&mut h.seconds, SECONDS_KEPT),
+            (&mut h.minutes, MINUTES_KEPT),
+            (&mut h.hours, HOURS_KEPT),
+        ] {
+            while ring.len() > keep {
+                ring.pop_front();
+            }
+        }
+        h
     }
 
     /// Points of `resolution` whose interval starts in `[start, end]`.
@@ -231,8 +279,31 @@ mod tests {
         assert_eq!(hours.len(), 2);
         assert_eq!(
             hours[0].total + hours[1].total,
-            (3540..3720).map(|t| t % 7).sum()
+            (3540..3720).map(|t| t % 7).sum::<u64>()
         );
+    }
+
+    #[test]
+    fn restoring_from_whole_intervals_and_seconds_gives_the_same_history() {
+        let mut live = History::default();
+        let (mut secs, mut mins, mut hours) = (Vec::new(), Vec::new(), Vec::new());
+        for t in 7100..7390 {
+            for (r, p) in live.push_second(second(t, t % 5, "k")) {
+                match r {
+                    Resolution::Second => secs.push(p),
+                    Resolution::Minute => mins.push(p),
+                    Resolution::Hour => hours.push(p),
+                }
+            }
+        }
+        // Only whole intervals were handed out: 7100's minute began at 7080 and is
+        // partial, but it is whole from here on (what was seen of it).
+        assert_eq!(mins.last().unwrap().t, 7320);
+        assert_eq!(hours.last().unwrap().t, 3600);
+        let restored = History::restore(secs, mins, hours);
+        assert_eq!(restored.seconds, live.seconds);
+        assert_eq!(restored.minutes, live.minutes);
+        assert_eq!(restored.hours, live.hours);
     }
 
     #[test]

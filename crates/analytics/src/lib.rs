@@ -20,6 +20,7 @@
 //! its breakdown (`(none)` when the event has no value for that dimension), so a
 //! breakdown always sums to its total.
 
+pub mod archive;
 pub mod buckets;
 pub mod catalog;
 pub mod cpu;
@@ -182,6 +183,15 @@ pub struct Analytics {
     resolver: RwLock<Option<Arc<dyn Names>>>,
     samplers: RwLock<Vec<Arc<dyn Sampler>>>,
     engine: Mutex<Engine>,
+    /// History on disk, once `open_history` ran; taken after `engine`, never before.
+    archive: Mutex<Option<archive::Archive>>,
+}
+
+/// `datasets.json` in the history directory: the datasets users enabled.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedDataset {
+    name: String,
+    since: u64,
 }
 
 impl std::fmt::Debug for Analytics {
@@ -215,6 +225,7 @@ impl Analytics {
             resolver: RwLock::default(),
             samplers: RwLock::default(),
             engine: Mutex::default(),
+            archive: Mutex::default(),
         });
         let now = a.unix_now();
         {
@@ -380,10 +391,87 @@ impl Analytics {
             Some(s) => (s + 1).max(seal_to.saturating_sub(history::SECONDS_KEPT as u64)),
             None => seal_to.saturating_sub(history::SECONDS_KEPT as u64),
         };
-        for ds in engine.datasets.values_mut() {
-            ds.seal(from, seal_to, &mut namer);
+        let mut sealed = Vec::new();
+        for (name, ds) in engine.datasets.iter_mut() {
+            let points = ds.seal(from, seal_to, &mut namer);
+            if !points.is_empty() {
+                sealed.push((name.clone(), points));
+            }
         }
         engine.sealed_upto = Some(seal_to);
+        // The engine stays locked while the points are written, so a dataset removed
+        // meanwhile cannot have its files written again after their removal.
+        let mut archive = self.archive.lock().unwrap();
+        if let Some(archive) = archive.as_mut() {
+            for (name, points) in &sealed {
+                for problem in archive.append(name, points) {
+                    tracing::warn!(%problem, "analytics history");
+                }
+            }
+            for note in archive.enforce_bound() {
+                tracing::warn!(%note, "analytics history");
+            }
+        }
+    }
+
+    /// Keeps history on disk in `dir` within `max_bytes`: loads what is there (the
+    /// datasets users enabled and every dataset's points) and appends from now on.
+    /// Call before `start_collector`.
+    pub fn open_history(&self, dir: &std::path::Path, max_bytes: u64) -> Result<(), String> {
+        let mut archive = archive::Archive::open(dir, max_bytes)?;
+        let saved: Vec<SavedDataset> = match std::fs::read(dir.join("datasets.json")) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| format!("{}: {e}", dir.join("datasets.json").display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                return Err(format!(
+                    "reading {}: {e}",
+                    dir.join("datasets.json").display()
+                ))
+            }
+        };
+        let mut engine = self.engine.lock().unwrap();
+        for d in saved {
+            match Spec::parse(&d.name) {
+                Ok(spec) if !engine.datasets.contains_key(&d.name) => {
+                    let user = engine.datasets.values().filter(|x| !x.builtin).count();
+                    if user < MAX_USER_DATASETS {
+                        engine
+                            .datasets
+                            .insert(d.name.clone(), DatasetState::new(spec, false, d.since));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "a saved analytics dataset no longer parses"),
+            }
+        }
+        for (name, ds) in engine.datasets.iter_mut() {
+            let [s, m, h] = archive::RESOLUTIONS.map(|r| archive.load(name, r));
+            ds.history = History::restore(s?, m?, h?);
+        }
+        *self.archive.lock().unwrap() = Some(archive);
+        drop(engine);
+        self.save_datasets()
+    }
+
+    /// Rewrites `datasets.json` from the enabled user datasets.
+    fn save_datasets(&self) -> Result<(), String> {
+        let engine = self.engine.lock().unwrap();
+        let archive = self.archive.lock().unwrap();
+        let Some(archive) = archive.as_ref() else {
+            return Ok(());
+        };
+        let saved: Vec<SavedDataset> = engine
+            .datasets
+            .iter()
+            .filter(|(_, d)| !d.builtin)
+            .map(|(name, d)| SavedDataset {
+                name: name.clone(),
+                since: d.since,
+            })
+            .collect();
+        let bytes = serde_json::to_vec_pretty(&saved).expect("serialises");
+        archive::write_atomically(&archive.dir().join("datasets.json"), &bytes)
     }
 
     /// Enables a dataset (or returns the one already enabled under that name).
@@ -401,6 +489,12 @@ impl Analytics {
             engine
                 .datasets
                 .insert(canonical.clone(), DatasetState::new(spec, false, now + 1));
+            let info = engine.datasets[&canonical].info(&canonical);
+            drop(engine);
+            if let Err(e) = self.save_datasets() {
+                tracing::warn!(error = %e, "saving the enabled analytics datasets");
+            }
+            return Ok(info);
         }
         Ok(engine.datasets[&canonical].info(&canonical))
     }
@@ -413,6 +507,13 @@ impl Analytics {
             Some(d) if d.builtin => Err(AnalyticsError::BuiltIn(canonical)),
             Some(_) => {
                 engine.datasets.remove(&canonical);
+                if let Some(a) = self.archive.lock().unwrap().as_mut() {
+                    a.remove(&canonical);
+                }
+                drop(engine);
+                if let Err(e) = self.save_datasets() {
+                    tracing::warn!(error = %e, "saving the enabled analytics datasets");
+                }
                 Ok(())
             }
         }
@@ -636,13 +737,15 @@ impl DatasetState {
         });
     }
 
-    fn seal(&mut self, from: u64, to: u64, namer: &mut Namer<'_>) {
+    /// Seals seconds `from..=to`; returns the points they completed, for the archive.
+    fn seal(&mut self, from: u64, to: u64, namer: &mut Namer<'_>) -> Vec<(Resolution, Point)> {
+        let mut done = Vec::new();
         let from = from.max(self.since);
         // Seconds before `from` can only be stale leftovers of a long pause.
         self.open = self.open.split_off(&from);
         for second in from..=to {
             let Some(open) = self.open.remove(&second) else {
-                self.history.push_second(Point::empty(second, 1));
+                done.extend(self.history.push_second(Point::empty(second, 1)));
                 continue;
             };
             let mut keys: HashMap<String, u64> = HashMap::new();
@@ -658,18 +761,19 @@ impl DatasetState {
                     }
                 }
             }
-            self.history.push_second(Point::from_counts(
+            done.extend(self.history.push_second(Point::from_counts(
                 second,
                 1,
                 open.total,
                 keys,
                 bucket_counts,
-            ));
+            )));
         }
         // Bounded: a client touching millions of files cannot grow it for long.
         if self.filter_memo.len() > 100_000 {
             self.filter_memo.clear();
         }
+        done
     }
 }
 

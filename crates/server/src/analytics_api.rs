@@ -8,8 +8,8 @@
 //! low-cardinality labels only.
 
 use crate::api::{ApiError, ApiResult, Body, Params, Shared};
-use analytics::{prometheus, AnalyticsError, Resolution, Series, STATISTICS};
 use crate::worksheets::{check_name, Worksheet, MAX_DATASETS};
+use analytics::{prometheus, AnalyticsError, Resolution, Series, STATISTICS};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -136,10 +136,7 @@ pub async fn worksheets(State(s): State<Shared>) -> Json<Vec<Worksheet>> {
     Json(s.worksheets.list())
 }
 
-pub async fn worksheet(
-    State(s): State<Shared>,
-    Path(name): Path<String>,
-) -> ApiResult<Worksheet> {
+pub async fn worksheet(State(s): State<Shared>, Path(name): Path<String>) -> ApiResult<Worksheet> {
     s.worksheets
         .list()
         .into_iter()

@@ -56,8 +56,7 @@ fn random_hex(bytes: usize) -> std::io::Result<String> {
 /// Equal in time independent of where the first difference is.
 fn same(a: &str, b: &str) -> bool {
     a.len() == b.len()
-        && a
-            .bytes()
+        && a.bytes()
             .zip(b.bytes())
             .fold(0u8, |acc, (x, y)| acc | (x ^ y))
             == 0
@@ -192,7 +191,10 @@ impl Auth {
             return Err(ApiError::new(StatusCode::UNAUTHORIZED, "wrong password"));
         }
         let token = random_hex(32).map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("random bytes: {e}"))
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("random bytes: {e}"),
+            )
         })?;
         let mut sessions = self.sessions.lock().unwrap();
         if sessions.len() >= MAX_SESSIONS {
@@ -271,17 +273,11 @@ mod tests {
         assert_eq!(auth.login("wrong horse").unwrap_err().status(), 401);
         let token = auth.login("correct horse").unwrap();
         assert!(auth.authenticated(&headers(header::COOKIE, &format!("a=b; {COOKIE}={token}"))));
-        assert!(auth.authenticated(&headers(
-            header::AUTHORIZATION,
-            &format!("Bearer {token}")
-        )));
+        assert!(auth.authenticated(&headers(header::AUTHORIZATION, &format!("Bearer {token}"))));
         assert!(!auth.authenticated(&headers(header::COOKIE, &format!("{COOKIE}=x{token}"))));
         assert!(!auth.authenticated(&HeaderMap::new()));
         let local = local_token(dir.path()).unwrap();
-        assert!(auth.authenticated(&headers(
-            header::AUTHORIZATION,
-            &format!("Bearer {local}")
-        )));
+        assert!(auth.authenticated(&headers(header::AUTHORIZATION, &format!("Bearer {local}"))));
         auth.logout(&headers(header::COOKIE, &format!("{COOKIE}={token}")));
         assert!(!auth.authenticated(&headers(header::COOKIE, &format!("{COOKIE}={token}"))));
         // A new password applies at the next login.

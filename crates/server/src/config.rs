@@ -88,6 +88,18 @@ pub struct AnalyticsConfig {
     /// with empty datasets.
     #[serde(default = "default_true")]
     pub enabled: bool,
+    /// Bytes the history on disk may take (default 1G).
+    #[serde(default = "default_history_max", deserialize_with = "size")]
+    pub history_max: u64,
+}
+
+fn default_history_max() -> u64 {
+    1 << 30
+}
+
+fn size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_size(&s).map_err(serde::de::Error::custom)
 }
 
 fn default_true() -> bool {
@@ -96,7 +108,10 @@ fn default_true() -> bool {
 
 impl Default for AnalyticsConfig {
     fn default() -> Self {
-        AnalyticsConfig { enabled: true }
+        AnalyticsConfig {
+            enabled: true,
+            history_max: default_history_max(),
+        }
     }
 }
 

@@ -13,7 +13,8 @@
 //!   (removed at a clean stop; a stale one names a dead pid and is ignored);
 //! - `api-password` and `api-token`: the UI's password hash and the local API token
 //!   (`auth.rs`);
-//! - `worksheets.json`: saved analytics worksheets (`worksheets.rs`).
+//! - `worksheets.json`: saved analytics worksheets (`worksheets.rs`);
+//! - `analytics/`: analytics history and the enabled datasets (`analytics::archive`).
 
 pub mod analytics_api;
 pub mod api;
@@ -209,9 +210,13 @@ fn tls_config(cert: &Path, key: &Path) -> Result<axum_server::tls_rustls::Rustls
         .map_err(|e| ServerError::Config(format!("TLS: {e}")))?
         .with_no_client_auth()
         .with_single_cert(certs, key_der)
-        .map_err(|e| ServerError::Config(format!("{} and {}: {e}", cert.display(), key.display())))?;
+        .map_err(|e| {
+            ServerError::Config(format!("{} and {}: {e}", cert.display(), key.display()))
+        })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config)))
+    Ok(axum_server::tls_rustls::RustlsConfig::from_config(
+        Arc::new(config),
+    ))
 }
 
 impl ApiServer {
@@ -299,6 +304,9 @@ impl Daemon {
         analytics.set_names(Arc::new(nfs::names::ShareNames::new(Arc::downgrade(
             &service,
         ))));
+        analytics
+            .open_history(&state_dir.join("analytics"), config.analytics.history_max)
+            .map_err(|e| ServerError::Config(format!("analytics history: {e}")))?;
         analytics.start_collector();
         if config.analytics.enabled {
             service.set_analytics(analytics.clone());

@@ -48,7 +48,9 @@ impl PoolSampler {
             })
             .unwrap_or_default();
         Counters {
-            arc: std::array::from_fn(|i| c.arc_accesses[i].load(std::sync::atomic::Ordering::Relaxed)),
+            arc: std::array::from_fn(|i| {
+                c.arc_accesses[i].load(std::sync::atomic::Ordering::Relaxed)
+            }),
             l2,
             busy: self
                 .pool
@@ -73,7 +75,12 @@ impl analytics::Sampler for PoolSampler {
             }))
         };
         let id = self.id;
-        push(Meter::ArcSize, id, ["", "", ""], self.pool.storage.arc.stats().size_bytes);
+        push(
+            Meter::ArcSize,
+            id,
+            ["", "", ""],
+            self.pool.storage.arc.stats().size_bytes,
+        );
         push(Meter::PoolDirty, id, ["", "", ""], self.pool.dirty_bytes());
         let allocated = {
             let a = self.pool.storage.alloc.lock().unwrap();
@@ -89,7 +96,10 @@ impl analytics::Sampler for PoolSampler {
             return;
         };
         for hit in [true, false] {
-            for kind in [pool::arc::AccessKind::Demand, pool::arc::AccessKind::Prefetch] {
+            for kind in [
+                pool::arc::AccessKind::Demand,
+                pool::arc::AccessKind::Prefetch,
+            ] {
                 for metadata in [false, true] {
                     let i = access_index(hit, kind, metadata);
                     let delta = now.arc[i].saturating_sub(before.arc[i]);
@@ -108,7 +118,10 @@ impl analytics::Sampler for PoolSampler {
                 }
             }
         }
-        for (result, n, n0) in [("hit", now.l2.0, before.l2.0), ("miss", now.l2.1, before.l2.1)] {
+        for (result, n, n0) in [
+            ("hit", now.l2.0, before.l2.0),
+            ("miss", now.l2.1, before.l2.1),
+        ] {
             if n > n0 {
                 push(Meter::L2Access, id, [result, "", ""], n - n0);
             }

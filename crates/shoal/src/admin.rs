@@ -24,7 +24,11 @@ pub struct Api {
 impl Api {
     /// A client of the API at `addr`, over HTTPS trusting `tls_cert` when given, that
     /// authenticates with `token` (the daemon's local token) when given.
-    pub fn new(addr: SocketAddr, tls_cert: Option<&std::path::Path>, token: Option<String>) -> Result<Api> {
+    pub fn new(
+        addr: SocketAddr,
+        tls_cert: Option<&std::path::Path>,
+        token: Option<String>,
+    ) -> Result<Api> {
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             // Scrubs answer when they finish.

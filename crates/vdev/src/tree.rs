@@ -121,8 +121,10 @@ struct BusyClock {
 impl BusyClock {
     fn start(&self, epoch: Instant, now: Instant) {
         if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.since_ns
-                .store(now.duration_since(epoch).as_nanos() as u64, Ordering::Release);
+            self.since_ns.store(
+                now.duration_since(epoch).as_nanos() as u64,
+                Ordering::Release,
+            );
         }
     }
 
