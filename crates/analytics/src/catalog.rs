@@ -302,6 +302,7 @@ pub const BUILTIN_DATASETS: &[&str] = &[
     "zil.commits[latency]",
     "txg.syncs[latency]",
     "pool.dirty",
+    "pool.used",
     "cpu.utilization[work]",
 ];
 

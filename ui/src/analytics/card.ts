@@ -194,7 +194,7 @@ export abstract class Card {
         },
       },
       series: [{}],
-      axes: [{ ...axisStyle, space: 60 }, { ...axisStyle, size: Y_AXIS_SIZE }],
+      axes: [{ ...axisStyle, space: 64, values: timeTicks }, { ...axisStyle, size: Y_AXIS_SIZE }],
       hooks: {
         setSelect: [(u) => this.onSelect(u)],
         setCursor: [
@@ -304,6 +304,23 @@ export abstract class Card {
       replace(this.summaryEl, h('span', { class: 'range-label' }, 'Selected ', label), h('span', { class: 'error-text' }, messageOf(e)), clear);
     }
   }
+}
+
+function pad2(n: number): string {
+  return n < 10 ? `0${n}` : String(n);
+}
+
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+
+/** Time axis labels in 24-hour local time, as fine as the tick spacing needs. */
+function timeTicks(_u: uPlot, splits: number[], _axis: number, _space: number, incr: number): string[] {
+  return splits.map((t) => {
+    const d = new Date(t * 1000);
+    const hm = `${pad2(d.getHours())}:${pad2(d.getMinutes())}`;
+    if (incr < 60) return `${hm}:${pad2(d.getSeconds())}`;
+    if (incr < 86400) return d.getHours() === 0 && d.getMinutes() === 0 ? `${MONTHS[d.getMonth()]} ${d.getDate()}` : hm;
+    return `${MONTHS[d.getMonth()]} ${d.getDate()}`;
+  });
 }
 
 let hatchPattern: CanvasPattern | null = null;

@@ -184,7 +184,7 @@ export class BreakdownCard extends Card {
       this.legendBody.replaceChildren(h('div', { class: 'legend-empty dim' }, seconds ? 'no activity' : 'no data yet'));
     }
     this.legendFoot.textContent =
-      ranked.length > MAX_ROWS ? `${ranked.length - MAX_ROWS} more values not listed` : ranked.length ? `Click a ${this.spec.breakdown} to drill down.` : '';
+      ranked.length > MAX_ROWS ? `${ranked.length - MAX_ROWS} more values not listed` : ranked.length ? 'Click a value to drill down.' : '';
   }
 
   private row(key: string, value: number | null, title: string | undefined, drillable: boolean): HTMLElement {
@@ -205,7 +205,7 @@ export class BreakdownCard extends Card {
     replace(
       el,
       h('span', { class: `swatch${charted ? '' : ' off'}`, style: `background:${color}` }),
-      h('span', { class: 'legend-key' }, key),
+      h('span', { class: 'legend-key' }, shortKey(key)),
       h('span', { class: 'legend-value', 'data-value': value === null ? '' : String(value) }, value === null ? '-' : this.stat.format.value(value)),
     );
     el.classList.toggle('drillable', drillable);
@@ -268,6 +268,11 @@ export class BreakdownCard extends Card {
     closeMenus();
     super.dispose();
   }
+}
+
+/** Long values (file paths) keep their end, which is what tells them apart. */
+function shortKey(key: string): string {
+  return key.length > 38 ? `\u2026${key.slice(-37)}` : key;
 }
 
 let menuCleanup: (() => void) | null = null;

@@ -236,7 +236,7 @@ export function analyticsPage(route: Route): Page {
         toast(`Worksheet ${ws.name} saved`);
         navigate('analytics', ws.name);
       } catch (e) {
-        derr.show(e);
+        derr.show(e instanceof api.ApiError && e.status === 404 ? `This daemon cannot keep worksheets (${e.message}).` : e);
       }
     };
     save.addEventListener('click', submit);

@@ -2,6 +2,8 @@
 //! small NFSv3 client built from the crate's own codec for the calls the tests make.
 #![allow(dead_code)]
 
+pub mod http;
+
 use nfs::proto::{self, Sattr};
 use nfs::rpc::{AuthSys, Credential};
 use nfs::xdr::{Decoder, Encoder};
@@ -23,6 +25,8 @@ pub struct TestServer {
     pub daemon: Option<Daemon>,
     pub addr: SocketAddr,
     pub shares: Vec<(String, String)>,
+    /// Changes to the daemon's configuration, applied at every (re)start.
+    pub configure: Option<Box<dyn Fn(&mut ServeConfig)>>,
 }
 
 fn devices(dir: &std::path::Path, create: bool) -> Vec<DeviceArg> {
@@ -52,6 +56,14 @@ fn options() -> PoolOptions {
 impl TestServer {
     /// A pool `tp` with datasets `tp/share` (shared with `rules`) and `tp/private`.
     pub fn start(rules: &str) -> TestServer {
+        Self::start_configured(rules, None)
+    }
+
+    /// As `start`, with `configure` applied to the daemon's configuration.
+    pub fn start_configured(
+        rules: &str,
+        configure: Option<Box<dyn Fn(&mut ServeConfig)>>,
+    ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let pool = Pool::create(
             "tp",
@@ -75,6 +87,7 @@ impl TestServer {
             daemon: None,
             addr: "127.0.0.1:0".parse().unwrap(),
             shares,
+            configure,
         };
         s.run_daemon("127.0.0.1:0".parse().unwrap());
         s
@@ -94,6 +107,9 @@ impl TestServer {
                 rules: r.clone(),
             })
             .collect();
+        if let Some(f) = &self.configure {
+            f(&mut config);
+        }
         let daemon = Daemon::start(
             &config,
             vec![self.pool.clone()],
@@ -111,6 +127,14 @@ impl TestServer {
         self.pool.export().unwrap();
         self.pool = Pool::import(devices(self.dir.path(), false), Some("tp"), options()).unwrap();
         self.run_daemon(self.addr);
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn api_addr(&self) -> SocketAddr {
+        self.daemon.as_ref().unwrap().api_addr().unwrap()
     }
 
     pub fn filesystem(&self, name: &str) -> Arc<fs::Filesystem> {

@@ -1,0 +1,289 @@
+// The browser acceptance test of the shoal console: headless Chromium (Debian's
+// /usr/bin/chromium) driven by playwright-core through the embedded UI of a
+// running daemon. Each step asserts what a person would check, writes a
+// screenshot, and a failure exits 1 with the step and the reason.
+//
+//   SHOAL_URL=http://127.0.0.1:8080 SHOAL_PASSWORD=... SHOAL_POOL=tank \
+//   SHOT_DIR=/tmp/shots node tests/browser.mjs
+//
+// Protocol with the harness: after sharing POOL/ui the script prints
+// "LOAD POOL/ui"; the harness then reads files in that share from 127.0.0.1 and
+// 127.0.0.2, and the script waits until the daemon sees both clients. The last
+// line is "DONE".
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const URL = required('SHOAL_URL').replace(/\/$/, '');
+const PASSWORD = process.env.SHOAL_PASSWORD ?? '';
+const POOL = required('SHOAL_POOL');
+const SHOT_DIR = required('SHOT_DIR');
+const FS = `${POOL}/ui`;
+const SHARE_PATH = `/${FS}`;
+const RULES = '*(rw,no_root_squash,insecure)';
+const WORKSHEET = 'ui-acceptance';
+const CLIENTS = ['127.0.0.1', '127.0.0.2'];
+
+function required(name) {
+  const v = process.env[name];
+  if (!v) {
+    console.error(`browser test: set ${name}`);
+    process.exit(2);
+  }
+  return v;
+}
+
+class StepFailure extends Error {}
+
+function assert(cond, message) {
+  if (!cond) throw new StepFailure(message);
+}
+
+mkdirSync(SHOT_DIR, { recursive: true });
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: [
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+  ],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+const page = await context.newPage();
+const pageErrors = [];
+page.on('pageerror', (e) => pageErrors.push(e.message));
+page.setDefaultTimeout(15000);
+
+/** Screenshots are named by step: 01-login.png, 02-filesystem.png, ... */
+let stepNo = 0;
+async function shot(name) {
+  const file = join(SHOT_DIR, `${String(stepNo).padStart(2, '0')}-${name}.png`);
+  await page.screenshot({ path: file });
+  return file;
+}
+
+let current = '';
+async function step(name, fn) {
+  stepNo++;
+  current = name;
+  const started = Date.now();
+  await fn();
+  assert(pageErrors.length === 0, `JavaScript errors in the page: ${pageErrors.join('; ')}`);
+  await shot(name);
+  console.log(`ok ${stepNo} ${name} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+}
+
+/** Polls `fn` until it returns a truthy value or `seconds` pass; returns the value. */
+async function until(seconds, what, fn) {
+  const deadline = Date.now() + seconds * 1000;
+  let last;
+  for (;;) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (e) {
+      if (e instanceof StepFailure) throw e;
+      last = e.message;
+    }
+    if (Date.now() > deadline) throw new StepFailure(`waited ${seconds} s for ${what}${last ? ` (last: ${JSON.stringify(last)})` : ''}`);
+    await page.waitForTimeout(500);
+  }
+}
+
+/** An API call with the browser's session cookie. */
+async function apiGet(path) {
+  const res = await page.request.get(`${URL}${path}`);
+  assert(res.ok(), `GET ${path}: ${res.status()} ${await res.text()}`);
+  return res.json();
+}
+
+const chart = (dataset) => page.locator(`[data-test=chart][data-dataset="${dataset}"]`);
+const legendKeys = (dataset) =>
+  chart(dataset).locator('[data-test=legend-key]').evaluateAll((els) => els.map((e) => e.getAttribute('data-key')));
+
+async function addStatistic(statistic, breakdown) {
+  await page.click('[data-test=add-stat]');
+  await page.selectOption('[data-test=add-stat-statistic]', statistic);
+  await page.selectOption('[data-test=add-stat-breakdown]', breakdown);
+  await page.click('[data-test=add-stat-submit]');
+  await page.locator('[data-test=add-stat-dialog]').waitFor({ state: 'detached' });
+}
+
+try {
+  await step('login', async () => {
+    await page.goto(URL);
+    if (process.env.SHOAL_NO_LOGIN === '1') {
+      // Development only: a daemon that has no login.
+      await page.locator('[data-test=page-status]').waitFor();
+      return;
+    }
+    await page.locator('[data-test=login-form]').waitFor();
+    await page.fill('[data-test=login-password]', `${PASSWORD}-wrong`);
+    await page.click('[data-test=login-submit]');
+    const error = page.locator('[data-test=login-error]');
+    await error.waitFor({ state: 'visible' });
+    assert((await error.textContent()).trim().length > 0, 'a wrong password shows no error');
+    await shot('login-wrong-password');
+    await page.fill('[data-test=login-password]', PASSWORD);
+    await page.click('[data-test=login-submit]');
+    await page.locator('[data-test=page-status]').waitFor();
+    assert(!(await page.locator('[data-test=login-form]').isVisible()), 'the login form stays after a good password');
+    const session = await apiGet('/api/v1/session');
+    assert(session.authenticated, `the session is not authenticated: ${JSON.stringify(session)}`);
+  });
+
+  await step('filesystem', async () => {
+    await page.click('[data-test=nav-filesystems]');
+    await page.locator('[data-test=page-filesystems]').waitFor();
+    await page.fill('[data-test=fs-name]', FS);
+    await page.selectOption('[data-test=fs-compression]', 'lz4');
+    await page.click('[data-test=fs-create]');
+    const row = page.locator(`[data-test=fs-row][data-name="${FS}"]`);
+    await row.waitFor();
+    assert(!(await page.locator('[data-test=fs-create-error]').isVisible()), `create failed: ${await page.locator('[data-test=fs-create-error]').textContent()}`);
+    assert((await row.textContent()).includes('lz4'), 'the new filesystem is not listed with compression lz4');
+  });
+
+  await step('share', async () => {
+    await page.click('[data-test=nav-shares]');
+    await page.locator('[data-test=page-shares]').waitFor();
+    await page.locator(`[data-test=share-dataset] option[value="${FS}"]`).waitFor({ state: 'attached' });
+    await page.selectOption('[data-test=share-dataset]', FS);
+    await page.fill('[data-test=share-rules]', RULES);
+    await page.click('[data-test=share-submit]');
+    const row = page.locator(`[data-test=share-row][data-dataset="${FS}"]`);
+    await row.waitFor();
+    const rules = await row.locator('[data-test=share-rules-cell]').textContent();
+    assert(rules.includes('no_root_squash') && rules.includes('insecure') && rules.startsWith('*('), `the share's rules are ${rules}`);
+    assert((await row.textContent()).includes(SHARE_PATH), `the share is not exported at ${SHARE_PATH}`);
+  });
+
+  await step('load', async () => {
+    // Record clients from now on, so there is something to wait for.
+    const res = await page.request.post(`${URL}/api/v1/analytics/datasets`, { data: { name: 'nfs3.ops[client]' } });
+    assert(res.ok(), `enabling nfs3.ops[client]: ${res.status()} ${await res.text()}`);
+    process.stdout.write(`LOAD ${FS}\n`);
+    let seen = [];
+    await until(60, `NFS operations from ${CLIENTS.join(' and ')}`, async () => {
+      const d = await apiGet(`/api/v1/analytics/data?name=${encodeURIComponent('nfs3.ops[client]')}&seconds=60`);
+      seen = [...new Set(d.points.flatMap((p) => (p.breakdown ?? []).map((b) => b.key)))];
+      return CLIENTS.every((c) => seen.includes(c));
+    }).catch((e) => {
+      throw new StepFailure(`${e.message}; clients seen: ${seen.join(', ') || 'none'}`);
+    });
+  });
+
+  await step('ops-by-client', async () => {
+    await page.click('[data-test=nav-analytics]');
+    await page.locator('[data-test=page-analytics]').waitFor();
+    await page.locator('[data-test=chart]').first().waitFor();
+    await addStatistic('nfs3.ops', 'client');
+    await chart('nfs3.ops[client]').waitFor();
+    let keys = [];
+    await until(20, 'both clients in the legend', async () => {
+      keys = await legendKeys('nfs3.ops[client]');
+      return CLIENTS.every((c) => keys.includes(c));
+    }).catch((e) => {
+      throw new StepFailure(`${e.message}; the legend lists ${keys.join(', ') || 'nothing'}`);
+    });
+  });
+
+  const drilled = 'nfs3.ops[client=127.0.0.2][file]';
+  await step('drill-by-file', async () => {
+    await chart('nfs3.ops[client]').locator('[data-test=legend-key][data-key="127.0.0.2"]').click();
+    await page.locator('[data-test=drill-menu]').waitFor();
+    await page.click('[data-test=drill-menu] [data-test=drill-file]');
+    await chart(drilled).waitFor();
+    // The new dataset counts from the next second: wait for its first sealed seconds.
+    const files = await until(30, `a file of ${SHARE_PATH} in the drill-down's legend`, async () => {
+      const keys = await legendKeys(drilled);
+      const f = keys.filter((k) => k.startsWith(`${SHARE_PATH}/`));
+      return f.length ? f : false;
+    });
+    assert(files.length > 0, 'no file listed');
+    const title = await chart(drilled).locator('.chip').textContent();
+    assert(title.includes('127.0.0.2'), `the drill-down's filter reads ${title}`);
+    await chart(drilled).scrollIntoViewIfNeeded();
+  });
+
+  await step('latency-heatmap', async () => {
+    await addStatistic('nfs3.ops', 'latency');
+    const heat = chart('nfs3.ops[latency]');
+    await heat.waitFor();
+    assert((await heat.getAttribute('data-kind')) === 'heatmap', 'nfs3.ops[latency] is not drawn as a heatmap');
+    const cells = await until(20, 'heatmap cells', async () => Number((await heat.getAttribute('data-cells')) ?? 0) > 0);
+    assert(cells, 'the heatmap has no cells');
+    // And the canvas really has colour in it, not only axes and grid.
+    const coloured = await heat.locator('canvas').evaluate((c) => {
+      const ctx = c.getContext('2d');
+      const { data } = ctx.getImageData(0, 0, c.width, c.height);
+      let n = 0;
+      for (let i = 0; i < data.length; i += 4) {
+        const [r, g, b, a] = [data[i], data[i + 1], data[i + 2], data[i + 3]];
+        if (a > 0 && r - b > 60) n++; // the heat ramp is warm; axes and grid are grey
+      }
+      return n;
+    });
+    assert(coloured > 0, 'the heatmap canvas has no coloured pixels');
+    await heat.scrollIntoViewIfNeeded();
+  });
+
+  await step('range-select', async () => {
+    const c = chart('nfs3.ops[client]');
+    await c.scrollIntoViewIfNeeded();
+    const over = c.locator('.u-over');
+    const box = await over.boundingBox();
+    assert(box && box.width > 100, 'the ops-by-client chart has no plot area');
+    const y = box.y + box.height / 2;
+    await page.mouse.move(box.x + box.width * 0.15, y);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.6, y, { steps: 8 });
+    await page.mouse.move(box.x + box.width * 0.97, y, { steps: 8 });
+    await page.mouse.up();
+    const summary = c.locator('[data-test=range-summary]');
+    await until(15, 'the range summary', async () => (await summary.getAttribute('data-state')) === 'ready');
+    const value = async (t) => Number(await summary.locator(`[data-test=${t}]`).getAttribute('data-value'));
+    const [avg, min, max] = [await value('range-avg'), await value('range-min'), await value('range-max')];
+    assert(avg > 0, `the selected range's average is ${avg}`);
+    assert(min <= avg && avg <= max, `average ${avg} is not between minimum ${min} and maximum ${max}`);
+    assert(await summary.isVisible(), 'the range summary is not visible');
+    console.log(`range: average ${avg}, minimum ${min}, maximum ${max} ops/s`);
+  });
+
+  await step('worksheet-saved', async () => {
+    const expected = await page.locator('[data-test=chart]').evaluateAll((els) => els.map((e) => e.getAttribute('data-dataset')));
+    await page.click('[data-test=worksheet-save]');
+    await page.fill('[data-test=worksheet-name]', WORKSHEET);
+    await page.click('[data-test=worksheet-save-submit]');
+    const dialogError = page.locator('[data-test=save-dialog] [data-test=dialog-error]');
+    await until(15, 'the worksheet to be saved', async () => {
+      if (await dialogError.isVisible()) throw new StepFailure(`saving failed: ${await dialogError.textContent()}`);
+      return page.url().endsWith(`#/analytics/${WORKSHEET}`);
+    });
+    await page.reload();
+    await page.locator(`[data-test=worksheet-select] option[value="${WORKSHEET}"]`).waitFor({ state: 'attached' });
+    await page.locator(`[data-test=chart][data-dataset="${drilled}"]`).waitFor();
+    const shown = await page.locator('[data-test=chart]').evaluateAll((els) => els.map((e) => e.getAttribute('data-dataset')));
+    assert(JSON.stringify(shown) === JSON.stringify(expected), `after a reload the worksheet shows ${shown.join(', ')}, not ${expected.join(', ')}`);
+    const saved = await apiGet('/api/v1/analytics/worksheets');
+    assert(saved.some((w) => w.name === WORKSHEET), `GET /analytics/worksheets does not list ${WORKSHEET}`);
+  });
+
+  console.log('DONE');
+  await browser.close();
+  process.exit(0);
+} catch (e) {
+  const why = e instanceof StepFailure ? e.message : e.stack ?? String(e);
+  try {
+    console.error(`FAILED at step "${current}": ${why}\nscreenshot: ${await shot(`${current}-failed`)}`);
+  } catch {
+    console.error(`FAILED at step "${current}": ${why}`);
+  }
+  await browser.close().catch(() => undefined);
+  process.exit(1);
+}
