@@ -55,7 +55,8 @@ export interface Status {
 
 export interface Device {
   path: string;
-  guid: number;
+  /** Kept as written: 64-bit. */
+  guid: string;
   health: string;
   io_mode: string;
   read_errors: number;
@@ -89,7 +90,8 @@ export interface ScrubSummary {
 
 export interface PoolStatus {
   name: string;
-  guid: number;
+  /** Kept as written: 64-bit. */
+  guid: string;
   health: string;
   txg: number;
   capacity_bytes: number;
@@ -237,7 +239,7 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
   let json: unknown = undefined;
   if (text) {
     try {
-      json = JSON.parse(text);
+      json = JSON.parse(quoteGuids(text));
     } catch {
       json = undefined;
     }
@@ -251,6 +253,14 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
     throw new ApiError(res.status, msg);
   }
   return json as T;
+}
+
+/**
+ * GUIDs are 64-bit and the daemon writes them as JSON numbers, which lose their
+ * low digits as JavaScript numbers: keep them as the strings they were written as.
+ */
+function quoteGuids(text: string): string {
+  return text.replace(/"guid":(\d+)/g, '"guid":"$1"');
 }
 
 /** A dataset path parameter: each segment escaped, slashes (and @) kept as the API wants. */

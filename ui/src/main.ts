@@ -12,6 +12,7 @@ import { sharesPage } from './pages/shares';
 import { snapshotsPage } from './pages/snapshots';
 import { statusPage } from './pages/status';
 import { currentRoute, href, startRouter, type Route } from './router';
+import { closeDialogs } from './widgets';
 
 const PAGES: { name: string; title: string; page: PageFactory }[] = [
   { name: 'status', title: 'Status', page: statusPage },
@@ -50,6 +51,7 @@ function render(route: Route): void {
   for (const a of navLinks) a.classList.toggle('active', a.dataset.page === entry.name);
   current?.dispose?.();
   current = null;
+  closeDialogs();
   try {
     current = entry.page(rest);
     replace(content, current.el);
@@ -64,6 +66,7 @@ async function loginAgain(reason: string): Promise<void> {
   if (loggingIn) return loggingIn;
   current?.dispose?.();
   current = null;
+  closeDialogs();
   replace(content);
   loggingIn = showLogin(root, reason).then(() => {
     loggingIn = null;

@@ -51,6 +51,13 @@ export interface Dialog {
   close(): void;
 }
 
+const openDialogs = new Set<() => void>();
+
+/** Closes every open dialog (the page they belong to is going away). */
+export function closeDialogs(): void {
+  for (const close of [...openDialogs]) close();
+}
+
 /** A modal dialog; Escape and the backdrop close it. */
 export function dialog(title: string, body: Child, actions: Child, test = 'dialog'): Dialog {
   const box = h(
@@ -64,7 +71,9 @@ export function dialog(title: string, body: Child, actions: Child, test = 'dialo
   const close = () => {
     backdrop.remove();
     document.removeEventListener('keydown', onKey);
+    openDialogs.delete(close);
   };
+  openDialogs.add(close);
   const onKey = (e: KeyboardEvent) => {
     if (e.key === 'Escape') close();
   };

@@ -62,7 +62,7 @@ export function poolsPage(): Page {
         p.suspended ? h('div', { class: 'error-line' }, `Suspended: ${p.suspended}`) : null,
         h('div', { class: 'pool-grid' },
           h('dl', { class: 'kv' }, facts.map(([k, v]) => [h('dt', null, k), h('dd', null, v)])),
-          h('div', null, arcFacts(p), logFacts(p)),
+          cacheFacts(p),
         ),
         h('h3', null, 'Devices'),
         vdevTable(p),
@@ -79,8 +79,9 @@ function scrubText(s: api.ScrubSummary): string {
 
 const num = (v: unknown): number => (typeof v === 'number' ? v : 0);
 
-function arcFacts(p: api.PoolStatus): HTMLElement {
+function cacheFacts(p: api.PoolStatus): HTMLElement {
   const a = p.arc;
+  const l = p.intent_log;
   const hits = num(a.demand_hits);
   const lookups = hits + num(a.demand_misses);
   const rows: [string, string][] = [
@@ -94,15 +95,8 @@ function arcFacts(p: api.PoolStatus): HTMLElement {
       rows.push([`L2ARC ${k.replace(/_/g, ' ')}`, k.endsWith('bytes') ? fmtBytes(num(v)) : fmtCount(num(v))]);
     }
   }
-  return h('dl', { class: 'kv' }, rows.map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
-}
-
-function logFacts(p: api.PoolStatus): HTMLElement {
-  const l = p.intent_log;
-  const rows: [string, string][] = [
-    ['Intent log', `${String(l.ring ?? '-')} ring, ${fmtBytes(num(l.ring_bytes))}`],
-    ['Log commits', `${fmtCount(num(l.commits))} (${fmtBytes(num(l.bytes_written))} written)`],
-  ];
+  rows.push(['Intent log', `${String(l.ring ?? '-')} ring, ${fmtBytes(num(l.ring_bytes))}`]);
+  rows.push(['Log commits', `${fmtCount(num(l.commits))} (${fmtBytes(num(l.bytes_written))} written)`]);
   if (num(l.replay_failures)) rows.push(['Replay failures', fmtInt(num(l.replay_failures))]);
   return h('dl', { class: 'kv' }, rows.map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
 }
