@@ -389,6 +389,34 @@ fn sampled_statistics_see_cpu_arc_devices_log_and_txg() {
     );
     let (code, text) = api.text("/metrics");
     assert_eq!(code, 200);
+    // The Grafana dashboard in the repository queries only metrics that exist.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/grafana/shoal.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for (i, _) in expr.match_indices("shoal_") {
+                let name: String = expr[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let family = name.strip_suffix("_bucket").unwrap_or(&name);
+                assert!(
+                    text.contains(&format!("# TYPE {family} ")),
+                    "the dashboard's panel '{}' queries {name}, which /metrics lacks",
+                    panel["title"]
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 14, "{queried}");
     for family in [
         "shoal_cpu_seconds_total{work=\"rpc\"}",
         "shoal_device_busy_seconds_total{pool=\"tp\"",

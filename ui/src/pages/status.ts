@@ -4,19 +4,29 @@
 
 import * as api from '../api';
 import { h, replace } from '../dom';
-import { fmtBytes, fmtCount, fmtDateTime, fmtDuration, fmtInt } from '../format';
+import { type Catalog, loadCatalog } from '../analytics/catalog';
+import { fmtDateTime, fmtDuration, fmtInt } from '../format';
 import { every, type Page } from '../page';
 import { href } from '../router';
 import { capacityBar, healthBadge, messageOf, pageHead, panel, table } from '../widgets';
 
-/** Built-in datasets shown as activity figures: name, title, formatter of a per-second rate. */
-const ACTIVITY: [string, string, (v: number) => string][] = [
-  ['nfs3.ops', 'NFS operations', (v) => `${fmtCount(v)} ops/s`],
-  ['nfs3.bytes[op]', 'NFS read and write payload', (v) => `${fmtBytes(v)}/s`],
-  ['net.bytes[direction]', 'NFS network traffic', (v) => `${fmtBytes(v)}/s`],
-  ['io.ops[op]', 'Device I/O operations', (v) => `${fmtCount(v)} ops/s`],
-  ['io.bytes[device]', 'Device I/O bytes', (v) => `${fmtBytes(v)}/s`],
-];
+/** At most this many built-in datasets are summarised on the Status page. */
+const ACTIVITY_ROWS = 8;
+
+/**
+ * The built-in datasets worth a line: one per statistic, not heatmaps, the
+ * undivided one first. Whatever the daemon records by default is shown.
+ */
+function activityDatasets(all: api.DatasetInfo[], catalog: Catalog): api.DatasetInfo[] {
+  const picked = new Map<string, api.DatasetInfo>();
+  for (const d of all) {
+    if (!d.builtin || d.filters.length) continue;
+    if (d.breakdown && catalog.dimension(d.statistic, d.breakdown)?.kind === 'numeric') continue;
+    const cur = picked.get(d.statistic);
+    if (!cur || (cur.breakdown && !d.breakdown)) picked.set(d.statistic, d);
+  }
+  return [...picked.values()].slice(0, ACTIVITY_ROWS);
+}
 
 export function statusPage(): Page {
   const system = h('div', { class: 'panel-slot' });
@@ -42,26 +52,41 @@ export function statusPage(): Page {
     }
   }
 
+  let shown: api.DatasetInfo[] | null = null;
+  let catalog: Catalog | null = null;
   async function refreshActivity(): Promise<void> {
+    if (!shown || !catalog) {
+      try {
+        catalog = await loadCatalog();
+        shown = activityDatasets(await api.datasets(), catalog);
+      } catch (e) {
+        replace(activity, h('div', { class: 'error-line' }, messageOf(e)));
+        return;
+      }
+    }
+    const cat = catalog;
     const rows = await Promise.all(
-      ACTIVITY.map(async ([name, title, fmt]) => {
+      shown.map(async (ds) => {
+        const stat = cat.get(ds.statistic);
+        const fmt = (v: number) => stat.format.value(v / stat.divisor);
+        const title = h('a', { class: 'activity-title', href: href('analytics'), title: ds.name }, stat.description);
         try {
-          const d = await api.data({ name, seconds: 60 });
+          const d = await api.data({ name: ds.name, seconds: 60 });
           const last = d.points[d.points.length - 1];
           const now = last ? last.total / last.seconds : 0;
           return h(
             'div',
-            { class: 'activity-row' },
-            h('a', { class: 'activity-title', href: href('analytics'), title: name }, title),
+            { class: 'activity-row', 'data-dataset': ds.name },
+            title,
             h('span', { class: 'activity-now' }, fmt(now)),
-            h('span', { class: 'activity-avg dim' }, `avg ${fmt(d.summary.average)} · max ${fmt(d.summary.max)}`),
+            h('span', { class: 'activity-avg dim' }, `average ${fmt(d.summary.average)} \u00b7 maximum ${fmt(d.summary.max)}`),
           );
         } catch (e) {
-          return h('div', { class: 'activity-row' }, h('span', { class: 'activity-title' }, title), h('span', { class: 'dim' }, messageOf(e)));
+          return h('div', { class: 'activity-row' }, title, h('span', { class: 'dim' }, messageOf(e)));
         }
       }),
     );
-    replace(activity, rows);
+    replace(activity, rows.length ? rows : h('div', { class: 'empty' }, 'No statistics are recorded.'));
   }
 
   void refresh();
