@@ -3,13 +3,16 @@
 # pjdfstest (the Rust POSIX test suite, run against the FUSE mount) with its build
 # dependency libacl, the unprivileged users pjdfstest switches to, and libnfs-utils
 # (nfs-cp, nfs-cat, nfs-ls: real NFS clients for the daemon's tests), and the kernel
-# NFS client harness (qemu, busybox, Debian's kernel unpacked). Idempotent.
+# NFS client harness (qemu, busybox, Debian's kernel unpacked), and for the browser
+# UI: Debian's chromium and the UI's npm packages (`npm ci` in ui/). Idempotent.
 set -euo pipefail
 PJDFSTEST_VERSION=0.2.2
-if ! dpkg -s libacl1-dev libnfs-utils >/dev/null 2>&1; then
+if ! dpkg -s libacl1-dev libnfs-utils chromium >/dev/null 2>&1; then
     apt-get update -qq
-    apt-get install -y -qq libacl1-dev acl libnfs-utils >/dev/null
+    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium >/dev/null
 fi
+command -v node npm >/dev/null || { echo "test-deps: node and npm are needed for the UI" >&2; exit 1; }
+(cd "$(dirname "$0")/../ui" && npm ci --no-audit --no-fund --loglevel=error)
 command -v nfs-cp nfs-cat nfs-ls >/dev/null
 if [ ! -e /dev/fuse ]; then
     echo "test-deps: /dev/fuse is missing; the FUSE tests need it" >&2
@@ -22,4 +25,4 @@ if ! "$HOME/.cargo/bin/pjdfstest" -l >/dev/null 2>&1; then
 fi
 "$HOME/.cargo/bin/pjdfstest" -l >/dev/null
 "$(dirname "$0")/../tests/nfsvm/harness/setup.sh"
-echo "test-deps: pjdfstest $PJDFSTEST_VERSION, users nobody and tests, libnfs-utils ready"
+echo "test-deps: pjdfstest $PJDFSTEST_VERSION, users nobody and tests, libnfs-utils, chromium and ui/node_modules ready"

@@ -117,11 +117,6 @@ async function addStatistic(statistic, breakdown) {
 try {
   await step('login', async () => {
     await page.goto(URL);
-    if (process.env.SHOAL_NO_LOGIN === '1') {
-      // Development only: a daemon that has no login.
-      await page.locator('[data-test=page-status]').waitFor();
-      return;
-    }
     await page.locator('[data-test=login-form]').waitFor();
     await page.fill('[data-test=login-password]', `${PASSWORD}-wrong`);
     await page.click('[data-test=login-submit]');

@@ -263,12 +263,9 @@ impl Archive {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err("opening", &path, e)),
         }
-        let (points, good) = match read_file(&bytes, name, r) {
-            Some(x) => x,
-            // Absent, or another dataset's (a hash collision) or an older format:
-            // this dataset starts afresh.
-            None => (Vec::new(), 0),
-        };
+        // Absent, or another dataset's (a hash collision) or an older format: this
+        // dataset starts afresh.
+        let (points, good) = read_file(&bytes, name, r).unwrap_or_default();
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)

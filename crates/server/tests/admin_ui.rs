@@ -59,8 +59,7 @@ fn raw(
 
 #[test]
 fn login_guards_the_api_while_the_ui_assets_stay_open() {
-    let configure: Box<dyn Fn(&mut server::config::ServeConfig)> =
-        Box::new(|c| c.api.login = LoginMode::Required);
+    let configure: common::Configure = Box::new(|c| c.api.login = LoginMode::Required);
     // The password must exist before a daemon that requires a login starts.
     let server = {
         let probe = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -79,7 +79,8 @@ export abstract class Card {
         h(
           'div',
           { class: 'chart-title' },
-          h('span', { class: 'title' }, specTitle(this.spec, host.catalog)),
+          h('span', { class: 'title', title: specTitle(this.spec, host.catalog) }, this.stat.description),
+          this.spec.breakdown ? h('span', { class: 'by' }, 'by ', h('b', null, this.spec.breakdown)) : null,
           chips.length ? h('span', { class: 'chips' }, chips) : null,
           h('code', { class: 'ds-name', title: 'dataset name' }, name),
         ),

@@ -19,6 +19,9 @@ use vdev::{FileDevice, Layout};
 
 pub const DEV_BYTES: u64 = 256 << 20;
 
+/// Changes a test applies to the daemon's configuration at every (re)start.
+pub type Configure = Box<dyn Fn(&mut ServeConfig)>;
+
 pub struct TestServer {
     pub dir: tempfile::TempDir,
     pub pool: Arc<Pool>,
@@ -26,7 +29,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub shares: Vec<(String, String)>,
     /// Changes to the daemon's configuration, applied at every (re)start.
-    pub configure: Option<Box<dyn Fn(&mut ServeConfig)>>,
+    pub configure: Option<Configure>,
 }
 
 fn devices(dir: &std::path::Path, create: bool) -> Vec<DeviceArg> {
@@ -60,10 +63,7 @@ impl TestServer {
     }
 
     /// As `start`, with `configure` applied to the daemon's configuration.
-    pub fn start_configured(
-        rules: &str,
-        configure: Option<Box<dyn Fn(&mut ServeConfig)>>,
-    ) -> TestServer {
+    pub fn start_configured(rules: &str, configure: Option<Configure>) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let pool = Pool::create(
             "tp",

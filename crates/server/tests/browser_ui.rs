@@ -1,0 +1,145 @@
+//! The browser UI end to end: headless Chromium (Debian's), driven by playwright-core
+//! from `ui/tests/browser.mjs`, against a daemon that requires a login. The script
+//! logs in, creates a filesystem and a share through the pages, and prints
+//! `LOAD pool/fs`; this harness then reads files of that share from two NFS clients
+//! (127.0.0.1 and 127.0.0.2) while the script opens NFS operations by client, drills
+//! into one client by file, opens the latency heatmap and reads a range's average.
+//! Screenshots of every step land in `target/artifacts/ui-screenshots/` (or
+//! `$SHOAL_ARTIFACTS/ui-screenshots/`), which CI keeps.
+//!
+//! Needs node, `ui/node_modules` (`npm ci` in `ui/`) and `/usr/bin/chromium`:
+//! `.ci/test-deps.sh` installs them. Missing, the test fails and says so.
+
+mod common;
+
+use common::http::client_from;
+use common::TestServer;
+use server::config::LoginMode;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PASSWORD: &str = "browser test password";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Reads the files of `share` from `source` until `stop`, counting reads.
+fn load(
+    source: &'static str,
+    nfs: std::net::SocketAddr,
+    share: String,
+    stop: Arc<AtomicBool>,
+    reads: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut c = client_from(source, nfs);
+        let (st, root) = c.mount(&format!("/{share}"));
+        assert_eq!(st, 0, "{source} mounting /{share}");
+        let mut files = Vec::new();
+        for name in ["alpha", "beta"] {
+            let name = format!("{name}-{}", source.rsplit('.').next().unwrap());
+            let (st, fh) = c.create(&root, &name);
+            assert_eq!(st, 0, "{source} creating {name}");
+            assert_eq!(c.write(&fh, 0, &vec![5u8; 32768], 2).0, 0);
+            files.push(fh);
+        }
+        let mut i = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let (st, data, _) = c.read(&files[i % files.len()], 0, 32768);
+            assert_eq!((st, data.len()), (0, 32768), "{source} reading");
+            reads.fetch_add(1, Ordering::Relaxed);
+            i += 1;
+            // A steady load that leaves the browser room on a small machine.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+#[test]
+fn browser_logs_in_configures_and_drills_down_under_load() {
+    let ui = repo().join("ui");
+    assert!(
+        ui.join("node_modules/playwright-core").exists(),
+        "ui/node_modules is missing: run `npm ci` in ui/ (.ci/test-deps.sh does)"
+    );
+    assert!(
+        Path::new("/usr/bin/chromium").exists(),
+        "/usr/bin/chromium is missing: apt-get install chromium (.ci/test-deps.sh does)"
+    );
+    let shots = match std::env::var_os("SHOAL_ARTIFACTS") {
+        Some(d) => PathBuf::from(d),
+        None => repo().join("target/artifacts"),
+    }
+    .join("ui-screenshots");
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).unwrap();
+
+    let mut server = TestServer::start("127.0.0.0/8(rw,no_root_squash,insecure)");
+    server::auth::set_password(&server.state_dir(), PASSWORD).unwrap();
+    server.configure = Some(Box::new(|c| c.api.login = LoginMode::Required));
+    server.restart();
+    let url = format!("http://{}", server.api_addr());
+
+    let mut child = Command::new("node")
+        .arg(ui.join("tests/browser.mjs"))
+        .current_dir(&ui)
+        .env("SHOAL_URL", &url)
+        .env("SHOAL_PASSWORD", PASSWORD)
+        .env("SHOAL_POOL", "tp")
+        .env("SHOT_DIR", &shots)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("running node");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut loaders = Vec::new();
+    let mut done = false;
+    let started = Instant::now();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        println!("browser: {line}");
+        if let Some(share) = line.strip_prefix("LOAD ") {
+            assert!(loaders.is_empty(), "LOAD twice");
+            for source in ["127.0.0.1", "127.0.0.2"] {
+                loaders.push(load(
+                    source,
+                    server.addr,
+                    share.trim().to_string(),
+                    stop.clone(),
+                    reads.clone(),
+                ));
+            }
+        }
+        if line.trim() == "DONE" {
+            done = true;
+        }
+    }
+    let status = child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for l in loaders {
+        l.join().expect("a load client failed");
+    }
+    println!(
+        "browser test: {:.0} s, {} NFS reads under it, screenshots in {}",
+        started.elapsed().as_secs_f64(),
+        reads.load(Ordering::Relaxed),
+        shots.display()
+    );
+    assert!(status.success(), "the browser test failed ({status})");
+    assert!(done, "the browser test ended without DONE");
+    assert!(reads.load(Ordering::Relaxed) > 0, "no load ran");
+    let pngs = std::fs::read_dir(&shots)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "png"))
+        })
+        .count();
+    assert!(pngs >= 7, "{pngs} screenshots");
+}
