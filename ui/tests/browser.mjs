@@ -57,7 +57,7 @@ const context = await browser.newContext({ viewport: { width: 1280, height: 800 
 const page = await context.newPage();
 const pageErrors = [];
 page.on('pageerror', (e) => pageErrors.push(e.message));
-page.setDefaultTimeout(15000);
+page.setDefaultTimeout(30000);
 
 /** Screenshots are named by step: 01-login.png, 02-filesystem.png, ... */
 let stepNo = 0;
@@ -180,7 +180,7 @@ try {
     await addStatistic('nfs3.ops', 'client');
     await chart('nfs3.ops[client]').waitFor();
     let keys = [];
-    await until(20, 'both clients in the legend', async () => {
+    await until(30, 'both clients in the legend', async () => {
       keys = await legendKeys('nfs3.ops[client]');
       return CLIENTS.every((c) => keys.includes(c));
     }).catch((e) => {
@@ -195,7 +195,7 @@ try {
     await page.click('[data-test=drill-menu] [data-test=drill-file]');
     await chart(drilled).waitFor();
     // The new dataset counts from the next second: wait for its first sealed seconds.
-    const files = await until(30, `a file of ${SHARE_PATH} in the drill-down's legend`, async () => {
+    const files = await until(45, `a file of ${SHARE_PATH} in the drill-down's legend`, async () => {
       const keys = await legendKeys(drilled);
       const f = keys.filter((k) => k.startsWith(`${SHARE_PATH}/`));
       return f.length ? f : false;
@@ -211,7 +211,7 @@ try {
     const heat = chart('nfs3.ops[latency]');
     await heat.waitFor();
     assert((await heat.getAttribute('data-kind')) === 'heatmap', 'nfs3.ops[latency] is not drawn as a heatmap');
-    const cells = await until(20, 'heatmap cells', async () => Number((await heat.getAttribute('data-cells')) ?? 0) > 0);
+    const cells = await until(30, 'heatmap cells', async () => Number((await heat.getAttribute('data-cells')) ?? 0) > 0);
     assert(cells, 'the heatmap has no cells');
     // And the canvas really has colour in it, not only axes and grid.
     const coloured = await heat.locator('canvas').evaluate((c) => {

@@ -543,10 +543,12 @@ impl Analytics {
             )));
         }
         let canonical = Spec::parse(name)?.to_string();
-        let now = self.unix_now();
-        let resolution =
-            resolution.unwrap_or_else(|| Resolution::for_span(now.saturating_sub(start)));
         let engine = self.engine.lock().unwrap();
+        // Reckoned from the newest sealed second, so a window of exactly an hour that
+        // ends there still gets seconds.
+        let newest = engine.sealed_upto.unwrap_or_else(|| self.unix_now());
+        let resolution =
+            resolution.unwrap_or_else(|| Resolution::for_span(newest.saturating_sub(start)));
         let ds = engine
             .datasets
             .get(&canonical)

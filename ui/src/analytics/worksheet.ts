@@ -71,6 +71,7 @@ export function analyticsPage(route: Route): Page {
   }
 
   function markModified(): void {
+    if (wsName && !saved.some((w) => w.name === wsName)) return;
     drafts.set(wsName, names());
     const ws = saved.find((w) => w.name === wsName);
     modified.hidden = !wsName || !ws || JSON.stringify(ws.datasets) === JSON.stringify(names());
@@ -288,7 +289,7 @@ export function analyticsPage(route: Route): Page {
     renderSelect();
     const ws = saved.find((w) => w.name === wsName);
     if (wsName && !ws) err.show(`There is no saved worksheet named ${wsName}.`);
-    const list = drafts.get(wsName) ?? ws?.datasets ?? DEFAULT_DATASETS.slice();
+    const list = drafts.get(wsName) ?? ws?.datasets ?? (wsName ? [] : DEFAULT_DATASETS.slice());
     cards = list.map(makeCard);
     replace(chartsEl, cards.map((c) => c.el));
     if (cards.length === 0) chartsEl.appendChild(h('div', { class: 'empty' }, 'This worksheet is empty: add a statistic.'));

@@ -15,7 +15,7 @@ const ACTIVITY_ROWS = 8;
 
 /**
  * The built-in datasets worth a line: one per statistic, not heatmaps, the
- * undivided one first. Whatever the daemon records by default is shown.
+ * undivided one preferred. Whatever the daemon records by default is shown.
  */
 function activityDatasets(all: api.DatasetInfo[], catalog: Catalog): api.DatasetInfo[] {
   const picked = new Map<string, api.DatasetInfo>();
@@ -25,7 +25,9 @@ function activityDatasets(all: api.DatasetInfo[], catalog: Catalog): api.Dataset
     const cur = picked.get(d.statistic);
     if (!cur || (cur.breakdown && !d.breakdown)) picked.set(d.statistic, d);
   }
-  return [...picked.values()].slice(0, ACTIVITY_ROWS);
+  // In the daemon's order of statistics, which puts the NFS ones first.
+  const order = catalog.list().map((s) => s.name);
+  return [...picked.values()].sort((a, b) => order.indexOf(a.statistic) - order.indexOf(b.statistic)).slice(0, ACTIVITY_ROWS);
 }
 
 export function statusPage(): Page {
