@@ -1,8 +1,8 @@
 //! `shoal demo`: the first thing a new user types. With no arguments it creates (or
 //! reuses) everything under ./shoal-demo: a state directory, a raidz2 pool `demo` of
 //! six sparse device files, a filesystem `demo/share` with lz4 compression, and an NFS
-//! share of it; then it serves (NFSv3 and the admin API) until Ctrl-C, and prints how
-//! to mount the share from Linux, macOS and libnfs.
+//! share of it; then it serves (NFSv3, the browser UI and the admin API) until Ctrl-C,
+//! and prints how to mount the share from Linux, macOS and libnfs.
 //!
 //! Safe by default: everything listens on loopback and the share admits only
 //! 127.0.0.1; `--listen 0.0.0.0:2049 --clients 10.0.0.0/8` opens it up. Running it
@@ -120,9 +120,9 @@ pub fn run(args: DemoArgs) -> Result<()> {
         );
         match daemon.api_addr() {
             Some(a) => println!(
-                "  status: http://{a}/api/v1/status (the admin API; the browser UI will live here)"
+                "  UI:     http://{a}/ (the browser UI and Analytics; the admin API is under /api/v1)"
             ),
-            None => println!("  status: the admin API is off"),
+            None => println!("  UI:     off (the admin API is off)"),
         }
         println!("  CLI:    SHOAL_STATE_DIR={} shoal status", state.display());
         println!();

@@ -65,7 +65,7 @@ fn the_demo_serves_a_share_and_comes_back_to_it() {
     let (demo, lines) = start_demo(t.path());
     let text = lines.join("\n");
     assert!(text.contains("created pool 'demo'"), "{text}");
-    for what in ["Linux:", "macOS:", "libnfs:", "status: http://127.0.0.1:"] {
+    for what in ["Linux:", "macOS:", "libnfs:", "UI:     http://127.0.0.1:"] {
         assert!(text.contains(what), "{what} missing from:\n{text}");
     }
     let payload = t.path().join("payload");
