@@ -7,9 +7,9 @@
 # UI: Debian's chromium and the UI's npm packages (`npm ci` in ui/). Idempotent.
 set -euo pipefail
 PJDFSTEST_VERSION=0.2.2
-if ! dpkg -s libacl1-dev libnfs-utils chromium >/dev/null 2>&1; then
+if ! dpkg -s libacl1-dev libnfs-utils chromium openssl curl >/dev/null 2>&1; then
     apt-get update -qq
-    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium >/dev/null
+    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium openssl curl >/dev/null
 fi
 command -v node npm >/dev/null || { echo "test-deps: node and npm are needed for the UI" >&2; exit 1; }
 (cd "$(dirname "$0")/../ui" && npm ci --no-audit --no-fund --loglevel=error)

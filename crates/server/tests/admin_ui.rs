@@ -424,3 +424,59 @@ fn sampled_statistics_see_cpu_arc_devices_log_and_txg() {
         assert!(text.contains(family), "{family} missing");
     }
 }
+
+#[test]
+fn https_with_a_configured_certificate_and_nothing_in_clear() {
+    // A self-signed end-entity certificate for localhost, made by openssl.
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (.ci/test-deps.sh installs it)");
+    assert!(made.status.success(), "{made:?}");
+    let (c, k) = (cert.clone(), key.clone());
+    let server = TestServer::start_configured(
+        "*(rw)",
+        Some(Box::new(move |config| {
+            config.api.tls_cert = Some(c.clone());
+            config.api.tls_key = Some(k.clone());
+        })),
+    );
+    let port = server.api_addr().port();
+    let curl = |url: &str| {
+        std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(&cert)
+            .arg(url)
+            .output()
+            .expect("curl (.ci/test-deps.sh installs it)")
+    };
+    let out = curl(&format!("https://localhost:{port}/api/v1/session"));
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["login_required"], false);
+    let page = curl(&format!("https://localhost:{port}/"));
+    assert!(String::from_utf8_lossy(&page.stdout).contains("/ui/app.js"));
+    // Plain HTTP gets no answer from the HTTPS port.
+    let clear = curl(&format!("http://127.0.0.1:{port}/api/v1/session"));
+    assert!(
+        !clear.status.success()
+            || !String::from_utf8_lossy(&clear.stdout).contains("login_required"),
+        "{clear:?}"
+    );
+    // The daemon file tells the CLI which certificate to trust.
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(server.state_dir().join("daemon.json")).unwrap())
+            .unwrap();
+    assert_eq!(file["tls_cert"].as_str().unwrap(), cert.to_str().unwrap());
+}
