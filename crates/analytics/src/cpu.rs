@@ -97,8 +97,8 @@ impl CpuSampler {
             .iter()
             .filter_map(|(tid, w)| Some((*tid, w.upgrade()?.load(Ordering::Relaxed))))
             .collect();
-        let mut now = HashMap::new();
-        let mut names = HashMap::new();
+        // tid → (work, run time, compression time)
+        let mut now: HashMap<i32, (&'static str, u64, u64)> = HashMap::new();
         for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
             let tid_s = entry.file_name().to_string_lossy().into_owned();
             let Ok(tid) = tid_s.parse::<i32>() else {
@@ -108,17 +108,17 @@ impl CpuSampler {
                 continue;
             };
             let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            names.insert(tid, work_of(name.trim_end()));
-            now.insert(tid, (run, compression.get(&tid).copied().unwrap_or(0)));
+            let comp = compression.get(&tid).copied().unwrap_or(0);
+            now.insert(tid, (work_of(name.trim_end()), run, comp));
         }
         let mut last = self.last.lock().unwrap();
-        let before = last.replace(now.clone())?;
+        let before = last.replace(now.iter().map(|(t, (_, r, c))| (*t, (*r, *c))).collect())?;
         let mut by_work: HashMap<&'static str, u64> = HashMap::new();
-        for (tid, (run, comp)) in now {
+        for (tid, (work, run, comp)) in now {
             let (run0, comp0) = before.get(&tid).copied().unwrap_or((0, 0));
             let run_d = run.saturating_sub(run0);
             let comp_d = comp.saturating_sub(comp0).min(run_d);
-            *by_work.entry(names[&tid]).or_default() += (run_d - comp_d) / 1000;
+            *by_work.entry(work).or_default() += (run_d - comp_d) / 1000;
             if comp_d > 0 {
                 *by_work.entry("compression").or_default() += comp_d / 1000;
             }

@@ -184,15 +184,18 @@ impl Totals {
                 "shoal_network_bytes_total{{direction=\"{dir}\"}} {bytes}"
             );
         }
-        let device_labels = |d: u32, write: bool| {
+        // `pool="..",device=".."` of a registered device.
+        let device = |d: u32| {
             let (pool, path) = devices
                 .get(d as usize)
                 .map(|(p, path)| (pools.get(*p).cloned().unwrap_or_default(), path.clone()))
                 .unwrap_or_default();
+            format!("pool=\"{}\",device=\"{}\"", escape(&pool), escape(&path))
+        };
+        let device_labels = |d: u32, write: bool| {
             format!(
-                "pool=\"{}\",device=\"{}\",op=\"{}\"",
-                escape(&pool),
-                escape(&path),
+                "{},op=\"{}\"",
+                device(d),
                 if write { "write" } else { "read" }
             )
         };
@@ -243,15 +246,10 @@ impl Totals {
             "Time each device had I/O in flight (its utilisation is the rate).",
         );
         for (d, us) in &self.busy_us {
-            let (pool, path) = devices
-                .get(*d as usize)
-                .map(|(p, path)| (pools.get(*p).cloned().unwrap_or_default(), path.clone()))
-                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "shoal_device_busy_seconds_total{{pool=\"{}\",device=\"{}\"}} {}",
-                escape(&pool),
-                escape(&path),
+                "shoal_device_busy_seconds_total{{{}}} {}",
+                device(*d),
                 *us as f64 / 1e6
             );
         }

@@ -367,18 +367,22 @@ pub struct Pool {
 /// A scrub or resilver in progress, readable at any time without a lock.
 #[derive(Debug, Default)]
 pub struct RepairProgress {
-    /// 0: none, 1: scrub, 2: resilver.
+    /// `NO_REPAIR`, `SCRUB` or `RESILVER`.
     kind: std::sync::atomic::AtomicU8,
     done: std::sync::atomic::AtomicU64,
     total: std::sync::atomic::AtomicU64,
 }
 
+const NO_REPAIR: u8 = 0;
+const SCRUB: u8 = 1;
+const RESILVER: u8 = 2;
+
 impl RepairProgress {
     /// ("scrub" or "resilver", bytes done, bytes in all) while one runs.
     pub fn get(&self) -> Option<(&'static str, u64, u64)> {
         let kind = match self.kind.load(Ordering::Acquire) {
-            1 => "scrub",
-            2 => "resilver",
+            SCRUB => "scrub",
+            RESILVER => "resilver",
             _ => return None,
         };
         Some((
@@ -2093,7 +2097,7 @@ impl Pool {
             let total: u64 = blocks.iter().map(|b| b.asize_total()).sum();
             let mut summary = ScrubSummary::default();
             let mut done = 0u64;
-            let mut ticker = Ticker::new(progress, total, &self.repair, 1);
+            let mut ticker = Ticker::new(progress, total, &self.repair, SCRUB);
             for bp in &blocks {
                 match self.storage.read_uncached(bp, ReadMode::Scrub) {
                     Ok((_, report)) => {
@@ -2191,7 +2195,7 @@ impl Pool {
             .sum();
         let mut summary = ResilverSummary::default();
         let mut done = 0;
-        let mut ticker = Ticker::new(progress, total, &self.repair, 2);
+        let mut ticker = Ticker::new(progress, total, &self.repair, RESILVER);
         for bp in &blocks {
             let verify = |buf: &[u8]| bp.verifies(buf);
             for d in bp.copies().filter(|d| d.vdev as usize == top_index) {
@@ -2306,7 +2310,7 @@ struct Ticker<'a> {
 }
 
 impl<'a> Ticker<'a> {
-    /// `kind`: 1 scrub, 2 resilver (as `RepairProgress` shows it until dropped).
+    /// `kind`: `SCRUB` or `RESILVER` (as `RepairProgress` shows it until dropped).
     fn new(
         progress: &'a dyn Fn(ScrubProgress),
         total: u64,
@@ -2345,7 +2349,7 @@ impl<'a> Ticker<'a> {
 
 impl Drop for Ticker<'_> {
     fn drop(&mut self) {
-        self.shared.kind.store(0, Ordering::Release);
+        self.shared.kind.store(NO_REPAIR, Ordering::Release);
     }
 }
 

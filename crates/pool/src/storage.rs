@@ -117,6 +117,16 @@ pub fn access_index(hit: bool, kind: AccessKind, metadata: bool) -> usize {
     (hit as usize) << 2 | ((kind == AccessKind::Prefetch) as usize) << 1 | metadata as usize
 }
 
+/// What `access_index` counted at `i`: (hit, kind, metadata).
+pub fn access_of(i: usize) -> (bool, AccessKind, bool) {
+    let kind = if i & 2 != 0 {
+        AccessKind::Prefetch
+    } else {
+        AccessKind::Demand
+    };
+    (i & 4 != 0, kind, i & 1 != 0)
+}
+
 /// Writes of one sync phase collected per top-level vdev, issued together so adjacent
 /// writes merge into large I/Os. Blocks in a batch are on disk only after
 /// `submit_batch`; until then they are reachable only through the syncing dirty state
@@ -450,16 +460,11 @@ impl Storage {
     ) -> Result<CachedBlock, PoolError> {
         assert!(!bp.is_hole(), "reading a hole");
         let key = BlockKey::of(bp);
-        let metadata = bp.block_type.is_metadata();
-        let mut first = true;
+        let mut found = self.arc.get(&key, kind);
+        // A reader that waits for a block in flight looks again below: still one access.
+        let counted = access_index(found.is_some(), kind, bp.block_type.is_metadata());
+        self.counters.arc_accesses[counted].fetch_add(1, Ordering::Relaxed);
         loop {
-            let found = self.arc.get(&key, kind);
-            if first {
-                // A reader that waits for a block in flight looks again: one access.
-                self.counters.arc_accesses[access_index(found.is_some(), kind, metadata)]
-                    .fetch_add(1, Ordering::Relaxed);
-                first = false;
-            }
             if let Some(b) = found {
                 return Ok(b);
             }
@@ -479,6 +484,7 @@ impl Storage {
                 Some(signal) => signal.wait(),
                 None => break,
             }
+            found = self.arc.get(&key, kind);
         }
         let l2_hit = self.l2.get().and_then(|l2| l2.read(&key));
         let result = match l2_hit {
@@ -653,5 +659,24 @@ impl Storage {
             ok &= t.flush(parallel);
         }
         ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_indexes_are_distinct_and_read_back() {
+        let mut seen = std::collections::BTreeSet::new();
+        for hit in [false, true] {
+            for kind in [AccessKind::Demand, AccessKind::Prefetch] {
+                for metadata in [false, true] {
+                    let i = access_index(hit, kind, metadata);
+                    assert!(i < 8 && seen.insert(i));
+                    assert_eq!(access_of(i), (hit, kind, metadata));
+                }
+            }
+        }
     }
 }

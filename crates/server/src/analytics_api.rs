@@ -137,12 +137,7 @@ pub async fn worksheets(State(s): State<Shared>) -> Json<Vec<Worksheet>> {
 }
 
 pub async fn worksheet(State(s): State<Shared>, Path(name): Path<String>) -> ApiResult<Worksheet> {
-    s.worksheets
-        .list()
-        .into_iter()
-        .find(|w| w.name == name)
-        .map(Json)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no worksheet '{name}'")))
+    Ok(Json(s.worksheets.get(&name)?))
 }
 
 #[derive(Deserialize)]
@@ -170,11 +165,7 @@ pub async fn save_worksheet(
             datasets.push(info.name);
         }
     }
-    let saved = s
-        .worksheets
-        .save(Worksheet { name, datasets })
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok(Json(saved))
+    Ok(Json(s.worksheets.save(Worksheet { name, datasets })?))
 }
 
 /// Forgets a worksheet; its datasets stay enabled until removed on their own.
@@ -182,17 +173,8 @@ pub async fn delete_worksheet(
     State(s): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    match s.worksheets.delete(&name) {
-        Ok(true) => Ok(StatusCode::NO_CONTENT),
-        Ok(false) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no worksheet '{name}'"),
-        )),
-        Err(e) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            e.to_string(),
-        )),
-    }
+    s.worksheets.delete(&name)?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn metrics(State(s): State<Shared>) -> impl IntoResponse {

@@ -613,9 +613,9 @@ async fn login(
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
     Body(req): Body<Login>,
 ) -> Result<Response, ApiError> {
-    let auth = s.clone();
+    let state = s.clone();
     // Argon2 takes tens of milliseconds of CPU: not on the threads serving HTTP.
-    let token = match blocking(move || auth.auth.login(&req.password)).await {
+    let token = match blocking(move || state.auth.login(&req.password)).await {
         Ok(Json(token)) => token,
         Err(e) => {
             tracing::warn!(%peer, error = %e.message(), "admin login refused");

@@ -26,7 +26,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -47,10 +46,12 @@ pub struct Auth {
     sessions: Mutex<HashMap<String, Instant>>,
 }
 
-fn random_hex(bytes: usize) -> std::io::Result<String> {
-    let mut b = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+/// A new token: 32 random bytes in hex.
+fn new_token() -> std::io::Result<String> {
+    Ok(crate::random_bytes::<32>()?
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect())
 }
 
 /// Equal in time independent of where the first difference is.
@@ -69,11 +70,8 @@ pub fn set_password(state_dir: &Path, password: &str) -> crate::Result<()> {
             "a password needs at least 8 characters".into(),
         ));
     }
-    let io = |e| crate::ServerError::Io("random bytes for the password salt".into(), e);
-    let mut salt = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut salt))
-        .map_err(io)?;
+    let salt = crate::random_bytes::<16>()
+        .map_err(|e| crate::ServerError::Io("random bytes for the password salt".into(), e))?;
     let salt = SaltString::encode_b64(&salt).expect("16 bytes is a valid salt");
     let hash = Argon2::default()
         .hash_password(password.as_bytes(), &salt)
@@ -110,7 +108,7 @@ impl Auth {
                 state_dir.join(PASSWORD_FILE).display()
             )));
         }
-        let local_token = random_hex(32)
+        let local_token = new_token()
             .map_err(|e| crate::ServerError::Io("random bytes for the API token".into(), e))?;
         crate::write_atomically(
             &state_dir.join(TOKEN_FILE),
@@ -190,7 +188,7 @@ impl Auth {
         {
             return Err(ApiError::new(StatusCode::UNAUTHORIZED, "wrong password"));
         }
-        let token = random_hex(32).map_err(|e| {
+        let token = new_token().map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("random bytes: {e}"),

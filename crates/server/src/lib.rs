@@ -446,6 +446,13 @@ impl Daemon {
     }
 }
 
+/// `N` bytes from the kernel's random source: handle keys, tokens, salts.
+pub(crate) fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
 /// The pool's file-handle secret, made on first use.
 fn handle_key(state_dir: &Path, guid: u64) -> Result<[u8; 32]> {
     let path = state_dir
@@ -463,10 +470,7 @@ fn handle_key(state_dir: &Path, guid: u64) -> Result<[u8; 32]> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io("reading", e)),
     }
-    let mut key = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut key))
-        .map_err(|e| io("random bytes for", e))?;
+    let key = random_bytes::<32>().map_err(|e| io("random bytes for", e))?;
     // A crash never leaves half a key; only the daemon's user may read it.
     write_atomically(&path, &key, 0o600)?;
     Ok(key)

@@ -5,7 +5,8 @@
 //! reported as read. The I/O path only bumps atomics: nothing here runs on it.
 
 use analytics::{Event, Meter, MeterEvent};
-use pool::storage::access_index;
+use pool::arc::AccessKind;
+use pool::storage::access_of;
 use pool::Pool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -95,27 +96,18 @@ impl analytics::Sampler for PoolSampler {
         let Some(before) = self.last.lock().unwrap().replace(now.clone()) else {
             return;
         };
-        for hit in [true, false] {
-            for kind in [
-                pool::arc::AccessKind::Demand,
-                pool::arc::AccessKind::Prefetch,
-            ] {
-                for metadata in [false, true] {
-                    let i = access_index(hit, kind, metadata);
-                    let delta = now.arc[i].saturating_sub(before.arc[i]);
-                    if delta > 0 {
-                        let labels = [
-                            if hit { "hit" } else { "miss" },
-                            if kind == pool::arc::AccessKind::Demand {
-                                "demand"
-                            } else {
-                                "prefetch"
-                            },
-                            if metadata { "metadata" } else { "data" },
-                        ];
-                        push(Meter::ArcAccess, id, labels, delta);
-                    }
-                }
+        for (i, (n, n0)) in now.arc.iter().zip(before.arc).enumerate() {
+            if *n > n0 {
+                let (hit, kind, metadata) = access_of(i);
+                let labels = [
+                    if hit { "hit" } else { "miss" },
+                    match kind {
+                        AccessKind::Demand => "demand",
+                        AccessKind::Prefetch => "prefetch",
+                    },
+                    if metadata { "metadata" } else { "data" },
+                ];
+                push(Meter::ArcAccess, id, labels, n - n0);
             }
         }
         for (result, n, n0) in [

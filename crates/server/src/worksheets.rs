@@ -74,6 +74,17 @@ impl Worksheets {
             .collect()
     }
 
+    pub fn get(&self, name: &str) -> Result<Worksheet> {
+        let sheets = self.sheets.lock().unwrap();
+        let datasets = sheets
+            .get(name)
+            .ok_or_else(|| ServerError::NotFound(format!("no worksheet '{name}'")))?;
+        Ok(Worksheet {
+            name: name.to_string(),
+            datasets: datasets.clone(),
+        })
+    }
+
     /// Every dataset some worksheet holds.
     pub fn all_datasets(&self) -> Vec<String> {
         let sheets = self.sheets.lock().unwrap();
@@ -102,17 +113,17 @@ impl Worksheets {
         Ok(sheet)
     }
 
-    /// Removes a worksheet; false when there was none of that name.
-    pub fn delete(&self, name: &str) -> Result<bool> {
+    /// Removes a worksheet (NotFound when there is none of that name).
+    pub fn delete(&self, name: &str) -> Result<()> {
         let mut sheets = self.sheets.lock().unwrap();
         let Some(before) = sheets.remove(name) else {
-            return Ok(false);
+            return Err(ServerError::NotFound(format!("no worksheet '{name}'")));
         };
         if let Err(e) = self.write(&sheets) {
             sheets.insert(name.to_string(), before);
             return Err(e);
         }
-        Ok(true)
+        Ok(())
     }
 
     fn write(&self, sheets: &BTreeMap<String, Vec<String>>) -> Result<()> {
@@ -140,10 +151,12 @@ mod tests {
             datasets: vec!["io.ops[device]".into(), "nfs3.ops[latency]".into()],
         })
         .unwrap();
-        assert!(w.delete("io").unwrap());
-        assert!(!w.delete("io").unwrap());
+        w.delete("io").unwrap();
+        assert!(matches!(w.delete("io"), Err(ServerError::NotFound(_))));
+        assert!(matches!(w.get("io"), Err(ServerError::NotFound(_))));
         let again = Worksheets::open(dir.path()).unwrap();
-        assert_eq!(again.list(), vec![sheet]);
+        assert_eq!(again.list(), vec![sheet.clone()]);
+        assert_eq!(again.get("by-client").unwrap(), sheet);
         assert_eq!(
             again.all_datasets(),
             vec!["nfs3.ops[client]".to_string(), "nfs3.ops[latency]".into()]
