@@ -33,7 +33,8 @@ pub use pool::ReadBuf;
 pub const MAX_RECORD_BYTES: usize = (1 << 20) + (64 << 10);
 pub const MAX_IN_FLIGHT: usize = 64;
 pub const MAX_CONNECTIONS: usize = 1024;
-const LAST_FRAGMENT: u32 = 0x8000_0000;
+/// The record-marking bit of the last fragment of a record (RFC 5531 section 11).
+pub const LAST_FRAGMENT: u32 = 0x8000_0000;
 
 /// One decoded call, as a service sees it.
 pub struct Call<'a> {
@@ -382,7 +383,7 @@ fn read_loop(
 }
 
 /// Reads one record (all its fragments) into one buffer.
-fn read_record(stream: &mut TcpStream) -> Result<Vec<u8>, ReadEnd> {
+fn read_record<R: Read>(stream: &mut R) -> Result<Vec<u8>, ReadEnd> {
     let mut record: Vec<u8> = Vec::new();
     loop {
         let mut mark = [0u8; 4];
@@ -496,9 +497,14 @@ impl RpcClient {
     }
 
     pub fn read_reply(&mut self) -> std::io::Result<Vec<u8>> {
-        read_record(&mut self.stream).map_err(|e| match e {
-            ReadEnd::Io(e) => e,
-            ReadEnd::TooLong(_) => std::io::Error::other("reply too long"),
-        })
+        read_reply_record(&mut self.stream)
     }
+}
+
+/// Reads one whole record (a reply, for clients) from `r`, fragments joined.
+pub fn read_reply_record<R: Read>(r: &mut R) -> std::io::Result<Vec<u8>> {
+    read_record(r).map_err(|e| match e {
+        ReadEnd::Io(e) => e,
+        ReadEnd::TooLong(n) => std::io::Error::other(format!("reply of {n} bytes is too long")),
+    })
 }

@@ -4,6 +4,7 @@
 
 mod admin;
 mod allocator;
+mod bench_cmd;
 mod demo;
 mod fs_cmd;
 mod fuse_mount;
@@ -64,6 +65,13 @@ enum Command {
         #[arg(long)]
         stdin: bool,
     },
+    /// The load generator: run the classic workloads against any NFSv3 server from
+    /// this host or from agents on many hosts.
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCommand),
+    /// The capacity model of a pool layout: predicted streaming MB/s, random IOPS and
+    /// usable capacity from one disk's figures.
+    Plan(bench_cmd::PlanArgs),
     /// The running daemon: pools, filesystems (with their sync setting), shares.
     Status {
         #[arg(long)]
@@ -111,6 +119,8 @@ fn main() {
         Command::Share(cmd) => share_cmd::run(cmd),
         Command::Status { json } => share_cmd::status(json),
         Command::Passwd { stdin } => passwd(stdin),
+        Command::Bench(cmd) => bench_cmd::run(cmd),
+        Command::Plan(args) => bench_cmd::plan(args),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e:#}");

@@ -1,0 +1,488 @@
+//! A job: which server, which workload, how many threads, which file set, for how
+//! long. Read from TOML (`shoal bench run JOB.toml`), overridable from the command
+//! line, and sent whole to every agent, so all clients run exactly the same job.
+//!
+//! The file set belongs to the job, not to the clients: `files` files of `file_size`
+//! bytes under `<dir>/set-<files>x<file_size>/`, the same whether one client or fifty
+//! run it, so cache behaviour does not change with the number of clients. Clients
+//! split the set between them (for preparing and for streaming); workloads that make
+//! and delete files do so in each thread's own directory under `<dir>/work/`.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The workloads. The Filebench names are approximations of those personalities
+/// (docs/bench.md says what each does and where it differs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// Streaming read: each thread reads its share of the file set in order.
+    Read,
+    /// Streaming write: each thread writes its share (UNSTABLE, COMMIT at the end).
+    Write,
+    /// Random reads of `io_size` (8 KiB by default) anywhere in the file set.
+    Randread,
+    /// Random FILE_SYNC writes of `io_size` anywhere in the file set.
+    Randwrite,
+    /// Create, stat and delete small files, each thread in its own directory.
+    Metadata,
+    Fileserver,
+    Varmail,
+    Webserver,
+    Videoserver,
+    Oltp,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 10] = [
+        Workload::Read,
+        Workload::Write,
+        Workload::Randread,
+        Workload::Randwrite,
+        Workload::Metadata,
+        Workload::Fileserver,
+        Workload::Varmail,
+        Workload::Webserver,
+        Workload::Videoserver,
+        Workload::Oltp,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Read => "read",
+            Workload::Write => "write",
+            Workload::Randread => "randread",
+            Workload::Randwrite => "randwrite",
+            Workload::Metadata => "metadata",
+            Workload::Fileserver => "fileserver",
+            Workload::Varmail => "varmail",
+            Workload::Webserver => "webserver",
+            Workload::Videoserver => "videoserver",
+            Workload::Oltp => "oltp",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Workload> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Workload::ALL.iter().map(|w| w.name()).collect();
+                anyhow!("unknown workload '{s}' (one of {})", names.join(", "))
+            })
+    }
+
+    /// (files, file size, I/O size) when the job does not say.
+    fn defaults(self) -> (u64, u64, u64) {
+        const K: u64 = 1024;
+        const M: u64 = 1024 * K;
+        match self {
+            Workload::Read | Workload::Write => (16, 64 * M, 128 * K),
+            Workload::Randread | Workload::Randwrite => (16, 64 * M, 8 * K),
+            Workload::Metadata => (0, 0, 0),
+            Workload::Fileserver => (1000, 128 * K, 16 * K),
+            Workload::Varmail | Workload::Webserver => (1000, 16 * K, 16 * K),
+            Workload::Videoserver => (16, 64 * M, 256 * K),
+            Workload::Oltp => (8, 128 * M, 8 * K),
+        }
+    }
+
+    /// Whether the run reads the file set (so it must be filled first).
+    pub fn reads_the_set(self) -> bool {
+        !matches!(self, Workload::Write | Workload::Metadata)
+    }
+}
+
+/// What the job claims about where its reads are served from; with shoal's API the
+/// run checks the claim against the server's own counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Expect {
+    Disk,
+    Cache,
+}
+
+/// A job as written in TOML (sizes and durations as strings, e.g. `"8K"`, `"30s"`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    pub name: Option<String>,
+    /// NFS server, `host:port` (port 2049 when left out).
+    pub server: Option<String>,
+    /// MOUNT port, when not the NFS port.
+    pub mount_port: Option<u16>,
+    pub export: Option<String>,
+    pub workload: Option<String>,
+    /// Threads per client, each with its own connection.
+    pub threads: Option<usize>,
+    /// Calls in flight per thread for streaming and random I/O.
+    pub depth: Option<usize>,
+    pub io_size: Option<String>,
+    /// Largest READ and WRITE for whole-file transfers (default 128K).
+    pub rsize: Option<String>,
+    pub wsize: Option<String>,
+    pub files: Option<u64>,
+    pub file_size: Option<String>,
+    /// The whole file set: bytes (`"2G"`) or a multiple of the server's ARC (`"4xARC"`).
+    pub working_set: Option<String>,
+    /// The ARC size for `working_set = "NxARC"` when not asked from shoal's API.
+    pub arc: Option<String>,
+    pub duration: Option<String>,
+    /// Bytes per client for the streaming workloads (instead of a duration).
+    pub bytes: Option<String>,
+    pub seed: Option<u64>,
+    /// Share of each 4 KiB the server could compress away (0 to 0.99).
+    pub compressible: Option<f64>,
+    /// Read the whole file set once before the measured run.
+    pub warmup: Option<bool>,
+    pub expect: Option<Expect>,
+    /// Directory under the export for the file set and the threads' own files.
+    pub dir: Option<String>,
+    /// Check every byte read against what the generator wrote.
+    pub verify: Option<bool>,
+    /// Clients each agent runs (each with `threads` threads).
+    pub clients_per_agent: Option<usize>,
+    /// shoal's admin API, for the server's side of the run and the cache check.
+    pub shoal_api: Option<String>,
+    /// The pool layout (as for `shoal plan`), to print predicted against measured.
+    pub layout: Option<String>,
+    pub disk_mbps: Option<f64>,
+    pub disk_iops: Option<f64>,
+}
+
+/// A job with every default filled in and every size resolved: what agents run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub name: String,
+    pub server: String,
+    pub mount_port: Option<u16>,
+    pub export: String,
+    pub workload: Workload,
+    pub threads: usize,
+    pub depth: usize,
+    pub io_size: u64,
+    pub rsize: u64,
+    pub wsize: u64,
+    pub files: u64,
+    pub file_size: u64,
+    pub duration_s: Option<f64>,
+    pub bytes_per_client: Option<u64>,
+    pub seed: u64,
+    pub compressible: f64,
+    pub warmup: bool,
+    pub expect: Option<Expect>,
+    pub dir: String,
+    pub verify: bool,
+    pub clients_per_agent: usize,
+    pub shoal_api: Option<String>,
+    pub layout: Option<String>,
+    pub disk_mbps: Option<f64>,
+    pub disk_iops: Option<f64>,
+}
+
+/// `8K`, `1.5M`, `4G`, `4096` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let digits = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| anyhow!("'{s}' is not a size (like 8K, 1M, 4G)"))?;
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => bail!("'{s}': unknown unit (K, M, G or T)"),
+    };
+    Ok((value * (1u64 << shift) as f64).round() as u64)
+}
+
+/// `30s`, `2m`, `500ms`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow!("'{s}' is not a duration (like 30s, 2m, 500ms)"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        bail!("'{s}' is not a duration");
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+/// A working set: bytes, or a multiple of the ARC (`4xARC`, `0.5xarc`).
+pub enum WorkingSet {
+    Bytes(u64),
+    ArcMultiple(f64),
+}
+
+pub fn parse_working_set(s: &str) -> Result<WorkingSet> {
+    let lower = s.trim().to_ascii_lowercase();
+    if let Some(m) = lower.strip_suffix("xarc") {
+        let v: f64 = m
+            .parse()
+            .map_err(|_| anyhow!("'{s}': expected like 4xARC or 0.5xARC"))?;
+        if !(v > 0.0 && v.is_finite()) {
+            bail!("'{s}': the multiple must be positive");
+        }
+        return Ok(WorkingSet::ArcMultiple(v));
+    }
+    Ok(WorkingSet::Bytes(parse_size(s)?))
+}
+
+impl JobFile {
+    pub fn parse(text: &str) -> Result<JobFile> {
+        toml::from_str(text).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// The job every agent runs. `arc_bytes` answers `NxARC` (asked of shoal's API by
+    /// the caller when the job names one and gives no `arc`).
+    pub fn resolve(&self, arc_bytes: Option<u64>) -> Result<Job> {
+        let workload = Workload::parse(self.workload.as_deref().unwrap_or("read"))?;
+        let (def_files, def_file_size, def_io) = workload.defaults();
+        let opt_size = |v: &Option<String>, what: &str| -> Result<Option<u64>> {
+            v.as_deref()
+                .map(|s| parse_size(s).with_context(|| what.to_string()))
+                .transpose()
+        };
+        let server = self
+            .server
+            .clone()
+            .ok_or_else(|| anyhow!("the job names no server (server = \"host:port\")"))?;
+        let export = self
+            .export
+            .clone()
+            .ok_or_else(|| anyhow!("the job names no export (export = \"/pool/fs\")"))?;
+        let io_size = opt_size(&self.io_size, "io_size")?.unwrap_or(def_io);
+        let rsize = opt_size(&self.rsize, "rsize")?.unwrap_or(128 << 10);
+        let wsize = opt_size(&self.wsize, "wsize")?.unwrap_or(128 << 10);
+        let mut files = self.files.unwrap_or(def_files);
+        let mut file_size = opt_size(&self.file_size, "file_size")?.unwrap_or(def_file_size);
+        if let Some(ws) = &self.working_set {
+            let total = match parse_working_set(ws)? {
+                WorkingSet::Bytes(b) => b,
+                WorkingSet::ArcMultiple(m) => {
+                    let arc = match &self.arc {
+                        Some(a) => parse_size(a).context("arc")?,
+                        None => arc_bytes.ok_or_else(|| {
+                            anyhow!("working_set {ws} needs the ARC size: give arc = \"1G\" or shoal_api")
+                        })?,
+                    };
+                    (arc as f64 * m) as u64
+                }
+            };
+            if workload == Workload::Metadata {
+                bail!("the metadata workload has no file set to size");
+            }
+            if files == 0 {
+                files = 1;
+            }
+            file_size = total / files;
+        }
+        let duration_s = self
+            .duration
+            .as_deref()
+            .map(|d| parse_duration(d).map(|d| d.as_secs_f64()))
+            .transpose()?;
+        let bytes_per_client = opt_size(&self.bytes, "bytes")?;
+        if duration_s.is_some() && bytes_per_client.is_some() {
+            bail!("give a duration or bytes, not both");
+        }
+        let streaming = matches!(workload, Workload::Read | Workload::Write);
+        if bytes_per_client.is_some() && !streaming {
+            bail!("bytes applies to the streaming workloads (read, write); give a duration");
+        }
+        let duration_s = match (duration_s, bytes_per_client) {
+            // Streaming runs default to one pass over the file set.
+            (None, None) if !streaming => Some(10.0),
+            (d, _) => d,
+        };
+        let job = Job {
+            name: self
+                .name
+                .clone()
+                .unwrap_or_else(|| workload.name().to_string()),
+            server,
+            mount_port: self.mount_port,
+            export,
+            workload,
+            threads: self.threads.unwrap_or(1),
+            depth: self
+                .depth
+                .unwrap_or(if streaming || workload == Workload::Videoserver {
+                    8
+                } else {
+                    1
+                }),
+            io_size,
+            rsize,
+            wsize,
+            files,
+            file_size,
+            duration_s,
+            bytes_per_client,
+            seed: self.seed.unwrap_or(1),
+            compressible: self.compressible.unwrap_or(0.0),
+            warmup: self.warmup.unwrap_or(false),
+            expect: self.expect,
+            dir: self.dir.clone().unwrap_or_else(|| "shoal-bench".into()),
+            verify: self.verify.unwrap_or(false),
+            clients_per_agent: self.clients_per_agent.unwrap_or(1),
+            shoal_api: self.shoal_api.clone(),
+            layout: self.layout.clone(),
+            disk_mbps: self.disk_mbps,
+            disk_iops: self.disk_iops,
+        };
+        job.check()?;
+        Ok(job)
+    }
+}
+
+impl Job {
+    /// Refuses jobs that cannot run, with the reason.
+    pub fn check(&self) -> Result<()> {
+        let max = crate::data::MAX_IO as u64;
+        if self.threads == 0 || self.threads > 1024 {
+            bail!("threads must be 1 to 1024");
+        }
+        if self.depth == 0 || self.depth > 256 {
+            bail!("depth must be 1 to 256");
+        }
+        if self.clients_per_agent == 0 || self.clients_per_agent > 256 {
+            bail!("clients_per_agent must be 1 to 256");
+        }
+        for (what, v) in [
+            ("io_size", self.io_size),
+            ("rsize", self.rsize),
+            ("wsize", self.wsize),
+        ] {
+            if self.workload != Workload::Metadata && (v == 0 || v > max) {
+                bail!("{what} must be 1 byte to 1M");
+            }
+        }
+        if !(0.0..1.0).contains(&self.compressible) {
+            bail!("compressible must be at least 0 and below 1");
+        }
+        if self.workload != Workload::Metadata {
+            if self.files == 0 || self.files > 10_000_000 {
+                bail!("files must be 1 to 10000000");
+            }
+            if self.file_size < self.io_size {
+                bail!(
+                    "file_size ({}) is smaller than io_size ({})",
+                    self.file_size,
+                    self.io_size
+                );
+            }
+        }
+        if let Some(d) = self.duration_s {
+            if d <= 0.0 {
+                bail!("duration must be positive");
+            }
+        }
+        if !self.export.starts_with('/') {
+            bail!("export must be an absolute path, like /tank/fs");
+        }
+        if self.dir.split('/').any(|p| p == "..") {
+            bail!("dir may not contain '..'");
+        }
+        crate::client::resolve_server(&self.server, self.mount_port)?;
+        Ok(())
+    }
+
+    /// The directory of the file set, named by its shape so runs of one shape share it.
+    pub fn set_dir(&self) -> String {
+        format!("{}/set-{}x{}", self.dir, self.files, self.file_size)
+    }
+
+    pub fn set_bytes(&self) -> u64 {
+        self.files * self.file_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("8K").unwrap(), 8192);
+        assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
+        assert_eq!(parse_size("4GiB").unwrap(), 4 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("8Q").is_err());
+        assert!(parse_size("lots").is_err());
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn jobs_resolve_with_defaults_and_arc_multiples() {
+        let f = JobFile::parse(
+            "server = \"127.0.0.1:2049\"\nexport = \"/tank/b\"\nworkload = \"randread\"\nworking_set = \"0.5xARC\"\nfiles = 4\n",
+        )
+        .unwrap();
+        let j = f.resolve(Some(1 << 30)).unwrap();
+        assert_eq!((j.io_size, j.file_size, j.files), (8192, 128 << 20, 4));
+        assert_eq!(j.duration_s, Some(10.0));
+        assert!(f.resolve(None).is_err(), "NxARC needs the ARC size");
+        let read = JobFile::parse("server = \"127.0.0.1:1\"\nexport = \"/t\"\n").unwrap();
+        assert_eq!(read.resolve(None).unwrap().duration_s, None, "one pass");
+    }
+
+    #[test]
+    fn bad_jobs_are_refused_with_the_reason() {
+        let bad = [
+            (
+                "server = \"h:1\"\nexport = \"/t\"\nthreads = 0\n",
+                "threads",
+            ),
+            (
+                "server = \"h:1\"\nexport = \"/t\"\nworkload = \"scan\"\n",
+                "unknown workload",
+            ),
+            ("server = \"h:1\"\nexport = \"t\"\n", "absolute"),
+            (
+                "server = \"h:1\"\nexport = \"/t\"\nio_size = \"2M\"\n",
+                "io_size",
+            ),
+            (
+                "server = \"h:1\"\nexport = \"/t\"\nduration = \"1s\"\nbytes = \"1G\"\n",
+                "not both",
+            ),
+            ("export = \"/t\"\n", "no server"),
+        ];
+        for (text, why) in bad {
+            let e = JobFile::parse(text)
+                .and_then(|f| f.resolve(None))
+                .unwrap_err();
+            assert!(format!("{e:#}").contains(why), "{text}: {e:#}");
+        }
+        assert!(
+            JobFile::parse("serverr = \"x\"\n").is_err(),
+            "unknown keys are refused"
+        );
+    }
+}
