@@ -4,16 +4,17 @@
 # dependency libacl, the unprivileged users pjdfstest switches to, and libnfs-utils
 # (nfs-cp, nfs-cat, nfs-ls: real NFS clients for the daemon's tests), and the kernel
 # NFS client harness (qemu, busybox, Debian's kernel unpacked), and for the browser
-# UI: Debian's chromium and the UI's npm packages (`npm ci` in ui/). Idempotent.
+# UI: Debian's chromium and the UI's npm packages (`npm ci` in ui/), and NFS-Ganesha
+# (with rpcbind) for the load generator's test against a second server. Idempotent.
 set -euo pipefail
 PJDFSTEST_VERSION=0.2.2
-if ! dpkg -s libacl1-dev libnfs-utils chromium openssl curl >/dev/null 2>&1; then
+if ! dpkg -s libacl1-dev libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind >/dev/null 2>&1; then
     apt-get update -qq
-    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium openssl curl >/dev/null
+    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind >/dev/null
 fi
 command -v node npm >/dev/null || { echo "test-deps: node and npm are needed for the UI" >&2; exit 1; }
 (cd "$(dirname "$0")/../ui" && npm ci --no-audit --no-fund --loglevel=error)
-command -v nfs-cp nfs-cat nfs-ls >/dev/null
+command -v nfs-cp nfs-cat nfs-ls ganesha.nfsd rpcbind >/dev/null
 if [ ! -e /dev/fuse ]; then
     echo "test-deps: /dev/fuse is missing; the FUSE tests need it" >&2
     exit 1

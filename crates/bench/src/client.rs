@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::io::{BufReader, IoSlice, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 
 /// Where and how to connect: the server's NFS and MOUNT addresses and, optionally,
@@ -53,6 +53,11 @@ pub struct Connection {
     cred: Credential,
 }
 
+/// How long a call may go unanswered. The generator does not retransmit (over TCP a
+/// server that stays silent this long has lost the call or stalled), so a run fails
+/// with this reason instead of hanging.
+pub const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A started call: `wait` returns its reply.
 #[must_use = "a started call must be waited for"]
 pub struct Call {
@@ -63,11 +68,14 @@ impl Call {
     /// The reply's procedure results (after the RPC header, which is checked to say
     /// the call was accepted and succeeded at the RPC level).
     pub fn wait(self) -> Result<Reply> {
-        let record = self
-            .rx
-            .recv()
-            .map_err(|_| anyhow!("connection closed"))?
-            .map_err(|e| anyhow!(e))?;
+        let record = match self.rx.recv_timeout(REPLY_TIMEOUT) {
+            Ok(answer) => answer.map_err(|e| anyhow!(e))?,
+            Err(RecvTimeoutError::Timeout) => bail!(
+                "no reply in {} s: the server dropped the call or stalled",
+                REPLY_TIMEOUT.as_secs()
+            ),
+            Err(RecvTimeoutError::Disconnected) => bail!("connection closed"),
+        };
         Reply::parse(record)
     }
 }
@@ -131,6 +139,21 @@ pub fn root_credential(machine: &str) -> Credential {
     })
 }
 
+/// Where a connection's xids start: spread over the xid space per connection and
+/// process, because servers cache replies by client address and xid (the duplicate
+/// request cache), and two connections from one host counting from 1 would look like
+/// retransmissions of each other's calls.
+fn first_xid() -> u32 {
+    static CONNECTIONS: AtomicU32 = AtomicU32::new(0);
+    let n = CONNECTIONS.fetch_add(1, Ordering::Relaxed) as u64;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut rng = crate::data::Rng::new(nanos ^ ((std::process::id() as u64) << 32) ^ n);
+    rng.next_u64() as u32
+}
+
 fn connect_from(addr: SocketAddr, bind: Option<IpAddr>) -> Result<TcpStream> {
     let stream = match bind {
         None => TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?,
@@ -164,7 +187,7 @@ impl Connection {
         Ok(Connection {
             writer: Mutex::new(stream),
             shared,
-            next_xid: AtomicU32::new(1),
+            next_xid: AtomicU32::new(first_xid()),
             cred,
         })
     }

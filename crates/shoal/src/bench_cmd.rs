@@ -75,6 +75,9 @@ pub struct RunArgs {
     bytes: Option<String>,
     #[arg(long)]
     seed: Option<u64>,
+    /// Directory under the export for the file set and the threads' files.
+    #[arg(long)]
+    dir: Option<String>,
     #[arg(long)]
     compressible: Option<f64>,
     /// Read the file set once before the measured run.
@@ -149,6 +152,7 @@ fn job_file(args: &RunArgs) -> Result<JobFile> {
         duration,
         bytes,
         seed,
+        dir,
         compressible,
         shoal_api,
         layout,

@@ -193,9 +193,24 @@ fn parse_layout(words: &[String], dir: &Path) -> Result<ParsedLayout> {
     Ok(out)
 }
 
+/// Set by `shoal serve --simulate-disk`: every device the daemon opens behaves as a
+/// disk of this speed (for scaling experiments on one machine).
+static SIMULATED_DISK: std::sync::OnceLock<vdev::SpeedLimit> = std::sync::OnceLock::new();
+
+pub(crate) fn simulate_disks(speed: vdev::SpeedLimit) {
+    let _ = SIMULATED_DISK.set(speed);
+}
+
+fn simulated_disk(dev: Arc<dyn Device>) -> Arc<dyn Device> {
+    match SIMULATED_DISK.get() {
+        Some(speed) => Arc::new(vdev::ThrottledDevice::new(dev, *speed)),
+        None => dev,
+    }
+}
+
 fn open_device(path: &Path) -> Result<Arc<dyn Device>> {
     let dev = FileDevice::open(path).with_context(|| format!("opening {}", path.display()))?;
-    Ok(Arc::new(dev))
+    Ok(simulated_disk(Arc::new(dev)))
 }
 
 pub(crate) fn create(
@@ -335,7 +350,7 @@ fn open_registered_with(name: &str, options: PoolOptions) -> Result<Arc<Pool>> {
         match FileDevice::open(Path::new(p)) {
             Ok(d) => devices.push(DeviceArg {
                 path: p.clone(),
-                device: Arc::new(d),
+                device: simulated_disk(Arc::new(d)),
             }),
             Err(e) => eprintln!("warning: cannot open {p}: {e}"),
         }

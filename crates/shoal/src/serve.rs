@@ -42,10 +42,18 @@ pub struct ServeArgs {
     /// Record analytics (`on`, the default) or not (`off`).
     #[arg(long, value_parser = ["on", "off"])]
     analytics: Option<String>,
+    /// Make every device behave as a disk of this speed, e.g. `72MB/s,90iops` (for
+    /// scaling experiments with `shoal bench`; never for real service).
+    #[arg(long, value_parser = |s: &str| vdev::SpeedLimit::parse(s))]
+    simulate_disk: Option<vdev::SpeedLimit>,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
     init_logs();
+    if let Some(speed) = args.simulate_disk {
+        crate::pool_cmd::simulate_disks(speed);
+        eprintln!("shoal: every device is a simulated disk of {speed}");
+    }
     let mut config = match &args.config {
         Some(p) => {
             let text =

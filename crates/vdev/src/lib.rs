@@ -9,10 +9,12 @@ pub mod label;
 pub mod raidz_map;
 pub mod raidz_math;
 pub mod sim_device;
+pub mod throttled_device;
 pub mod tree;
 
 pub use aligned::AlignedBuf;
 pub use device::{Device, IoMode, SECTOR_SIZE};
 pub use file_device::FileDevice;
 pub use sim_device::{CrashClock, CrashPolicy, Fault, SimDevice, SpeedLimit};
+pub use throttled_device::ThrottledDevice;
 pub use tree::{Health, Layout, Leaf, ReadMode, RepairReport, TopVdev, VdevError};

@@ -134,6 +134,70 @@ impl SpeedLimit {
             seek: Duration::from_micros(8500),
         }
     }
+
+    /// How long a disk head takes for one I/O of `len` bytes: a seek unless it starts
+    /// where the previous one ended, plus the transfer; at least `1/iops` when set.
+    pub fn service_time(&self, sequential: bool, len: usize) -> Duration {
+        let mut t = Duration::ZERO;
+        if !sequential {
+            t += self.seek;
+        }
+        if let Some(bw) = self.bytes_per_sec {
+            t += Duration::from_secs_f64(len as f64 / bw as f64);
+        }
+        if let Some(iops) = self.iops {
+            t = t.max(Duration::from_secs_f64(1.0 / iops as f64));
+        }
+        t
+    }
+
+    /// `72MB/s,90iops`: streaming bandwidth (MB = 10^6 bytes) and random IOPS, which
+    /// become a seek of `1/iops` charged to every I/O that does not follow the last
+    /// one (so small random I/Os come out just under `iops`). `seek=8.5ms` sets the
+    /// seek instead.
+    pub fn parse(spec: &str) -> Result<SpeedLimit, String> {
+        let mut speed = SpeedLimit {
+            bytes_per_sec: None,
+            iops: None,
+            seek: Duration::ZERO,
+        };
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let lower = part.to_ascii_lowercase();
+            let number = |s: &str| -> Result<f64, String> {
+                match s.trim().parse::<f64>() {
+                    Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+                    _ => Err(format!("'{part}': expected a positive number")),
+                }
+            };
+            if let Some(v) = lower.strip_suffix("mb/s") {
+                speed.bytes_per_sec = Some((number(v)? * 1e6) as u64);
+            } else if let Some(v) = lower.strip_suffix("iops") {
+                speed.seek = Duration::from_secs_f64(1.0 / number(v)?);
+            } else if let Some(v) = lower
+                .strip_prefix("seek=")
+                .and_then(|v| v.strip_suffix("ms"))
+            {
+                speed.seek = Duration::from_secs_f64(number(v)? / 1000.0);
+            } else {
+                return Err(format!(
+                    "'{part}': a simulated disk is like 72MB/s,90iops (or seek=8.5ms)"
+                ));
+            }
+        }
+        if speed.bytes_per_sec.is_none() && speed.seek.is_zero() {
+            return Err("a simulated disk needs a bandwidth (72MB/s) or IOPS (90iops)".into());
+        }
+        Ok(speed)
+    }
+}
+
+impl std::fmt::Display for SpeedLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(bw) = self.bytes_per_sec {
+            write!(f, "{} MB/s, ", bw as f64 / 1e6)?;
+        }
+        write!(f, "{:.2} ms seek", self.seek.as_secs_f64() * 1000.0)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -358,16 +422,7 @@ impl SimDevice {
     /// Charges service time like a disk head would, and sleeps it.
     fn service(&self, st: &mut State, offset: u64, len: usize) -> Option<Duration> {
         let speed = st.speed?;
-        let mut t = Duration::ZERO;
-        if offset != st.head {
-            t += speed.seek;
-        }
-        if let Some(bw) = speed.bytes_per_sec {
-            t += Duration::from_secs_f64(len as f64 / bw as f64);
-        }
-        if let Some(iops) = speed.iops {
-            t = t.max(Duration::from_secs_f64(1.0 / iops as f64));
-        }
+        let t = speed.service_time(offset == st.head, len);
         st.head = offset + len as u64;
         st.stats.simulated_busy += t;
         Some(t)
