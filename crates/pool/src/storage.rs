@@ -244,13 +244,38 @@ impl Storage {
         }
     }
 
-    /// Issues a batch: each top-level vdev merges adjacent writes per leaf.
+    /// Issues a batch: each top-level vdev merges adjacent writes per leaf. Top-level
+    /// vdevs are written at the same time (one thread each), as their leaves are, so a
+    /// txg streams to every disk of the pool at once; with `deterministic` I/O (crash
+    /// tests) everything is written in one order on the calling thread.
     pub fn submit_batch(&self, batch: WriteBatch) -> Result<(), PoolError> {
-        for (top, writes) in self.tops.iter().zip(batch.per_top) {
-            top.write_planned(writes.into_inner().unwrap(), !self.is_deterministic())
-                .map_err(|e| PoolError::Io(e.to_string()))?;
-        }
-        Ok(())
+        let parallel = !self.is_deterministic();
+        let work: Vec<_> = self
+            .tops
+            .iter()
+            .zip(batch.per_top)
+            .map(|(top, writes)| (top, writes.into_inner().unwrap()))
+            .filter(|(_, writes)| !writes.is_empty())
+            .collect();
+        let results: Vec<Result<(), String>> = if parallel && work.len() > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = work
+                    .into_iter()
+                    .map(|(top, writes)| {
+                        s.spawn(move || top.write_planned(writes, true).map_err(|e| e.to_string()))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("top-level vdev writer panicked"))
+                    .collect()
+            })
+        } else {
+            work.into_iter()
+                .map(|(top, writes)| top.write_planned(writes, parallel).map_err(|e| e.to_string()))
+                .collect()
+        };
+        results.into_iter().collect::<Result<(), String>>().map_err(PoolError::Io)
     }
 
     fn write_block_inner(
