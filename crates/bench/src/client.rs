@@ -280,7 +280,9 @@ fn fail_all(shared: &Shared, why: &str) {
 }
 
 fn read_replies(stream: TcpStream, shared: Arc<Shared>) {
-    let mut r = BufReader::with_capacity(256 << 10, stream);
+    // Smaller than a READ reply, so payloads are read straight into their record and
+    // only headers pass through the buffer.
+    let mut r = BufReader::with_capacity(32 << 10, stream);
     loop {
         let record = match nfs::transport::read_reply_record(&mut r) {
             Ok(rec) => rec,

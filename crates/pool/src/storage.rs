@@ -272,10 +272,16 @@ impl Storage {
             })
         } else {
             work.into_iter()
-                .map(|(top, writes)| top.write_planned(writes, parallel).map_err(|e| e.to_string()))
+                .map(|(top, writes)| {
+                    top.write_planned(writes, parallel)
+                        .map_err(|e| e.to_string())
+                })
                 .collect()
         };
-        results.into_iter().collect::<Result<(), String>>().map_err(PoolError::Io)
+        results
+            .into_iter()
+            .collect::<Result<(), String>>()
+            .map_err(PoolError::Io)
     }
 
     fn write_block_inner(

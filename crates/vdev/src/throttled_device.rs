@@ -174,7 +174,11 @@ mod tests {
         });
         let four_seeks = 4 * (Duration::from_millis(20) + transfer(4096));
         assert_eq!(dev.busy(), four_seeks);
-        assert!(t.elapsed() >= four_seeks - Duration::from_millis(1), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= four_seeks - Duration::from_millis(1),
+            "{:?}",
+            t.elapsed()
+        );
         // Reads that follow each other pay the transfer only.
         let mut big = vec![0u8; 1 << 20];
         dev.read_at(0, &mut big[..4096]).unwrap();
@@ -182,19 +186,29 @@ mod tests {
         for i in 0..4u64 {
             dev.read_at(4096 + i * (1 << 20), &mut big).unwrap();
         }
-        assert_eq!(dev.busy(), four_seeks + 4 * transfer(1 << 20) + transfer(4096) + Duration::from_millis(20));
+        assert_eq!(
+            dev.busy(),
+            four_seeks + 4 * transfer(1 << 20) + transfer(4096) + Duration::from_millis(20)
+        );
         // Arriving in reverse order, still contiguous: the disk sorts its queue.
         let before = dev.busy();
         dev.read_at(8 << 20, &mut big).unwrap();
         dev.read_at((8 << 20) - (1 << 20), &mut big).unwrap();
-        assert_eq!(dev.busy() - before, Duration::from_millis(20) + 2 * transfer(1 << 20));
+        assert_eq!(
+            dev.busy() - before,
+            Duration::from_millis(20) + 2 * transfer(1 << 20)
+        );
         // A small forward gap is passed over; a large one is a seek.
         let before = dev.busy();
-        dev.read_at((9 << 20) + (64 << 10), &mut big[..4096]).unwrap();
+        dev.read_at((9 << 20) + (64 << 10), &mut big[..4096])
+            .unwrap();
         assert_eq!(dev.busy() - before, transfer((64 << 10) + 4096));
         let before = dev.busy();
         dev.read_at(40 << 20, &mut big[..4096]).unwrap();
-        assert_eq!(dev.busy() - before, Duration::from_millis(20) + transfer(4096));
+        assert_eq!(
+            dev.busy() - before,
+            Duration::from_millis(20) + transfer(4096)
+        );
         assert!(dev.describe().contains("100 MB/s"), "{}", dev.describe());
     }
 
