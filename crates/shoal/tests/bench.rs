@@ -161,22 +161,9 @@ fn two_agents_against_shoal_and_against_ganesha() {
         "8M",
         "--verify",
     ];
-    let (ok_run, r) = bench(
-        &[
-            &common[..],
-            &[
-                "--server",
-                &nfs,
-                "--export",
-                "/tank/b",
-                "--workload",
-                "read",
-                "--shoal-api",
-                &api,
-            ],
-        ]
-        .concat(),
-    );
+    let at_shoal = ["--server", nfs.as_str(), "--export", "/tank/b"];
+    let read = ["--workload", "read", "--shoal-api", api.as_str()];
+    let (ok_run, r) = bench(&[&common[..], &at_shoal, &read].concat());
     assert!(ok_run, "{r}");
     check_sums(&r, 4);
     assert_eq!(
@@ -187,22 +174,8 @@ fn two_agents_against_shoal_and_against_ganesha() {
     // shoal counted exactly the bytes the clients read.
     assert_eq!(r["server"]["nfs_read_bytes"], 32 << 20, "{}", r["server"]);
     // Random FILE_SYNC writes from both agents for a second.
-    let (ok_run, r) = bench(
-        &[
-            &common[..],
-            &[
-                "--server",
-                &nfs,
-                "--export",
-                "/tank/b",
-                "--workload",
-                "randwrite",
-                "--duration",
-                "1s",
-            ],
-        ]
-        .concat(),
-    );
+    let randwrite = ["--workload", "randwrite", "--duration", "1s"];
+    let (ok_run, r) = bench(&[&common[..], &at_shoal, &randwrite].concat());
     assert!(ok_run, "{r}");
     check_sums(&r, 4);
     assert!(r["aggregate"]["write_bytes"].as_u64().unwrap() > 0);
