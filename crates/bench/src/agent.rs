@@ -235,11 +235,6 @@ fn agent_session(wire: &mut Wire, name: &str, options: &AgentOptions) -> Result<
     }
 }
 
-/// What the controller saw of one run.
-pub struct Collected {
-    pub results: Vec<ClientResult>,
-}
-
 /// Live figures for the progress line: agents' running totals.
 pub trait Progress {
     fn preparing(&mut self, files_done: u64, files_total: u64);
@@ -259,7 +254,7 @@ pub fn run_on_agents(
     job: &Job,
     agents: &[SocketAddr],
     progress: &mut dyn Progress,
-) -> Result<Collected> {
+) -> Result<Vec<ClientResult>> {
     if agents.is_empty() {
         bail!("no agents");
     }
@@ -314,33 +309,42 @@ pub fn run_on_agents(
     } else {
         job.files
     };
-    let mut prepared = vec![0u64; agents.len()];
-    let failed = |i: usize, why: &str| anyhow!("agent {} ({}): {why}", agents[i], names[i]);
-    let mut waiting = agents.len();
-    while waiting > 0 {
-        match rx.recv().map_err(|_| anyhow!("every agent went away"))? {
-            Event::Msg(i, FromAgent::PrepareProgress { files }) => {
-                prepared[i] = files;
-                progress.preparing(prepared.iter().sum(), files_total);
+    // Waits until every agent has ended the step: `take` handles each message and
+    // says whether it ends the sender's step (`Ok(true)`) or is progress within it
+    // (`Ok(false)`), or hands back a message that does not belong to the step.
+    let step = |take: &mut dyn FnMut(usize, FromAgent) -> Result<bool, FromAgent>| -> Result<()> {
+        let failed = |i: usize, why: &str| anyhow!("agent {} ({}): {why}", agents[i], names[i]);
+        let mut waiting = agents.len();
+        while waiting > 0 {
+            match rx.recv().map_err(|_| anyhow!("every agent went away"))? {
+                Event::Msg(i, FromAgent::Error { message }) => return Err(failed(i, &message)),
+                Event::Lost(i, why) => return Err(failed(i, &why)),
+                Event::Msg(i, msg) => match take(i, msg) {
+                    Ok(true) => waiting -= 1,
+                    Ok(false) => {}
+                    Err(other) => return Err(failed(i, &format!("unexpected {other:?}"))),
+                },
             }
-            Event::Msg(_, FromAgent::Prepared) => waiting -= 1,
-            Event::Msg(i, FromAgent::Error { message }) => return Err(failed(i, &message)),
-            Event::Lost(i, why) => return Err(failed(i, &why)),
-            Event::Msg(i, other) => return Err(failed(i, &format!("unexpected {other:?}"))),
         }
-    }
+        Ok(())
+    };
+    let mut prepared = vec![0u64; agents.len()];
+    step(&mut |i, msg| match msg {
+        FromAgent::PrepareProgress { files } => {
+            prepared[i] = files;
+            progress.preparing(prepared.iter().sum(), files_total);
+            Ok(false)
+        }
+        FromAgent::Prepared => Ok(true),
+        other => Err(other),
+    })?;
     for w in wires.iter_mut() {
         w.send(&ToAgent::Ready)?;
     }
-    let mut waiting = agents.len();
-    while waiting > 0 {
-        match rx.recv().map_err(|_| anyhow!("every agent went away"))? {
-            Event::Msg(_, FromAgent::Ready) => waiting -= 1,
-            Event::Msg(i, FromAgent::Error { message }) => return Err(failed(i, &message)),
-            Event::Lost(i, why) => return Err(failed(i, &why)),
-            Event::Msg(i, other) => return Err(failed(i, &format!("unexpected {other:?}"))),
-        }
-    }
+    step(&mut |_, msg| match msg {
+        FromAgent::Ready => Ok(true),
+        other => Err(other),
+    })?;
     progress.starting();
     const START_IN_MS: u64 = 250;
     for w in wires.iter_mut() {
@@ -349,27 +353,23 @@ pub fn run_on_agents(
     let started = Instant::now() + Duration::from_millis(START_IN_MS);
     let mut totals = vec![(0u64, 0u64, 0u64); agents.len()];
     let mut results = Vec::new();
-    let mut waiting = agents.len();
-    while waiting > 0 {
-        match rx.recv().map_err(|_| anyhow!("every agent went away"))? {
-            Event::Msg(i, FromAgent::Progress { ops, bytes, errors }) => {
-                totals[i] = (ops, bytes, errors);
-                let sum = totals
-                    .iter()
-                    .fold((0, 0, 0), |a, t| (a.0 + t.0, a.1 + t.1, a.2 + t.2));
-                progress.running(started.elapsed(), sum.0, sum.1, sum.2);
-            }
-            Event::Msg(_, FromAgent::Done { results: r }) => {
-                results.extend(r);
-                waiting -= 1;
-            }
-            Event::Msg(i, FromAgent::Error { message }) => return Err(failed(i, &message)),
-            Event::Lost(i, why) => return Err(failed(i, &why)),
-            Event::Msg(i, other) => return Err(failed(i, &format!("unexpected {other:?}"))),
+    step(&mut |i, msg| match msg {
+        FromAgent::Progress { ops, bytes, errors } => {
+            totals[i] = (ops, bytes, errors);
+            let sum = totals
+                .iter()
+                .fold((0, 0, 0), |a, t| (a.0 + t.0, a.1 + t.1, a.2 + t.2));
+            progress.running(started.elapsed(), sum.0, sum.1, sum.2);
+            Ok(false)
         }
-    }
+        FromAgent::Done { results: r } => {
+            results.extend(r);
+            Ok(true)
+        }
+        other => Err(other),
+    })?;
     progress.finish();
-    Ok(Collected { results })
+    Ok(results)
 }
 
 /// Starts an agent in this process on a loopback port (for runs without `--agents`).

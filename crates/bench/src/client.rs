@@ -473,13 +473,21 @@ impl Nfs3 {
         Ok(Some((fh, attr)))
     }
 
-    fn new_object(r: Reply, what: &str, name: &str) -> Result<Fh> {
+    /// The handle a CREATE or MKDIR returned or, when the server left it out (it may),
+    /// the one LOOKUP finds.
+    fn new_object(&self, r: Reply, dir: &Fh, what: &str, name: &str) -> Result<Fh> {
         let mut d = r.decoder();
         status(&mut d).with_context(|| format!("{what} {name}"))?;
-        match d.optional(|d| d.opaque(FHSIZE3))? {
-            Some(fh) => Ok(Fh(fh.to_vec())),
-            None => bail!("{what} {name}: the server returned no file handle"),
+        if let Some(fh) = d.optional(|d| d.opaque(FHSIZE3))? {
+            return Ok(Fh(fh.to_vec()));
         }
+        self.found(dir, name, what)
+    }
+
+    fn found(&self, dir: &Fh, name: &str, what: &str) -> Result<Fh> {
+        self.lookup(dir, name)?
+            .map(|(fh, _)| fh)
+            .ok_or_else(|| anyhow!("{what} {name}: done, but the name is not found"))
     }
 
     /// CREATE UNCHECKED with mode 0644 (an existing file is opened, and truncated to 0
@@ -497,16 +505,7 @@ impl Nfs3 {
                 },
             );
         })?;
-        let fh = Self::new_object(r, "CREATE", name);
-        match fh {
-            Ok(fh) => Ok(fh),
-            // A server may omit the handle: look it up.
-            Err(e) if e.to_string().contains("no file handle") => self
-                .lookup(dir, name)?
-                .map(|(fh, _)| fh)
-                .ok_or_else(|| anyhow!("CREATE {name}: created file not found")),
-            Err(e) => Err(e),
-        }
+        self.new_object(r, dir, "CREATE", name)
     }
 
     /// MKDIR, or the existing directory of that name.
@@ -524,14 +523,12 @@ impl Nfs3 {
                 },
             );
         })?;
-        match Self::new_object(r, "MKDIR", name) {
-            Ok(fh) => Ok(fh),
+        match self.new_object(r, dir, "MKDIR", name) {
             // Another client made it first.
-            Err(e) if NfsStatus::of(&e) == Some(Status::Exist as u32) => self
-                .lookup(dir, name)?
-                .map(|(fh, _)| fh)
-                .ok_or_else(|| anyhow!("MKDIR {name}: EXIST but not found")),
-            Err(e) => Err(e),
+            Err(e) if NfsStatus::of(&e) == Some(Status::Exist as u32) => {
+                self.found(dir, name, "MKDIR")
+            }
+            other => other,
         }
     }
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const SUB_BUCKETS: u64 = 8;
 const BUCKETS: usize = 320;
@@ -247,13 +247,21 @@ impl Recorder {
         }
     }
 
-    /// One completed operation that moved `bytes` and took `latency`, finished now.
-    pub fn record(&mut self, op: Op, bytes: u64, latency: Duration) {
-        let ns = latency.as_nanos().min(u64::MAX as u128) as u64;
+    /// One operation, sent at `sent` and finished now, that moved `bytes` (one clock
+    /// read gives both its latency and its second).
+    pub fn record(&mut self, op: Op, bytes: u64, sent: Instant) {
+        self.record_at(op, bytes, sent, Instant::now());
+    }
+
+    fn record_at(&mut self, op: Op, bytes: u64, sent: Instant, now: Instant) {
+        let ns = now
+            .saturating_duration_since(sent)
+            .as_nanos()
+            .min(u64::MAX as u128) as u64;
         let entry = self.per_op.entry(op).or_default();
         entry.0.record(ns);
         entry.1 += bytes;
-        let sec = self.start.elapsed().as_secs() as usize;
+        let sec = now.saturating_duration_since(self.start).as_secs() as usize;
         if self.seconds.len() <= sec {
             self.seconds.resize(sec + 1, Second::default());
         }
@@ -380,6 +388,7 @@ impl ClientResult {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::time::Duration;
 
     proptest! {
         #[test]
@@ -431,9 +440,10 @@ mod tests {
         let live = Arc::new(Live::default());
         let mut a = Recorder::new(start, live.clone());
         let mut b = Recorder::new(start, live.clone());
-        a.record(Op::Read, 8192, Duration::from_micros(100));
-        a.record(Op::Read, 8192, Duration::from_micros(300));
-        b.record(Op::Write, 4096, Duration::from_micros(200));
+        let now = Instant::now();
+        a.record_at(Op::Read, 8192, now - Duration::from_micros(100), now);
+        a.record_at(Op::Read, 8192, now - Duration::from_micros(300), now);
+        b.record_at(Op::Write, 4096, now - Duration::from_micros(200), now);
         b.error();
         let c = ClientResult::from_threads("c".into(), None, vec![a, b], 2.0, vec![]);
         assert_eq!(

@@ -121,18 +121,21 @@ pub fn prepare(
                     for &f in mine.iter().skip(w).step_by(workers) {
                         let name = set_file_name(f);
                         let existing = nfs.lookup(set, &name)?;
-                        let size = existing.as_ref().and_then(|(_, a)| a.map(|a| a.size));
-                        if job.workload == Workload::Write {
-                            nfs.create(set, &name, true)?;
-                        } else if size != Some(job.file_size) {
-                            let fh = nfs.create(set, &name, true)?;
-                            fill_file(&nfs, job, content, &fh, f)
-                                .with_context(|| format!("writing {}/{name}", job.set_dir()))?;
-                        }
+                        let fh = match existing {
+                            Some((fh, Some(a)))
+                                if job.workload != Workload::Write && a.size == job.file_size =>
+                            {
+                                fh
+                            }
+                            _ if job.workload == Workload::Write => nfs.create(set, &name, true)?,
+                            _ => {
+                                let fh = nfs.create(set, &name, true)?;
+                                fill_file(&nfs, job, content, &fh, f)
+                                    .with_context(|| format!("writing {}/{name}", job.set_dir()))?;
+                                fh
+                            }
+                        };
                         if job.warmup && job.workload.reads_the_set() {
-                            let (fh, _) = nfs
-                                .lookup(set, &name)?
-                                .ok_or_else(|| anyhow!("{name} vanished"))?;
                             read_file_whole(&nfs, job, content, &fh, f)?;
                         }
                         done.fetch_add(1, Ordering::Relaxed);
@@ -329,9 +332,66 @@ struct Worker<'a> {
     streams: usize,
 }
 
-impl Worker<'_> {
-    fn job(&self) -> &Job {
+/// One READ or WRITE of set file `f` in flight (`write` says how stable).
+struct InFlight {
+    call: Call,
+    sent: Instant,
+    f: u64,
+    off: u64,
+    len: usize,
+    write: Option<Stable>,
+}
+
+impl<'a> Worker<'a> {
+    /// The job, borrowed from the client's shared state, not from `self` (so the
+    /// worker's other fields stay free to change while it is held).
+    fn job(&self) -> &'a Job {
         &self.sh.job
+    }
+
+    /// Sends a READ (or, with `write`, a WRITE of the set's content) of set file `f`.
+    fn start_io(&self, f: u64, off: u64, len: usize, write: Option<Stable>) -> Result<InFlight> {
+        let sh = self.sh;
+        let fh = &sh.set[f as usize];
+        let call = match write {
+            Some(stable) => self
+                .nfs
+                .start_write(fh, off, sh.content.slice(f, off, len), stable)?,
+            None => self.nfs.start_read(fh, off, len as u32)?,
+        };
+        Ok(InFlight {
+            call,
+            sent: Instant::now(),
+            f,
+            off,
+            len,
+            write,
+        })
+    }
+
+    /// Takes the reply of `io`, checks it (a READ's bytes too, with `verify`), and
+    /// records it.
+    fn finish_io(&mut self, io: InFlight) -> Result<()> {
+        let reply = io.call.wait()?;
+        match io.write {
+            Some(stable) => {
+                Nfs3::finish_write(reply, io.len, stable)?;
+                self.rec.record(Op::Write, io.len as u64, io.sent);
+            }
+            None => {
+                let r = Nfs3::finish_read(reply)?;
+                check_read(
+                    self.job(),
+                    &self.sh.content,
+                    io.f,
+                    io.off,
+                    io.len,
+                    r.bytes(),
+                )?;
+                self.rec.record(Op::Read, io.len as u64, io.sent);
+            }
+        }
+        Ok(())
     }
 
     /// Whether to issue another operation.
@@ -366,7 +426,7 @@ impl Worker<'_> {
     fn timed<T>(&mut self, op: Op, bytes: u64, f: impl FnOnce(&Nfs3) -> Result<T>) -> Result<T> {
         let t = Instant::now();
         let v = f(&self.nfs)?;
-        self.rec.record(op, bytes, t.elapsed());
+        self.rec.record(op, bytes, t);
         self.spend(bytes);
         Ok(v)
     }
@@ -384,15 +444,16 @@ impl Worker<'_> {
     /// Streaming read or write of this stream's share, `depth` calls in flight. Without
     /// a duration or byte budget, one pass; with one, passes repeat.
     fn streaming(&mut self, write: bool) -> Result<()> {
-        let job = self.job().clone();
+        let job = self.job();
         let (lo, hi) = self.share();
         if lo == hi {
             return Ok(());
         }
         let repeat = self.deadline.is_some() || self.budget.is_some();
         let mut pos = lo;
-        let mut window: VecDeque<(Call, Instant, u64, u64, usize)> = VecDeque::new();
+        let mut window: VecDeque<InFlight> = VecDeque::new();
         let mut touched = BTreeSet::new();
+        let stable = write.then_some(Stable::Unstable);
         loop {
             while window.len() < job.depth && self.go() {
                 if pos >= hi {
@@ -403,69 +464,41 @@ impl Worker<'_> {
                 }
                 let (f, off) = (pos / job.file_size, pos % job.file_size);
                 let len = job.io_size.min(job.file_size - off).min(hi - pos) as usize;
-                let fh = &self.sh.set[f as usize];
-                let call = if write {
+                if write {
                     touched.insert(f);
-                    let data = self.sh.content.slice(f, off, len);
-                    self.nfs.start_write(fh, off, data, Stable::Unstable)?
-                } else {
-                    self.nfs.start_read(fh, off, len as u32)?
-                };
-                window.push_back((call, Instant::now(), f, off, len));
+                }
+                window.push_back(self.start_io(f, off, len, stable)?);
                 pos += len as u64;
                 self.spend(len as u64);
             }
-            let Some((call, sent, f, off, len)) = window.pop_front() else {
+            let Some(io) = window.pop_front() else {
                 break;
             };
-            let reply = call.wait()?;
-            if write {
-                Nfs3::finish_write(reply, len, Stable::Unstable)?;
-                self.rec.record(Op::Write, len as u64, sent.elapsed());
-            } else {
-                let r = Nfs3::finish_read(reply)?;
-                check_read(&job, &self.sh.content, f, off, len, r.bytes())?;
-                self.rec.record(Op::Read, len as u64, sent.elapsed());
-            }
+            self.finish_io(io)?;
         }
+        let sh = self.sh;
         for f in touched {
-            let fh = self.sh.set[f as usize].clone();
-            self.timed(Op::Commit, 0, |n| n.commit(&fh))?;
+            self.timed(Op::Commit, 0, |n| n.commit(&sh.set[f as usize]))?;
         }
         Ok(())
     }
 
     /// Random `io_size` reads, or FILE_SYNC writes, anywhere in the set.
     fn random(&mut self, write: bool) -> Result<()> {
-        let job = self.job().clone();
+        let job = self.job();
         let slots = (job.file_size / job.io_size).max(1);
-        let mut window: VecDeque<(Call, Instant, u64, u64)> = VecDeque::new();
-        let len = job.io_size as usize;
+        let stable = write.then_some(Stable::FileSync);
+        let mut window: VecDeque<InFlight> = VecDeque::new();
         loop {
             while window.len() < job.depth && self.go() {
                 let f = self.rng.below(job.files);
                 let off = self.rng.below(slots) * job.io_size;
-                let fh = &self.sh.set[f as usize];
-                let call = if write {
-                    let data = self.sh.content.slice(f, off, len);
-                    self.nfs.start_write(fh, off, data, Stable::FileSync)?
-                } else {
-                    self.nfs.start_read(fh, off, len as u32)?
-                };
-                window.push_back((call, Instant::now(), f, off));
+                window.push_back(self.start_io(f, off, job.io_size as usize, stable)?);
             }
-            let Some((call, sent, f, off)) = window.pop_front() else {
+            let Some(io) = window.pop_front() else {
                 break;
             };
-            let reply = call.wait()?;
-            if write {
-                Nfs3::finish_write(reply, len, Stable::FileSync)?;
-                self.rec.record(Op::Write, len as u64, sent.elapsed());
-            } else {
-                let r = Nfs3::finish_read(reply)?;
-                check_read(&job, &self.sh.content, f, off, len, r.bytes())?;
-                self.rec.record(Op::Read, len as u64, sent.elapsed());
-            }
+            self.finish_io(io)?;
         }
         Ok(())
     }
@@ -485,15 +518,12 @@ impl Worker<'_> {
 
     /// Reads set file `f` whole, one call at a time.
     fn read_whole(&mut self, f: u64) -> Result<()> {
-        let job = self.job().clone();
-        let fh = self.sh.set[f as usize].clone();
+        let job = self.job();
         let mut off = 0;
         while off < job.file_size {
             let len = job.rsize.min(job.file_size - off) as usize;
-            let t = Instant::now();
-            let r = self.nfs.read(&fh, off, len as u32)?;
-            check_read(&job, &self.sh.content, f, off, len, r.bytes())?;
-            self.rec.record(Op::Read, len as u64, t.elapsed());
+            let io = self.start_io(f, off, len, None)?;
+            self.finish_io(io)?;
             self.spend(len as u64);
             off += len as u64;
         }
@@ -536,8 +566,8 @@ impl Worker<'_> {
             self.read_whole(f)?;
             self.timed(Op::Remove, 0, |nfs| nfs.remove(&own, &name))?;
             let f = self.random_set_file();
-            let fh = self.sh.set[f as usize].clone();
-            self.timed(Op::Getattr, 0, |nfs| nfs.getattr(&fh))?;
+            let sh = self.sh;
+            self.timed(Op::Getattr, 0, |nfs| nfs.getattr(&sh.set[f as usize]))?;
         }
         Ok(())
     }
@@ -583,7 +613,7 @@ impl Worker<'_> {
     /// than one) writes new videos of the set's file size into its own directory, one
     /// after another; the others stream whole set files, `depth` reads in flight.
     fn videoserver(&mut self) -> Result<()> {
-        let job = self.job().clone();
+        let job = self.job();
         if self.thread == 0 && job.threads > 1 {
             let own = self.own.clone();
             let mut n = 0u64;
@@ -603,26 +633,18 @@ impl Worker<'_> {
         }
         while self.go() {
             let f = self.random_set_file();
-            let fh = self.sh.set[f as usize].clone();
-            let mut window: VecDeque<(Call, Instant, u64, usize)> = VecDeque::new();
+            let mut window: VecDeque<InFlight> = VecDeque::new();
             let mut off = 0u64;
             loop {
                 while off < job.file_size && window.len() < job.depth && self.go() {
                     let len = job.io_size.min(job.file_size - off) as usize;
-                    window.push_back((
-                        self.nfs.start_read(&fh, off, len as u32)?,
-                        Instant::now(),
-                        off,
-                        len,
-                    ));
+                    window.push_back(self.start_io(f, off, len, None)?);
                     off += len as u64;
                 }
-                let Some((call, sent, at, len)) = window.pop_front() else {
+                let Some(io) = window.pop_front() else {
                     break;
                 };
-                let r = Nfs3::finish_read(call.wait()?)?;
-                check_read(&job, &self.sh.content, f, at, len, r.bytes())?;
-                self.rec.record(Op::Read, len as u64, sent.elapsed());
+                self.finish_io(io)?;
             }
         }
         Ok(())

@@ -238,7 +238,7 @@ fn run_job(args: RunArgs) -> Result<()> {
         api: api.clone(),
         before: None,
     };
-    let collected = run_on_agents(&job, &agents, &mut progress)?;
+    let results = run_on_agents(&job, &agents, &mut progress)?;
     let server = match (&api, progress.before.take()) {
         (Some(api), Some(before)) => {
             let after = api.settled_counters();
@@ -255,7 +255,7 @@ fn run_job(args: RunArgs) -> Result<()> {
     if let (Some(expect), None) = (job.expect, &server) {
         eprintln!("shoal bench: expect = {expect:?} is not checked without shoal_api");
     }
-    let report = Report::build(&job, collected.results, server);
+    let report = Report::build(&job, results, server);
     if args.json {
         eprint!("{}", report.table());
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -41,14 +41,7 @@ pub trait Device: Send + Sync + std::fmt::Debug {
 
     /// Writes `bufs` back to back from `offset`, as one I/O where the device can.
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        let mut joined = crate::aligned::AlignedBuf::for_overwrite(total);
-        let mut pos = 0;
-        for b in bufs {
-            joined[pos..pos + b.len()].copy_from_slice(b);
-            pos += b.len();
-        }
-        self.write_at(offset, &joined)
+        write_joined(self, offset, bufs)
     }
 
     /// Reads back-to-back bytes from `offset` into `bufs` in order, as one I/O where
@@ -57,6 +50,23 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> io::Result<()> {
         read_joined(self, offset, bufs)
     }
+}
+
+/// Writes `bufs` joined in a staging buffer as one `write_at`: vectored writes for
+/// devices (or buffers) that cannot do better.
+pub(crate) fn write_joined<D: Device + ?Sized>(
+    dev: &D,
+    offset: u64,
+    bufs: &[&[u8]],
+) -> io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut joined = crate::aligned::AlignedBuf::for_overwrite(total);
+    let mut pos = 0;
+    for b in bufs {
+        joined[pos..pos + b.len()].copy_from_slice(b);
+        pos += b.len();
+    }
+    dev.write_at(offset, &joined)
 }
 
 /// Reads `bufs`' total length from `offset` as one `read_at` into a staging buffer

@@ -148,7 +148,7 @@ impl Device for FileDevice {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         check_io(offset, total, self.size)?;
         if !vectored_ok(bufs.iter().map(|b| (b.as_ptr() as usize, b.len()))) {
-            return Device::write_at(self, offset, &joined(bufs));
+            return crate::device::write_joined(self, offset, bufs);
         }
         let iov: Vec<libc::iovec> = bufs
             .iter()
@@ -173,8 +173,8 @@ impl Device for FileDevice {
         finish_short(
             n as usize,
             offset,
-            bufs.iter().map(|b| &b[..]),
-            |off, rest| self.file.write_all_at(rest, off),
+            bufs.iter().map(|b| b.len()),
+            |i, at, from| self.file.write_all_at(&bufs[i][from..], at + from as u64),
         )
     }
 }
@@ -208,20 +208,14 @@ impl FileDevice {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        // A short read (signal, or a device that shrank) finishes piece by piece.
-        let mut done = n as usize;
-        let mut off = offset;
-        for b in bufs.iter_mut() {
-            let len = b.len();
-            if done >= len {
-                done -= len;
-            } else {
-                self.file.read_exact_at(&mut b[done..], off + done as u64)?;
-                done = 0;
-            }
-            off += len as u64;
+        if n as usize == total {
+            return Ok(());
         }
-        Ok(())
+        let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
+        finish_short(n as usize, offset, lens.into_iter(), |i, at, from| {
+            self.file
+                .read_exact_at(&mut bufs[i][from..], at + from as u64)
+        })
     }
 }
 
@@ -238,33 +232,24 @@ fn vectored_ok(pieces: impl Iterator<Item = (usize, usize)>) -> bool {
     count > 0
 }
 
-fn joined(bufs: &[&[u8]]) -> AlignedBuf {
-    let total: usize = bufs.iter().map(|b| b.len()).sum();
-    let mut j = AlignedBuf::for_overwrite(total);
-    let mut pos = 0;
-    for b in bufs {
-        j[pos..pos + b.len()].copy_from_slice(b);
-        pos += b.len();
-    }
-    j
-}
-
-/// After a short vectored write of `done` bytes, writes what is left piece by piece.
-fn finish_short<'a>(
+/// Finishes a vectored transfer that moved only `done` bytes (a signal, or a device
+/// that shrank): for each piece of `lens` not wholly moved, `rest(i, at, from)` moves
+/// the rest of piece `i`, which lies at `at` and has its first `from` bytes done.
+fn finish_short(
     mut done: usize,
     offset: u64,
-    bufs: impl Iterator<Item = &'a [u8]>,
-    mut write: impl FnMut(u64, &[u8]) -> io::Result<()>,
+    lens: impl Iterator<Item = usize>,
+    mut rest: impl FnMut(usize, u64, usize) -> io::Result<()>,
 ) -> io::Result<()> {
-    let mut off = offset;
-    for b in bufs {
-        if done >= b.len() {
-            done -= b.len();
+    let mut at = offset;
+    for (i, len) in lens.enumerate() {
+        if done >= len {
+            done -= len;
         } else {
-            write(off + done as u64, &b[done..])?;
+            rest(i, at, done)?;
             done = 0;
         }
-        off += b.len() as u64;
+        at += len as u64;
     }
     Ok(())
 }
