@@ -32,13 +32,14 @@ pub enum Dim {
     Access,
     Content,
     Work,
+    Reason,
     Latency,
     Size,
     Offset,
 }
 
 impl Dim {
-    pub const ALL: [Dim; 14] = [
+    pub const ALL: [Dim; 15] = [
         Dim::Op,
         Dim::Client,
         Dim::Share,
@@ -50,6 +51,7 @@ impl Dim {
         Dim::Access,
         Dim::Content,
         Dim::Work,
+        Dim::Reason,
         Dim::Latency,
         Dim::Size,
         Dim::Offset,
@@ -68,6 +70,7 @@ impl Dim {
             Dim::Access => "access",
             Dim::Content => "content",
             Dim::Work => "work",
+            Dim::Reason => "reason",
             Dim::Latency => "latency",
             Dim::Size => "size",
             Dim::Offset => "offset",
@@ -102,6 +105,8 @@ pub enum Counts {
     NfsBytes,
     /// Request bytes in and reply bytes out: two samples per call.
     NetBytes,
+    /// One per refused call.
+    Refusals,
     /// One per device I/O.
     IoOps,
     /// Device I/O bytes.
@@ -168,6 +173,15 @@ pub const STATISTICS: &[Statistic] = &[
         gauge: false,
         divisor: 1,
         dims: &[Dim::Direction, Dim::Client, Dim::Share],
+    },
+    Statistic {
+        name: "nfs.refusals",
+        counts: Counts::Refusals,
+        description: "Calls refused by export rules, permissions or handle checks, and why",
+        unit: "calls",
+        gauge: false,
+        divisor: 1,
+        dims: &[Dim::Reason, Dim::Op, Dim::Client, Dim::Share],
     },
     Statistic {
         name: "io.ops",
@@ -292,6 +306,7 @@ pub const BUILTIN_DATASETS: &[&str] = &[
     "nfs3.ops[op]",
     "nfs3.ops[latency]",
     "nfs3.bytes[op]",
+    "nfs.refusals[reason]",
     "net.bytes[direction]",
     "io.ops[op]",
     "io.ops[latency]",
@@ -344,6 +359,10 @@ impl Sample<'_> {
             (Event::Nfs(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
             (Event::Nfs(e), Dim::Size) => Some(RawKey::Bucket(index(e.bytes as u64))),
             (Event::Nfs(e), Dim::Offset) => Some(RawKey::Bucket(index(e.offset))),
+            (Event::Refusal(e), Dim::Reason) => Some(RawKey::Name(e.reason)),
+            (Event::Refusal(e), Dim::Op) => Some(RawKey::Name(e.op)),
+            (Event::Refusal(e), Dim::Client) => Some(RawKey::Client(e.client)),
+            (Event::Refusal(e), Dim::Share) => (e.fsid != 0).then_some(RawKey::Share(e.fsid)),
             (Event::Io(e), Dim::Op) => Some(RawKey::Name(if e.write { "write" } else { "read" })),
             (Event::Io(e), Dim::Device | Dim::Pool) => Some(RawKey::Device(e.device)),
             (Event::Io(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
@@ -383,6 +402,7 @@ pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>))
             f(one(e.request_bytes as u64, false));
             f(one(e.reply_bytes as u64, true));
         }
+        (Counts::Refusals, Event::Refusal(_)) => f(one(1, false)),
         (Counts::IoOps, Event::Io(_)) => f(one(1, false)),
         (Counts::IoBytes, Event::Io(e)) => f(one(e.bytes as u64, false)),
         (Counts::Meter(m), Event::Meter(e)) if e.meter == m => f(one(e.value, false)),

@@ -1,5 +1,5 @@
 //! What the layers report: one event per NFS operation and per device I/O, and
-//! meter readings: one per intent-log commit and per txg sync (with their latency),
+//! refused calls, and meter readings: one per intent-log commit and per txg sync (with their latency),
 //! and the once-a-second readings of samplers (ARC counters, CPU, pool levels).
 //!
 //! Events are plain `Copy` values with no heap data (names are `&'static str`, files
@@ -29,6 +29,22 @@ pub struct NfsEvent {
     pub reply_bytes: u32,
     /// From the request's arrival to its reply being ready.
     pub latency_ns: u64,
+    pub at: Instant,
+}
+
+/// A call the server refused for who or what it named rather than for what the file
+/// system said: a client the export does not list, a write under a read-only rule, a
+/// squashed root, a handle that fails its check, a path that leaves the export.
+/// Reported in addition to the call's `NfsEvent` (MOUNT calls report only this).
+#[derive(Debug, Clone, Copy)]
+pub struct RefusalEvent {
+    /// Why, in snake case (`not_allowed`, `read_only`, `root_squashed`, ...).
+    pub reason: &'static str,
+    /// Procedure name in lower case (`mnt`, `write`, ...).
+    pub op: &'static str,
+    pub client: IpAddr,
+    /// The share's file-system id; 0 when the call named none that could be trusted.
+    pub fsid: u64,
     pub at: Instant,
 }
 
@@ -90,6 +106,7 @@ pub enum Event {
     Nfs(NfsEvent),
     Io(IoEvent),
     Meter(MeterEvent),
+    Refusal(RefusalEvent),
 }
 
 impl Event {
@@ -98,6 +115,7 @@ impl Event {
             Event::Nfs(e) => e.at,
             Event::Io(e) => e.at,
             Event::Meter(e) => e.at,
+            Event::Refusal(e) => e.at,
         }
     }
 }

@@ -29,7 +29,7 @@ pub mod history;
 pub mod prometheus;
 
 pub use catalog::{Dim, Spec, SpecError, Statistic, BUILTIN_DATASETS, STATISTICS};
-pub use event::{Event, IoEvent, Meter, MeterEvent, NfsEvent};
+pub use event::{Event, IoEvent, Meter, MeterEvent, NfsEvent, RefusalEvent};
 pub use history::{BucketCount, History, KeyCount, Point, Resolution};
 
 use catalog::{samples, RawKey};

@@ -40,6 +40,8 @@ pub(crate) struct Totals {
     nfs_latency: BTreeMap<&'static str, Histogram>,
     /// [in, out]
     net_bytes: [u64; 2],
+    /// Refusal reason → calls.
+    refusals: BTreeMap<&'static str, u64>,
     /// (device, write) → (operations, bytes)
     io: BTreeMap<(u32, bool), (u64, u64)>,
     io_latency: BTreeMap<(u32, bool), Histogram>,
@@ -85,6 +87,7 @@ impl Totals {
                 self.net_bytes[0] += n.request_bytes as u64;
                 self.net_bytes[1] += n.reply_bytes as u64;
             }
+            Event::Refusal(r) => *self.refusals.entry(r.reason).or_default() += 1,
             Event::Io(io) => {
                 let t = self.io.entry((io.device, io.write)).or_default();
                 t.0 += 1;
@@ -170,6 +173,18 @@ impl Totals {
                 "shoal_nfs_operation_duration_seconds",
                 &format!("op=\"{op}\""),
                 h,
+            );
+        }
+        header(
+            &mut out,
+            "shoal_nfs_refusals_total",
+            "counter",
+            "NFS and MOUNT calls refused by export rules, permissions or handle checks.",
+        );
+        for (reason, calls) in &self.refusals {
+            let _ = writeln!(
+                out,
+                "shoal_nfs_refusals_total{{reason=\"{reason}\"}} {calls}"
             );
         }
         header(

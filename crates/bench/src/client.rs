@@ -636,7 +636,7 @@ pub fn mount(target: &Target, export: &str, cred: Credential) -> Result<Fh> {
     let mut d = r.decoder();
     match d.u32()? {
         0 => Ok(Fh(d.opaque(FHSIZE3)?.to_vec())),
-        s => bail!("MOUNT {export} refused: {}", NfsStatus(s)),
+        s => Err(anyhow::Error::new(NfsStatus(s)).context(format!("MOUNT {export} refused"))),
     }
 }
 

@@ -121,6 +121,9 @@ pub struct ExportRules {
 pub struct Access {
     pub read_only: bool,
     pub cred: fs::Cred,
+    /// The caller said it was root and the rule made it someone else: a permission
+    /// refusal is then counted as `root_squashed`.
+    pub root_squashed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +132,16 @@ pub enum Refusal {
     NotAllowed,
     /// The matching rule requires a port below 1024.
     InsecurePort,
+}
+
+impl Refusal {
+    /// The reason as counted in Analytics (`nfs.refusals[reason]`) and logged.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::NotAllowed => "not_allowed",
+            Refusal::InsecurePort => "insecure_port",
+        }
+    }
 }
 
 impl ExportRules {
@@ -204,6 +217,7 @@ impl ExportRules {
             gid: rule.anon_gid,
             groups: vec![],
         };
+        let claimed_root = matches!(cred, Credential::Sys(a) if a.uid == 0);
         let cred = match cred {
             Credential::Sys(a) => match rule.squash {
                 Squash::All => anon,
@@ -224,6 +238,7 @@ impl ExportRules {
         };
         Ok(Access {
             read_only: rule.read_only,
+            root_squashed: claimed_root && cred.uid != 0,
             cred,
         })
     }

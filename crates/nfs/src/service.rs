@@ -8,6 +8,13 @@
 //! squashed by those rules, and permission checks on access (read, write, search) are
 //! done here with them: the filesystem checks ownership rules itself.
 //!
+//! A call refused for who or what it named, not for what the file system said (a
+//! client no rule admits, a change under a read-only rule, a permission denied to a
+//! squashed root or anyone else, a handle that fails its check, a MOUNT path that
+//! leaves the exports) is logged and counted in Analytics as `nfs.refusals` with its
+//! reason. The log keeps at most `REFUSALS_LOGGED_PER_SECOND` lines a second and then
+//! says how many it left out, so a hostile client cannot flood it.
+//!
 //! Non-idempotent calls (SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR,
 //! RENAME, LINK) go through the duplicate-request cache, keyed by client address,
 //! xid, procedure and a fingerprint of the arguments: a retransmission of a finished
@@ -20,7 +27,7 @@ use crate::proto::*;
 use crate::rpc::Accept;
 use crate::transport::{Call, ReadBuf, Reply, Service};
 use crate::xdr::{Decoder, Encoder, XdrError, XdrResult};
-use analytics::{Analytics, Event, NfsEvent};
+use analytics::{Analytics, Event, NfsEvent, RefusalEvent};
 use fs::{Attr, Cred, Filesystem, Kind, SetAttr, Timespec};
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -32,6 +39,7 @@ pub const RTMAX: u32 = 1 << 20;
 pub const WTMAX: u32 = 1 << 20;
 pub const PREFERRED: u32 = 128 * 1024;
 const DRC_ENTRIES: usize = 8192;
+const REFUSALS_LOGGED_PER_SECOND: u32 = 20;
 
 /// One shared filesystem.
 pub struct Share {
@@ -104,6 +112,15 @@ pub struct NfsService {
     nfs_port: Mutex<u16>,
     /// Where each NFSv3 call is reported; set once when the daemon starts.
     analytics: OnceLock<Arc<Analytics>>,
+    refusal_log: Mutex<RefusalLog>,
+}
+
+/// The refusal log's budget: lines written in the current second, and those left out.
+#[derive(Default)]
+struct RefusalLog {
+    second: u64,
+    logged: u32,
+    left_out: u64,
 }
 
 /// What the call being served touched, for its analytics event: the first file
@@ -115,6 +132,10 @@ struct Probe {
     ino: u64,
     bytes: u32,
     offset: u64,
+    /// Set when a handle or the export rules refused the call (the first reason wins).
+    refusal: &'static str,
+    /// The resolved handle's rules squashed a caller who said it was root.
+    root_squashed: bool,
 }
 
 thread_local! {
@@ -247,6 +268,25 @@ fn fail_wcc(e: &mut Encoder, seen: &Option<(Attr, u64)>) {
     }
 }
 
+/// Why a finished call counts as refused: what its handle or the rules said, else a
+/// read-only refusal or a permission denied (to a squashed root, or to anyone).
+fn refusal_reason(probe: &Probe, status: Option<u32>) -> Option<&'static str> {
+    if !probe.refusal.is_empty() {
+        return Some(probe.refusal);
+    }
+    match status? {
+        s if s == Status::RoFs as u32 => Some("read_only"),
+        s if s == Status::Acces as u32 || s == Status::Perm as u32 => {
+            Some(if probe.root_squashed {
+                "root_squashed"
+            } else {
+                "permission"
+            })
+        }
+        _ => None,
+    }
+}
+
 fn is_non_idempotent(procedure: u32) -> bool {
     matches!(procedure, 2 | 7 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15)
 }
@@ -264,6 +304,7 @@ impl NfsService {
             drc: Mutex::new(Drc::default()),
             nfs_port: Mutex::new(2049),
             analytics: OnceLock::new(),
+            refusal_log: Mutex::new(RefusalLog::default()),
         }
     }
 
@@ -372,11 +413,21 @@ impl NfsService {
 
     /// Resolves a handle for a call from `call` (see the module comment).
     fn target(&self, call: &Call<'_>, fh: &[u8]) -> Result<Target, Status> {
+        let refuse = |reason: &'static str| {
+            probe_update(|p| {
+                if p.refusal.is_empty() {
+                    p.refusal = reason;
+                }
+            })
+        };
         let (pool, id) = {
             let keys = self.keys.read().unwrap();
             keys.iter()
                 .find_map(|(p, k)| k.decode(fh).map(|id| (p.clone(), id)))
-                .ok_or(Status::BadHandle)?
+                .ok_or_else(|| {
+                    refuse("bad_handle");
+                    Status::BadHandle
+                })?
         };
         let share = self
             .shares
@@ -388,7 +439,10 @@ impl NfsService {
         let access = share
             .rules
             .access(call.peer, &call.header.credential)
-            .map_err(|_| Status::Acces)?;
+            .map_err(|r| {
+                refuse(r.reason());
+                Status::Acces
+            })?;
         let attr = share
             .fs
             .getattr_gen(id.object, id.generation)
@@ -403,6 +457,7 @@ impl NfsService {
         probe_update(|p| {
             if p.fsid == 0 {
                 (p.fsid, p.ino) = (fsid, id.object);
+                p.root_squashed = access.root_squashed;
             }
         });
         Ok(Target {
@@ -544,22 +599,30 @@ impl NfsService {
                     .u32(crate::rpc::AUTH_SYS)
                     .u32(crate::rpc::AUTH_NONE);
             }
-            Err(stat) => {
+            Err((stat, reason)) => {
                 tracing::info!(peer = %call.peer, %path, ?stat, "mount refused");
+                if let Some(reason) = reason {
+                    self.refused(call, "mnt", reason, 0);
+                }
                 e.u32(stat);
             }
         }
         Ok(e)
     }
 
-    /// mountstat3 values: NOENT 2, ACCES 13, NOTDIR 20, INVAL 22, NAMETOOLONG 63.
-    fn mount_path(&self, call: &Call<'_>, path: &str) -> Result<Vec<u8>, u32> {
+    /// mountstat3 values: NOENT 2, ACCES 13, NOTDIR 20, INVAL 22, NAMETOOLONG 63; with
+    /// the refusal reason when the path or the client was refused.
+    fn mount_path(
+        &self,
+        call: &Call<'_>,
+        path: &str,
+    ) -> Result<Vec<u8>, (u32, Option<&'static str>)> {
         let clean: Vec<&str> = path
             .split('/')
             .filter(|c| !c.is_empty() && *c != ".")
             .collect();
         if clean.contains(&"..") {
-            return Err(13);
+            return Err((13, Some("path_escape")));
         }
         let shares: Vec<Arc<Share>> = self.shares.read().unwrap().values().cloned().collect();
         // The share whose dataset is the longest prefix of the path.
@@ -571,30 +634,30 @@ impl NfsService {
                     .then_some((s.clone(), parts.len()))
             })
             .max_by_key(|(_, n)| *n)
-            .ok_or(2u32)?;
+            .ok_or((2u32, Some("not_exported")))?;
         share
             .rules
             .access(call.peer, &call.header.credential)
-            .map_err(|_: Refusal| 13u32)?;
+            .map_err(|r: Refusal| (13u32, Some(r.reason())))?;
         let mut attr = share
             .fs
             .getattr(fs::filesystem::ROOT_INO)
-            .map_err(|_| 5u32)?;
+            .map_err(|_| (5u32, None))?;
         for c in &clean[depth..] {
             if attr.kind != Kind::Dir {
-                return Err(20);
+                return Err((20, None));
             }
             attr = share
                 .fs
                 .lookup(attr.ino, c.as_bytes())
                 .map_err(|e| match e {
-                    fs::FsError::NotFound(_) => 2u32,
-                    fs::FsError::NameTooLong => 63,
-                    _ => 5,
+                    fs::FsError::NotFound(_) => (2u32, None),
+                    fs::FsError::NameTooLong => (63, None),
+                    _ => (5, None),
                 })?;
         }
         if attr.kind != Kind::Dir {
-            return Err(20);
+            return Err((20, None));
         }
         Ok(self.handle_for(&share, &attr))
     }
@@ -665,15 +728,19 @@ impl NfsService {
             }
         }
         PROBE.with(|p| p.set(Probe::default()));
-        let reply = self.nfs3_procedure(call, procedure);
+        let (reply, status) = self.nfs3_procedure(call, procedure);
         if let Some(key) = drc_key {
             self.drc_finish(key, &reply);
         }
+        let probe = PROBE.with(|p| p.get());
+        let op = PROCEDURE_NAMES[procedure as usize];
+        if let Some(reason) = refusal_reason(&probe, status) {
+            self.refused(call, op, reason, probe.fsid);
+        }
         if let Some(a) = self.analytics.get() {
-            let probe = PROBE.with(|p| p.get());
             let at = std::time::Instant::now();
             a.record(Event::Nfs(NfsEvent {
-                op: PROCEDURE_NAMES[procedure as usize],
+                op,
                 client: call.peer.ip(),
                 fsid: probe.fsid,
                 ino: probe.ino,
@@ -689,7 +756,49 @@ impl NfsService {
         reply
     }
 
-    fn nfs3_procedure(&self, call: &Call<'_>, procedure: u32) -> Reply {
+    /// Logs (within the budget) and counts a refused call.
+    fn refused(&self, call: &Call<'_>, op: &'static str, reason: &'static str, fsid: u64) {
+        let at = std::time::Instant::now();
+        if let Some(a) = self.analytics.get() {
+            a.record(Event::Refusal(RefusalEvent {
+                reason,
+                op,
+                client: call.peer.ip(),
+                fsid,
+                at,
+            }));
+        }
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut log = self.refusal_log.lock().unwrap();
+        if log.second != second {
+            if log.left_out > 0 {
+                tracing::warn!(
+                    left_out = log.left_out,
+                    "more refused calls were not logged"
+                );
+            }
+            *log = RefusalLog {
+                second,
+                ..RefusalLog::default()
+            };
+        }
+        if log.logged < REFUSALS_LOGGED_PER_SECOND {
+            log.logged += 1;
+            let uid = match &call.header.credential {
+                crate::rpc::Credential::Sys(a) => Some(a.uid),
+                _ => None,
+            };
+            tracing::warn!(peer = %call.peer, op, reason, ?uid, "nfs call refused");
+        } else {
+            log.left_out += 1;
+        }
+    }
+
+    /// Runs one NFSv3 procedure; returns its reply and the NFS status it answered
+    /// (None for NULL and for undecodable arguments).
+    fn nfs3_procedure(&self, call: &Call<'_>, procedure: u32) -> (Reply, Option<u32>) {
         let mut d = call.args();
         let mut e = call.reply(Accept::Success);
         let status_at = e.buf.len();
@@ -715,14 +824,14 @@ impl NfsService {
             21 => self.commit(call, &mut d, &mut e),
             _ => unreachable!("checked by the caller"),
         };
+        let code = (procedure != 0 && r.is_ok())
+            .then(|| e.buf.get(status_at..status_at + 4))
+            .flatten()
+            .map(|b| u32::from_be_bytes(b.try_into().unwrap()));
         if tracing::enabled!(tracing::Level::DEBUG) {
-            let status = (procedure != 0)
-                .then_some(())
-                .and_then(|()| e.buf.get(status_at..status_at + 4))
-                .map(|b| {
-                    let code = u32::from_be_bytes(b.try_into().unwrap());
-                    Status::from_code(code).map_or_else(|| code.to_string(), |s| format!("{s:?}"))
-                });
+            let status = code.map(|code| {
+                Status::from_code(code).map_or_else(|| code.to_string(), |s| format!("{s:?}"))
+            });
             let uid = match &call.header.credential {
                 crate::rpc::Credential::Sys(a) => Some(a.uid),
                 _ => None,
@@ -737,8 +846,8 @@ impl NfsService {
             );
         }
         match r {
-            Ok(()) => Reply { head: e.buf, data },
-            Err(Failure::Garbage) => Reply::new(call.reply(Accept::GarbageArgs)),
+            Ok(()) => (Reply { head: e.buf, data }, code),
+            Err(Failure::Garbage) => (Reply::new(call.reply(Accept::GarbageArgs)), None),
             Err(Failure::Status(_)) => unreachable!("procedures encode their own failures"),
         }
     }

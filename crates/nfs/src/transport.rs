@@ -12,7 +12,14 @@
 //! be made to a call that was not read); at most `MAX_IN_FLIGHT` calls of one
 //! connection are queued or running, after which its reader stops reading, so a fast
 //! client is slowed by TCP flow control rather than refused; at most `MAX_CONNECTIONS`
-//! connections are served at once.
+//! connections are served at once. Over all connections, the records read and not
+//! yet answered hold at most `MAX_BUFFERED_BYTES`: a reader claims a record's length
+//! from that budget when its record mark arrives (the largest record when it comes in
+//! several fragments) and waits, reading nothing, while the budget is spent; the claim
+//! is given back when the call is answered. So request memory is bounded whatever
+//! clients send, and a reader never holds part of the budget while it waits for more.
+//! A record whose bytes stop coming for `STALLED_RECORD` closes its connection, so a
+//! client cannot sit on a claim.
 //!
 //! Written on std threads rather than an async runtime: every call ends in blocking
 //! filesystem and pool work, so a worker pool is what an async server would need
@@ -33,6 +40,10 @@ pub use pool::ReadBuf;
 pub const MAX_RECORD_BYTES: usize = (1 << 20) + (64 << 10);
 pub const MAX_IN_FLIGHT: usize = 64;
 pub const MAX_CONNECTIONS: usize = 1024;
+/// Request bytes read and not yet answered, over all connections.
+pub const MAX_BUFFERED_BYTES: usize = 128 << 20;
+/// How long a record may wait for its next bytes once its mark has arrived.
+pub const STALLED_RECORD: std::time::Duration = std::time::Duration::from_secs(120);
 /// The record-marking bit of the last fragment of a record (RFC 5531 section 11).
 pub const LAST_FRAGMENT: u32 = 0x8000_0000;
 
@@ -156,8 +167,50 @@ fn write_all_vectored(w: &mut TcpStream, parts: &mut [IoSlice<'_>]) -> std::io::
 
 struct Job {
     conn: Arc<Conn>,
-    record: Vec<u8>,
+    record: Claimed,
     received: Instant,
+}
+
+/// The request bytes of every connection together (see the module comment).
+#[derive(Default)]
+struct Budget {
+    claimed: Mutex<usize>,
+    given_back: Condvar,
+}
+
+impl Budget {
+    fn claim(self: &Arc<Self>, bytes: usize) -> Claim {
+        assert!(bytes <= MAX_RECORD_BYTES, "a claim is at most one record");
+        let mut c = self.claimed.lock().unwrap();
+        while *c + bytes > MAX_BUFFERED_BYTES {
+            c = self.given_back.wait(c).unwrap();
+        }
+        *c += bytes;
+        Claim {
+            budget: self.clone(),
+            bytes,
+        }
+    }
+}
+
+/// Bytes taken from the budget, given back on drop.
+struct Claim {
+    budget: Arc<Budget>,
+    bytes: usize,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut c = self.budget.claimed.lock().unwrap();
+        *c -= self.bytes;
+        self.budget.given_back.notify_all();
+    }
+}
+
+/// A record read under a claim that covers it.
+struct Claimed {
+    record: Vec<u8>,
+    _claim: Option<Claim>,
 }
 
 /// A running RPC server; dropping it does not stop it, `stop` does.
@@ -179,6 +232,7 @@ impl RpcServer {
         workers: usize,
     ) -> std::io::Result<RpcServer> {
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let budget = Arc::new(Budget::default());
         let mut worker_threads = Vec::new();
         for i in 0..workers.max(1) {
             let rx = rx.clone();
@@ -188,9 +242,12 @@ impl RpcServer {
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
                         while let Ok(job) = rx.recv() {
-                            if let Some(reply) =
-                                answer_record(&*service, job.conn.peer, &job.record, job.received)
-                            {
+                            if let Some(reply) = answer_record(
+                                &*service,
+                                job.conn.peer,
+                                &job.record.record,
+                                job.received,
+                            ) {
                                 job.conn.send(&reply);
                             }
                             job.conn.finished_one();
@@ -209,10 +266,11 @@ impl RpcServer {
             let conns = conns.clone();
             let readers = readers.clone();
             let tx = tx.clone();
+            let budget = budget.clone();
             acceptors.push(
                 std::thread::Builder::new()
                     .name("rpc-accept".into())
-                    .spawn(move || accept_loop(listener, stopping, conns, readers, tx))?,
+                    .spawn(move || accept_loop(listener, stopping, conns, readers, tx, budget))?,
             );
         }
         Ok(RpcServer {
@@ -277,6 +335,7 @@ fn accept_loop(
     conns: Arc<Mutex<Vec<Arc<Conn>>>>,
     readers: Arc<Mutex<Vec<JoinHandle<()>>>>,
     tx: crossbeam_channel::Sender<Job>,
+    budget: Arc<Budget>,
 ) {
     let live = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
@@ -292,6 +351,8 @@ fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
+        // Idle connections wait for their next mark forever (see `read_record`).
+        let _ = stream.set_read_timeout(Some(STALLED_RECORD));
         let Ok(writer) = stream.try_clone() else {
             continue;
         };
@@ -310,11 +371,12 @@ fn accept_loop(
         live.fetch_add(1, Ordering::SeqCst);
         let tx = tx.clone();
         let live = live.clone();
+        let budget = budget.clone();
         let handle = std::thread::Builder::new()
             .name("rpc-conn".into())
             .spawn(move || {
                 tracing::debug!(%peer, "connected");
-                if let Err(e) = read_loop(stream, &conn, &tx) {
+                if let Err(e) = read_loop(stream, &conn, &tx, &budget) {
                     tracing::debug!(%peer, "connection closed: {e}");
                 }
                 // Replies to calls already read still go out; wait for them.
@@ -342,6 +404,7 @@ fn accept_loop(
 enum ReadEnd {
     Io(std::io::Error),
     TooLong(usize),
+    Stalled,
 }
 
 impl std::fmt::Display for ReadEnd {
@@ -349,6 +412,11 @@ impl std::fmt::Display for ReadEnd {
         match self {
             ReadEnd::Io(e) => write!(f, "{e}"),
             ReadEnd::TooLong(n) => write!(f, "record of {n} bytes or more is over the limit"),
+            ReadEnd::Stalled => write!(
+                f,
+                "a record's bytes stopped coming for {} s",
+                STALLED_RECORD.as_secs()
+            ),
         }
     }
 }
@@ -357,9 +425,10 @@ fn read_loop(
     mut stream: TcpStream,
     conn: &Arc<Conn>,
     tx: &crossbeam_channel::Sender<Job>,
+    budget: &Arc<Budget>,
 ) -> Result<(), ReadEnd> {
     loop {
-        let record = read_record(&mut stream)?;
+        let record = read_record(&mut stream, Some(budget))?;
         let received = Instant::now();
         {
             let mut n = conn.in_flight.lock().unwrap();
@@ -382,27 +451,73 @@ fn read_loop(
     }
 }
 
-/// Reads one record (all its fragments) into one buffer.
-fn read_record<R: Read>(stream: &mut R) -> Result<Vec<u8>, ReadEnd> {
+/// Reads one record (all its fragments) into one buffer, under a claim on `budget`
+/// when there is one. A read timeout (the socket's, if set) while waiting for the
+/// first byte of a record is no error: the connection is idle; anywhere else it is
+/// `Stalled`.
+fn read_record<R: Read>(stream: &mut R, budget: Option<&Arc<Budget>>) -> Result<Claimed, ReadEnd> {
     let mut record: Vec<u8> = Vec::new();
+    let mut claim = None;
     loop {
         let mut mark = [0u8; 4];
-        stream.read_exact(&mut mark).map_err(ReadEnd::Io)?;
+        read_mark(stream, &mut mark, record.is_empty())?;
         let mark = u32::from_be_bytes(mark);
         let len = (mark & !LAST_FRAGMENT) as usize;
         let total = record.len() + len;
         if total > MAX_RECORD_BYTES {
             return Err(ReadEnd::TooLong(total));
         }
+        if claim.is_none() {
+            if let Some(b) = budget {
+                // A record in several fragments may grow to the largest record.
+                let whole = if mark & LAST_FRAGMENT != 0 {
+                    len
+                } else {
+                    MAX_RECORD_BYTES
+                };
+                claim = Some(b.claim(whole));
+            }
+        }
         let start = record.len();
         record.resize(total, 0);
         stream
             .read_exact(&mut record[start..])
-            .map_err(ReadEnd::Io)?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => ReadEnd::Stalled,
+                _ => ReadEnd::Io(e),
+            })?;
         if mark & LAST_FRAGMENT != 0 {
-            return Ok(record);
+            return Ok(Claimed {
+                record,
+                _claim: claim,
+            });
         }
     }
+}
+
+/// Reads a 4-byte record mark; an idle timeout before its first byte (`idle_ok`) only
+/// means the client has nothing to say yet.
+fn read_mark<R: Read>(stream: &mut R, mark: &mut [u8; 4], idle_ok: bool) -> Result<(), ReadEnd> {
+    let mut got = 0;
+    while got < 4 {
+        match stream.read(&mut mark[got..]) {
+            Ok(0) => return Err(ReadEnd::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if !(idle_ok && got == 0) {
+                    return Err(ReadEnd::Stalled);
+                }
+            }
+            Err(e) => return Err(ReadEnd::Io(e)),
+        }
+    }
+    Ok(())
 }
 
 /// The RPC-level answer to a record (errors of the header itself, or the service's):
@@ -503,8 +618,12 @@ impl RpcClient {
 
 /// Reads one whole record (a reply, for clients) from `r`, fragments joined.
 pub fn read_reply_record<R: Read>(r: &mut R) -> std::io::Result<Vec<u8>> {
-    read_record(r).map_err(|e| match e {
-        ReadEnd::Io(e) => e,
-        ReadEnd::TooLong(n) => std::io::Error::other(format!("reply of {n} bytes is too long")),
-    })
+    match read_record(r, None) {
+        Ok(c) => Ok(c.record),
+        Err(ReadEnd::Io(e)) => Err(e),
+        Err(ReadEnd::TooLong(n)) => Err(std::io::Error::other(format!(
+            "reply of {n} bytes is too long"
+        ))),
+        Err(ReadEnd::Stalled) => Err(std::io::ErrorKind::TimedOut.into()),
+    }
 }

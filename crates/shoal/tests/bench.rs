@@ -7,19 +7,8 @@ use common::*;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use std::process::{Command, Stdio};
 
 /// `shoal serve` sharing tank/b to root (no_root_squash) with a small ARC; returns
 /// the process, the NFS address and the API address.
@@ -48,22 +37,6 @@ fn serve(dir: &Path, arc: &str) -> (Kill, String, String) {
         format!("127.0.0.1:{nfs}"),
         format!("http://127.0.0.1:{api}"),
     )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// An agent process on a kernel-chosen port; returns it and its address.

@@ -3,8 +3,10 @@
 
 #![allow(dead_code)]
 
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 pub fn shoal(state: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_shoal"))
@@ -65,4 +67,137 @@ pub fn pjdfstest_binary() -> PathBuf {
         "pjdfstest is not installed: run .ci/test-deps.sh (or set PJDFSTEST)"
     );
     cargo_bin
+}
+
+/// A child process killed when the test lets go of it.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `shoal serve` as a process on fixed loopback ports, so it can be killed and
+/// started again where clients left it; its log (stderr) is appended to `log`.
+pub struct Served {
+    child: Option<Child>,
+    pub state: PathBuf,
+    pub log: PathBuf,
+    pub nfs_port: u16,
+    pub api_port: u16,
+    args: Vec<String>,
+}
+
+impl Served {
+    /// Starts `shoal serve ARGS` (the ports are chosen here) and waits until it listens.
+    pub fn start(state: &Path, log: &Path, args: &[&str]) -> Served {
+        let mut s = Served {
+            child: None,
+            state: state.to_path_buf(),
+            log: log.to_path_buf(),
+            nfs_port: free_port(),
+            api_port: free_port(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{}", self.nfs_port),
+                "--api",
+                &format!("127.0.0.1:{}", self.api_port),
+            ])
+            .args(&self.args)
+            .env("SHOAL_STATE_DIR", &self.state)
+            .env("SHOAL_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_listening(self.nfs_port);
+        wait_listening(self.api_port);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL: no drain, no commit.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Kills the daemon if it runs and starts it again on the same ports.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// SIGTERM and wait: the daemon must exit cleanly.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            signal(&c, "TERM");
+            let status = c.wait().unwrap();
+            assert!(status.success(), "shoal serve exited with {status}");
+        }
+    }
+
+    pub fn nfs(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.nfs_port))
+    }
+
+    pub fn api_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.api_port)
+    }
+
+    /// GET on the admin API: status and body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        match ureq::get(&self.api_url(path)).call() {
+            Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
+            Err(ureq::Error::StatusCode(code)) => (code, String::new()),
+            Err(e) => panic!("GET {path}: {e}"),
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.kill9();
+    }
 }

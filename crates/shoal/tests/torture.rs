@@ -1,0 +1,857 @@
+//! Torture: the running daemon (`shoal serve`, a real process) under many pipelined
+//! clients, killed with SIGKILL at random moments, with corrupted blocks under it, on
+//! a full pool, and facing clients its exports refuse. Every test checks that nothing
+//! acknowledged is lost, byte for byte.
+//!
+//! CI runs the short forms; `SHOAL_SOAK=1` runs the soak: 10 minutes of load and 50
+//! kills (`docs/reliability.md` has the commands and the figures).
+
+mod common;
+use common::*;
+
+use bench::client::{mount, root_credential, Connection, Fh, Nfs3, NfsStatus, Stable, Target};
+use nfs::proto::{NFS_PROGRAM, NFS_V3};
+use nfs::xdr::{Decoder, Encoder};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn soak() -> bool {
+    std::env::var_os("SHOAL_SOAK").is_some_and(|v| v != "0")
+}
+
+fn target(s: &Served) -> Target {
+    Target {
+        nfs: s.nfs(),
+        mount: s.nfs(),
+        bind: None,
+    }
+}
+
+fn status<T>(r: anyhow::Result<T>) -> Option<u32> {
+    match r {
+        Ok(_) => Some(0),
+        Err(e) => NfsStatus::of(&e),
+    }
+}
+
+/// Deterministic bytes for (stream, offset): what a block must read back as.
+fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ offset;
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A small xorshift generator for choices (offsets, sizes, when to kill).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("SHOAL_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("torture seed {s} (SHOAL_TORTURE_SEED={s} repeats the choices)");
+    s | 1
+}
+
+/// Where tests leave their figures: `target/artifacts/torture/NAME.json`.
+fn save_figures(name: &str, v: &Value) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/artifacts/torture");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = serde_json::to_string_pretty(v).unwrap();
+    std::fs::write(dir.join(format!("{name}.json")), &text).unwrap();
+    println!("{text}");
+}
+
+/// The daemon's resident memory, from /proc.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The sum of a metric's samples in `/metrics` (over its labels).
+fn metric(s: &Served, name: &str) -> u64 {
+    let (_, text) = s.get("/metrics");
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Skips a wcc_data (pre-op and post-op attributes) in a reply.
+fn skip_wcc(d: &mut Decoder<'_>) {
+    if d.bool().unwrap() {
+        d.fixed(24).unwrap();
+    }
+    skip_post_op_attr(d);
+}
+
+fn skip_post_op_attr(d: &mut Decoder<'_>) {
+    if d.bool().unwrap() {
+        d.fixed(84).unwrap();
+    }
+}
+
+/// A WRITE's status, and on success its `committed` level and verifier.
+fn write_result(reply: &bench::client::Reply, len: usize) -> Result<(u32, [u8; 8]), u32> {
+    let mut d = reply.decoder();
+    let st = d.u32().unwrap();
+    skip_wcc(&mut d);
+    if st != 0 {
+        return Err(st);
+    }
+    let count = d.u32().unwrap() as usize;
+    assert_eq!(count, len, "a short WRITE");
+    let committed = d.u32().unwrap();
+    Ok((committed, d.fixed(8).unwrap().try_into().unwrap()))
+}
+
+fn start_write(
+    conn: &Connection,
+    fh: &Fh,
+    offset: u64,
+    data: &[u8],
+    stable: Stable,
+) -> anyhow::Result<bench::client::Call> {
+    conn.start(NFS_PROGRAM, NFS_V3, 7, |e| {
+        e.opaque(&fh.0)
+            .u64(offset)
+            .u32(data.len() as u32)
+            .u32(stable as u32)
+            .opaque(data);
+    })
+}
+
+/// COMMIT of the whole file: the status and verifier.
+fn commit(conn: &Connection, fh: &Fh) -> anyhow::Result<Result<[u8; 8], u32>> {
+    let r = conn.call(NFS_PROGRAM, NFS_V3, 21, |e| {
+        e.opaque(&fh.0).u64(0).u32(0);
+    })?;
+    let mut d = r.decoder();
+    let st = d.u32().unwrap();
+    skip_wcc(&mut d);
+    Ok(if st == 0 {
+        Ok(d.fixed(8).unwrap().try_into().unwrap())
+    } else {
+        Err(st)
+    })
+}
+
+/// Reads `len` bytes at `offset` whole (several READs if need be).
+fn read_all(nfs: &Nfs3, fh: &Fh, offset: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let want = (len - out.len()).min(1 << 20) as u32;
+        let r = nfs
+            .read(fh, offset + out.len() as u64, want)
+            .unwrap_or_else(|e| panic!("READ at {}: {e:#}", offset + out.len() as u64));
+        if r.bytes().is_empty() {
+            break;
+        }
+        out.extend_from_slice(r.bytes());
+    }
+    out
+}
+
+/// Pool `tank` from `layout` devices of `size`, with each dataset of `datasets` made.
+fn tank(dir: &Path, size: &str, layout: &[&str], datasets: &[&str]) -> std::path::PathBuf {
+    let state = dir.join("state");
+    create_tank(&state, dir, size, layout);
+    for d in datasets {
+        ok(&state, &["fs", "create", d]);
+    }
+    state
+}
+
+/// Sums of `nfs.refusals[reason]` since the daemon started, by reason.
+fn refusals(s: &Served) -> BTreeMap<String, u64> {
+    let (code, body) = s.get(&format!(
+        "/api/v1/analytics/data?name=nfs.refusals%5Breason%5D&start=0&end={}&resolution=second",
+        u64::MAX / 2
+    ));
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let mut by = BTreeMap::new();
+    for p in v["points"].as_array().unwrap() {
+        for k in p["breakdown"].as_array().into_iter().flatten() {
+            *by.entry(k["key"].as_str().unwrap().to_string())
+                .or_default() += k["count"].as_u64().unwrap();
+        }
+    }
+    by
+}
+
+#[test]
+fn export_rules_refuse_log_and_count_every_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tank(
+        dir.path(),
+        "128M",
+        &["mirror", "a", "b"],
+        &["tank/nobody", "tank/ro", "tank/squash", "tank/private"],
+    );
+    let served = Served::start(
+        &state,
+        &dir.path().join("serve.log"),
+        &[
+            "--share",
+            "tank/nobody=10.9.9.9(rw)",
+            "--share",
+            "tank/ro=127.0.0.1(ro)",
+            "--share",
+            "tank/squash=*(rw)",
+        ],
+    );
+    let t = target(&served);
+    let root = root_credential("torture");
+    let nfs = Nfs3::connect(&t, root.clone()).unwrap();
+
+    // An unlisted client, a path that leaves the export, a dataset not shared.
+    assert_eq!(status(mount(&t, "/tank/nobody", root.clone())), Some(13));
+    assert_eq!(
+        status(mount(&t, "/tank/squash/../private", root.clone())),
+        Some(13)
+    );
+    assert_eq!(status(mount(&t, "/tank/private", root.clone())), Some(2));
+    // A read-only client writing.
+    let ro = mount(&t, "/tank/ro", root.clone()).unwrap();
+    assert_eq!(status(nfs.create(&ro, "new", false)), Some(30), "ROFS");
+    // A squashed root writing the root-owned 0755 root directory.
+    let sq = mount(&t, "/tank/squash", root.clone()).unwrap();
+    assert_eq!(status(nfs.create(&sq, "new", false)), Some(13), "ACCES");
+    // A forged handle: one flipped bit.
+    let mut forged = sq.clone();
+    forged.0[10] ^= 0x04;
+    assert_eq!(status(nfs.getattr(&forged)), Some(10001), "BADHANDLE");
+    // Nothing was made.
+    assert!(nfs.lookup(&ro, "new").unwrap().is_none());
+    assert!(nfs.lookup(&sq, "new").unwrap().is_none());
+
+    let want: BTreeMap<String, u64> = [
+        "bad_handle",
+        "not_allowed",
+        "not_exported",
+        "path_escape",
+        "read_only",
+        "root_squashed",
+    ]
+    .iter()
+    .map(|r| (r.to_string(), 1))
+    .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = refusals(&served);
+    while got != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        got = refusals(&served);
+    }
+    assert_eq!(got, want, "nfs.refusals[reason]");
+    let (_, metrics) = served.get("/metrics");
+    assert!(
+        metrics.contains("shoal_nfs_refusals_total{reason=\"read_only\"} 1"),
+        "{metrics}"
+    );
+    let log = served.log_text();
+    for reason in want.keys() {
+        let logged = log
+            .lines()
+            .any(|l| l.contains("refused") && l.contains(reason.as_str()));
+        assert!(logged, "no log line for {reason}:\n{log}");
+    }
+}
+
+/// One pipelined client of the load test: its own directory and file, a region read
+/// back against what preparation wrote, a region written at random, and metadata.
+struct LoadClient {
+    conn: Connection,
+    dir: Fh,
+    file: Fh,
+    seed: u64,
+}
+
+const READ_REGION: u64 = 1 << 20;
+const WRITE_REGION: u64 = 1 << 20;
+const LOAD_IO: usize = 32 << 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum LoadOp {
+    Read,
+    Write,
+    Getattr,
+    Lookup,
+    Create,
+    Remove,
+    Readdirplus,
+    Commit,
+}
+
+const LOAD_CYCLE: [LoadOp; 8] = [
+    LoadOp::Write,
+    LoadOp::Read,
+    LoadOp::Getattr,
+    LoadOp::Create,
+    LoadOp::Read,
+    LoadOp::Lookup,
+    LoadOp::Remove,
+    LoadOp::Readdirplus,
+];
+
+/// Latencies in microseconds per operation, and the blocks written (to check after).
+#[derive(Default)]
+struct LoadTally {
+    latency_us: BTreeMap<LoadOp, Vec<u32>>,
+    written: std::collections::BTreeSet<u64>,
+    ops: u64,
+}
+
+fn run_load_client(
+    c: &LoadClient,
+    depth: usize,
+    deadline: Instant,
+    rng: &mut Rng,
+) -> anyhow::Result<LoadTally> {
+    let mut tally = LoadTally::default();
+    let mut window: VecDeque<(LoadOp, u64, Instant, bench::client::Call)> = VecDeque::new();
+    let mut k: u64 = 0;
+    let mut created: VecDeque<u64> = VecDeque::new();
+    loop {
+        while window.len() < depth && Instant::now() < deadline {
+            let mut op = LOAD_CYCLE[(k % LOAD_CYCLE.len() as u64) as usize];
+            if op == LoadOp::Remove && created.len() < 2 * depth {
+                op = LoadOp::Commit;
+            }
+            let mut arg = 0;
+            let call = match op {
+                LoadOp::Read => {
+                    arg = rng.below(READ_REGION / LOAD_IO as u64) * LOAD_IO as u64;
+                    c.conn.start(NFS_PROGRAM, NFS_V3, 6, |e| {
+                        e.opaque(&c.file.0).u64(arg).u32(LOAD_IO as u32);
+                    })?
+                }
+                LoadOp::Write => {
+                    arg = READ_REGION + rng.below(WRITE_REGION / LOAD_IO as u64) * LOAD_IO as u64;
+                    let data = pattern(c.seed, arg, LOAD_IO);
+                    start_write(&c.conn, &c.file, arg, &data, Stable::Unstable)?
+                }
+                LoadOp::Getattr => c.conn.start(NFS_PROGRAM, NFS_V3, 1, |e| {
+                    e.opaque(&c.file.0);
+                })?,
+                LoadOp::Lookup => c.conn.start(NFS_PROGRAM, NFS_V3, 3, |e| {
+                    e.opaque(&c.dir.0).opaque(b"f");
+                })?,
+                LoadOp::Create => {
+                    arg = k;
+                    created.push_back(k);
+                    c.conn.start(NFS_PROGRAM, NFS_V3, 8, |e| {
+                        e.opaque(&c.dir.0).opaque(format!("t{arg}").as_bytes());
+                        e.u32(1); // GUARDED: a name made twice would be an error
+                        nfs::proto::encode_sattr(e, &nfs::proto::Sattr::default());
+                    })?
+                }
+                LoadOp::Remove => {
+                    // Made at least two windows ago, so its CREATE has been answered.
+                    arg = created.pop_front().unwrap();
+                    c.conn.start(NFS_PROGRAM, NFS_V3, 12, |e| {
+                        e.opaque(&c.dir.0).opaque(format!("t{arg}").as_bytes());
+                    })?
+                }
+                LoadOp::Readdirplus => c.conn.start(NFS_PROGRAM, NFS_V3, 17, |e| {
+                    e.opaque(&c.dir.0)
+                        .u64(0)
+                        .fixed(&[0; 8])
+                        .u32(4096)
+                        .u32(16384);
+                })?,
+                LoadOp::Commit => c.conn.start(NFS_PROGRAM, NFS_V3, 21, |e| {
+                    e.opaque(&c.file.0).u64(0).u32(0);
+                })?,
+            };
+            if op == LoadOp::Write {
+                tally.written.insert(arg);
+            }
+            window.push_back((op, arg, Instant::now(), call));
+            k += 1;
+        }
+        let Some((op, arg, sent, call)) = window.pop_front() else {
+            return Ok(tally);
+        };
+        let reply = call.wait()?;
+        let us = sent.elapsed().as_micros().min(u32::MAX as u128) as u32;
+        tally.latency_us.entry(op).or_default().push(us);
+        tally.ops += 1;
+        let mut d = reply.decoder();
+        let st = d.u32()?;
+        anyhow::ensure!(st == 0, "{op:?} ({arg}) answered NFS status {st}");
+        if op == LoadOp::Read {
+            skip_post_op_attr(&mut d);
+            let count = d.u32()? as usize;
+            let _eof = d.bool()?;
+            let data = d.opaque(LOAD_IO)?;
+            anyhow::ensure!(count == LOAD_IO, "short READ at {arg}");
+            anyhow::ensure!(
+                data == pattern(c.seed, arg, LOAD_IO).as_slice(),
+                "READ at {arg} returned other bytes"
+            );
+        }
+    }
+}
+
+fn percentiles(v: &mut [u32]) -> Value {
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    json!({
+        "count": v.len(),
+        "p50_us": at(0.5),
+        "p90_us": at(0.9),
+        "p99_us": at(0.99),
+        "p999_us": at(0.999),
+        "max_us": v[v.len() - 1],
+    })
+}
+
+/// The documented memory bound over the ARC maximum (`docs/reliability.md`): dirty
+/// data of the open and of the syncing transaction group, the NFS request budget, and
+/// 256 MiB for the rest (code, threads, metadata, analytics, allocator slack).
+fn rss_over_arc() -> u64 {
+    2 * pool::PoolOptions::default().dirty_max_bytes
+        + nfs::transport::MAX_BUFFERED_BYTES as u64
+        + (256 << 20)
+}
+
+#[test]
+fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
+    let connections = 256;
+    let depth = 16;
+    let seconds = std::env::var("SHOAL_TORTURE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if soak() { 600 } else { 60 });
+    let arc: u64 = 256 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let state = tank(dir.path(), "1G", &["raidz1", "a", "b", "c"], &["tank/load"]);
+    let served = Served::start(
+        &state,
+        &dir.path().join("serve.log"),
+        &[
+            "--share",
+            "tank/load=*(rw,no_root_squash)",
+            "--arc-max",
+            "256M",
+        ],
+    );
+    let t = target(&served);
+    let root = mount(&t, "/tank/load", root_credential("torture")).unwrap();
+    let base = seed();
+
+    // Each client's directory and file, its read region written and committed.
+    let clients: Vec<LoadClient> = {
+        let made = Mutex::new(Vec::new());
+        let next = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= connections as u64 {
+                            break;
+                        }
+                        let d = nfs.mkdir_p(&root, &format!("c{i}")).unwrap();
+                        let f = nfs.create(&d, "f", true).unwrap();
+                        let seed = base ^ (i << 40);
+                        let mut window = VecDeque::new();
+                        for off in (0..READ_REGION).step_by(LOAD_IO) {
+                            let data = pattern(seed, off, LOAD_IO);
+                            window.push_back(
+                                nfs.start_write(&f, off, &data, Stable::Unstable).unwrap(),
+                            );
+                            if window.len() >= 8 {
+                                let r = window.pop_front().unwrap().wait().unwrap();
+                                Nfs3::finish_write(r, LOAD_IO, Stable::Unstable).unwrap();
+                            }
+                        }
+                        for w in window {
+                            Nfs3::finish_write(w.wait().unwrap(), LOAD_IO, Stable::Unstable)
+                                .unwrap();
+                        }
+                        nfs.commit(&f).unwrap();
+                        made.lock().unwrap().push((i, d, f, seed));
+                    }
+                });
+            }
+        });
+        let mut made = made.into_inner().unwrap();
+        made.sort_by_key(|m| m.0);
+        made.into_iter()
+            .map(|(_, dir, file, seed)| LoadClient {
+                conn: Connection::connect(t.nfs, None, root_credential("torture")).unwrap(),
+                dir,
+                file,
+                seed,
+            })
+            .collect()
+    };
+
+    let pid = served.pid();
+    let done = AtomicBool::new(false);
+    let rss_max = AtomicU64::new(0);
+    let arc_size_max = AtomicU64::new(0);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    let results: Vec<anyhow::Result<LoadTally>> = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut ticks = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                rss_max.fetch_max(rss_bytes(pid), Ordering::Relaxed);
+                if ticks % 5 == 0 {
+                    let arc = metric(&served, "shoal_arc_size_bytes");
+                    arc_size_max.fetch_max(arc, Ordering::Relaxed);
+                }
+                ticks += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let handles: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                std::thread::Builder::new()
+                    .stack_size(256 << 10)
+                    .spawn_scoped(s, move || {
+                        let mut rng = Rng(base ^ (i as u64 * 0x51ed_2701) | 1);
+                        run_load_client(c, depth, deadline, &mut rng)
+                    })
+                    .unwrap()
+            })
+            .collect();
+        let r = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        done.store(true, Ordering::Relaxed);
+        r
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+
+    let mut errors = Vec::new();
+    let mut all: BTreeMap<LoadOp, Vec<u32>> = BTreeMap::new();
+    let mut ops = 0;
+    let mut written = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(t) => {
+                ops += t.ops;
+                for (op, mut v) in t.latency_us {
+                    all.entry(op).or_default().append(&mut v);
+                }
+                written.push(t.written);
+            }
+            Err(e) => errors.push(format!("client {i}: {e:#}")),
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "{} clients failed: {errors:?}",
+        errors.len()
+    );
+
+    // What was written reads back: each written block its pattern, the rest zeros.
+    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    for (c, blocks) in clients.iter().zip(&written) {
+        let got = read_all(&nfs, &c.file, READ_REGION, WRITE_REGION as usize);
+        for (j, chunk) in got.chunks(LOAD_IO).enumerate() {
+            let off = READ_REGION + (j * LOAD_IO) as u64;
+            if blocks.contains(&off) {
+                assert!(
+                    chunk == pattern(c.seed, off, LOAD_IO),
+                    "block {off} differs"
+                );
+            } else {
+                assert!(
+                    chunk.iter().all(|&b| b == 0),
+                    "unwritten block {off} is not zero"
+                );
+            }
+        }
+    }
+    let rss = rss_max.load(Ordering::Relaxed);
+    let mut latency = serde_json::Map::new();
+    for (op, v) in all.iter_mut() {
+        latency.insert(format!("{op:?}").to_lowercase(), percentiles(v));
+    }
+    save_figures(
+        "load",
+        &json!({
+            "connections": connections,
+            "depth": depth,
+            "seconds": elapsed,
+            "operations": ops,
+            "operations_per_second": ops as f64 / elapsed,
+            "errors": 0,
+            "rss_max_bytes": rss,
+            "arc_size_max_bytes": arc_size_max.load(Ordering::Relaxed),
+            "arc_max_bytes": arc,
+            "rss_bound_bytes": arc + rss_over_arc(),
+            "latency": latency,
+        }),
+    );
+    assert!(rss > 0, "RSS was never read");
+    assert!(
+        rss <= arc + rss_over_arc(),
+        "RSS {} MiB over the bound {} MiB",
+        rss >> 20,
+        (arc + rss_over_arc()) >> 20
+    );
+}
+
+/// A write the server acknowledged as stable (FILE_SYNC, DATA_SYNC, or UNSTABLE and
+/// then a COMMIT with the same verifier).
+#[derive(Clone, Copy)]
+struct Acked {
+    /// Restarts before the acknowledgement.
+    generation: u64,
+    stable: Stable,
+    file: usize,
+    offset: u64,
+    len: usize,
+}
+
+/// A writer of the kill test: appends blocks of varied, unaligned sizes to its own
+/// file, 8 in flight, never writing any byte twice; reconnects with the same handle
+/// whenever the daemon dies. Returns the writes acknowledged as stable and how many
+/// were acknowledged after each restart.
+fn kill_test_writer(
+    t: &Target,
+    file_index: usize,
+    fh: &Fh,
+    seed: u64,
+    stop: &AtomicBool,
+    restarts: &AtomicU64,
+    acked_after_restart: &Mutex<BTreeMap<u64, u64>>,
+) -> Vec<Acked> {
+    let mut rng = Rng(seed | 1);
+    let mut acked = Vec::new();
+    let mut offset = 0u64;
+    let mut conn: Option<Connection> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let c = match &conn {
+            Some(c) => c,
+            None => match Connection::connect(t.nfs, None, root_credential("torture")) {
+                Ok(c) => conn.insert(c),
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            },
+        };
+        let generation = restarts.load(Ordering::SeqCst);
+        let stable = match rng.below(3) {
+            0 => Stable::FileSync,
+            1 => Stable::DataSync,
+            _ => Stable::Unstable,
+        };
+        // A batch of 8 writes in flight.
+        let mut batch = Vec::new();
+        let mut failed = false;
+        for _ in 0..8 {
+            let len = 1 + rng.below(32 << 10) as usize;
+            let data = pattern(seed, offset, len);
+            match start_write(c, fh, offset, &data, stable) {
+                Ok(call) => batch.push((offset, len, call)),
+                Err(_) => failed = true,
+            }
+            offset += len as u64;
+        }
+        let mut done = Vec::new();
+        let mut verifiers = Vec::new();
+        for (off, len, call) in batch {
+            match call.wait() {
+                Ok(reply) => match write_result(&reply, len) {
+                    Ok((committed, verf)) => {
+                        assert!(committed >= stable as u32, "WRITE less stable than asked");
+                        verifiers.push(verf);
+                        done.push(Acked {
+                            generation,
+                            stable,
+                            file: file_index,
+                            offset: off,
+                            len,
+                        });
+                    }
+                    Err(st) => panic!("WRITE at {off} answered NFS status {st}"),
+                },
+                Err(_) => failed = true,
+            }
+        }
+        if failed && stable == Stable::Unstable {
+            // Answered UNSTABLE and never committed: not acknowledged as stable.
+            done.clear();
+        } else if stable == Stable::Unstable {
+            match commit(c, fh) {
+                Ok(Ok(verf)) => {
+                    // Writes made under another server instance must be sent again;
+                    // these are simply not counted (their bytes are never rewritten).
+                    done.retain(|_| verifiers.iter().all(|v| *v == verf));
+                }
+                Ok(Err(st)) => panic!("COMMIT answered NFS status {st}"),
+                Err(_) => {
+                    failed = true;
+                    done.clear();
+                }
+            }
+        }
+        if !done.is_empty() {
+            *acked_after_restart
+                .lock()
+                .unwrap()
+                .entry(generation)
+                .or_default() += done.len() as u64;
+        }
+        acked.extend(done);
+        if failed {
+            conn = None;
+        }
+        // Paced, so the soak's hour of kills fits its pool.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    acked
+}
+
+#[test]
+fn kill_9_under_load_loses_no_acknowledged_write() {
+    let kills = std::env::var("SHOAL_TORTURE_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if soak() { 50 } else { 5 });
+    let writers = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let size = if soak() { "4G" } else { "1G" };
+    let state = tank(dir.path(), size, &["raidz1", "a", "b", "c"], &["tank/k"]);
+    let mut served = Served::start(
+        &state,
+        &dir.path().join("serve.log"),
+        &["--share", "tank/k=*(rw,no_root_squash)"],
+    );
+    let t = target(&served);
+    let root = mount(&t, "/tank/k", root_credential("torture")).unwrap();
+    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let files: Vec<Fh> = (0..writers)
+        .map(|i| nfs.create(&root, &format!("w{i}"), true).unwrap())
+        .collect();
+    nfs.commit(&files[0]).unwrap();
+    drop(nfs);
+    let base = seed();
+    let mut rng = Rng(base);
+    let stop = AtomicBool::new(false);
+    let restarts = AtomicU64::new(0);
+    let per_generation = Mutex::new(BTreeMap::new());
+    let acked: Vec<Acked> = std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .iter()
+            .enumerate()
+            .map(|(i, fh)| {
+                let (t, stop, restarts, per_generation) = (&t, &stop, &restarts, &per_generation);
+                s.spawn(move || {
+                    kill_test_writer(
+                        t,
+                        i,
+                        fh,
+                        base ^ ((i as u64 + 1) << 48),
+                        stop,
+                        restarts,
+                        per_generation,
+                    )
+                })
+            })
+            .collect();
+        if kills == 0 {
+            std::thread::sleep(Duration::from_secs(8));
+        }
+        for _ in 0..kills {
+            std::thread::sleep(Duration::from_millis(300 + rng.below(2500)));
+            served.kill9();
+            restarts.fetch_add(1, Ordering::SeqCst);
+            served.restart();
+        }
+        // Clients carry on after the last restart, then stop.
+        std::thread::sleep(Duration::from_millis(1500));
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    // Kill once more so what is read back comes from the pool and its log, not memory.
+    served.kill9();
+    served.restart();
+
+    let per_generation = per_generation.into_inner().unwrap();
+    for g in 0..=kills as u64 {
+        assert!(
+            per_generation.get(&g).copied().unwrap_or(0) > 0,
+            "no write was acknowledged after restart {g}: {per_generation:?}"
+        );
+    }
+    // The same handles, never looked up again, read back every acknowledged byte.
+    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let mut bytes = 0u64;
+    for a in &acked {
+        let want = pattern(base ^ ((a.file as u64 + 1) << 48), a.offset, a.len);
+        let got = read_all(&nfs, &files[a.file], a.offset, a.len);
+        if got != want {
+            let first = got.iter().zip(&want).position(|(g, w)| g != w);
+            let size = nfs.getattr(&files[a.file]).unwrap().size;
+            let zeros = got.iter().filter(|&&b| b == 0).count();
+            let kept = dir.keep();
+            panic!(
+                "file w{} bytes {}..{} ({:?}, after restart {}) acknowledged as stable read back differently: \
+                 {} bytes read, first difference at +{first:?}, {zeros} zero bytes, file size \
+                 {size}; pool and log kept in {}",
+                a.file,
+                a.offset,
+                a.offset + a.len as u64,
+                a.stable,
+                a.generation,
+                got.len(),
+                kept.display()
+            );
+        }
+        bytes += a.len as u64;
+    }
+    served.stop();
+    save_figures(
+        "kill9",
+        &json!({
+            "kills": kills,
+            "writers": writers,
+            "acknowledged_writes": acked.len(),
+            "acknowledged_bytes": bytes,
+            "acknowledged_per_server_instance": per_generation,
+            "lost": 0,
+        }),
+    );
+}
