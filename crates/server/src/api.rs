@@ -33,6 +33,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/pools/{pool}", get(pool))
         .route("/api/v1/pools/{pool}/scrub", post(scrub))
         .route("/api/v1/pools/{pool}/check", get(check))
+        .route("/api/v1/pools/{pool}/inject", post(inject))
         .route(
             "/api/v1/filesystems",
             get(filesystems).post(create_filesystem),
@@ -382,6 +383,58 @@ async fn scrub(
         let summary = p.scrub(&|_| {})?;
         p.storage.flush_all();
         Ok(summary)
+    })
+    .await
+}
+
+/// A fault to inject into one device of a pool (`shoal serve --fault-injection`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Injection {
+    /// The device's path as pool status shows it.
+    pub device: String,
+    /// `fail`: every I/O of the device fails; `none`: it works again.
+    pub fault: String,
+}
+
+async fn inject(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+    Body(body): Body<Injection>,
+) -> ApiResult<Injection> {
+    blocking(move || {
+        let p = s.pool(&name)?;
+        let failed = match body.fault.as_str() {
+            "fail" => true,
+            "none" => false,
+            other => {
+                return Err(ApiError::bad(format!(
+                    "unknown fault '{other}' (known: fail, none)"
+                )))
+            }
+        };
+        if !vdev::fault_injection::enabled() {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "fault injection is off: start shoal serve with --fault-injection",
+            ));
+        }
+        let status = p.status();
+        let member = status
+            .vdevs
+            .iter()
+            .flat_map(|v| &v.children)
+            .any(|l| l.path == body.device);
+        let injector = vdev::fault_injection::find(&body.device).filter(|_| member);
+        let Some(injector) = injector else {
+            return Err(ApiError::not_found(format!(
+                "pool '{name}' has no device '{}' opened with fault injection",
+                body.device
+            )));
+        };
+        injector.set_failed(failed);
+        tracing::warn!(pool = %name, device = %body.device, fault = %body.fault, "fault injected");
+        Ok(body)
     })
     .await
 }

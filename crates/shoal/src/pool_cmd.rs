@@ -201,6 +201,13 @@ pub(crate) fn simulate_disks(speed: vdev::SpeedLimit) {
     let _ = SIMULATED_DISK.set(speed);
 }
 
+static FAULT_INJECTION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `shoal serve --fault-injection`: devices the daemon opens can be failed through the API.
+pub(crate) fn enable_fault_injection() {
+    FAULT_INJECTION.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 fn simulated_disk(dev: Arc<dyn Device>) -> Arc<dyn Device> {
     match SIMULATED_DISK.get() {
         Some(speed) => Arc::new(vdev::ThrottledDevice::new(dev, *speed)),
@@ -348,10 +355,16 @@ fn open_registered_with(name: &str, options: PoolOptions) -> Result<Arc<Pool>> {
     let mut devices = Vec::new();
     for p in paths {
         match FileDevice::open(Path::new(p)) {
-            Ok(d) => devices.push(DeviceArg {
-                path: p.clone(),
-                device: simulated_disk(Arc::new(d)),
-            }),
+            Ok(d) => {
+                let mut device = simulated_disk(Arc::new(d));
+                if FAULT_INJECTION.load(std::sync::atomic::Ordering::SeqCst) {
+                    device = vdev::fault_injection::register(p, device);
+                }
+                devices.push(DeviceArg {
+                    path: p.clone(),
+                    device,
+                })
+            }
             Err(e) => eprintln!("warning: cannot open {p}: {e}"),
         }
     }

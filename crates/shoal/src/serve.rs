@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// scaling experiments with `shoal bench`; never for real service).
     #[arg(long, value_parser = |s: &str| vdev::SpeedLimit::parse(s))]
     simulate_disk: Option<vdev::SpeedLimit>,
+    /// Let the admin API fail and revive devices (`POST /api/v1/pools/POOL/inject`),
+    /// for fault testing; never for real service.
+    #[arg(long)]
+    fault_injection: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -53,6 +57,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Some(speed) = args.simulate_disk {
         crate::pool_cmd::simulate_disks(speed);
         eprintln!("shoal: every device is a simulated disk of {speed}");
+    }
+    if args.fault_injection {
+        crate::pool_cmd::enable_fault_injection();
+        eprintln!("shoal: fault injection is on: the API can fail devices");
     }
     let mut config = match &args.config {
         Some(p) => {

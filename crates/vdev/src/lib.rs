@@ -4,6 +4,7 @@
 
 pub mod aligned;
 pub mod device;
+pub mod fault_injection;
 pub mod file_device;
 pub mod label;
 pub mod raidz_map;
@@ -14,6 +15,7 @@ pub mod tree;
 
 pub use aligned::AlignedBuf;
 pub use device::{Device, IoMode, SECTOR_SIZE};
+pub use fault_injection::FaultInjector;
 pub use file_device::FileDevice;
 pub use sim_device::{CrashClock, CrashPolicy, Fault, SimDevice, SpeedLimit};
 pub use throttled_device::ThrottledDevice;
