@@ -5,7 +5,8 @@
 # (nfs-cp, nfs-cat, nfs-ls: real NFS clients for the daemon's tests), and the kernel
 # NFS client harness (qemu, busybox, Debian's kernel unpacked), and for the browser
 # UI: Debian's chromium and the UI's npm packages (`npm ci` in ui/), and NFS-Ganesha
-# (with rpcbind) for the load generator's test against a second server. Idempotent.
+# (with rpcbind) for the load generator's test against a second server, and
+# schemathesis (pip) to fuzz the admin API from docs/openapi.json. Idempotent.
 set -euo pipefail
 PJDFSTEST_VERSION=0.2.2
 if ! dpkg -s libacl1-dev libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind >/dev/null 2>&1; then
@@ -15,6 +16,10 @@ fi
 command -v node npm >/dev/null || { echo "test-deps: node and npm are needed for the UI" >&2; exit 1; }
 (cd "$(dirname "$0")/../ui" && npm ci --no-audit --no-fund --loglevel=error)
 command -v nfs-cp nfs-cat nfs-ls ganesha.nfsd rpcbind >/dev/null
+if ! command -v st >/dev/null 2>&1; then
+    pip3 install -q schemathesis==4.32.5 2>/dev/null || pip3 install -q --break-system-packages schemathesis==4.32.5
+fi
+command -v st >/dev/null
 if [ ! -e /dev/fuse ]; then
     echo "test-deps: /dev/fuse is missing; the FUSE tests need it" >&2
     exit 1
