@@ -11,12 +11,12 @@ use common::*;
 
 use bench::client::{mount, root_credential, Connection, Fh, Nfs3, NfsStatus, Stable, Target};
 use nfs::proto::{NFS_PROGRAM, NFS_V3};
-use nfs::xdr::{Decoder, Encoder};
+use nfs::xdr::Decoder;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 fn soak() -> bool {
@@ -530,7 +530,7 @@ fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
             let mut ticks = 0u64;
             while !done.load(Ordering::Relaxed) {
                 rss_max.fetch_max(rss_bytes(pid), Ordering::Relaxed);
-                if ticks % 5 == 0 {
+                if ticks.is_multiple_of(5) {
                     let arc = metric(&served, "shoal_arc_size_bytes");
                     arc_size_max.fetch_max(arc, Ordering::Relaxed);
                 }
