@@ -309,6 +309,10 @@ fn read_replies(stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
+/// A server's write verifier (WRITE and COMMIT replies): it changes when the server
+/// restarts, so UNSTABLE data it had not committed may be gone.
+pub type Verifier = [u8; 8];
+
 /// An NFSv3 file handle.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Fh(pub Vec<u8>);
@@ -354,7 +358,8 @@ fn fattr(d: &mut Decoder<'_>) -> Result<Attr> {
     })
 }
 
-fn post_op_attr(d: &mut Decoder<'_>) -> Result<Option<Attr>> {
+/// post_op_attr: the attributes when the server sent them.
+pub fn post_op_attr(d: &mut Decoder<'_>) -> Result<Option<Attr>> {
     if d.bool()? {
         Ok(Some(fattr(d)?))
     } else {
@@ -362,7 +367,8 @@ fn post_op_attr(d: &mut Decoder<'_>) -> Result<Option<Attr>> {
     }
 }
 
-fn wcc_data(d: &mut Decoder<'_>) -> Result<Option<Attr>> {
+/// wcc_data: skips the pre-op attributes, returns the post-op ones.
+pub fn wcc_data(d: &mut Decoder<'_>) -> Result<Option<Attr>> {
     if d.bool()? {
         d.fixed(24)?; // pre_op_attr: size, mtime, ctime
     }
@@ -589,8 +595,10 @@ impl Nfs3 {
         })
     }
 
-    /// Checks a WRITE's reply: all bytes taken, at least as stable as asked.
-    pub fn finish_write(reply: Reply, len: usize, stable: Stable) -> Result<()> {
+    /// Checks a WRITE's reply: all bytes taken, at least as stable as asked. Returns
+    /// the server's write verifier (an UNSTABLE write is stable once a COMMIT answers
+    /// with the same one).
+    pub fn finish_write(reply: Reply, len: usize, stable: Stable) -> Result<Verifier> {
         let mut d = reply.decoder();
         status(&mut d).context("WRITE")?;
         wcc_data(&mut d)?;
@@ -605,7 +613,7 @@ impl Nfs3 {
                 stable as u32
             );
         }
-        Ok(())
+        Ok(d.fixed(8)?.try_into().unwrap())
     }
 
     pub fn write(&self, fh: &Fh, offset: u64, data: &[u8], stable: Stable) -> Result<()> {
@@ -614,14 +622,23 @@ impl Nfs3 {
             data.len(),
             stable,
         )
+        .map(|_| ())
     }
 
     pub fn commit(&self, fh: &Fh) -> Result<()> {
+        self.commit_verifier(fh).map(|_| ())
+    }
+
+    /// COMMIT of the whole file; returns the server's write verifier.
+    pub fn commit_verifier(&self, fh: &Fh) -> Result<Verifier> {
         let r = self.call(procs::COMMIT, |e| {
             fh_arg(e, fh);
             e.u64(0).u32(0);
         })?;
-        status(&mut r.decoder()).context("COMMIT")
+        let mut d = r.decoder();
+        status(&mut d).context("COMMIT")?;
+        wcc_data(&mut d)?;
+        Ok(d.fixed(8)?.try_into().unwrap())
     }
 }
 

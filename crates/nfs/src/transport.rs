@@ -174,18 +174,28 @@ struct Job {
 /// The request bytes of every connection together (see the module comment).
 #[derive(Default)]
 struct Budget {
-    claimed: Mutex<usize>,
+    state: Mutex<BudgetState>,
     given_back: Condvar,
+}
+
+#[derive(Default)]
+struct BudgetState {
+    claimed: usize,
+    /// Readers waiting for room: a claim given back wakes them only when there are
+    /// some, so the common case costs no wake-up system call.
+    waiting: usize,
 }
 
 impl Budget {
     fn claim(self: &Arc<Self>, bytes: usize) -> Claim {
         assert!(bytes <= MAX_RECORD_BYTES, "a claim is at most one record");
-        let mut c = self.claimed.lock().unwrap();
-        while *c + bytes > MAX_BUFFERED_BYTES {
-            c = self.given_back.wait(c).unwrap();
+        let mut st = self.state.lock().unwrap();
+        while st.claimed + bytes > MAX_BUFFERED_BYTES {
+            st.waiting += 1;
+            st = self.given_back.wait(st).unwrap();
+            st.waiting -= 1;
         }
-        *c += bytes;
+        st.claimed += bytes;
         Claim {
             budget: self.clone(),
             bytes,
@@ -201,9 +211,11 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let mut c = self.budget.claimed.lock().unwrap();
-        *c -= self.bytes;
-        self.budget.given_back.notify_all();
+        let mut st = self.budget.state.lock().unwrap();
+        st.claimed -= self.bytes;
+        if st.waiting > 0 {
+            self.budget.given_back.notify_all();
+        }
     }
 }
 

@@ -12,31 +12,17 @@ use std::process::{Command, Stdio};
 
 /// `shoal serve` sharing tank/b to root (no_root_squash) with a small ARC; returns
 /// the process, the NFS address and the API address.
-fn serve(dir: &Path, arc: &str) -> (Kill, String, String) {
+fn serve(dir: &Path, arc: &str) -> (Served, String, String) {
     let state = dir.join("state");
     create_tank(&state, dir, "256M", &["raidz1", "a", "b", "c"]);
     ok(&state, &["fs", "create", "tank/b"]);
-    let (nfs, api) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{nfs}"),
-            "--api",
-            &format!("127.0.0.1:{api}"),
-        ])
-        .args(["--share", "tank/b=*(rw,no_root_squash)", "--arc-max", arc])
-        .env("SHOAL_STATE_DIR", &state)
-        .env("SHOAL_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_listening(nfs);
-    (
-        Kill(child),
-        format!("127.0.0.1:{nfs}"),
-        format!("http://127.0.0.1:{api}"),
-    )
+    let served = Served::start(
+        &state,
+        &dir.join("serve.log"),
+        &["--share", "tank/b=*(rw,no_root_squash)", "--arc-max", arc],
+    );
+    let (nfs, api) = (served.nfs().to_string(), served.api_url(""));
+    (served, nfs, api)
 }
 
 /// An agent process on a kernel-chosen port; returns it and its address.

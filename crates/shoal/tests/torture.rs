@@ -9,9 +9,11 @@
 mod common;
 use common::*;
 
-use bench::client::{mount, root_credential, Connection, Fh, Nfs3, NfsStatus, Stable, Target};
+use bench::client::{
+    mount, post_op_attr, root_credential, Connection, Fh, Nfs3, NfsStatus, Stable, Target,
+};
+use bench::data::Rng;
 use nfs::proto::{NFS_PROGRAM, NFS_V3};
-use nfs::xdr::Decoder;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -50,18 +52,6 @@ fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
-}
-
-/// A small xorshift generator for choices (offsets, sizes, when to kill).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
 }
 
 fn seed() -> u64 {
@@ -106,63 +96,30 @@ fn metric(s: &Served, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-/// Skips a wcc_data (pre-op and post-op attributes) in a reply.
-fn skip_wcc(d: &mut Decoder<'_>) {
-    if d.bool().unwrap() {
-        d.fixed(24).unwrap();
-    }
-    skip_post_op_attr(d);
-}
-
-fn skip_post_op_attr(d: &mut Decoder<'_>) {
-    if d.bool().unwrap() {
-        d.fixed(84).unwrap();
-    }
-}
-
-/// A WRITE's status, and on success its `committed` level and verifier.
-fn write_result(reply: &bench::client::Reply, len: usize) -> Result<(u32, [u8; 8]), u32> {
-    let mut d = reply.decoder();
-    let st = d.u32().unwrap();
-    skip_wcc(&mut d);
-    if st != 0 {
-        return Err(st);
-    }
-    let count = d.u32().unwrap() as usize;
-    assert_eq!(count, len, "a short WRITE");
-    let committed = d.u32().unwrap();
-    Ok((committed, d.fixed(8).unwrap().try_into().unwrap()))
-}
-
-fn start_write(
-    conn: &Connection,
-    fh: &Fh,
-    offset: u64,
-    data: &[u8],
+/// Files `PREFIX0..PREFIX3` of `bytes` each under `root`, file `i` holding
+/// `pattern(base ^ i, ..)`, written in 1 MiB calls (committed when `Unstable`);
+/// returns each handle with its seed.
+fn write_files(
+    nfs: &Nfs3,
+    root: &Fh,
+    prefix: &str,
+    base: u64,
+    bytes: usize,
     stable: Stable,
-) -> anyhow::Result<bench::client::Call> {
-    conn.start(NFS_PROGRAM, NFS_V3, 7, |e| {
-        e.opaque(&fh.0)
-            .u64(offset)
-            .u32(data.len() as u32)
-            .u32(stable as u32)
-            .opaque(data);
-    })
-}
-
-/// COMMIT of the whole file: the status and verifier.
-fn commit(conn: &Connection, fh: &Fh) -> anyhow::Result<Result<[u8; 8], u32>> {
-    let r = conn.call(NFS_PROGRAM, NFS_V3, 21, |e| {
-        e.opaque(&fh.0).u64(0).u32(0);
-    })?;
-    let mut d = r.decoder();
-    let st = d.u32().unwrap();
-    skip_wcc(&mut d);
-    Ok(if st == 0 {
-        Ok(d.fixed(8).unwrap().try_into().unwrap())
-    } else {
-        Err(st)
-    })
+) -> Vec<(Fh, u64)> {
+    (0..4u64)
+        .map(|i| {
+            let fh = nfs.create(root, &format!("{prefix}{i}"), true).unwrap();
+            let data = pattern(base ^ i, 0, bytes);
+            for (j, chunk) in data.chunks(1 << 20).enumerate() {
+                nfs.write(&fh, (j << 20) as u64, chunk, stable).unwrap();
+            }
+            if stable == Stable::Unstable {
+                nfs.commit(&fh).unwrap();
+            }
+            (fh, base ^ i)
+        })
+        .collect()
 }
 
 /// Reads `len` bytes at `offset` whole (several READs if need be).
@@ -189,6 +146,27 @@ fn tank(dir: &Path, size: &str, layout: &[&str], datasets: &[&str]) -> std::path
         ok(&state, &["fs", "create", d]);
     }
     state
+}
+
+/// Pool `tank` of `layout` devices of `size` with `tank/NAME` shared to root
+/// (`no_root_squash`), served with `extra` options: the daemon, where to reach it, and
+/// the share's root handle.
+fn serve_share(
+    dir: &Path,
+    size: &str,
+    layout: &[&str],
+    name: &str,
+    extra: &[&str],
+) -> (Served, Target, Fh) {
+    let dataset = format!("tank/{name}");
+    let state = tank(dir, size, layout, &[dataset.as_str()]);
+    let share = format!("{dataset}=*(rw,no_root_squash)");
+    let mut args = vec!["--share", share.as_str()];
+    args.extend_from_slice(extra);
+    let served = Served::start(&state, &dir.join("serve.log"), &args);
+    let t = target(&served);
+    let root = mount(&t, &format!("/{dataset}"), root_credential("torture")).unwrap();
+    (served, t, root)
 }
 
 /// Sums of `nfs.refusals[reason]` since the daemon started, by reason.
@@ -290,7 +268,7 @@ fn export_rules_refuse_log_and_count_every_refusal() {
 /// One pipelined client of the load test: its own directory and file, a region read
 /// back against what preparation wrote, a region written at random, and metadata.
 struct LoadClient {
-    conn: Connection,
+    nfs: Nfs3,
     dir: Fh,
     file: Fh,
     seed: u64,
@@ -351,25 +329,25 @@ fn run_load_client(
             let call = match op {
                 LoadOp::Read => {
                     arg = rng.below(READ_REGION / LOAD_IO as u64) * LOAD_IO as u64;
-                    c.conn.start(NFS_PROGRAM, NFS_V3, 6, |e| {
+                    c.nfs.conn.start(NFS_PROGRAM, NFS_V3, 6, |e| {
                         e.opaque(&c.file.0).u64(arg).u32(LOAD_IO as u32);
                     })?
                 }
                 LoadOp::Write => {
                     arg = READ_REGION + rng.below(WRITE_REGION / LOAD_IO as u64) * LOAD_IO as u64;
                     let data = pattern(c.seed, arg, LOAD_IO);
-                    start_write(&c.conn, &c.file, arg, &data, Stable::Unstable)?
+                    c.nfs.start_write(&c.file, arg, &data, Stable::Unstable)?
                 }
-                LoadOp::Getattr => c.conn.start(NFS_PROGRAM, NFS_V3, 1, |e| {
+                LoadOp::Getattr => c.nfs.conn.start(NFS_PROGRAM, NFS_V3, 1, |e| {
                     e.opaque(&c.file.0);
                 })?,
-                LoadOp::Lookup => c.conn.start(NFS_PROGRAM, NFS_V3, 3, |e| {
+                LoadOp::Lookup => c.nfs.conn.start(NFS_PROGRAM, NFS_V3, 3, |e| {
                     e.opaque(&c.dir.0).opaque(b"f");
                 })?,
                 LoadOp::Create => {
                     arg = k;
                     created.push_back(k);
-                    c.conn.start(NFS_PROGRAM, NFS_V3, 8, |e| {
+                    c.nfs.conn.start(NFS_PROGRAM, NFS_V3, 8, |e| {
                         e.opaque(&c.dir.0).opaque(format!("t{arg}").as_bytes());
                         e.u32(1); // GUARDED: a name made twice would be an error
                         nfs::proto::encode_sattr(e, &nfs::proto::Sattr::default());
@@ -378,18 +356,18 @@ fn run_load_client(
                 LoadOp::Remove => {
                     // Made at least two windows ago, so its CREATE has been answered.
                     arg = created.pop_front().unwrap();
-                    c.conn.start(NFS_PROGRAM, NFS_V3, 12, |e| {
+                    c.nfs.conn.start(NFS_PROGRAM, NFS_V3, 12, |e| {
                         e.opaque(&c.dir.0).opaque(format!("t{arg}").as_bytes());
                     })?
                 }
-                LoadOp::Readdirplus => c.conn.start(NFS_PROGRAM, NFS_V3, 17, |e| {
+                LoadOp::Readdirplus => c.nfs.conn.start(NFS_PROGRAM, NFS_V3, 17, |e| {
                     e.opaque(&c.dir.0)
                         .u64(0)
                         .fixed(&[0; 8])
                         .u32(4096)
                         .u32(16384);
                 })?,
-                LoadOp::Commit => c.conn.start(NFS_PROGRAM, NFS_V3, 21, |e| {
+                LoadOp::Commit => c.nfs.conn.start(NFS_PROGRAM, NFS_V3, 21, |e| {
                     e.opaque(&c.file.0).u64(0).u32(0);
                 })?,
             };
@@ -406,19 +384,16 @@ fn run_load_client(
         let us = sent.elapsed().as_micros().min(u32::MAX as u128) as u32;
         tally.latency_us.entry(op).or_default().push(us);
         tally.ops += 1;
-        let mut d = reply.decoder();
-        let st = d.u32()?;
-        anyhow::ensure!(st == 0, "{op:?} ({arg}) answered NFS status {st}");
         if op == LoadOp::Read {
-            skip_post_op_attr(&mut d);
-            let count = d.u32()? as usize;
-            let _eof = d.bool()?;
-            let data = d.opaque(LOAD_IO)?;
-            anyhow::ensure!(count == LOAD_IO, "short READ at {arg}");
+            let data = Nfs3::finish_read(reply)?;
+            anyhow::ensure!(data.bytes().len() == LOAD_IO, "short READ at {arg}");
             anyhow::ensure!(
-                data == pattern(c.seed, arg, LOAD_IO).as_slice(),
+                data.bytes() == pattern(c.seed, arg, LOAD_IO).as_slice(),
                 "READ at {arg} returned other bytes"
             );
+        } else {
+            let st = reply.decoder().u32()?;
+            anyhow::ensure!(st == 0, "{op:?} ({arg}) answered NFS status {st}");
         }
     }
 }
@@ -455,19 +430,13 @@ fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
         .unwrap_or(if soak() { 600 } else { 60 });
     let arc: u64 = 256 << 20;
     let dir = tempfile::tempdir().unwrap();
-    let state = tank(dir.path(), "1G", &["raidz1", "a", "b", "c"], &["tank/load"]);
-    let served = Served::start(
-        &state,
-        &dir.path().join("serve.log"),
-        &[
-            "--share",
-            "tank/load=*(rw,no_root_squash)",
-            "--arc-max",
-            "256M",
-        ],
+    let (served, t, root) = serve_share(
+        dir.path(),
+        "1G",
+        &["raidz1", "a", "b", "c"],
+        "load",
+        &["--arc-max", "256M"],
     );
-    let t = target(&served);
-    let root = mount(&t, "/tank/load", root_credential("torture")).unwrap();
     let base = seed();
 
     // Each client's directory and file, its read region written and committed.
@@ -511,7 +480,7 @@ fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
         made.sort_by_key(|m| m.0);
         made.into_iter()
             .map(|(_, dir, file, seed)| LoadClient {
-                conn: Connection::connect(t.nfs, None, root_credential("torture")).unwrap(),
+                nfs: Nfs3::connect(&t, root_credential("torture")).unwrap(),
                 dir,
                 file,
                 seed,
@@ -545,7 +514,7 @@ fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
                 std::thread::Builder::new()
                     .stack_size(256 << 10)
                     .spawn_scoped(s, move || {
-                        let mut rng = Rng(base ^ (i as u64 * 0x51ed_2701) | 1);
+                        let mut rng = Rng::new(base ^ (i as u64 * 0x51ed_2701));
                         run_load_client(c, depth, deadline, &mut rng)
                     })
                     .unwrap()
@@ -653,14 +622,14 @@ fn kill_test_writer(
     restarts: &AtomicU64,
     acked_after_restart: &Mutex<BTreeMap<u64, u64>>,
 ) -> Vec<Acked> {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut acked = Vec::new();
     let mut offset = 0u64;
-    let mut conn: Option<Connection> = None;
+    let mut conn: Option<Nfs3> = None;
     while !stop.load(Ordering::Relaxed) {
         let c = match &conn {
             Some(c) => c,
-            None => match Connection::connect(t.nfs, None, root_credential("torture")) {
+            None => match Nfs3::connect(t, root_credential("torture")) {
                 Ok(c) => conn.insert(c),
                 Err(_) => {
                     std::thread::sleep(Duration::from_millis(50));
@@ -680,7 +649,7 @@ fn kill_test_writer(
         for _ in 0..8 {
             let len = 1 + rng.below(32 << 10) as usize;
             let data = pattern(seed, offset, len);
-            match start_write(c, fh, offset, &data, stable) {
+            match c.start_write(fh, offset, &data, stable) {
                 Ok(call) => batch.push((offset, len, call)),
                 Err(_) => failed = true,
             }
@@ -690,9 +659,10 @@ fn kill_test_writer(
         let mut verifiers = Vec::new();
         for (off, len, call) in batch {
             match call.wait() {
-                Ok(reply) => match write_result(&reply, len) {
-                    Ok((committed, verf)) => {
-                        assert!(committed >= stable as u32, "WRITE less stable than asked");
+                // An NFS error, a short write or a weaker stability than asked
+                // fails the test; a dead connection only ends the batch.
+                Ok(reply) => match Nfs3::finish_write(reply, len, stable) {
+                    Ok(verf) => {
                         verifiers.push(verf);
                         done.push(Acked {
                             generation,
@@ -702,7 +672,7 @@ fn kill_test_writer(
                             len,
                         });
                     }
-                    Err(st) => panic!("WRITE at {off} answered NFS status {st}"),
+                    Err(e) => panic!("WRITE at {off}: {e:#}"),
                 },
                 Err(_) => failed = true,
             }
@@ -711,13 +681,13 @@ fn kill_test_writer(
             // Answered UNSTABLE and never committed: not acknowledged as stable.
             done.clear();
         } else if stable == Stable::Unstable {
-            match commit(c, fh) {
-                Ok(Ok(verf)) => {
+            match c.commit_verifier(fh) {
+                Ok(verf) => {
                     // Writes made under another server instance must be sent again;
                     // these are simply not counted (their bytes are never rewritten).
                     done.retain(|_| verifiers.iter().all(|v| *v == verf));
                 }
-                Ok(Err(st)) => panic!("COMMIT answered NFS status {st}"),
+                Err(e) if NfsStatus::of(&e).is_some() => panic!("COMMIT: {e:#}"),
                 Err(_) => {
                     failed = true;
                     done.clear();
@@ -735,7 +705,7 @@ fn kill_test_writer(
         if failed {
             conn = None;
         }
-        // Paced, so the soak's hour of kills fits its pool.
+        // Paced, so the soak's 50 kills fit its pool.
         std::thread::sleep(Duration::from_millis(20));
     }
     acked
@@ -750,14 +720,7 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
     let writers = 4;
     let dir = tempfile::tempdir().unwrap();
     let size = if soak() { "4G" } else { "1G" };
-    let state = tank(dir.path(), size, &["raidz1", "a", "b", "c"], &["tank/k"]);
-    let mut served = Served::start(
-        &state,
-        &dir.path().join("serve.log"),
-        &["--share", "tank/k=*(rw,no_root_squash)"],
-    );
-    let t = target(&served);
-    let root = mount(&t, "/tank/k", root_credential("torture")).unwrap();
+    let (mut served, t, root) = serve_share(dir.path(), size, &["raidz1", "a", "b", "c"], "k", &[]);
     let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
     let files: Vec<Fh> = (0..writers)
         .map(|i| nfs.create(&root, &format!("w{i}"), true).unwrap())
@@ -765,7 +728,7 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
     nfs.commit(&files[0]).unwrap();
     drop(nfs);
     let base = seed();
-    let mut rng = Rng(base);
+    let mut rng = Rng::new(base);
     let stop = AtomicBool::new(false);
     let restarts = AtomicU64::new(0);
     let per_generation = Mutex::new(BTreeMap::new());
@@ -865,7 +828,7 @@ fn fsstat(conn: &Connection, fh: &Fh) -> (u64, u64) {
         .unwrap();
     let mut d = r.decoder();
     assert_eq!(d.u32().unwrap(), 0, "FSSTAT");
-    skip_post_op_attr(&mut d);
+    post_op_attr(&mut d).unwrap();
     let total = d.u64().unwrap();
     let _free = d.u64().unwrap();
     (total, d.u64().unwrap())
@@ -874,30 +837,13 @@ fn fsstat(conn: &Connection, fh: &Fh) -> (u64, u64) {
 #[test]
 fn a_full_pool_refuses_only_what_does_not_fit_and_keeps_everything_stored() {
     let dir = tempfile::tempdir().unwrap();
-    let state = tank(dir.path(), "160M", &["mirror", "a", "b"], &["tank/full"]);
-    let mut served = Served::start(
-        &state,
-        &dir.path().join("serve.log"),
-        &["--share", "tank/full=*(rw,no_root_squash)"],
-    );
-    let t = target(&served);
-    let root = mount(&t, "/tank/full", root_credential("torture")).unwrap();
+    let (mut served, t, root) = serve_share(dir.path(), "160M", &["mirror", "a", "b"], "full", &[]);
     let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
     let (total, available_at_start) = fsstat(&nfs.conn, &root);
     let base = seed();
 
     // Stored before the pool fills: must survive everything below.
-    let precious: Vec<(Fh, u64)> = (0..4u64)
-        .map(|i| {
-            let fh = nfs.create(&root, &format!("precious{i}"), true).unwrap();
-            let data = pattern(base ^ i, 0, 4 << 20);
-            for (j, chunk) in data.chunks(1 << 20).enumerate() {
-                nfs.write(&fh, (j << 20) as u64, chunk, Stable::FileSync)
-                    .unwrap();
-            }
-            (fh, base ^ i)
-        })
-        .collect();
+    let precious = write_files(&nfs, &root, "precious", base, 4 << 20, Stable::FileSync);
 
     // Fill with 1 MiB stable writes until the pool says NOSPC.
     let mut stored: Vec<(Fh, u64, u64)> = Vec::new(); // file, seed, bytes stored
@@ -1032,46 +978,29 @@ fn corrupt_device(path: &Path, count: usize, margin: u64, rng: &mut Rng) {
 #[test]
 fn corrupted_blocks_of_a_live_pool_never_reach_a_client() {
     let dir = tempfile::tempdir().unwrap();
-    let state = tank(
+    let (mut served, t, root) = serve_share(
         dir.path(),
         "128M",
         &["raidz2", "a", "b", "c", "d", "e", "f"],
-        &["tank/c"],
+        "c",
+        &["--arc-max", "64M"],
     );
     let devices: Vec<_> = ["a", "b"]
         .iter()
         .map(|d| dir.path().join("devs").join(d))
         .collect();
     assert!(devices.iter().all(|d| d.exists()), "{devices:?}");
-    let mut served = Served::start(
-        &state,
-        &dir.path().join("serve.log"),
-        &["--share", "tank/c=*(rw,no_root_squash)", "--arc-max", "64M"],
-    );
-    let t = target(&served);
-    let root = mount(&t, "/tank/c", root_credential("torture")).unwrap();
     let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
     let base = seed();
     let file_bytes = 24usize << 20;
     // More data than the ARC holds, so reads go to the devices.
-    let files: Vec<(Fh, u64)> = (0..4u64)
-        .map(|i| {
-            let fh = nfs.create(&root, &format!("data{i}"), true).unwrap();
-            let data = pattern(base ^ i, 0, file_bytes);
-            for (j, chunk) in data.chunks(1 << 20).enumerate() {
-                nfs.write(&fh, (j << 20) as u64, chunk, Stable::Unstable)
-                    .unwrap();
-            }
-            nfs.commit(&fh).unwrap();
-            (fh, base ^ i)
-        })
-        .collect();
+    let files = write_files(&nfs, &root, "data", base, file_bytes, Stable::Unstable);
     // Let the transaction group put the data in its final place.
     std::thread::sleep(Duration::from_secs(6));
 
     let stop = AtomicBool::new(false);
     let reads = AtomicU64::new(0);
-    let mut rng = Rng(base);
+    let mut rng = Rng::new(base);
     std::thread::scope(|s| {
         for r in 0..2 {
             let (t, files, stop, reads) = (&t, &files, &stop, &reads);
@@ -1116,18 +1045,9 @@ fn corrupted_blocks_of_a_live_pool_never_reach_a_client() {
     });
 
     // A scrub repairs what the reads did not reach; nothing is unrecoverable.
-    let scrub: Value = serde_json::from_str(
-        &ureq::post(&served.api_url("/api/v1/pools/tank/scrub"))
-            .send_empty()
-            .unwrap()
-            .body_mut()
-            .read_to_string()
-            .unwrap(),
-    )
-    .unwrap();
+    let scrub = scrub_pool(&served);
     assert_eq!(scrub["errors"], 0, "{scrub}");
-    let (_, status) = served.get("/api/v1/pools/tank");
-    let status: Value = serde_json::from_str(&status).unwrap();
+    let status = pool_status(&served);
     let cksum_errors: u64 = status["vdevs"]
         .as_array()
         .unwrap()
@@ -1148,15 +1068,7 @@ fn corrupted_blocks_of_a_live_pool_never_reach_a_client() {
         }
         served.restart();
     }
-    let scrub_again: Value = serde_json::from_str(
-        &ureq::post(&served.api_url("/api/v1/pools/tank/scrub"))
-            .send_empty()
-            .unwrap()
-            .body_mut()
-            .read_to_string()
-            .unwrap(),
-    )
-    .unwrap();
+    let scrub_again = scrub_pool(&served);
     assert_eq!(scrub_again["errors"], 0, "{scrub_again}");
     assert_eq!(
         scrub_again["bad_copies"], 0,
@@ -1175,16 +1087,11 @@ fn corrupted_blocks_of_a_live_pool_never_reach_a_client() {
     );
 }
 
-/// POSTs JSON to the admin API: status and body.
-fn post(s: &Served, path: &str, body: &Value) -> (u16, String) {
-    match ureq::post(&s.api_url(path))
-        .header("content-type", "application/json")
-        .send(body.to_string())
-    {
-        Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
-        Err(ureq::Error::StatusCode(code)) => (code, String::new()),
-        Err(e) => panic!("POST {path}: {e}"),
-    }
+/// Scrubs pool `tank` through the API; its summary.
+fn scrub_pool(s: &Served) -> Value {
+    let (code, body) = s.post("/api/v1/pools/tank/scrub", &json!({}));
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
 }
 
 fn pool_status(s: &Served) -> Value {
@@ -1196,39 +1103,17 @@ fn pool_status(s: &Served) -> Value {
 #[test]
 fn failed_devices_under_load_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let state = tank(
+    let (mut served, t, root) = serve_share(
         dir.path(),
         "128M",
         &["raidz2", "a", "b", "c", "d", "e", "f"],
-        &["tank/f"],
+        "f",
+        &["--arc-max", "64M", "--fault-injection"],
     );
-    let mut served = Served::start(
-        &state,
-        &dir.path().join("serve.log"),
-        &[
-            "--share",
-            "tank/f=*(rw,no_root_squash)",
-            "--arc-max",
-            "64M",
-            "--fault-injection",
-        ],
-    );
-    let t = target(&served);
-    let root = mount(&t, "/tank/f", root_credential("torture")).unwrap();
     let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
     let base = seed();
     let file_bytes = 16usize << 20;
-    let files: Vec<(Fh, u64)> = (0..4u64)
-        .map(|i| {
-            let fh = nfs.create(&root, &format!("data{i}"), true).unwrap();
-            let data = pattern(base ^ i, 0, file_bytes);
-            for (j, chunk) in data.chunks(1 << 20).enumerate() {
-                nfs.write(&fh, (j << 20) as u64, chunk, Stable::FileSync)
-                    .unwrap();
-            }
-            (fh, base ^ i)
-        })
-        .collect();
+    let files = write_files(&nfs, &root, "data", base, file_bytes, Stable::FileSync);
     let leaves: Vec<String> = pool_status(&served)["vdevs"][0]["children"]
         .as_array()
         .unwrap()
@@ -1236,14 +1121,12 @@ fn failed_devices_under_load_lose_nothing() {
         .map(|l| l["path"].as_str().unwrap().to_string())
         .collect();
     // Bad requests are refused with a reason.
-    let (code, _) = post(
-        &served,
+    let (code, _) = served.post(
         "/api/v1/pools/tank/inject",
         &json!({"device": "/nope", "fault": "fail"}),
     );
     assert_eq!(code, 404);
-    let (code, _) = post(
-        &served,
+    let (code, _) = served.post(
         "/api/v1/pools/tank/inject",
         &json!({"device": leaves[0], "fault": "melt"}),
     );
@@ -1292,8 +1175,7 @@ fn failed_devices_under_load_lose_nothing() {
         // Two of six devices die, one after the other: RAID-Z2 carries on.
         for dead in &leaves[..2] {
             std::thread::sleep(Duration::from_secs(3));
-            let (code, body) = post(
-                &served,
+            let (code, body) = served.post(
                 "/api/v1/pools/tank/inject",
                 &json!({"device": dead, "fault": "fail"}),
             );

@@ -191,6 +191,18 @@ impl Served {
         }
     }
 
+    /// POST of a JSON body on the admin API: status and body.
+    pub fn post(&self, path: &str, body: &serde_json::Value) -> (u16, String) {
+        match ureq::post(&self.api_url(path))
+            .header("content-type", "application/json")
+            .send(body.to_string())
+        {
+            Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
+            Err(ureq::Error::StatusCode(code)) => (code, String::new()),
+            Err(e) => panic!("POST {path}: {e}"),
+        }
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
