@@ -842,14 +842,39 @@ impl Filesystem {
         Ok(bytes)
     }
 
+    /// `read_parts` from memory alone: `None` when any part of it would need a device
+    /// read, or when the read would move atime (a transaction, which may wait). Then
+    /// nothing was read or changed, and the caller goes to `read_parts` on a thread that
+    /// may block.
+    pub fn read_parts_cached(&self, ino: u64, offset: u64, len: usize) -> Result<Option<ReadBuf>> {
+        let a = self.getattr(ino)?;
+        match a.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid("not a regular file".into())),
+        }
+        if offset >= a.size || len == 0 {
+            return Ok(Some(ReadBuf::new()));
+        }
+        if self.atime_due(&a, Timespec::now()) {
+            return Ok(None);
+        }
+        let n = (a.size - offset).min(len as u64) as usize;
+        Ok(self.pool.read_parts_cached(self.os, ino, offset, n)?)
+    }
+
     /// relatime: atime moves when it is older than mtime or ctime, or a day old, so
     /// reads do not turn into a stream of attribute writes.
-    fn touch_atime(&self, a: &Attr) {
+    fn atime_due(&self, a: &Attr, now: Timespec) -> bool {
         if !self.props.read().unwrap().atime || self.readonly() {
-            return;
+            return false;
         }
+        !(a.atime > a.mtime && a.atime > a.ctime && now.sec - a.atime.sec < 86_400)
+    }
+
+    fn touch_atime(&self, a: &Attr) {
         let now = Timespec::now();
-        if a.atime > a.mtime && a.atime > a.ctime && now.sec - a.atime.sec < 86_400 {
+        if !self.atime_due(a, now) {
             return;
         }
         let _l = self.lock_attrs(&[a.ino]);

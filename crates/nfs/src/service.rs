@@ -155,6 +155,9 @@ enum Failure {
     Status(Status),
     /// The arguments did not decode.
     Garbage,
+    /// Answering needs device I/O, and the call was tried on a thread that must not
+    /// wait (`Service::call_cached`): nothing was done; a worker answers it.
+    NotCached,
 }
 
 impl From<Status> for Failure {
@@ -705,9 +708,16 @@ impl NfsService {
     // ---- NFSv3 ----
 
     fn nfs3(&self, call: &Call<'_>) -> Reply {
+        self.nfs3_answer(call, false)
+            .expect("a call that may wait is always answered")
+    }
+
+    /// Answers an NFSv3 call; with `cached_only`, `None` (and nothing done or counted)
+    /// when answering would wait on a device.
+    fn nfs3_answer(&self, call: &Call<'_>, cached_only: bool) -> Option<Reply> {
         let procedure = call.header.procedure;
         if procedure > 21 {
-            return Reply::new(call.reply(Accept::ProcUnavail));
+            return Some(Reply::new(call.reply(Accept::ProcUnavail)));
         }
         let drc_key = is_non_idempotent(procedure).then(|| {
             let args = &call.record[call.header.args_at..];
@@ -721,14 +731,18 @@ impl NfsService {
                 fingerprint: h.finalize().as_bytes()[..16].try_into().unwrap(),
             }
         });
+        assert!(
+            !(cached_only && drc_key.is_some()),
+            "only idempotent calls are tried from cache"
+        );
         if let Some(key) = &drc_key {
             if let Some(cached) = self.drc_begin(key) {
                 // Still running (None): stay silent; the client will retransmit.
-                return cached.unwrap_or_default();
+                return Some(cached.unwrap_or_default());
             }
         }
         PROBE.with(|p| p.set(Probe::default()));
-        let (reply, status) = self.nfs3_procedure(call, procedure);
+        let (reply, status) = self.nfs3_procedure(call, procedure, cached_only)?;
         if let Some(key) = drc_key {
             self.drc_finish(key, &reply);
         }
@@ -753,7 +767,7 @@ impl NfsService {
                 at,
             }));
         }
-        reply
+        Some(reply)
     }
 
     /// Logs (within the budget) and counts a refused call.
@@ -798,7 +812,13 @@ impl NfsService {
 
     /// Runs one NFSv3 procedure; returns its reply and the NFS status it answered
     /// (None for NULL and for undecodable arguments).
-    fn nfs3_procedure(&self, call: &Call<'_>, procedure: u32) -> (Reply, Option<u32>) {
+    /// `None` only with `cached_only`, when the procedure would wait on a device.
+    fn nfs3_procedure(
+        &self,
+        call: &Call<'_>,
+        procedure: u32,
+        cached_only: bool,
+    ) -> Option<(Reply, Option<u32>)> {
         let mut d = call.args();
         let mut e = call.reply(Accept::Success);
         let status_at = e.buf.len();
@@ -810,7 +830,7 @@ impl NfsService {
             3 => self.lookup(call, &mut d, &mut e),
             4 => self.access(call, &mut d, &mut e),
             5 => self.readlink(call, &mut d, &mut e),
-            6 => self.read(call, &mut d, &mut e, &mut data),
+            6 => self.read(call, &mut d, &mut e, &mut data, cached_only),
             7 => self.write(call, &mut d, &mut e),
             8..=11 => self.create_kind(call, procedure, &mut d, &mut e),
             12 | 13 => self.remove(call, procedure == 13, &mut d, &mut e),
@@ -824,6 +844,10 @@ impl NfsService {
             21 => self.commit(call, &mut d, &mut e),
             _ => unreachable!("checked by the caller"),
         };
+        if matches!(r, Err(Failure::NotCached)) {
+            assert!(cached_only, "only a cached-only call can be sent on");
+            return None;
+        }
         let code = (procedure != 0 && r.is_ok())
             .then(|| e.buf.get(status_at..status_at + 4))
             .flatten()
@@ -845,11 +869,12 @@ impl NfsService {
                 "nfs call"
             );
         }
-        match r {
+        Some(match r {
             Ok(()) => (Reply { head: e.buf, data }, code),
             Err(Failure::Garbage) => (Reply::new(call.reply(Accept::GarbageArgs)), None),
             Err(Failure::Status(_)) => unreachable!("procedures encode their own failures"),
-        }
+            Err(Failure::NotCached) => unreachable!("returned above"),
+        })
     }
 
     /// Runs a procedure body; a failure status is encoded as the status followed by
@@ -862,6 +887,7 @@ impl NfsService {
         match r {
             Ok(()) => Ok(()),
             Err(Failure::Garbage) => Err(Failure::Garbage),
+            Err(Failure::NotCached) => Err(Failure::NotCached),
             Err(Failure::Status(s)) => {
                 e.u32(s as u32);
                 fail(e);
@@ -1025,6 +1051,7 @@ impl NfsService {
         d: &mut Decoder<'_>,
         e: &mut Encoder,
         data: &mut Option<ReadBuf>,
+        cached_only: bool,
     ) -> Result<(), Failure> {
         let fh = d.opaque(FHSIZE3)?;
         let offset = d.u64()?;
@@ -1046,7 +1073,12 @@ impl NfsService {
                 return Err(Status::Acces.into());
             }
             let count = count.min(RTMAX) as usize;
-            let bytes = t.share.fs.read_parts(t.ino, offset, count)?;
+            let bytes = if cached_only {
+                let cached = t.share.fs.read_parts_cached(t.ino, offset, count)?;
+                cached.ok_or(Failure::NotCached)?
+            } else {
+                t.share.fs.read_parts(t.ino, offset, count)?
+            };
             probe_update(|p| (p.bytes, p.offset) = (bytes.len() as u32, offset));
             let eof = offset.saturating_add(bytes.len() as u64) >= t.attr.size;
             e.u32(0);
@@ -1596,5 +1628,15 @@ impl Service for NfsService {
         } else {
             Some(reply)
         }
+    }
+
+    /// READs whose data, indirect blocks and dnode are in memory, and whose atime does
+    /// not move: the streaming-from-cache case, answered without a thread hand-off.
+    fn call_cached(&self, call: &Call<'_>) -> Option<Reply> {
+        let h = &call.header;
+        if (h.program, h.version, h.procedure) != (NFS_PROGRAM, NFS_V3, NFSPROC3_READ) {
+            return None;
+        }
+        self.nfs3_answer(call, true).filter(|r| !r.is_empty())
     }
 }

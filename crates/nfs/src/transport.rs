@@ -21,6 +21,12 @@
 //! A record whose bytes stop coming for `STALLED_RECORD` closes its connection, so a
 //! client cannot sit on a claim.
 //!
+//! Calls that need no device I/O (READs of cached data: `Service::call_cached`) are
+//! answered by the reader itself, without the hand-off to a worker and back: on a
+//! stream from cache that hand-off, two thread wake-ups a call, cost more than the
+//! call. While the reader writes such a reply it reads nothing, so a client that does
+//! not take its replies is slowed by TCP flow control, as `MAX_IN_FLIGHT` slows it.
+//!
 //! Written on std threads rather than an async runtime: every call ends in blocking
 //! filesystem and pool work, so a worker pool is what an async server would need
 //! anyway, and the path stays short.
@@ -112,6 +118,13 @@ pub trait Service: Send + Sync + 'static {
     /// Answers one call whose RPC header is valid. `None`: send nothing (a
     /// retransmission of a call still running).
     fn call(&self, call: &Call<'_>) -> Option<Reply>;
+
+    /// Answers a call on the connection's reader thread, when that takes no device I/O
+    /// and no wait (a READ of cached data), exactly as `call` would; `None`, having done
+    /// nothing, sends the call to a worker.
+    fn call_cached(&self, _call: &Call<'_>) -> Option<Reply> {
+        None
+    }
 }
 
 struct Conn {
@@ -279,10 +292,13 @@ impl RpcServer {
             let readers = readers.clone();
             let tx = tx.clone();
             let budget = budget.clone();
+            let service = service.clone();
             acceptors.push(
                 std::thread::Builder::new()
                     .name("rpc-accept".into())
-                    .spawn(move || accept_loop(listener, stopping, conns, readers, tx, budget))?,
+                    .spawn(move || {
+                        accept_loop(listener, stopping, conns, readers, tx, budget, service)
+                    })?,
             );
         }
         Ok(RpcServer {
@@ -348,6 +364,7 @@ fn accept_loop(
     readers: Arc<Mutex<Vec<JoinHandle<()>>>>,
     tx: crossbeam_channel::Sender<Job>,
     budget: Arc<Budget>,
+    service: Arc<dyn Service>,
 ) {
     let live = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
@@ -384,11 +401,12 @@ fn accept_loop(
         let tx = tx.clone();
         let live = live.clone();
         let budget = budget.clone();
+        let service = service.clone();
         let handle = std::thread::Builder::new()
             .name("rpc-conn".into())
             .spawn(move || {
                 tracing::debug!(%peer, "connected");
-                if let Err(e) = read_loop(stream, &conn, &tx, &budget) {
+                if let Err(e) = read_loop(stream, &conn, &tx, &budget, &*service) {
                     tracing::debug!(%peer, "connection closed: {e}");
                 }
                 // Replies to calls already read still go out; wait for them.
@@ -438,10 +456,15 @@ fn read_loop(
     conn: &Arc<Conn>,
     tx: &crossbeam_channel::Sender<Job>,
     budget: &Arc<Budget>,
+    service: &dyn Service,
 ) -> Result<(), ReadEnd> {
     loop {
         let record = read_record(&mut stream, Some(budget))?;
         let received = Instant::now();
+        if let Some(reply) = answer_cached(service, conn.peer, &record.record, received) {
+            conn.send(&reply);
+            continue;
+        }
         {
             let mut n = conn.in_flight.lock().unwrap();
             while *n >= MAX_IN_FLIGHT {
@@ -563,6 +586,30 @@ pub fn answer_record(
         record,
     };
     service.call(&call)
+}
+
+/// `Service::call_cached` for a record with a valid header; `None` (nothing done) for
+/// anything else, which a worker then answers through `answer_record`.
+fn answer_cached(
+    service: &dyn Service,
+    peer: SocketAddr,
+    record: &[u8],
+    received: Instant,
+) -> Option<Reply> {
+    let header = rpc::decode_call(record).ok()?;
+    if header.rpc_version != rpc::RPC_VERSION {
+        return None;
+    }
+    if let rpc::Credential::Other(_) = header.credential {
+        return None;
+    }
+    let call = Call {
+        peer,
+        received,
+        header,
+        record,
+    };
+    service.call_cached(&call)
 }
 
 /// A minimal blocking RPC client over TCP (tests, the portmapper probe, tools).

@@ -269,6 +269,17 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
     }
 
     pub fn get(&self, key: &K, kind: AccessKind) -> Option<V> {
+        self.lookup(key, kind, true)
+    }
+
+    /// A `get` that counts and changes nothing when the key is absent: for callers that
+    /// only look (a server answering from cache) and then fall back to a `get`, which
+    /// counts the miss once.
+    pub fn get_if_cached(&self, key: &K, kind: AccessKind) -> Option<V> {
+        self.lookup(key, kind, false)
+    }
+
+    fn lookup(&self, key: &K, kind: AccessKind, count_miss: bool) -> Option<V> {
         let mut s = self.inner.lock().unwrap();
         let hit = s
             .map
@@ -276,9 +287,11 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
             .copied()
             .filter(|&i| s.node(i).value.is_some());
         let Some(i) = hit else {
-            match kind {
-                AccessKind::Demand => s.stats.demand_misses += 1,
-                AccessKind::Prefetch => s.stats.prefetch_misses += 1,
+            if count_miss {
+                match kind {
+                    AccessKind::Demand => s.stats.demand_misses += 1,
+                    AccessKind::Prefetch => s.stats.prefetch_misses += 1,
+                }
             }
             return None;
         };
@@ -296,6 +309,13 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
             }
             AccessKind::Prefetch => s.stats.prefetch_hits += 1,
         }
+        s.node(i).value.clone()
+    }
+
+    /// The value, without counting an access or moving it in the lists.
+    pub fn peek(&self, key: &K) -> Option<V> {
+        let s = self.inner.lock().unwrap();
+        let i = *s.map.get(key)?;
         s.node(i).value.clone()
     }
 

@@ -36,7 +36,7 @@ use crate::compress::Compression;
 use crate::dnode::*;
 use crate::prefetch::{PrefetchConfig, StreamDetector};
 use crate::read_buf::ReadBuf;
-use crate::storage::{BlockSpec, Storage};
+use crate::storage::{BlockSpec, Fetch, Storage};
 use crate::PoolError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -480,19 +480,26 @@ impl Objset {
     /// Reads `len` bytes at `offset` as slices of the buffers that hold them (the ARC's
     /// blocks, dirty blocks); holes and unwritten blocks read as zeros. Returns the
     /// object's block size (for read-ahead) with the bytes.
+    ///
+    /// With `Fetch::CachedOnly` nothing is read from the devices: `None` when the
+    /// object's dnode, an indirect block or a data block is not in memory.
     pub fn read_parts(
         &self,
         st: &Storage,
         obj: u64,
         offset: u64,
         len: usize,
-    ) -> Result<(u64, ReadBuf), PoolError> {
+        fetch: Fetch,
+    ) -> Result<Option<(u64, ReadBuf)>, PoolError> {
         let (bs, plan) = {
             let mut inner = self.inner.lock().unwrap();
+            if fetch == Fetch::CachedOnly && !inner.objects.contains_key(&obj) {
+                return Ok(None);
+            }
             let s = Self::load(st, &mut inner, obj)?;
             let bs = s.dnode.block_size as u64;
             if len == 0 {
-                return Ok((bs, ReadBuf::new()));
+                return Ok(Some((bs, ReadBuf::new())));
             }
             let first = offset / bs;
             let last = (offset + len as u64 - 1) / bs;
@@ -503,19 +510,45 @@ impl Objset {
         // Resolve the committed blocks first, then read them in one aggregated batch.
         let mut tree_bps: Vec<BlockPointer> = Vec::new();
         let mut tree_slot: Vec<Option<usize>> = Vec::with_capacity(plan.len());
+        let mut indirect: Vec<BlockPointer> = Vec::new();
         for (blkid, source) in &plan {
             match source {
-                Source::Tree(root, levels) => match tree_block_bp(st, *root, *levels, *blkid)? {
-                    Some(bp) => {
-                        tree_slot.push(Some(tree_bps.len()));
-                        tree_bps.push(bp);
+                Source::Tree(root, levels) => {
+                    match tree_block_lookup(st, *root, *levels, *blkid, fetch, &mut indirect)? {
+                        TreeLookup::Block(bp) => {
+                            tree_slot.push(Some(tree_bps.len()));
+                            tree_bps.push(bp);
+                        }
+                        TreeLookup::Hole => tree_slot.push(None),
+                        TreeLookup::NotCached => return Ok(None),
                     }
-                    None => tree_slot.push(None),
-                },
+                }
                 _ => tree_slot.push(None),
             }
         }
-        let blocks = if tree_bps.len() > 1 {
+        let blocks = if fetch == Fetch::CachedOnly {
+            // All or nothing: a read that would wait for one block goes to a thread
+            // that may wait, and the blocks looked at here count as hits only then.
+            if !tree_bps.iter().all(|bp| st.is_cached(bp)) {
+                return Ok(None);
+            }
+            // Now count the indirect blocks that were only peeked at, as an ordinary
+            // read counts them: once per data block looked up through them.
+            for bp in &indirect {
+                st.cached_block(bp, AccessKind::Demand);
+            }
+            // A block evicted since the look above sends the read to that thread too
+            // (the blocks taken so far then count as hits twice: a rare race, and only
+            // in the statistics).
+            match tree_bps
+                .iter()
+                .map(|bp| st.cached_block(bp, AccessKind::Demand))
+                .collect::<Option<Vec<_>>>()
+            {
+                Some(blocks) => blocks.into_iter().map(Ok).collect(),
+                None => return Ok(None),
+            }
+        } else if tree_bps.len() > 1 {
             st.read_batch(&tree_bps, AccessKind::Demand)
         } else {
             tree_bps
@@ -550,7 +583,7 @@ impl Objset {
             }
         }
         assert_eq!(out.len(), len, "a read returns exactly the bytes asked for");
-        Ok((bs, out))
+        Ok(Some((bs, out)))
     }
 
     /// Feeds a demand read to the object's stream detector; returns the block ids to
@@ -583,6 +616,47 @@ impl Objset {
 
     /// Reads a range of blocks into the ARC ahead of demand, in one aggregated batch
     /// (holes and dirty blocks are skipped).
+    /// The part of `range` that read-ahead would still have to read: from its first to
+    /// its last block that is neither in memory nor a hole, found without device I/O
+    /// (a block behind an indirect block that is not cached counts as not cached).
+    /// Empty when everything is there, so a stream from the ARC hands no work to the
+    /// read-ahead threads.
+    pub fn uncached_part(
+        &self,
+        st: &Storage,
+        obj: u64,
+        range: std::ops::Range<u64>,
+    ) -> std::ops::Range<u64> {
+        let sources: Vec<(u64, Source)> = {
+            let inner = self.inner.lock().unwrap();
+            let Some(s) = inner.objects.get(&obj) else {
+                return range;
+            };
+            range
+                .clone()
+                .filter(|&b| b < s.dnode.nblocks)
+                .map(|b| (b, Self::source_of(s, b)))
+                .collect()
+        };
+        let mut missing = sources.into_iter().filter_map(|(blkid, source)| {
+            let Source::Tree(root, levels) = source else {
+                return None;
+            };
+            let peeked = &mut Vec::new();
+            match tree_block_lookup(st, root, levels, blkid, Fetch::CachedOnly, peeked) {
+                Ok(TreeLookup::Hole) => None,
+                Ok(TreeLookup::Block(bp)) => (!st.is_cached(&bp)).then_some(blkid),
+                // Read-ahead looks again, reading what it needs.
+                Ok(TreeLookup::NotCached) | Err(_) => Some(blkid),
+            }
+        });
+        let Some(first) = missing.next() else {
+            return range.start..range.start;
+        };
+        let last = missing.last().unwrap_or(first);
+        first..last + 1
+    }
+
     pub fn prefetch_range(&self, st: &Storage, obj: u64, range: std::ops::Range<u64>) {
         let sources: Vec<(u64, Source)> = {
             let mut inner = self.inner.lock().unwrap();
@@ -1217,16 +1291,51 @@ pub fn tree_block_bp(
     levels: u8,
     blkid: u64,
 ) -> Result<Option<BlockPointer>, PoolError> {
+    match tree_block_lookup(st, root, levels, blkid, Fetch::Any, &mut Vec::new())? {
+        TreeLookup::Hole => Ok(None),
+        TreeLookup::Block(bp) => Ok(Some(bp)),
+        TreeLookup::NotCached => unreachable!("Fetch::Any reads what is not cached"),
+    }
+}
+
+/// Where a tree lookup ended.
+enum TreeLookup {
+    Hole,
+    Block(BlockPointer),
+    /// An indirect block on the way is not in the ARC (`Fetch::CachedOnly` only).
+    NotCached,
+}
+
+/// With `Fetch::CachedOnly` the indirect blocks are only peeked at and pushed to
+/// `peeked`, so a lookup that ends `NotCached` counts nothing; the caller counts them
+/// (`Storage::cached_block`) once the whole read is known to be cached.
+fn tree_block_lookup(
+    st: &Storage,
+    root: BlockPointer,
+    levels: u8,
+    blkid: u64,
+    fetch: Fetch,
+    peeked: &mut Vec<BlockPointer>,
+) -> Result<TreeLookup, PoolError> {
     if levels == 0 || root.is_hole() {
-        return Ok(None);
+        return Ok(TreeLookup::Hole);
     }
     let span_shift = INDIRECT_SHIFT * (levels as u32 - 1);
     if span_shift < 64 && (blkid >> span_shift) > 0 {
-        return Ok(None);
+        return Ok(TreeLookup::Hole);
     }
     let mut bp = root;
     for level in (1..levels).rev() {
-        let block = st.read_block(&bp)?;
+        let block = match fetch {
+            Fetch::Any => st.read_block(&bp)?,
+            Fetch::CachedOnly => match st.peek_block(&bp) {
+                Some(block) => {
+                    peeked.push(bp);
+                    block
+                }
+                None => return Ok(TreeLookup::NotCached),
+            },
+        };
         let index = (blkid >> (INDIRECT_SHIFT * (level as u32 - 1))) & (BPS_PER_INDIRECT - 1);
         if block.bytes().len() != INDIRECT_BLOCK_SIZE {
             return Err(PoolError::Corrupt("indirect block of wrong size".into()));
@@ -1234,10 +1343,10 @@ pub fn tree_block_bp(
         bp = bp_at(block.bytes(), index)?;
         check_child(level, &bp)?;
         if bp.is_hole() {
-            return Ok(None);
+            return Ok(TreeLookup::Hole);
         }
     }
-    Ok(Some(bp))
+    Ok(TreeLookup::Block(bp))
 }
 
 /// Reads block `blkid` of a tree; `None` for a hole.

@@ -38,7 +38,7 @@ use crate::intent_log::{IntentLog, IntentLogStats, LogHeader, LogOp, LogSource, 
 use crate::objset::{visit_objset, ObjectInfo, Objset};
 use crate::read_buf::ReadBuf;
 use crate::spacelog;
-use crate::storage::{BlockSpec, Storage};
+use crate::storage::{BlockSpec, Fetch, Storage};
 use crate::uberblock::{self, Uberblock};
 use crate::PoolError;
 use serde::Serialize;
@@ -282,7 +282,7 @@ pub struct TopStatus {
     pub children: Vec<LeafStatus>,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ArcStatus {
     pub size_bytes: u64,
     pub max_bytes: u64,
@@ -1637,15 +1637,47 @@ impl Pool {
         offset: u64,
         len: usize,
     ) -> Result<ReadBuf, PoolError> {
+        let read = self.read_parts_with(os, obj, offset, len, Fetch::Any)?;
+        Ok(read.expect("Fetch::Any always reads"))
+    }
+
+    /// `read_parts` answered from memory alone (the ARC, dirty data, cached dnodes):
+    /// `None`, having read nothing from the devices and counted nothing, when any part
+    /// of it is not there. For a server thread that must not wait on a disk.
+    pub fn read_parts_cached(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<ReadBuf>, PoolError> {
+        self.read_parts_with(os, obj, offset, len, Fetch::CachedOnly)
+    }
+
+    fn read_parts_with(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        len: usize,
+        fetch: Fetch,
+    ) -> Result<Option<ReadBuf>, PoolError> {
         if len > 64 << 20 {
             return Err(PoolError::InvalidArgument(
                 "read of more than 64 MiB at once".into(),
             ));
         }
         let objset = self.objset(os)?;
-        let (bs, bytes) = objset.read_parts(&self.storage, obj, offset, len)?;
+        let Some((bs, bytes)) = objset.read_parts(&self.storage, obj, offset, len, fetch)? else {
+            return Ok(None);
+        };
         if self.opts.prefetch {
             let ahead = objset.note_read(obj, offset, len as u64, bs);
+            let ahead = if ahead.is_empty() {
+                ahead
+            } else {
+                objset.uncached_part(&self.storage, obj, ahead)
+            };
             if !ahead.is_empty() {
                 self.start_prefetchers();
                 let tx = self.prefetch_tx.lock().unwrap().clone();
@@ -1662,7 +1694,7 @@ impl Pool {
                 }
             }
         }
-        Ok(bytes)
+        Ok(Some(bytes))
     }
 
     /// Starts the read-ahead workers on first use.
@@ -2428,7 +2460,9 @@ fn device_ring(log_leaves: &[Arc<Leaf>]) -> Option<Ring> {
 impl LogSource for Pool {
     fn read_for_log(&self, os: u64, obj: u64, offset: u64, len: usize) -> Option<Vec<u8>> {
         let objset = self.objset(os).ok()?;
-        let (_, bytes) = objset.read_parts(&self.storage, obj, offset, len).ok()?;
+        let (_, bytes) = objset
+            .read_parts(&self.storage, obj, offset, len, Fetch::Any)
+            .ok()??;
         Some(bytes.to_vec())
     }
 

@@ -117,6 +117,14 @@ pub fn access_index(hit: bool, kind: AccessKind, metadata: bool) -> usize {
     (hit as usize) << 2 | ((kind == AccessKind::Prefetch) as usize) << 1 | metadata as usize
 }
 
+/// Whether a read may go to the devices (`Any`) or must be answered from the ARC and
+/// in-memory state alone (`CachedOnly`, for a server thread that must not block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetch {
+    Any,
+    CachedOnly,
+}
+
 /// What `access_index` counted at `i`: (hit, kind, metadata).
 pub fn access_of(i: usize) -> (bool, AccessKind, bool) {
     let kind = if i & 2 != 0 {
@@ -481,6 +489,29 @@ impl Storage {
 
     pub fn read_block(&self, bp: &BlockPointer) -> Result<CachedBlock, PoolError> {
         self.read_block_as(bp, AccessKind::Demand)
+    }
+
+    /// The block if the ARC holds it, with no device I/O and no wait. A block it does
+    /// not hold counts nothing: the caller reads it with `read_block_as`, which counts
+    /// the miss once.
+    pub fn cached_block(&self, bp: &BlockPointer, kind: AccessKind) -> Option<CachedBlock> {
+        assert!(!bp.is_hole(), "reading a hole");
+        let found = self.arc.get_if_cached(&BlockKey::of(bp), kind)?;
+        let counted = access_index(true, kind, bp.block_type.is_metadata());
+        self.counters.arc_accesses[counted].fetch_add(1, Ordering::Relaxed);
+        Some(found)
+    }
+
+    /// Whether the ARC holds the block now (counts nothing).
+    pub fn is_cached(&self, bp: &BlockPointer) -> bool {
+        self.arc.contains(&BlockKey::of(bp))
+    }
+
+    /// The block if the ARC holds it, counting nothing and leaving its place in the
+    /// lists: a look that may be taken back (see `cached_block` for one that counts).
+    pub fn peek_block(&self, bp: &BlockPointer) -> Option<CachedBlock> {
+        assert!(!bp.is_hole(), "reading a hole");
+        self.arc.peek(&BlockKey::of(bp))
     }
 
     /// Reads a block through the ARC.

@@ -369,3 +369,78 @@ fn reads_of_cached_blocks_share_the_arc_buffers() {
         assert_eq!(shared, pointers(&second), "synced: {synced}");
     }
 }
+
+/// A cached-only read (what a server thread that must not block asks for) never
+/// touches a device: it answers only when every block is in the ARC, with the same
+/// bytes as an ordinary read, and a refused one counts no miss, so the ordinary read
+/// that follows counts each miss once.
+#[test]
+fn cached_only_reads_answer_from_the_arc_alone() {
+    let devs = sim_devices(3, 42, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let f = new_file(&pool, os, 128 * 1024, Compression::Off);
+    let data = Rng(42).mixed(1 << 20);
+    pool.write(os, f, 0, &data).unwrap();
+    // Dirty data is in memory: answered before any sync.
+    let dirty = pool.read_parts_cached(os, f, 1000, 5000).unwrap();
+    assert_eq!(
+        dirty.expect("dirty data is cached").to_vec(),
+        &data[1000..6000]
+    );
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let mut o = opts();
+    o.prefetch = false;
+    let pool = pool::Pool::import(args(&devs), Some("tank"), o).unwrap();
+    let device_reads = || devs.iter().map(|d| d.stats().reads).sum::<u64>();
+    // The dnode itself is not loaded yet.
+    let (reads, arc) = (device_reads(), pool.status().arc);
+    assert!(pool.read_parts_cached(os, f, 0, 4096).unwrap().is_none());
+    assert_eq!(device_reads(), reads, "a cached-only read reads no device");
+    assert_eq!(pool.status().arc, arc, "and counts nothing");
+    // Block 1 read the ordinary way; a read of blocks 1 and 2 is still refused whole.
+    let block = 128 * 1024;
+    assert_eq!(
+        pool.read(os, f, block, 10).unwrap(),
+        &data[block as usize..][..10]
+    );
+    let (reads, arc) = (device_reads(), pool.status().arc);
+    assert!(pool
+        .read_parts_cached(os, f, block, 2 * block as usize)
+        .unwrap()
+        .is_none());
+    assert_eq!(device_reads(), reads);
+    assert_eq!(pool.status().arc, arc);
+    let got = pool.read_parts_cached(os, f, block + 7, 1000).unwrap();
+    assert_eq!(
+        got.expect("block 1 is cached").to_vec(),
+        &data[block as usize + 7..][..1000]
+    );
+    let after = pool.status().arc;
+    assert!(after.demand_hits > arc.demand_hits);
+    assert_eq!(after.demand_misses, arc.demand_misses);
+    assert_eq!(device_reads(), reads);
+    // It counts as the same ordinary read does.
+    pool.read(os, f, block + 7, 1000).unwrap();
+    let ordinary = pool.status().arc;
+    assert_eq!(
+        ordinary.demand_hits - after.demand_hits,
+        after.demand_hits - arc.demand_hits
+    );
+    let after = ordinary;
+    // The ordinary read of the refused range counts one miss for block 2 only.
+    assert_eq!(
+        pool.read(os, f, block, 2 * block as usize).unwrap(),
+        &data[block as usize..3 * block as usize]
+    );
+    assert_eq!(pool.status().arc.demand_misses, after.demand_misses + 1);
+    let whole = pool
+        .read_parts_cached(os, f, block, 2 * block as usize)
+        .unwrap();
+    assert_eq!(
+        whole.expect("both cached now").to_vec(),
+        &data[block as usize..3 * block as usize]
+    );
+}

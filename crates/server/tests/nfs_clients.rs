@@ -131,17 +131,23 @@ fn many_calls_in_flight_on_one_connection() {
     let (_, fh) = c.create(&root, "f");
     let data = pattern(1 << 20, 3);
     assert_eq!(c.write(&fh, 0, &data, 2).0, 0);
-    // 48 READs sent back to back before any reply is read.
+    pipelined_reads(&mut c, &fh, &data, 48, 16384);
+}
+
+/// Sends `calls` READs of `size` bytes covering `data` from its start back to back
+/// before reading any reply, then checks every reply's bytes and that each call was
+/// answered once.
+fn pipelined_reads(c: &mut Client, fh: &[u8], data: &[u8], calls: u32, size: u32) {
     let mut sent = Vec::new();
-    for i in 0..48u32 {
+    for i in 0..calls {
         let xid = 1000 + i;
         let mut call = nfs::rpc::encode_call(xid, 100003, 3, 6, &root_cred());
-        call.opaque(&fh).u64(i as u64 * 16384).u32(16384);
+        call.opaque(fh).u64(i as u64 * size as u64).u32(size);
         c.rpc.send_raw(&call.buf).unwrap();
         sent.push(xid);
     }
     let mut seen = BTreeSet::new();
-    for _ in 0..48 {
+    for _ in 0..calls {
         let reply = c.rpc.read_reply().unwrap();
         let xid = u32::from_be_bytes(reply[0..4].try_into().unwrap());
         let a = Answer::parse(reply);
@@ -152,14 +158,47 @@ fn many_calls_in_flight_on_one_connection() {
         d.u32().unwrap();
         d.bool().unwrap();
         let got = d.opaque(1 << 20).unwrap();
-        let at = (xid - 1000) as usize * 16384;
+        let at = (xid - 1000) as usize * size as usize;
         assert!(
-            got == &data[at..at + 16384],
+            got == &data[at..at + size as usize],
             "reply {xid} carries the wrong bytes"
         );
         assert!(seen.insert(xid));
     }
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), sent);
+}
+
+/// A READ whose data is cached is answered on the connection's reader thread, one
+/// that needs the disk by a worker: pipelined reads of a file after a restart (from
+/// disk, some blocks already read ahead) and again (all from the ARC) carry the same
+/// bytes, and the second pass finds everything cached.
+#[test]
+fn reads_from_disk_and_from_cache_answer_alike() {
+    let mut server = TestServer::start("*(rw,no_root_squash)");
+    let mut c = server.client();
+    let (_, root) = c.mount("/tp/share");
+    let (_, fh) = c.create(&root, "f");
+    let data = pattern(2 << 20, 5);
+    for (i, chunk) in data.chunks(1 << 20).enumerate() {
+        assert_eq!(c.write(&fh, (i << 20) as u64, chunk, 2).0, 0);
+    }
+    drop(c);
+    server.restart();
+    let mut c = server.client();
+    let cold = server.pool.status().arc;
+    pipelined_reads(&mut c, &fh, &data, 32, 65536);
+    let warm = server.pool.status().arc;
+    assert!(
+        warm.demand_misses + warm.prefetch_misses > cold.demand_misses + cold.prefetch_misses,
+        "the first pass reads the disk"
+    );
+    pipelined_reads(&mut c, &fh, &data, 32, 65536);
+    let after = server.pool.status().arc;
+    assert_eq!(
+        after.demand_misses, warm.demand_misses,
+        "the second pass is answered from the ARC"
+    );
+    assert!(after.demand_hits >= warm.demand_hits + 32);
 }
 
 fn root_cred() -> nfs::rpc::Credential {
