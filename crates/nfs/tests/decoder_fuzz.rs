@@ -236,3 +236,26 @@ fn structured_calls_reach_every_procedure() {
         "procedures {missing:?} never succeeded: inputs stop in the decoders"
     );
 }
+
+/// Every input of the committed cargo-fuzz corpus (`fuzz/corpus/rpc_records`, what the
+/// coverage-guided runs found reaching new code) goes through the harness again, so CI
+/// replays them on every change.
+#[test]
+fn the_committed_fuzz_corpus_replays_cleanly() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/rpc_records");
+    let mut inputs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    inputs.sort();
+    assert!(
+        inputs.len() >= 100,
+        "the corpus is in the repo ({} inputs)",
+        inputs.len()
+    );
+    let h = Harness::new();
+    for path in &inputs {
+        h.run(&std::fs::read(path).unwrap());
+    }
+}
