@@ -827,16 +827,10 @@ impl Filesystem {
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file) as slices of
     /// the pool's cache buffers, for a server to send without copying.
     pub fn read_parts(&self, ino: u64, offset: u64, len: usize) -> Result<ReadBuf> {
-        let a = self.getattr(ino)?;
-        match a.kind {
-            Kind::File => {}
-            Kind::Dir => return Err(FsError::IsDir),
-            _ => return Err(FsError::Invalid("not a regular file".into())),
-        }
-        if offset >= a.size || len == 0 {
+        let (a, n) = self.read_extent(ino, offset, len)?;
+        if n == 0 {
             return Ok(ReadBuf::new());
         }
-        let n = (a.size - offset).min(len as u64) as usize;
         let bytes = self.pool.read_parts(self.os, ino, offset, n)?;
         self.touch_atime(&a);
         Ok(bytes)
@@ -847,20 +841,31 @@ impl Filesystem {
     /// nothing was read or changed, and the caller goes to `read_parts` on a thread that
     /// may block.
     pub fn read_parts_cached(&self, ino: u64, offset: u64, len: usize) -> Result<Option<ReadBuf>> {
+        let (a, n) = self.read_extent(ino, offset, len)?;
+        if n == 0 {
+            return Ok(Some(ReadBuf::new()));
+        }
+        if self.atime_due(&a, Timespec::now()) {
+            return Ok(None);
+        }
+        Ok(self.pool.read_parts_cached(self.os, ino, offset, n)?)
+    }
+
+    /// A read's file attributes and how many bytes it returns (fewer than `len` at the
+    /// end of the file, none past it); only regular files are read.
+    fn read_extent(&self, ino: u64, offset: u64, len: usize) -> Result<(Attr, usize)> {
         let a = self.getattr(ino)?;
         match a.kind {
             Kind::File => {}
             Kind::Dir => return Err(FsError::IsDir),
             _ => return Err(FsError::Invalid("not a regular file".into())),
         }
-        if offset >= a.size || len == 0 {
-            return Ok(Some(ReadBuf::new()));
-        }
-        if self.atime_due(&a, Timespec::now()) {
-            return Ok(None);
-        }
-        let n = (a.size - offset).min(len as u64) as usize;
-        Ok(self.pool.read_parts_cached(self.os, ino, offset, n)?)
+        let n = if offset >= a.size {
+            0
+        } else {
+            (a.size - offset).min(len as u64) as usize
+        };
+        Ok((a, n))
     }
 
     /// relatime: atime moves when it is older than mtime or ctime, or a day old, so
