@@ -178,9 +178,11 @@ fn write_all_vectored(w: &mut TcpStream, parts: &mut [IoSlice<'_>]) -> std::io::
     Ok(())
 }
 
+/// A call for a worker: its record and the header the reader decoded from it.
 struct Job {
     conn: Arc<Conn>,
     record: Claimed,
+    header: CallHeader,
     received: Instant,
 }
 
@@ -267,12 +269,13 @@ impl RpcServer {
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
                         while let Ok(job) = rx.recv() {
-                            if let Some(reply) = answer_record(
-                                &*service,
-                                job.conn.peer,
-                                &job.record.record,
-                                job.received,
-                            ) {
+                            let call = Call {
+                                peer: job.conn.peer,
+                                received: job.received,
+                                header: job.header,
+                                record: &job.record.record,
+                            };
+                            if let Some(reply) = service.call(&call) {
                                 job.conn.send(&reply);
                             }
                             job.conn.finished_one();
@@ -461,10 +464,27 @@ fn read_loop(
     loop {
         let record = read_record(&mut stream, Some(budget))?;
         let received = Instant::now();
-        if let Some(reply) = answer_cached(service, conn.peer, &record.record, received) {
+        let header = match decode_record(&record.record) {
+            Decoded::Call(header) => header,
+            // RPC-level errors need no service: answered here.
+            Decoded::Answered(reply) => {
+                if let Some(reply) = reply {
+                    conn.send(&reply);
+                }
+                continue;
+            }
+        };
+        let call = Call {
+            peer: conn.peer,
+            received,
+            header,
+            record: &record.record,
+        };
+        if let Some(reply) = service.call_cached(&call) {
             conn.send(&reply);
             continue;
         }
+        let header = call.header;
         {
             let mut n = conn.in_flight.lock().unwrap();
             while *n >= MAX_IN_FLIGHT {
@@ -476,6 +496,7 @@ fn read_loop(
             .send(Job {
                 conn: conn.clone(),
                 record,
+                header,
                 received,
             })
             .is_err()
@@ -558,7 +579,8 @@ fn read_mark<R: Read>(stream: &mut R, mark: &mut [u8; 4], idle_ok: bool) -> Resu
 /// The RPC-level answer to a record (errors of the header itself, or the service's):
 /// what the server sends back for one record (a whole RPC message, record marking
 /// removed) from `peer`: `None` for records that get no reply (unreadable, not a call,
-/// or a retransmission still running). The path every received record takes, and the
+/// or a retransmission still running). The server's readers and workers take the same
+/// two steps (`decode_record`, then the service); this is them in one function, the
 /// entry point of the fuzz target.
 pub fn answer_record(
     service: &dyn Service,
@@ -566,50 +588,46 @@ pub fn answer_record(
     record: &[u8],
     received: Instant,
 ) -> Option<Reply> {
+    match decode_record(record) {
+        Decoded::Answered(reply) => reply,
+        Decoded::Call(header) => service.call(&Call {
+            peer,
+            received,
+            header,
+            record,
+        }),
+    }
+}
+
+/// What the RPC layer makes of a record before any service sees it.
+enum Decoded {
+    /// A call for a service.
+    Call(CallHeader),
+    /// Answered at the RPC level (a bad credential, a wrong RPC version, a flavor not
+    /// accepted), or `None`: no reply at all (unreadable, or not a call).
+    Answered(Option<Reply>),
+}
+
+fn decode_record(record: &[u8]) -> Decoded {
     let header = match rpc::decode_call(record) {
         Ok(h) => h,
-        Err(HeaderError::Unreadable(_)) | Err(HeaderError::NotACall { .. }) => return None,
+        Err(HeaderError::Unreadable(_)) | Err(HeaderError::NotACall { .. }) => {
+            return Decoded::Answered(None)
+        }
         Err(HeaderError::BadCredential { xid }) => {
-            return Some(Reply::new(rpc::auth_error(xid, AuthStat::BadCred)))
+            return Decoded::Answered(Some(Reply::new(rpc::auth_error(xid, AuthStat::BadCred))))
         }
     };
     if header.rpc_version != rpc::RPC_VERSION {
-        return Some(Reply::new(rpc::rpc_mismatch(header.xid)));
+        return Decoded::Answered(Some(Reply::new(rpc::rpc_mismatch(header.xid))));
     }
     if let rpc::Credential::Other(_) = header.credential {
-        return Some(Reply::new(rpc::auth_error(header.xid, AuthStat::TooWeak)));
+        return Decoded::Answered(Some(Reply::new(rpc::auth_error(
+            header.xid,
+            AuthStat::TooWeak,
+        ))));
     }
-    let call = Call {
-        peer,
-        received,
-        header,
-        record,
-    };
-    service.call(&call)
-}
-
-/// `Service::call_cached` for a record with a valid header; `None` (nothing done) for
-/// anything else, which a worker then answers through `answer_record`.
-fn answer_cached(
-    service: &dyn Service,
-    peer: SocketAddr,
-    record: &[u8],
-    received: Instant,
-) -> Option<Reply> {
-    let header = rpc::decode_call(record).ok()?;
-    if header.rpc_version != rpc::RPC_VERSION {
-        return None;
-    }
-    if let rpc::Credential::Other(_) = header.credential {
-        return None;
-    }
-    let call = Call {
-        peer,
-        received,
-        header,
-        record,
-    };
-    service.call_cached(&call)
+    Decoded::Call(header)
 }
 
 /// A minimal blocking RPC client over TCP (tests, the portmapper probe, tools).

@@ -89,6 +89,34 @@ pub struct AdaptiveCache<K, V> {
 }
 
 impl<K: Hash + Eq + Clone, V: Clone + Weighted> Inner<K, V> {
+    /// The node holding `key`'s value (not a ghost).
+    fn live(&self, key: &K) -> Option<usize> {
+        let i = *self.map.get(key)?;
+        self.node(i).value.is_some().then_some(i)
+    }
+
+    /// Counts a hit on node `i` and moves it as the access kind says; its value.
+    fn hit(&mut self, i: usize, kind: AccessKind) -> V {
+        match kind {
+            AccessKind::Demand => {
+                self.stats.demand_hits += 1;
+                let (list, prefetch) = (self.node(i).list, self.node(i).prefetch);
+                self.unlink(i);
+                if prefetch {
+                    self.node_mut(i).prefetch = false;
+                    self.push_head(i, list);
+                } else {
+                    self.push_head(i, MFU);
+                }
+            }
+            AccessKind::Prefetch => self.stats.prefetch_hits += 1,
+        }
+        self.node(i)
+            .value
+            .clone()
+            .expect("a live node holds a value")
+    }
+
     fn node(&self, i: usize) -> &Node<K, V> {
         self.slab[i].as_ref().expect("live node")
     }
@@ -269,47 +297,25 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
     }
 
     pub fn get(&self, key: &K, kind: AccessKind) -> Option<V> {
-        self.lookup(key, kind, true)
-    }
-
-    /// A `get` that counts and changes nothing when the key is absent: for callers that
-    /// only look (a server answering from cache) and then fall back to a `get`, which
-    /// counts the miss once.
-    pub fn get_if_cached(&self, key: &K, kind: AccessKind) -> Option<V> {
-        self.lookup(key, kind, false)
-    }
-
-    fn lookup(&self, key: &K, kind: AccessKind, count_miss: bool) -> Option<V> {
         let mut s = self.inner.lock().unwrap();
-        let hit = s
-            .map
-            .get(key)
-            .copied()
-            .filter(|&i| s.node(i).value.is_some());
-        let Some(i) = hit else {
-            if count_miss {
-                match kind {
-                    AccessKind::Demand => s.stats.demand_misses += 1,
-                    AccessKind::Prefetch => s.stats.prefetch_misses += 1,
-                }
+        let Some(i) = s.live(key) else {
+            match kind {
+                AccessKind::Demand => s.stats.demand_misses += 1,
+                AccessKind::Prefetch => s.stats.prefetch_misses += 1,
             }
             return None;
         };
-        match kind {
-            AccessKind::Demand => {
-                s.stats.demand_hits += 1;
-                let (list, prefetch) = (s.node(i).list, s.node(i).prefetch);
-                s.unlink(i);
-                if prefetch {
-                    s.node_mut(i).prefetch = false;
-                    s.push_head(i, list);
-                } else {
-                    s.push_head(i, MFU);
-                }
-            }
-            AccessKind::Prefetch => s.stats.prefetch_hits += 1,
-        }
-        s.node(i).value.clone()
+        Some(s.hit(i, kind))
+    }
+
+    /// Every key's value, each counted and moved as a `get` hit, when all are held;
+    /// otherwise `None`, having counted and changed nothing. One lock, so no key leaves
+    /// in between. For callers that only look (a server answering from cache) and else
+    /// fall back to `get`, which counts each miss once.
+    pub fn get_all_if_cached(&self, keys: &[K], kind: AccessKind) -> Option<Vec<V>> {
+        let mut s = self.inner.lock().unwrap();
+        let found: Vec<usize> = keys.iter().map(|k| s.live(k)).collect::<Option<_>>()?;
+        Some(found.into_iter().map(|i| s.hit(i, kind)).collect())
     }
 
     /// The value, without counting an access or moving it in the lists.
@@ -320,8 +326,7 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
     }
 
     pub fn contains(&self, key: &K) -> bool {
-        let s = self.inner.lock().unwrap();
-        s.map.get(key).is_some_and(|&i| s.node(i).value.is_some())
+        self.inner.lock().unwrap().live(key).is_some()
     }
 
     pub fn insert(&self, key: K, value: V, kind: AccessKind) -> Vec<(K, V)> {

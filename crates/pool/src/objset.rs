@@ -527,27 +527,16 @@ impl Objset {
             }
         }
         let blocks = if fetch == Fetch::CachedOnly {
-            // All or nothing: a read that would wait for one block goes to a thread
-            // that may wait, and the blocks looked at here count as hits only then.
-            if !tree_bps.iter().all(|bp| st.is_cached(bp)) {
+            // All or nothing, under one look at the ARC: the indirect blocks the lookups
+            // only peeked at, then the data blocks. They count as an ordinary read
+            // counts them (an indirect block once per data block found through it), and
+            // only when the read is answered here.
+            let wanted: Vec<BlockPointer> = indirect.iter().chain(&tree_bps).copied().collect();
+            let Some(mut found) = st.cached_blocks(&wanted) else {
                 return Ok(None);
-            }
-            // Now count the indirect blocks that were only peeked at, as an ordinary
-            // read counts them: once per data block looked up through them.
-            for bp in &indirect {
-                st.cached_block(bp, AccessKind::Demand);
-            }
-            // A block evicted since the look above sends the read to that thread too
-            // (the blocks taken so far then count as hits twice: a rare race, and only
-            // in the statistics).
-            match tree_bps
-                .iter()
-                .map(|bp| st.cached_block(bp, AccessKind::Demand))
-                .collect::<Option<Vec<_>>>()
-            {
-                Some(blocks) => blocks.into_iter().map(Ok).collect(),
-                None => return Ok(None),
-            }
+            };
+            found.drain(..indirect.len());
+            found.into_iter().map(Ok).collect()
         } else if tree_bps.len() > 1 {
             st.read_batch(&tree_bps, AccessKind::Demand)
         } else {
@@ -1308,7 +1297,7 @@ enum TreeLookup {
 
 /// With `Fetch::CachedOnly` the indirect blocks are only peeked at and pushed to
 /// `peeked`, so a lookup that ends `NotCached` counts nothing; the caller counts them
-/// (`Storage::cached_block`) once the whole read is known to be cached.
+/// (`Storage::cached_blocks`) with the data blocks, all or nothing.
 fn tree_block_lookup(
     st: &Storage,
     root: BlockPointer,

@@ -491,14 +491,16 @@ impl Storage {
         self.read_block_as(bp, AccessKind::Demand)
     }
 
-    /// The block if the ARC holds it, with no device I/O and no wait. A block it does
-    /// not hold counts nothing: the caller reads it with `read_block_as`, which counts
-    /// the miss once.
-    pub fn cached_block(&self, bp: &BlockPointer, kind: AccessKind) -> Option<CachedBlock> {
-        assert!(!bp.is_hole(), "reading a hole");
-        let found = self.arc.get_if_cached(&BlockKey::of(bp), kind)?;
-        let counted = access_index(true, kind, bp.block_type.is_metadata());
-        self.counters.arc_accesses[counted].fetch_add(1, Ordering::Relaxed);
+    /// Every block, when the ARC holds them all: no device I/O and no wait. Then each
+    /// counts as a demand hit; otherwise nothing is counted, and the caller reads them
+    /// with `read_block_as`, which counts each miss once.
+    pub fn cached_blocks(&self, bps: &[BlockPointer]) -> Option<Vec<CachedBlock>> {
+        let keys: Vec<BlockKey> = bps.iter().map(BlockKey::of).collect();
+        let found = self.arc.get_all_if_cached(&keys, AccessKind::Demand)?;
+        for bp in bps {
+            let counted = access_index(true, AccessKind::Demand, bp.block_type.is_metadata());
+            self.counters.arc_accesses[counted].fetch_add(1, Ordering::Relaxed);
+        }
         Some(found)
     }
 
@@ -508,7 +510,7 @@ impl Storage {
     }
 
     /// The block if the ARC holds it, counting nothing and leaving its place in the
-    /// lists: a look that may be taken back (see `cached_block` for one that counts).
+    /// lists: a look that may be taken back (see `cached_blocks` for one that counts).
     pub fn peek_block(&self, bp: &BlockPointer) -> Option<CachedBlock> {
         assert!(!bp.is_hole(), "reading a hole");
         self.arc.peek(&BlockKey::of(bp))
