@@ -61,8 +61,12 @@ const PREFETCH_QUEUE: usize = 1024;
 
 /// (object set, object, block range)
 type PrefetchJob = (Arc<Objset>, u64, std::ops::Range<u64>);
-/// Blocks per read-ahead job: one aggregated batch each (4 MiB of 128K records).
-const PREFETCH_JOB_BLOCKS: u64 = 32;
+/// Bytes per read-ahead job: one aggregated batch each, a read of a quarter of it per
+/// data leaf of a raidz2 of 6. Smaller jobs keep more workers (so more device reads) in
+/// flight per stream: on one stream of a 32 MiB window, 1 MiB jobs read from disk at a
+/// median 1,684 MB/s where 4 MiB jobs reached 1,539 (and 1,678 against 1,367 on eight
+/// streams); a read-ahead block per job (32K per leaf) had reached 1,200.
+const PREFETCH_JOB_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
@@ -356,7 +360,7 @@ pub struct Pool {
     /// vdev 0; length 0 = none).
     intent_log: IntentLog,
     log_area: Mutex<(u64, u64)>,
-    prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<PrefetchJob>>>,
+    prefetch_tx: Mutex<Option<crossbeam_channel::Sender<PrefetchJob>>>,
     opts: PoolOptions,
     /// Where intent-log commits and txg syncs are reported, with this pool's number.
     analytics: std::sync::OnceLock<(Arc<analytics::Analytics>, u32)>,
@@ -1682,9 +1686,10 @@ impl Pool {
                 self.start_prefetchers();
                 let tx = self.prefetch_tx.lock().unwrap().clone();
                 if let Some(tx) = tx {
+                    let job_blocks = (PREFETCH_JOB_BYTES / bs.max(1)).max(1);
                     let mut start = ahead.start;
                     while start < ahead.end {
-                        let end = (start + PREFETCH_JOB_BLOCKS).min(ahead.end);
+                        let end = (start + job_blocks).min(ahead.end);
                         // A full queue drops read-ahead, never blocks a reader.
                         if tx.try_send((objset.clone(), obj, start..end)).is_err() {
                             break;
@@ -1703,16 +1708,15 @@ impl Pool {
         if slot.is_some() {
             return;
         }
-        let (tx, rx) = std::sync::mpsc::sync_channel::<PrefetchJob>(PREFETCH_QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
+        // A multi-consumer channel: the workers take jobs without sharing a lock.
+        let (tx, rx) = crossbeam_channel::bounded::<PrefetchJob>(PREFETCH_QUEUE);
         for i in 0..PREFETCH_WORKERS {
             let rx = rx.clone();
             let storage = self.storage.clone();
             std::thread::Builder::new()
                 .name(format!("prefetch-{i}"))
                 .spawn(move || loop {
-                    let job = rx.lock().unwrap().recv();
-                    match job {
+                    match rx.recv() {
                         Ok((objset, obj, range)) => objset.prefetch_range(&storage, obj, range),
                         Err(_) => return, // the pool is gone
                     }
