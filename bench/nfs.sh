@@ -83,17 +83,16 @@ print(json.dumps(m))'
 }
 
 # --- the raw disk, for the "85% of the raw read rate" target: the file system's own
-# file read with O_DIRECT, 1 MiB requests, 32 in flight (the best this disk gives) ---
+# file read with O_DIRECT, 1 MiB requests, 32 in flight (the best this disk gives). It
+# is read once in every from-disk round below, beside the servers. ---
 fio --name=raw --filename="$DIR/raw" --size="${TOTAL_MIB}M" --rw=write --bs=1M --direct=1 \
     --ioengine=psync --output-format=json > /dev/null
-for _ in $(seq "$REPEAT"); do
+raw_read() {
     drop_caches
     fio --name=raw --filename="$DIR/raw" --size="${TOTAL_MIB}M" --rw=read --bs=1M --direct=1 \
         --ioengine=libaio --iodepth=32 --output-format=json \
         | python3 -c 'import json,sys; print(json.dumps({"mb_per_s": json.load(sys.stdin)["jobs"][0]["read"]["bw_bytes"]/1e6}))'
-done | median > "$OUT/raw.json"
-RAW_READ=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mb_per_s"])' "$OUT/raw.json")
-rm -f "$DIR/raw"
+}
 
 # --- shoal: two pools, raidz2 of six files, one with a log device ---
 mkdir -p "$DIR/shoal"
@@ -191,13 +190,28 @@ RESULTS="$OUT/results.jsonl"
 : > "$RESULTS"
 record() { echo "{\"server\": \"$1\", \"what\": \"$2\", \"result\": $3}" >> "$RESULTS"; }
 
-for server in $SERVERS; do
-    for streams in 1 8; do
-        log "$server, $streams streams"
+for streams in 1 8; do
+    for server in $SERVERS; do
+        log "$server, $streams streams: write"
         record "$server" "write_128k_s$streams" "$(nb "$server" write "$streams" --block 131072 --depth 16)"
-        record "$server" "read_disk_128k_s$streams" "$(for _ in $(seq "$REPEAT"); do
+    done
+    # From disk, in REPEAT rounds: each round reads the raw disk and then every server
+    # once, so the disk's drift over the run (2x between runs here) falls on all of them
+    # alike. Line k of each file is round k; the ratios below are per round.
+    for round in $(seq "$REPEAT"); do
+        log "from disk, $streams streams, round $round of $REPEAT"
+        raw_read >> "$OUT/disk.raw.s$streams"
+        for server in $SERVERS; do
             restart_for_disk "$server" >&2
-            nb "$server" read "$streams" --block 131072 --depth 16; done | median)"
+            nb "$server" read "$streams" --block 131072 --depth 16 >> "$OUT/disk.$server.s$streams"
+        done
+    done
+    record raw "read_disk_1m_s$streams" "$(median < "$OUT/disk.raw.s$streams")"
+    for server in $SERVERS; do
+        record "$server" "read_disk_128k_s$streams" "$(median < "$OUT/disk.$server.s$streams")"
+    done
+    for server in $SERVERS; do
+        log "$server, $streams streams"
         nb "$server" read "$streams" --file-mib "$CACHED_MIB" --block 131072 --depth 16 >/dev/null # warm
         record "$server" "read_cached_128k_s$streams" "$(for _ in $(seq "$REPEAT"); do
             nb "$server" read "$streams" --file-mib "$CACHED_MIB" --block 131072 --depth 16; done | median)"
@@ -213,11 +227,17 @@ for server in $SERVERS; do
             *) remove_files "$server" ;;
         esac
     done
+done
+rm -f "$DIR/raw"
+for server in $SERVERS; do
     # libnfs's own client, one stream: nfs-cp up, then nfs-cat back from disk.
+    log "$server, libnfs"
+    echo "== $server" >> "$OUT/libnfs.err"
     head -c $(( TOTAL_MIB << 20 )) /dev/urandom > "$OUT/libnfs-file"
-    t0=$(date +%s.%N); nfs-cp "$OUT/libnfs-file" "$(url "$server" libnfs-file)" >/dev/null || true; t1=$(date +%s.%N)
+    # Their complaints go to libnfs.err, kept with the logs.
+    t0=$(date +%s.%N); nfs-cp "$OUT/libnfs-file" "$(url "$server" libnfs-file)" >/dev/null 2>>"$OUT/libnfs.err" || true; t1=$(date +%s.%N)
     restart_for_disk "$server"
-    t2=$(date +%s.%N); nfs-cat "$(url "$server" libnfs-file)" > "$OUT/libnfs-back" || true; t3=$(date +%s.%N)
+    t2=$(date +%s.%N); nfs-cat "$(url "$server" libnfs-file)" > "$OUT/libnfs-back" 2>>"$OUT/libnfs.err" || true; t3=$(date +%s.%N)
     if ! cmp -s "$OUT/libnfs-file" "$OUT/libnfs-back"; then
         record "$server" libnfs '{"error": "nfs-cp/nfs-cat did not round-trip the file"}'
     else
@@ -227,24 +247,35 @@ for server in $SERVERS; do
 done
 
 touch "$OUT/done"
-python3 - "$RESULTS" "$RAW_READ" "$TOTAL_MIB" "$SECONDS_RUN" "$ARC_MIB" "$CACHED_MIB" <<'PY'
-import json, sys
+python3 - "$RESULTS" "$OUT" "$TOTAL_MIB" "$SECONDS_RUN" "$ARC_MIB" "$CACHED_MIB" "$REPEAT" <<'PY'
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-raw = float(sys.argv[2])
+out_dir = sys.argv[2]
 r = {}
 for row in rows:
     r.setdefault(row["server"], {})[row["what"]] = row["result"]
 def mb(s, w): return r.get(s, {}).get(w, {}).get("mb_per_s")
 def iops(s, w): return r.get(s, {}).get(w, {}).get("iops")
 def ratio(a, b): return round(a / b, 2) if a and b else None
+def rounds(name, s):
+    try:
+        return [json.loads(l).get("mb_per_s") for l in open(f"{out_dir}/disk.{name}.s{s}") if l.strip()]
+    except OSError:
+        return []
+def per_round(a, b, s):
+    """The median over rounds of a/b, each round's two reads minutes apart at most."""
+    pairs = [x / y for x, y in zip(rounds(a, s), rounds(b, s)) if x and y]
+    return {"median": round(statistics.median(pairs), 2), "rounds": [round(p, 2) for p in pairs]} if pairs else None
 out = {"total_mib": int(sys.argv[3]), "seconds_per_iops_test": int(sys.argv[4]),
-       "shoal_arc_mib": int(sys.argv[5]), "cached_mib": int(sys.argv[6]),
-       "raw_disk_read_mb_per_s": round(raw, 1), "servers": r, "ratios": {}}
+       "shoal_arc_mib": int(sys.argv[5]), "cached_mib": int(sys.argv[6]), "repeat": int(sys.argv[7]),
+       "from_disk_ratios": "median over rounds of the two reads' ratio in one round; each round reads the raw disk and every server, one after another",
+       "servers": r, "ratios": {}}
 for s in (1, 8):
     q = out["ratios"]
-    q[f"read_disk_s{s}_vs_ganesha_ext4 (target 1.0)"] = ratio(mb("shoal", f"read_disk_128k_s{s}"), mb("ganesha-ext4", f"read_disk_128k_s{s}"))
-    q[f"read_disk_s{s}_vs_ganesha_zfs (target 4)"] = ratio(mb("shoal", f"read_disk_128k_s{s}"), mb("ganesha-zfs", f"read_disk_128k_s{s}"))
-    q[f"read_disk_s{s}_vs_raw_disk (target 0.85)"] = ratio(mb("shoal", f"read_disk_128k_s{s}"), raw)
+    q[f"read_disk_s{s}_vs_ganesha_ext4 (target 1.0)"] = per_round("shoal", "ganesha-ext4", s)
+    q[f"read_disk_s{s}_vs_ganesha_zfs (target 4)"] = per_round("shoal", "ganesha-zfs", s)
+    q[f"read_disk_s{s}_vs_raw_disk (target 0.85)"] = per_round("shoal", "raw", s)
+    q[f"read_disk_s{s}_ganesha_ext4_vs_raw_disk"] = per_round("ganesha-ext4", "raw", s)
     q[f"read_cached_s{s}_vs_ganesha_page_cache (target 1.2)"] = ratio(mb("shoal", f"read_cached_128k_s{s}"), mb("ganesha-ext4", f"read_cached_128k_s{s}"))
     q[f"write_128k_s{s}_vs_ganesha_zfs (target 3)"] = ratio(mb("shoal", f"write_128k_s{s}"), mb("ganesha-zfs", f"write_128k_s{s}"))
     q[f"write_128k_s{s}_vs_ganesha_ext4"] = ratio(mb("shoal", f"write_128k_s{s}"), mb("ganesha-ext4", f"write_128k_s{s}"))
