@@ -4,7 +4,7 @@
 //! a client waiting on round trips. Works against any NFSv3 server (shoal, Ganesha).
 //!
 //! Tests: `write` (sequential UNSTABLE writes then COMMIT, per stream its own file),
-//! `read` (sequential reads of those files), `randread` (random reads within them for
+//! `read` (sequential reads of those files, `--passes` times), `randread` (random reads within them for
 //! `--seconds`), `syncwrite` (random FILE_SYNC writes for `--seconds`). Every reply
 //! is checked (RPC accepted, NFS3_OK, READ returns what was asked); prints one JSON
 //! object. `remove` deletes the streams' files through the server (so a server that
@@ -47,6 +47,10 @@ struct Args {
     /// Duration of randread and syncwrite.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Times `read` reads each stream's file, start to end (a cached file set small
+    /// enough for every server's cache still makes a run long enough to measure).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    passes: u64,
 }
 
 fn root() -> Credential {
@@ -239,14 +243,19 @@ fn main() {
                     let block = args.block as u64;
                     match args.test.as_str() {
                         "write" | "read" => {
+                            let write = (args.test == "write").then_some(0);
+                            let calls = if write.is_some() {
+                                blocks
+                            } else {
+                                blocks * args.passes
+                            };
                             let mut n = 0;
                             let mut next = || {
-                                (n < blocks).then(|| {
+                                (n < calls).then(|| {
                                     n += 1;
-                                    (n - 1) * block
+                                    (n - 1) % blocks * block
                                 })
                             };
-                            let write = (args.test == "write").then_some(0);
                             let r = pipeline(&args, &fh, &mut next, write);
                             if write.is_some() {
                                 commit(&args, &fh);
