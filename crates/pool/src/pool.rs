@@ -360,7 +360,8 @@ pub struct Pool {
     /// vdev 0; length 0 = none).
     intent_log: IntentLog,
     log_area: Mutex<(u64, u64)>,
-    prefetch_tx: Mutex<Option<crossbeam_channel::Sender<PrefetchJob>>>,
+    /// The read-ahead workers' queue, made (and the workers started) on first use.
+    prefetch_tx: std::sync::OnceLock<crossbeam_channel::Sender<PrefetchJob>>,
     opts: PoolOptions,
     /// Where intent-log commits and txg syncs are reported, with this pool's number.
     analytics: std::sync::OnceLock<(Arc<analytics::Analytics>, u32)>,
@@ -659,7 +660,7 @@ impl Pool {
             last_scrub: Mutex::new(None),
             intent_log: IntentLog::new(log_device_ring, !opts.deterministic_io),
             log_area: Mutex::new((0, 0)),
-            prefetch_tx: Mutex::new(None),
+            prefetch_tx: std::sync::OnceLock::new(),
             opts,
             analytics: std::sync::OnceLock::new(),
             repair: RepairProgress::default(),
@@ -1683,31 +1684,29 @@ impl Pool {
                 objset.uncached_part(&self.storage, obj, ahead)
             };
             if !ahead.is_empty() {
-                self.start_prefetchers();
-                let tx = self.prefetch_tx.lock().unwrap().clone();
-                if let Some(tx) = tx {
-                    let job_blocks = (PREFETCH_JOB_BYTES / bs.max(1)).max(1);
-                    let mut start = ahead.start;
-                    while start < ahead.end {
-                        let end = (start + job_blocks).min(ahead.end);
-                        // A full queue drops read-ahead, never blocks a reader.
-                        if tx.try_send((objset.clone(), obj, start..end)).is_err() {
-                            break;
-                        }
-                        start = end;
+                let tx = self.prefetcher();
+                let job_blocks = (PREFETCH_JOB_BYTES / bs.max(1)).max(1);
+                let mut start = ahead.start;
+                while start < ahead.end {
+                    let end = (start + job_blocks).min(ahead.end);
+                    // A full queue drops read-ahead, never blocks a reader.
+                    if tx.try_send((objset.clone(), obj, start..end)).is_err() {
+                        break;
                     }
+                    start = end;
                 }
             }
         }
         Ok(Some(bytes))
     }
 
-    /// Starts the read-ahead workers on first use.
-    fn start_prefetchers(&self) {
-        let mut slot = self.prefetch_tx.lock().unwrap();
-        if slot.is_some() {
-            return;
-        }
+    /// The read-ahead workers' queue; the workers start on first use and end when the
+    /// pool (and so the queue's sender) is dropped.
+    fn prefetcher(&self) -> &crossbeam_channel::Sender<PrefetchJob> {
+        self.prefetch_tx.get_or_init(|| self.start_prefetchers())
+    }
+
+    fn start_prefetchers(&self) -> crossbeam_channel::Sender<PrefetchJob> {
         // A multi-consumer channel: the workers take jobs without sharing a lock.
         let (tx, rx) = crossbeam_channel::bounded::<PrefetchJob>(PREFETCH_QUEUE);
         for i in 0..PREFETCH_WORKERS {
@@ -1723,7 +1722,7 @@ impl Pool {
                 })
                 .expect("spawn prefetch worker");
         }
-        *slot = Some(tx);
+        tx
     }
 
     pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {

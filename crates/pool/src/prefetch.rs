@@ -4,9 +4,10 @@
 //! where a stream's last read ended continues it: the stream's distance doubles (up to
 //! `max_distance_bytes`) and the blocks between what was already issued and
 //! `read end + distance` are returned for prefetch, once they add up to an eighth of the
-//! distance (so read-ahead goes to the disks in large batches). A read that matches no stream starts
-//! one (no prefetch on the first read: one read is not a pattern). Streams idle past
-//! `stream_timeout` are dropped, the least recently used one is replaced when full.
+//! distance (so read-ahead goes to the disks in large batches). A read that matches no
+//! stream starts one (no prefetch on the first read: one read is not a pattern). Streams
+//! idle past `stream_timeout` are dropped, the least recently used one is replaced when
+//! full.
 //! Once a stream has been continued exactly, reads within `REORDER_BLOCKS` of its end
 //! count as its own (a client with many reads in flight delivers them out of order).
 //! Invariant: a block id is returned at most once per stream.
@@ -116,7 +117,7 @@ impl StreamDetector {
             // batch becomes one aggregated device read per leaf (a 128K record alone is
             // 32K per leaf of a raidz2 of 6, and a disk wants large requests).
             let batch = (s.distance / ISSUE_FRACTION).max(1);
-            let issue = to > from && to - from >= batch;
+            let issue = to.saturating_sub(from) >= batch;
             if issue {
                 s.issued_until = to;
             }
