@@ -2,6 +2,8 @@
 //! against a shadow copy kept in memory. Every few hundred operations the whole tree is
 //! compared (names, kinds, link counts, sizes, bytes), and at the end the pool is
 //! exported, imported and compared again. `SHOAL_SHADOW_OPS=N` runs more operations.
+//! The pool keeps almost no clean objects in memory, so evicted objects are loaded
+//! back all the time.
 
 #[path = "../../pool/tests/common/mod.rs"]
 mod common;
@@ -61,6 +63,9 @@ fn pool_on(devs: &[Arc<SimDevice>], create: bool) -> Arc<Pool> {
     let opts = PoolOptions {
         arc_max_bytes: Some(32 << 20),
         txg_interval: std::time::Duration::from_millis(200),
+        // Every txg drops all but a handful of clean objects, so the operations keep
+        // loading evicted dnodes back while the sync thread evicts.
+        object_cache_max: 8,
         ..PoolOptions::default()
     };
     if create {

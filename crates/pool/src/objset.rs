@@ -15,6 +15,12 @@
 //!   dnode attributes written are those captured at quiesce, never later ones.
 //! - Object ids are never reused within an object set (the next id only grows).
 //!
+//! Memory: an object is loaded (its dnode read into `Inner::objects`) on first use and
+//! stays while it has changes. Clean objects form a cache the pool bounds after every
+//! txg (`evict_clean_objects`, least recently loaded first), so walking millions of
+//! files does not grow the daemon without end; the dnode blocks themselves stay in the
+//! ARC, so loading an evicted object again is usually a memory copy.
+//!
 //! Object set root block (4 KiB logical, little-endian): bytes 0..512 the meta-dnode
 //! (object 0: the dnode array); 512..520 magic `SHOALOS\0`; 520..524 version (2);
 //! 524..528 reserved; 528..536 next object id; 536..544 referenced bytes (version 2);
@@ -91,12 +97,26 @@ struct ObjectState {
     dnode: Dnode,
     open: DirtySet,
     syncing: Option<DirtySet>,
+    /// `Inner::clock` when last loaded: the oldest clean objects are evicted first.
+    used: u64,
+}
+
+impl ObjectState {
+    /// Nothing here that the committed tree does not hold: dropping it loses nothing,
+    /// and the next `load` reads the same attributes back.
+    fn is_clean(&self) -> bool {
+        self.open.is_empty() && self.syncing.is_none()
+    }
 }
 
 #[derive(Debug)]
 struct Inner {
     meta: Dnode,
+    /// Loaded objects: every object with changes, and a bounded cache of clean ones
+    /// (see `evict_clean_objects`).
     objects: HashMap<u64, ObjectState>,
+    /// Counts loads, to order the clean objects by last use.
+    clock: u64,
     next_object: u64,
     open_dirty: BTreeSet<u64>,
     syncing_dirty: Vec<u64>,
@@ -223,6 +243,7 @@ impl Objset {
             inner: Mutex::new(Inner {
                 meta: meta_dnode(),
                 objects: HashMap::new(),
+                clock: 0,
                 next_object: 1,
                 open_dirty: BTreeSet::new(),
                 syncing_dirty: Vec::new(),
@@ -274,6 +295,7 @@ impl Objset {
             inner: Mutex::new(Inner {
                 meta,
                 objects: HashMap::new(),
+                clock: 0,
                 next_object,
                 open_dirty: BTreeSet::new(),
                 syncing_dirty: Vec::new(),
@@ -326,6 +348,41 @@ impl Objset {
         !inner.open_dirty.is_empty()
     }
 
+    /// Objects held in memory (with changes, or cached clean).
+    pub fn loaded_objects(&self) -> usize {
+        self.inner.lock().unwrap().objects.len()
+    }
+
+    /// Bounds the objects held in memory: when more than `max` are loaded, drops the
+    /// least recently loaded clean ones until a quarter of `max` is free again (so the
+    /// scan runs once per many loads, not on every one). Objects with changes are never
+    /// dropped, so a set with more than `max` dirty objects stays above the bound until
+    /// they sync. Dropping a clean object loses nothing: its dnode is in the committed
+    /// tree, and `load` reads it back on next use.
+    pub fn evict_clean_objects(&self, max: usize) {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.objects.len() <= max {
+            return;
+        }
+        let target = max - max / 4;
+        let mut clean: Vec<(u64, u64)> = inner
+            .objects
+            .iter()
+            .filter(|(id, s)| s.is_clean() && !inner.open_dirty.contains(id))
+            .map(|(&id, s)| (s.used, id))
+            .collect();
+        let excess = (inner.objects.len() - target).min(clean.len());
+        if excess == 0 {
+            return;
+        }
+        if excess < clean.len() {
+            clean.select_nth_unstable(excess);
+        }
+        for &(_, id) in &clean[..excess] {
+            inner.objects.remove(&id);
+        }
+    }
+
     fn load<'a>(
         st: &Storage,
         inner: &'a mut Inner,
@@ -345,10 +402,14 @@ impl Objset {
                     dnode,
                     open: DirtySet::default(),
                     syncing: None,
+                    used: 0,
                 },
             );
         }
+        inner.clock += 1;
+        let clock = inner.clock;
         let state = inner.objects.get_mut(&obj).unwrap();
+        state.used = clock;
         if state.dnode.is_free() || state.open.freed {
             return Err(PoolError::NotFound(format!("object {obj}")));
         }
@@ -401,6 +462,7 @@ impl Objset {
                 dnode,
                 open,
                 syncing: None,
+                used: 0,
             },
         );
         inner.open_dirty.insert(obj);

@@ -84,7 +84,15 @@ pub struct PoolOptions {
     /// Issue a sync's device operations from one thread in a fixed order, so a crash
     /// test replays exactly from its seed. Slower; for tests.
     pub deterministic_io: bool,
+    /// Clean objects (dnodes) kept in memory across all object sets, about 0.9 KiB
+    /// each (the default is about 115 MiB). Each set gets an equal share, at least
+    /// `MIN_OBJECTS_PER_SET` (or all of a smaller bound); objects with changes are
+    /// always kept.
+    pub object_cache_max: usize,
 }
+
+/// The smallest share of `object_cache_max` an object set gets.
+const MIN_OBJECTS_PER_SET: usize = 1024;
 
 impl Default for PoolOptions {
     fn default() -> Self {
@@ -96,6 +104,7 @@ impl Default for PoolOptions {
             sync_thread: true,
             prefetch: true,
             deterministic_io: false,
+            object_cache_max: 128 * 1024,
         }
     }
 }
@@ -1831,6 +1840,7 @@ impl Pool {
                 t.synced_txg = txg;
                 drop(t);
                 self.storage.alloc.lock().unwrap().txg_committed(txg);
+                self.evict_clean_objects();
             }
             Err(e) => {
                 drop(t);
@@ -1839,6 +1849,28 @@ impl Pool {
         }
         self.txg_cv.notify_all();
         result
+    }
+
+    /// Keeps every object set's loaded objects within its share of `object_cache_max`
+    /// (after each txg, read-only sets included: reads alone load objects too).
+    fn evict_clean_objects(&self) {
+        let objsets: Vec<Arc<Objset>> = self
+            .datasets
+            .read()
+            .unwrap()
+            .values()
+            .map(|d| d.objset.clone())
+            .collect();
+        let max = self.opts.object_cache_max;
+        let share = (max / objsets.len().max(1)).max(MIN_OBJECTS_PER_SET.min(max));
+        for os in objsets {
+            os.evict_clean_objects(share);
+        }
+    }
+
+    /// Objects of object set `os` held in memory (see `PoolOptions::object_cache_max`).
+    pub fn loaded_objects(&self, os: u64) -> Result<usize, PoolError> {
+        Ok(self.objset(os)?.loaded_objects())
     }
 
     fn sync_txg(&self, txg: u64, objsets: &[Arc<Objset>]) -> Result<(), PoolError> {

@@ -211,6 +211,82 @@ fn many_small_objects_and_objset_destroy() {
     assert!(pool.check().unwrap().problems.is_empty());
 }
 
+/// Loaded objects stay within the pool's object cache bound after each txg (reads
+/// alone load objects too); evicted objects read back with their contents and
+/// attributes, and can be changed again and survive an import.
+#[test]
+fn clean_objects_are_evicted_past_the_cache_bound() {
+    const BOUND: usize = 1024; // also the smallest share an object set gets
+    let devs = sim_devices(3, 9, None);
+    let pool = pool::Pool::create(
+        "tank",
+        vec![pool::pool::TopArg {
+            layout: Layout::RaidZ { nparity: 1 },
+            devices: args(&devs),
+        }],
+        vec![],
+        vec![],
+        pool::PoolOptions {
+            object_cache_max: BOUND,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let os = pool.create_objset("tank/many", "{}").unwrap();
+    let n = 3 * BOUND as u32;
+    let objs: Vec<u64> = (0..n)
+        .map(|i| {
+            let o = new_file(&pool, os, 512, Compression::Off);
+            pool.write(os, o, 0, &i.to_le_bytes()).unwrap();
+            pool.set_bonus(os, o, &i.to_be_bytes(), Some(i as u64))
+                .unwrap();
+            o
+        })
+        .collect();
+    // Objects with changes are never dropped.
+    assert!(pool.loaded_objects(os).unwrap() >= n as usize);
+    pool.sync().unwrap();
+    assert!(pool.loaded_objects(os).unwrap() <= BOUND);
+    let check = |pool: &pool::Pool, first: u32| {
+        for (i, &o) in objs.iter().enumerate() {
+            let v = if (i as u32) < 100 {
+                first + i as u32
+            } else {
+                i as u32
+            };
+            assert_eq!(
+                pool.read(os, o, 0, 4).unwrap(),
+                v.to_le_bytes(),
+                "object {o}"
+            );
+            let info = pool.object_info(os, o).unwrap();
+            assert_eq!(info.bonus, (i as u32).to_be_bytes());
+            assert_eq!(info.generation, i as u64);
+        }
+    };
+    check(&pool, 0);
+    assert!(
+        pool.loaded_objects(os).unwrap() > BOUND,
+        "reads load objects"
+    );
+    pool.sync().unwrap(); // nothing changed; the bound still holds
+    assert!(pool.loaded_objects(os).unwrap() <= BOUND);
+    // The first objects were read longest ago, so they are the evicted ones: writing
+    // them loads each again.
+    let loaded = pool.loaded_objects(os).unwrap();
+    for (i, &o) in objs.iter().take(100).enumerate() {
+        pool.write(os, o, 0, &(1_000_000 + i as u32).to_le_bytes())
+            .unwrap();
+    }
+    assert_eq!(pool.loaded_objects(os).unwrap(), loaded + 100);
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let pool = import(&devs);
+    check(&pool, 1_000_000);
+    assert!(pool.check().unwrap().problems.is_empty());
+}
+
 #[test]
 fn bad_arguments_are_refused() {
     let devs = sim_devices(2, 6, None);
