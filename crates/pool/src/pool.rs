@@ -615,6 +615,9 @@ impl Pool {
         }
         pool.write_labels()?;
         pool.reserve_log_area();
+        pool.intent_log
+            .preallocate_rings()
+            .map_err(|e| PoolError::Io(format!("preparing the intent log's space on {e}")))?;
         pool.intent_log.start_chain(0);
         pool.directory_dirty.store(true, Ordering::SeqCst);
         pool.sync()?;

@@ -22,7 +22,9 @@ pub enum PoolCommand {
         /// Directory for relative device paths.
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Create missing device files of this size (e.g. 1G).
+        /// Create missing device files of this size (e.g. 1G). They are sparse, except
+        /// the intent log's space, which is written once: all of a log device, and up to
+        /// 64M of the first data devices.
         #[arg(long)]
         size: Option<String>,
         name: String,

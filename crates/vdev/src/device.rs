@@ -39,6 +39,15 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn io_mode(&self) -> IoMode;
     fn describe(&self) -> String;
 
+    /// Prepares `[offset, offset + len)`, which holds nothing yet, for many small
+    /// writes that are each flushed (the intent log's ring): a regular file gets the
+    /// range written with zeros and flushed, so the file system need not allocate and
+    /// journal blocks under every later write and flush. Other devices do nothing.
+    fn preallocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+
     /// Writes `bufs` back to back from `offset`, as one I/O where the device can.
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         write_joined(self, offset, bufs)

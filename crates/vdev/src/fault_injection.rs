@@ -70,6 +70,9 @@ impl Device for FaultInjector {
     fn describe(&self) -> String {
         format!("{} (fault injection)", self.inner.describe())
     }
+    fn preallocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.preallocate(offset, len)
+    }
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         self.check()?;
         self.inner.write_vectored_at(offset, bufs)

@@ -132,6 +132,28 @@ impl Device for FileDevice {
         self.file.sync_data()
     }
 
+    /// A sparse file's holes cost a block allocation and a journal commit under the
+    /// next flush of each write into them (measured on ext4: an 8K intent log commit
+    /// took 202 us into holes, 113-129 us over written blocks), so the range is written
+    /// with zeros once. Block devices need nothing.
+    fn preallocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.file.metadata()?.file_type().is_file() || len == 0 {
+            return Ok(());
+        }
+        let len_usize = usize::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "range too long"))?;
+        check_io(offset, len_usize, self.size)?;
+        const CHUNK: u64 = 1 << 20;
+        let zeros = AlignedBuf::zeroed(CHUNK as usize);
+        let mut at = offset;
+        while at < offset + len {
+            let n = CHUNK.min(offset + len - at) as usize;
+            self.file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        self.file.sync_data()
+    }
+
     fn io_mode(&self) -> IoMode {
         self.mode
     }
@@ -380,6 +402,41 @@ mod tests {
                 .is_err(),
             "past the end"
         );
+    }
+
+    #[test]
+    fn preallocation_fills_the_holes_of_a_sparse_file() {
+        use std::os::unix::fs::MetadataExt;
+        let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target");
+        std::fs::create_dir_all(base).unwrap();
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let path = dir.path().join("p.img");
+        let dev = FileDevice::create(&path, MIN_DEVICE_BYTES).unwrap();
+        let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        let data = AlignedBuf::from_slice(&[7u8; 8192]);
+        dev.write_at(8 << 20, &data).unwrap();
+        let before = allocated();
+        assert!(
+            before < 1 << 20,
+            "a new device file is sparse ({before} bytes)"
+        );
+        dev.preallocate(1 << 20, 4 << 20).unwrap();
+        assert!(allocated() >= before + (4 << 20), "{} bytes", allocated());
+        let mut back = AlignedBuf::zeroed(4 << 20);
+        dev.read_at(1 << 20, &mut back).unwrap();
+        assert!(back.iter().all(|&x| x == 0));
+        let mut kept = AlignedBuf::zeroed(8192);
+        dev.read_at(8 << 20, &mut kept).unwrap();
+        assert_eq!(&kept[..], &data[..], "outside the range nothing changes");
+        assert!(
+            dev.preallocate(MIN_DEVICE_BYTES - 4096, 8192).is_err(),
+            "past the end"
+        );
+        // Block devices and the like are left alone.
+        FileDevice::open("/dev/null")
+            .unwrap()
+            .preallocate(0, 0)
+            .unwrap();
     }
 
     #[test]

@@ -141,6 +141,10 @@ impl Device for ThrottledDevice {
         format!("{} (simulated disk: {})", self.inner.describe(), self.speed)
     }
 
+    fn preallocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.preallocate(offset, len)
+    }
+
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         let len = bufs.iter().map(|b| b.len()).sum();
         self.run(offset, len, || self.inner.write_vectored_at(offset, bufs))

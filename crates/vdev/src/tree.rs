@@ -306,6 +306,19 @@ impl Leaf {
         self.write(offset, data)
     }
 
+    /// `Device::preallocate` for `[offset, offset + len)` of the data area, which must
+    /// hold nothing yet. Setup, not traffic: not counted in the I/O statistics.
+    pub fn preallocate(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        assert!(
+            offset + len <= self.data_len(),
+            "preallocation past the data area"
+        );
+        match self.device() {
+            Some(dev) => dev.preallocate(self.data_start + offset, len),
+            None => Ok(()),
+        }
+    }
+
     fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
         self.read_vectored(offset, &mut [buf])
     }
