@@ -4,8 +4,9 @@
 # layout as shoal's (6 file devices, recordsize 128K, compression off), in one run,
 # with the same clients: the project's pipelined client (bench/nfs-bench, 1 and 8
 # streams) and libnfs's nfs-cp/nfs-cat. Prints one JSON object: every figure and the
-# ratios the NFS issue names. A benchmark, never a test. Needs root (rpcbind for
-# Ganesha, dropping caches, zfs-fuse).
+# ratios the NFS issue names. shoal's 8K FILE_SYNC writes also run on 8K-record
+# filesystems (`shoal-db`, `shoal-log-db`), as a database share would be set up. A
+# benchmark, never a test. Needs root (rpcbind for Ganesha, dropping caches, zfs-fuse).
 #
 #   bench/nfs.sh                                   # 4 GiB per test under target/bench-data
 #   BENCH_DIR=/work/bench-data TOTAL_MIB=2048 SECONDS_RUN=10 REPEAT=3 bench/nfs.sh
@@ -116,11 +117,16 @@ mkdir -p "$DIR/shoal"
 "$SHOAL" pool create --dir "$DIR/shoal" --size "${DEV_MIB}M" slog raidz2 g h i j k l log m >/dev/null
 for p in sbench slog; do
     "$SHOAL" fs create "$p/fs" -o recordsize=128K -o compression=off >/dev/null
+    # What a database share gets: records the size of its writes (8K FILE_SYNC writes
+    # into 128K records rewrite 128K at every txg, as on ZFS).
+    "$SHOAL" fs create "$p/db" -o recordsize=8K -o compression=off >/dev/null
 done
 start_shoal() {
     SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off --arc-max "${ARC_MIB}M" \
         --share 'sbench/fs=127.0.0.1(rw,no_root_squash,insecure)' \
-        --share 'slog/fs=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
+        --share 'slog/fs=127.0.0.1(rw,no_root_squash,insecure)' \
+        --share 'sbench/db=127.0.0.1(rw,no_root_squash,insecure)' \
+        --share 'slog/db=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
     echo $! > "$OUT/shoal.pid"
     for _ in $(seq 100); do ss -ltn | grep -q ":$SHOAL_PORT " && return; sleep 0.1; done
     log "shoal did not start"; cat "$OUT/shoal.log" >&2; exit 1
@@ -173,6 +179,8 @@ endpoint() { # SERVER -> "nfs-bench arguments"
     case $1 in
         shoal) echo "--server 127.0.0.1:$SHOAL_PORT --export /sbench/fs" ;;
         shoal-log) echo "--server 127.0.0.1:$SHOAL_PORT --export /slog/fs" ;;
+        shoal-db) echo "--server 127.0.0.1:$SHOAL_PORT --export /sbench/db" ;;
+        shoal-log-db) echo "--server 127.0.0.1:$SHOAL_PORT --export /slog/db" ;;
         ganesha-ext4) echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/ext4" ;;
         ganesha-zfs) echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/zfs-mnt" ;;
     esac
@@ -236,10 +244,16 @@ for streams in 1 8; do
         record "$server" "syncwrite_8k_s$streams" "$(nb "$server" syncwrite "$streams" --block 8192 --depth 1)"
         if [ "$server" = shoal ]; then
             record shoal-log "syncwrite_8k_s$streams" "$(nb shoal-log syncwrite "$streams" --block 8192 --depth 1)"
+            record shoal-db "syncwrite_8k_s$streams" "$(nb shoal-db syncwrite "$streams" --block 8192 --depth 1)"
+            record shoal-log-db "syncwrite_8k_s$streams" "$(nb shoal-log-db syncwrite "$streams" --block 8192 --depth 1)"
         fi
         case $server in
-            shoal) stop_shoal; "$SHOAL" fs destroy sbench/fs >/dev/null; "$SHOAL" fs destroy slog/fs >/dev/null
-                   for p in sbench slog; do "$SHOAL" fs create "$p/fs" -o recordsize=128K -o compression=off >/dev/null; done
+            shoal) stop_shoal
+                   for p in sbench slog; do
+                       "$SHOAL" fs destroy "$p/fs" >/dev/null; "$SHOAL" fs destroy "$p/db" >/dev/null
+                       "$SHOAL" fs create "$p/fs" -o recordsize=128K -o compression=off >/dev/null
+                       "$SHOAL" fs create "$p/db" -o recordsize=8K -o compression=off >/dev/null
+                   done
                    start_shoal ;;
             *) remove_files "$server" ;;
         esac
@@ -305,5 +319,7 @@ for s in (1, 8):
     q[f"randread_8k_s{s}_vs_ganesha_ext4"] = ratio(iops("shoal", f"randread_8k_cached_s{s}"), iops("ganesha-ext4", f"randread_8k_cached_s{s}"))
     q[f"syncwrite_8k_s{s}_vs_ganesha_ext4"] = ratio(iops("shoal", f"syncwrite_8k_s{s}"), iops("ganesha-ext4", f"syncwrite_8k_s{s}"))
     q[f"syncwrite_8k_s{s}_log_device_vs_none"] = ratio(iops("shoal-log", f"syncwrite_8k_s{s}"), iops("shoal", f"syncwrite_8k_s{s}"))
+    q[f"syncwrite_8k_s{s}_recordsize_8k_vs_ganesha_ext4"] = ratio(iops("shoal-db", f"syncwrite_8k_s{s}"), iops("ganesha-ext4", f"syncwrite_8k_s{s}"))
+    q[f"syncwrite_8k_s{s}_recordsize_8k_log_device_vs_ganesha_ext4"] = ratio(iops("shoal-log-db", f"syncwrite_8k_s{s}"), iops("ganesha-ext4", f"syncwrite_8k_s{s}"))
 print(json.dumps(out, indent=2))
 PY
