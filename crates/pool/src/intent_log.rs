@@ -550,9 +550,10 @@ impl Ring {
     }
 
     /// Writes blocks to every usable replica and flushes them: true when at least one
-    /// replica holds all of them durably. In parallel, each replica's writes and flush
-    /// run on that replica's own long-lived worker thread, so a commit costs one write
-    /// and one flush of the slowest replica, and no thread start.
+    /// replica holds all of them durably. In parallel, the first replica is written by
+    /// the calling thread and each other one by its own long-lived worker thread, so a
+    /// commit costs one write and one flush of the slowest replica, no thread start,
+    /// and no hand-off for the first replica.
     fn write_and_flush(&self, blocks: Vec<(u64, Arc<AlignedBuf>)>, parallel: bool) -> bool {
         for (pos, b) in &blocks {
             assert!(pos + b.len() as u64 <= self.len, "log block past the ring");
@@ -571,6 +572,7 @@ impl Ring {
                 .replicas
                 .iter()
                 .enumerate()
+                .skip(1)
                 .map(|(i, (leaf, base))| spawn_replica_worker(i, leaf.clone(), *base))
                 .collect();
         }
@@ -583,7 +585,9 @@ impl Ring {
         }
         drop(workers);
         drop(done_tx);
-        done_rx.iter().take(sent).fold(false, |a, b| a | b)
+        let (leaf, base) = &self.replicas[0];
+        let first = replica_write(leaf, *base, &blocks);
+        done_rx.iter().take(sent).fold(first, |a, b| a | b)
     }
 
     /// Reads the block at `pos` if some replica holds a valid one of this chain and seq.

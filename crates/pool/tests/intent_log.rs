@@ -491,3 +491,45 @@ fn new_pools_write_their_log_rings_on_file_devices() {
     assert!(pool.intent_log_stats().records_replayed > 0);
     assert_eq!(pool.read(os, obj, 0, 6).unwrap(), b"logged");
 }
+
+/// With several replicas a commit writes the first one itself and the others on their
+/// workers (the parallel path the daemon runs): with the first replica dead, committed
+/// writes are still durable on the others and replay from them.
+#[test]
+fn parallel_log_commits_survive_a_dead_first_replica() {
+    let devs = sim_devices(3, 77, None);
+    let parallel = pool::PoolOptions {
+        deterministic_io: false,
+        ..opts()
+    };
+    let pool = Pool::create(
+        "tank",
+        vec![TopArg {
+            layout: Layout::Mirror,
+            devices: args(&devs),
+        }],
+        vec![],
+        vec![],
+        parallel.clone(),
+    )
+    .unwrap();
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    pool.sync().unwrap();
+    let obj = new_file(&pool, os, 4096, Compression::Off);
+    pool.write(os, obj, 0, b"first").unwrap();
+    pool.log_commit().unwrap();
+    devs[0].inject(vdev::Fault::Dead);
+    pool.write(os, obj, 4096, b"second").unwrap();
+    pool.log_commit().unwrap();
+    let stats = pool.intent_log_stats();
+    assert_eq!(stats.ring, "pool");
+    assert_eq!(
+        stats.txg_fallbacks, 0,
+        "the live replicas took both commits"
+    );
+    drop(pool); // no export, no txg
+    let pool = Pool::import(args(&devs), Some("tank"), parallel).unwrap();
+    assert!(pool.intent_log_stats().records_replayed > 0);
+    assert_eq!(pool.read(os, obj, 0, 5).unwrap(), b"first");
+    assert_eq!(pool.read(os, obj, 4096, 6).unwrap(), b"second");
+}
