@@ -383,6 +383,29 @@ impl Objset {
         }
     }
 
+    /// The inner lock, taken so that `load` of `obj` under it finds the dnode's block
+    /// in the ARC: when `obj` is not loaded, that block is read (as read-ahead) with the
+    /// lock released first. `load` reads under the lock, and a cold dnode read there (a device read)
+    /// would stall every reader and writer of this object set meanwhile. The warm-up
+    /// uses the tree as of the first look; whatever changed since, `load` reads the
+    /// current one.
+    fn lock_loaded(&self, st: &Storage, obj: u64) -> std::sync::MutexGuard<'_, Inner> {
+        let inner = self.inner.lock().unwrap();
+        if obj == 0 || obj >= inner.next_object || inner.objects.contains_key(&obj) {
+            return inner;
+        }
+        let meta = inner.meta.clone();
+        drop(inner);
+        let _ = read_tree_block(
+            st,
+            meta.root,
+            meta.levels,
+            obj / DNODES_PER_BLOCK,
+            AccessKind::Prefetch,
+        );
+        self.inner.lock().unwrap()
+    }
+
     fn load<'a>(
         st: &Storage,
         inner: &'a mut Inner,
@@ -470,7 +493,7 @@ impl Objset {
     }
 
     pub fn info(&self, st: &Storage, obj: u64) -> Result<ObjectInfo, PoolError> {
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.lock_loaded(st, obj);
         let s = Self::load(st, &mut inner, obj)?;
         Ok(ObjectInfo {
             object_type: s.dnode.object_type,
@@ -494,7 +517,7 @@ impl Objset {
                 bonus.len()
             )));
         }
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.lock_loaded(st, obj);
         let s = Self::load(st, &mut inner, obj)?;
         s.dnode.bonus = bonus.to_vec();
         if let Some(g) = generation {
@@ -506,7 +529,7 @@ impl Objset {
     }
 
     pub fn free_object(&self, st: &Storage, obj: u64) -> Result<(), PoolError> {
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.lock_loaded(st, obj);
         let s = Self::load(st, &mut inner, obj)?;
         // Placed blocks stay listed so the sync releases them.
         s.open = DirtySet {
@@ -554,10 +577,16 @@ impl Objset {
         fetch: Fetch,
     ) -> Result<Option<(u64, ReadBuf)>, PoolError> {
         let (bs, plan) = {
-            let mut inner = self.inner.lock().unwrap();
-            if fetch == Fetch::CachedOnly && !inner.objects.contains_key(&obj) {
-                return Ok(None);
-            }
+            let mut inner = match fetch {
+                Fetch::CachedOnly => {
+                    let inner = self.inner.lock().unwrap();
+                    if !inner.objects.contains_key(&obj) {
+                        return Ok(None);
+                    }
+                    inner
+                }
+                Fetch::Any => self.lock_loaded(st, obj),
+            };
             let s = Self::load(st, &mut inner, obj)?;
             let bs = s.dnode.block_size as u64;
             if len == 0 {
@@ -710,7 +739,7 @@ impl Objset {
 
     pub fn prefetch_range(&self, st: &Storage, obj: u64, range: std::ops::Range<u64>) {
         let sources: Vec<(u64, Source)> = {
-            let mut inner = self.inner.lock().unwrap();
+            let mut inner = self.lock_loaded(st, obj);
             match Self::load(st, &mut inner, obj) {
                 Ok(s) => range
                     .filter(|&b| b < s.dnode.nblocks)
@@ -743,7 +772,7 @@ impl Objset {
         if data.is_empty() {
             return Ok(0);
         }
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.lock_loaded(st, obj);
         let s = Self::load(st, &mut inner, obj)?;
         let bs = s.dnode.block_size as u64;
         let end = offset
@@ -807,7 +836,7 @@ impl Objset {
         block_size: u32,
     ) -> Result<u64, PoolError> {
         check_block_size(block_size)?;
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.lock_loaded(st, obj);
         let s = Self::load(st, &mut inner, obj)?;
         let old = s.dnode.block_size;
         if block_size <= old {
@@ -855,7 +884,7 @@ impl Objset {
             return Ok(());
         }
         let bs = {
-            let mut inner = self.inner.lock().unwrap();
+            let mut inner = self.lock_loaded(st, obj);
             Self::load(st, &mut inner, obj)?.dnode.block_size as u64
         };
         let end = offset.saturating_add(len);
@@ -882,7 +911,7 @@ impl Objset {
                 &vec![0u8; (end - last_full * bs) as usize],
             )?;
         }
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.lock_loaded(st, obj);
         let s = Self::load(st, &mut inner, obj)?;
         let doomed: Vec<u64> = s
             .open
@@ -916,7 +945,7 @@ impl Objset {
         let mut out = Vec::new();
         let mut writes: Vec<(usize, u64, Bytes, BlockSpec)> = Vec::new();
         let bs = {
-            let mut inner = self.inner.lock().unwrap();
+            let mut inner = self.lock_loaded(st, obj);
             let s = Self::load(st, &mut inner, obj)?;
             let bs = s.dnode.block_size as u64;
             let whole = offset.div_ceil(bs)..(offset + len) / bs;
@@ -974,7 +1003,7 @@ impl Objset {
         txg: u64,
     ) -> Result<(), PoolError> {
         let block = st.read_block(&bp)?;
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.lock_loaded(st, obj);
         let s = Self::load(st, &mut inner, obj)?;
         if block.bytes().len() != s.dnode.block_size as usize
             || bp.block_type != BlockType::Data
@@ -1010,7 +1039,7 @@ impl Objset {
 
     /// The block size of an object.
     pub fn block_size(&self, st: &Storage, obj: u64) -> Result<u32, PoolError> {
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.lock_loaded(st, obj);
         Ok(Self::load(st, &mut inner, obj)?.dnode.block_size)
     }
 

@@ -287,6 +287,49 @@ fn clean_objects_are_evicted_past_the_cache_bound() {
     assert!(pool.check().unwrap().problems.is_empty());
 }
 
+/// A dnode not in memory is read before the object set's lock is taken to load it (as
+/// read-ahead, so other callers need not wait on that device read): loading a cold
+/// object then finds its dnode block in the ARC.
+#[test]
+fn cold_dnodes_are_read_before_the_objset_lock_is_taken() {
+    let devs = sim_devices(3, 11, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank/cold", "{}").unwrap();
+    let objs: Vec<u64> = (0..200u32)
+        .map(|i| {
+            let o = new_file(&pool, os, 4096, Compression::Off);
+            pool.set_bonus(os, o, &i.to_le_bytes(), Some(i as u64))
+                .unwrap();
+            o
+        })
+        .collect();
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let pool = import(&devs); // an empty ARC, nothing loaded
+    for (i, &o) in objs.iter().enumerate().step_by(37) {
+        let before = pool.status().arc;
+        let info = pool.object_info(os, o).unwrap();
+        let after = pool.status().arc;
+        assert_eq!(info.bonus, (i as u32).to_le_bytes());
+        // Indirect blocks on the way count as demand reads; the dnode block itself is
+        // read ahead of the load, then found in the ARC by it.
+        assert!(
+            after.prefetch_misses > before.prefetch_misses,
+            "object {o}: the dnode block was not read ahead of the load"
+        );
+        assert!(after.demand_hits > before.demand_hits);
+        let again = pool.status().arc;
+        pool.object_info(os, o).unwrap();
+        let last = pool.status().arc;
+        assert_eq!(
+            (last.demand_misses, last.prefetch_misses),
+            (again.demand_misses, again.prefetch_misses),
+            "object {o}: a loaded object reads nothing"
+        );
+    }
+}
+
 #[test]
 fn bad_arguments_are_refused() {
     let devs = sim_devices(2, 6, None);
