@@ -1807,13 +1807,7 @@ impl Pool {
             t.dirty_bytes = 0;
             self.txg_cv.notify_all();
             drop(t);
-            let objsets: Vec<Arc<Objset>> = self
-                .datasets
-                .read()
-                .unwrap()
-                .values()
-                .map(|d| d.objset.clone())
-                .collect();
+            let objsets = self.all_objsets();
             let mut changed = self.directory_dirty.swap(false, Ordering::SeqCst);
             let mut dirty_sets = Vec::new();
             for os in objsets {
@@ -1854,16 +1848,20 @@ impl Pool {
         result
     }
 
-    /// Keeps every object set's loaded objects within its share of `object_cache_max`
-    /// (after each txg, read-only sets included: reads alone load objects too).
-    fn evict_clean_objects(&self) {
-        let objsets: Vec<Arc<Objset>> = self
-            .datasets
+    /// Every dataset's and snapshot's object set.
+    fn all_objsets(&self) -> Vec<Arc<Objset>> {
+        self.datasets
             .read()
             .unwrap()
             .values()
             .map(|d| d.objset.clone())
-            .collect();
+            .collect()
+    }
+
+    /// Keeps every object set's loaded objects within its share of `object_cache_max`
+    /// (after each txg, read-only sets included: reads alone load objects too).
+    fn evict_clean_objects(&self) {
+        let objsets = self.all_objsets();
         let max = self.opts.object_cache_max;
         let share = (max / objsets.len().max(1)).max(MIN_OBJECTS_PER_SET.min(max));
         for os in objsets {

@@ -502,17 +502,7 @@ fn parallel_log_commits_survive_a_dead_first_replica() {
         deterministic_io: false,
         ..opts()
     };
-    let pool = Pool::create(
-        "tank",
-        vec![TopArg {
-            layout: Layout::Mirror,
-            devices: args(&devs),
-        }],
-        vec![],
-        vec![],
-        parallel.clone(),
-    )
-    .unwrap();
+    let pool = create_pool_with(Layout::Mirror, &devs, parallel.clone());
     let os = pool.create_objset("tank/fs", "{}").unwrap();
     pool.sync().unwrap();
     let obj = new_file(&pool, os, 4096, Compression::Off);

@@ -218,20 +218,14 @@ fn many_small_objects_and_objset_destroy() {
 fn clean_objects_are_evicted_past_the_cache_bound() {
     const BOUND: usize = 1024; // also the smallest share an object set gets
     let devs = sim_devices(3, 9, None);
-    let pool = pool::Pool::create(
-        "tank",
-        vec![pool::pool::TopArg {
-            layout: Layout::RaidZ { nparity: 1 },
-            devices: args(&devs),
-        }],
-        vec![],
-        vec![],
+    let pool = create_pool_with(
+        Layout::RaidZ { nparity: 1 },
+        &devs,
         pool::PoolOptions {
             object_cache_max: BOUND,
             ..opts()
         },
-    )
-    .unwrap();
+    );
     let os = pool.create_objset("tank/many", "{}").unwrap();
     let n = 3 * BOUND as u32;
     let objs: Vec<u64> = (0..n)

@@ -82,6 +82,15 @@ pub fn args(devs: &[Arc<SimDevice>]) -> Vec<DeviceArg> {
 
 /// `layout` over all of `devs` as one top-level vdev.
 pub fn create_pool(layout: Layout, devs: &[Arc<SimDevice>]) -> Arc<Pool> {
+    create_pool_with(layout, devs, opts())
+}
+
+/// `create_pool` with other options.
+pub fn create_pool_with(
+    layout: Layout,
+    devs: &[Arc<SimDevice>],
+    options: PoolOptions,
+) -> Arc<Pool> {
     Pool::create(
         "tank",
         vec![TopArg {
@@ -90,7 +99,7 @@ pub fn create_pool(layout: Layout, devs: &[Arc<SimDevice>]) -> Arc<Pool> {
         }],
         vec![],
         vec![],
-        opts(),
+        options,
     )
     .expect("create pool")
 }
