@@ -433,7 +433,13 @@ impl Objset {
         let clock = inner.clock;
         let state = inner.objects.get_mut(&obj).unwrap();
         state.used = clock;
-        if state.dnode.is_free() || state.open.freed {
+        // Freed in the open txg, or in the txg being synced: until that sync installs
+        // the free, a change here would be lost with the object (and leave it listed
+        // as dirty).
+        if state.dnode.is_free()
+            || state.open.freed
+            || state.syncing.as_ref().is_some_and(|set| set.freed)
+        {
             return Err(PoolError::NotFound(format!("object {obj}")));
         }
         Ok(state)
@@ -987,7 +993,9 @@ impl Objset {
             }
             out.push((blkid * bs, bs, bp));
         }
-        inner.open_dirty.insert(obj);
+        if inner.objects.contains_key(&obj) {
+            inner.open_dirty.insert(obj);
+        }
         out.sort_by_key(|&(o, _, _)| o);
         Ok(out)
     }

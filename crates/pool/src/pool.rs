@@ -1837,7 +1837,6 @@ impl Pool {
                 t.synced_txg = txg;
                 drop(t);
                 self.storage.alloc.lock().unwrap().txg_committed(txg);
-                self.evict_clean_objects();
             }
             Err(e) => {
                 drop(t);
@@ -1845,6 +1844,10 @@ impl Pool {
             }
         }
         self.txg_cv.notify_all();
+        if result.is_ok() {
+            // After the waiters are woken: they need not wait for the scan.
+            self.evict_clean_objects();
+        }
         result
     }
 
@@ -1858,13 +1861,20 @@ impl Pool {
             .collect()
     }
 
-    /// Keeps every object set's loaded objects within its share of `object_cache_max`
-    /// (after each txg, read-only sets included: reads alone load objects too).
+    /// Keeps the loaded objects of all object sets within `object_cache_max` (after
+    /// each txg, read-only sets included: reads alone load objects too).
     fn evict_clean_objects(&self) {
-        let objsets = self.all_objsets();
-        let max = self.opts.object_cache_max;
-        let share = (max / objsets.len().max(1)).max(MIN_OBJECTS_PER_SET.min(max));
-        for os in objsets {
+        let mut sets: Vec<(usize, Arc<Objset>)> = self
+            .all_objsets()
+            .into_iter()
+            .map(|os| (os.loaded_objects(), os))
+            .collect();
+        let shares = fair_shares(
+            &sets.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            self.opts.object_cache_max,
+            MIN_OBJECTS_PER_SET.min(self.opts.object_cache_max),
+        );
+        for ((_, os), share) in sets.drain(..).zip(shares) {
             os.evict_clean_objects(share);
         }
     }
@@ -2493,6 +2503,23 @@ fn device_ring(log_leaves: &[Arc<Leaf>]) -> Option<Ring> {
     })
 }
 
+/// Each object set's share of `max` loaded objects, max-min fair: sets that use less
+/// than an equal split keep what they use (idle snapshots cost the busy filesystem
+/// nothing), and the rest split what is left equally; never below `floor`.
+fn fair_shares(loaded: &[usize], max: usize, floor: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..loaded.len()).collect();
+    order.sort_by_key(|&i| loaded[i]);
+    let mut shares = vec![0; loaded.len()];
+    let mut left = max;
+    for (k, &i) in order.iter().enumerate() {
+        let equal = left / (loaded.len() - k);
+        let share = loaded[i].min(equal);
+        left -= share;
+        shares[i] = share.max(floor);
+    }
+    shares
+}
+
 impl LogSource for Pool {
     fn read_for_log(&self, os: u64, obj: u64, offset: u64, len: usize) -> Option<Vec<u8>> {
         let objset = self.objset(os).ok()?;
@@ -2907,5 +2934,27 @@ impl Tx<'_> {
         }
         p.account_dirty(&objset, bs);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fair_shares;
+
+    #[test]
+    fn object_cache_shares_are_max_min_fair() {
+        // Idle sets keep what they use; the busy ones split the rest.
+        assert_eq!(
+            fair_shares(&[10, 0, 5000, 3000], 4000, 0),
+            vec![10, 0, 1995, 1995]
+        );
+        // Under the bound nobody gives anything up.
+        assert_eq!(fair_shares(&[10, 20], 100, 0), vec![10, 20]);
+        // 200 idle snapshots do not shrink the one busy filesystem to a sliver.
+        let mut loaded = vec![0; 200];
+        loaded.push(100_000);
+        let shares = fair_shares(&loaded, 50_000, 1024);
+        assert_eq!(shares[200], 50_000);
+        assert!(shares[..200].iter().all(|&s| s == 1024), "the floor");
     }
 }

@@ -324,6 +324,36 @@ fn cold_dnodes_are_read_before_the_objset_lock_is_taken() {
     }
 }
 
+/// Writes racing the sync of their object's free are refused, never taken: a write
+/// taken between that txg's quiesce and its install was dropped with the object and
+/// left it listed as dirty, and the next quiesce panicked.
+#[test]
+fn writes_racing_the_sync_of_a_free_are_refused() {
+    let devs = sim_devices(3, 21, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank/race", "{}").unwrap();
+    let mut refused = 0u64;
+    for round in 0..100 {
+        let obj = new_file(&pool, os, 4096, Compression::Off);
+        pool.write(os, obj, 0, b"x").unwrap();
+        pool.sync().unwrap();
+        pool.free_object(os, obj).unwrap();
+        std::thread::scope(|scope| {
+            let syncing = scope.spawn(|| pool.sync());
+            while !syncing.is_finished() {
+                match pool.write(os, obj, 0, b"late") {
+                    Err(PoolError::NotFound(_)) => refused += 1,
+                    other => panic!("round {round}: a write to a freed object: {other:?}"),
+                }
+            }
+            syncing.join().unwrap().unwrap();
+        });
+    }
+    assert!(refused > 0);
+    pool.sync().unwrap();
+    assert!(pool.check().unwrap().problems.is_empty());
+}
+
 #[test]
 fn bad_arguments_are_refused() {
     let devs = sim_devices(2, 6, None);

@@ -435,7 +435,7 @@ mod tests {
         // Block devices and the like are left alone.
         FileDevice::open("/dev/null")
             .unwrap()
-            .preallocate(0, 0)
+            .preallocate(0, 4096)
             .unwrap();
     }
 
