@@ -115,12 +115,15 @@ raw_read() {
 mkdir -p "$DIR/shoal"
 "$SHOAL" pool create --dir "$DIR/shoal" --size "${DEV_MIB}M" sbench raidz2 a b c d e f >/dev/null
 "$SHOAL" pool create --dir "$DIR/shoal" --size "${DEV_MIB}M" slog raidz2 g h i j k l log m >/dev/null
-for p in sbench slog; do
-    "$SHOAL" fs create "$p/fs" -o recordsize=128K -o compression=off >/dev/null
-    # What a database share gets: records the size of its writes (8K FILE_SYNC writes
-    # into 128K records rewrite 128K at every txg, as on ZFS).
-    "$SHOAL" fs create "$p/db" -o recordsize=8K -o compression=off >/dev/null
-done
+make_shoal_filesystems() {
+    for p in sbench slog; do
+        "$SHOAL" fs create "$p/fs" -o recordsize=128K -o compression=off >/dev/null
+        # What a database share gets: records the size of its writes (8K FILE_SYNC
+        # writes into 128K records rewrite 128K at every txg, as on ZFS).
+        "$SHOAL" fs create "$p/db" -o recordsize=8K -o compression=off >/dev/null
+    done
+}
+make_shoal_filesystems
 start_shoal() {
     SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off --arc-max "${ARC_MIB}M" \
         --share 'sbench/fs=127.0.0.1(rw,no_root_squash,insecure)' \
@@ -243,17 +246,14 @@ for streams in 1 8; do
         record "$server" "randread_8k_cached_s$streams" "$(nb "$server" randread "$streams" --file-mib "$CACHED_MIB" --block 8192 --depth 32)"
         record "$server" "syncwrite_8k_s$streams" "$(nb "$server" syncwrite "$streams" --block 8192 --depth 1)"
         if [ "$server" = shoal ]; then
-            record shoal-log "syncwrite_8k_s$streams" "$(nb shoal-log syncwrite "$streams" --block 8192 --depth 1)"
-            record shoal-db "syncwrite_8k_s$streams" "$(nb shoal-db syncwrite "$streams" --block 8192 --depth 1)"
-            record shoal-log-db "syncwrite_8k_s$streams" "$(nb shoal-log-db syncwrite "$streams" --block 8192 --depth 1)"
+            for variant in shoal-log shoal-db shoal-log-db; do
+                record "$variant" "syncwrite_8k_s$streams" "$(nb "$variant" syncwrite "$streams" --block 8192 --depth 1)"
+            done
         fi
         case $server in
             shoal) stop_shoal
-                   for p in sbench slog; do
-                       "$SHOAL" fs destroy "$p/fs" >/dev/null; "$SHOAL" fs destroy "$p/db" >/dev/null
-                       "$SHOAL" fs create "$p/fs" -o recordsize=128K -o compression=off >/dev/null
-                       "$SHOAL" fs create "$p/db" -o recordsize=8K -o compression=off >/dev/null
-                   done
+                   for fs in sbench/fs sbench/db slog/fs slog/db; do "$SHOAL" fs destroy "$fs" >/dev/null; done
+                   make_shoal_filesystems
                    start_shoal ;;
             *) remove_files "$server" ;;
         esac

@@ -85,9 +85,9 @@ pub struct PoolOptions {
     /// test replays exactly from its seed. Slower; for tests.
     pub deterministic_io: bool,
     /// Clean objects (dnodes) kept in memory across all object sets, about 0.9 KiB
-    /// each (the default is about 115 MiB). Each set gets an equal share, at least
-    /// `MIN_OBJECTS_PER_SET` (or all of a smaller bound); objects with changes are
-    /// always kept.
+    /// each (the default is about 115 MiB), shared max-min fairly (`fair_shares`), at
+    /// least `MIN_OBJECTS_PER_SET` a set (or all of a smaller bound); objects with
+    /// changes are always kept.
     pub object_cache_max: usize,
 }
 
@@ -1864,17 +1864,11 @@ impl Pool {
     /// Keeps the loaded objects of all object sets within `object_cache_max` (after
     /// each txg, read-only sets included: reads alone load objects too).
     fn evict_clean_objects(&self) {
-        let mut sets: Vec<(usize, Arc<Objset>)> = self
-            .all_objsets()
-            .into_iter()
-            .map(|os| (os.loaded_objects(), os))
-            .collect();
-        let shares = fair_shares(
-            &sets.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-            self.opts.object_cache_max,
-            MIN_OBJECTS_PER_SET.min(self.opts.object_cache_max),
-        );
-        for ((_, os), share) in sets.drain(..).zip(shares) {
+        let sets = self.all_objsets();
+        let loaded: Vec<usize> = sets.iter().map(|os| os.loaded_objects()).collect();
+        let max = self.opts.object_cache_max;
+        let shares = fair_shares(&loaded, max, MIN_OBJECTS_PER_SET.min(max));
+        for (os, share) in sets.iter().zip(shares) {
             os.evict_clean_objects(share);
         }
     }
