@@ -227,7 +227,9 @@ impl Analytics {
             engine: Mutex::default(),
             archive: Mutex::default(),
         });
-        let now = a.unix_now();
+        // Built-ins count from the instance's first second, not from whatever
+        // second the wall clock reached while it was being built.
+        let now = a.unix_second(epoch);
         {
             let mut engine = a.engine.lock().unwrap();
             for name in BUILTIN_DATASETS {

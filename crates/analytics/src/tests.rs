@@ -38,6 +38,18 @@ fn instance() -> (Arc<Analytics>, u64) {
     (a, t0)
 }
 
+/// Enables each dataset and returns the first Unix second all of them count.
+/// Counting starts with the next whole second after enabling, and the wall
+/// clock may pass a second boundary between two calls, so tests place their
+/// events from this second on rather than at a fixed offset from `t0`.
+fn enable_all(a: &Analytics, names: &[&str]) -> u64 {
+    names
+        .iter()
+        .map(|name| a.enable(name).unwrap().since)
+        .max()
+        .expect("at least one dataset")
+}
+
 fn counts(p: &Point) -> BTreeMap<String, u64> {
     p.breakdown
         .iter()
@@ -48,12 +60,16 @@ fn counts(p: &Point) -> BTreeMap<String, u64> {
 #[test]
 fn breakdowns_by_client_and_file_match_the_load_exactly() {
     let (a, t0) = instance();
-    a.enable("nfs3.ops[client]").unwrap();
-    a.enable("nfs3.ops[op=read][client=10.0.0.2][file]")
-        .unwrap();
-    a.enable("nfs3.bytes[client]").unwrap();
-    // Counting starts with the next whole second after enabling.
-    for s in 1..4 {
+    let since = enable_all(
+        &a,
+        &[
+            "nfs3.ops[client]",
+            "nfs3.ops[op=read][client=10.0.0.2][file]",
+            "nfs3.bytes[client]",
+        ],
+    );
+    let first = since - t0;
+    for s in first..first + 3 {
         for _ in 0..5 {
             nfs(&a, s, "read", 1, 11, 8192, 150);
         }
@@ -63,8 +79,8 @@ fn breakdowns_by_client_and_file_match_the_load_exactly() {
         }
         nfs(&a, s, "getattr", 2, 12, 0, 40);
     }
-    a.tick(t0 + 10);
-    let by_client = a.query("nfs3.ops[client]", t0 + 1, t0 + 3, None).unwrap();
+    a.tick(since + 10);
+    let by_client = a.query("nfs3.ops[client]", since, since + 2, None).unwrap();
     assert_eq!(by_client.points.len(), 3);
     for p in &by_client.points {
         assert_eq!(p.total, 12);
@@ -79,8 +95,8 @@ fn breakdowns_by_client_and_file_match_the_load_exactly() {
     let drill = a
         .query(
             "nfs3.ops[client=10.0.0.2][op=read][file]",
-            t0 + 1,
-            t0 + 3,
+            since,
+            since + 2,
             None,
         )
         .unwrap();
@@ -94,14 +110,16 @@ fn breakdowns_by_client_and_file_match_the_load_exactly() {
             BTreeMap::from([("/tank/home/f12".into(), 3), ("/tank/home/f13".into(), 3)])
         );
     }
-    let bytes = a.query("nfs3.bytes[client]", t0 + 1, t0 + 3, None).unwrap();
+    let bytes = a
+        .query("nfs3.bytes[client]", since, since + 2, None)
+        .unwrap();
     assert_eq!(
         counts(&bytes.points[0]),
         BTreeMap::from([("10.0.0.1".into(), 5 * 8192), ("10.0.0.2".into(), 6 * 4096)])
     );
 
     // The built-in latency heatmap: 150 µs, 2500 µs and 40 µs columns.
-    let heat = a.query("nfs3.ops[latency]", t0 + 1, t0 + 1, None).unwrap();
+    let heat = a.query("nfs3.ops[latency]", since, since, None).unwrap();
     let buckets: Vec<(u64, u64, u64)> = heat.points[0]
         .buckets
         .iter()
@@ -110,9 +128,7 @@ fn breakdowns_by_client_and_file_match_the_load_exactly() {
     assert_eq!(buckets, [(40, 50, 1), (100, 200, 5), (2000, 3000, 6)]);
     assert_eq!(heat.dataset.breakdown_unit, Some("microseconds"));
 
-    let net = a
-        .query("net.bytes[direction]", t0 + 1, t0 + 1, None)
-        .unwrap();
+    let net = a.query("net.bytes[direction]", since, since, None).unwrap();
     let want_out = 12 * 100 + 5 * 8192 + 6 * 4096;
     assert_eq!(
         counts(&net.points[0]),
@@ -179,7 +195,7 @@ fn devices_break_down_by_path_and_pool() {
     let d0 = a.register_device("tank", "/dev/sda");
     let d1 = a.register_device("tank", "/dev/sdb");
     assert_eq!(a.register_device("tank", "/dev/sda"), d0);
-    a.enable("io.bytes[pool]").unwrap();
+    let since = enable_all(&a, &["io.bytes[pool]"]);
     for (d, n) in [(d0, 3u32), (d1, 1)] {
         for _ in 0..n {
             a.record(Event::Io(IoEvent {
@@ -188,13 +204,13 @@ fn devices_break_down_by_path_and_pool() {
                 bytes: 131072,
                 offset: 0,
                 latency_ns: 300_000,
-                at: a.epoch + Duration::from_secs(1),
+                at: a.epoch + Duration::from_secs(since - t0),
             }));
         }
     }
-    a.tick(t0 + 5);
+    a.tick(since + 5);
     let p = &a
-        .query("io.bytes[device]", t0 + 1, t0 + 1, None)
+        .query("io.bytes[device]", since, since, None)
         .unwrap()
         .points[0];
     assert_eq!(
@@ -202,7 +218,7 @@ fn devices_break_down_by_path_and_pool() {
         BTreeMap::from([("/dev/sda".into(), 3 * 131072), ("/dev/sdb".into(), 131072)])
     );
     let p = &a
-        .query("io.bytes[pool]", t0 + 1, t0 + 1, None)
+        .query("io.bytes[pool]", since, since, None)
         .unwrap()
         .points[0];
     assert_eq!(counts(p), BTreeMap::from([("tank".into(), 4 * 131072)]));
