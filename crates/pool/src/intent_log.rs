@@ -110,6 +110,11 @@ const POINTER_RECORD_BYTES: u64 = (RECORD_HEADER + 24 + BLKPTR_SIZE) as u64;
 pub const RING_MIN_BYTES: u64 = 4 * LOG_BLOCK_MAX as u64;
 /// The pool's own log area per child: 1/32 of the child, within these bounds.
 pub const AREA_MAX_BYTES_PER_CHILD: u64 = 64 << 20;
+/// How much of each ring replica is preallocated: all of a pool's log area, and the
+/// first GiB of a log device file, so that a pool with a large log file is created
+/// in seconds. Past it, the ring's first lap writes into holes (slower flushes), and
+/// every later lap over written blocks.
+pub const PREALLOCATE_MAX_BYTES: u64 = 1 << 30;
 const BLOCK_HEADER: usize = 96;
 const RECORD_HEADER: usize = 16;
 const MAGIC: &[u8; 8] = b"SHOALZIL";
@@ -526,11 +531,12 @@ fn spawn_replica_worker(
 }
 
 impl Ring {
-    /// `Leaf::preallocate` of this ring on every replica (a new ring only: it holds
-    /// no log yet). The error names the device.
+    /// `Leaf::preallocate` of the ring's first `PREALLOCATE_MAX_BYTES` on every usable
+    /// replica. It never changes what the ring holds, so it is safe on an imported
+    /// ring too, before anything is logged to it. The error names the device.
     fn preallocate(&self) -> Result<(), String> {
-        for (leaf, base) in &self.replicas {
-            leaf.preallocate(*base, self.len)
+        for (leaf, base) in self.replicas.iter().filter(|(l, _)| l.is_usable()) {
+            leaf.preallocate(*base, self.len.min(PREALLOCATE_MAX_BYTES))
                 .map_err(|e| format!("{}: {e}", leaf.path()))?;
         }
         Ok(())
@@ -856,7 +862,9 @@ impl IntentLog {
     }
 
     /// Prepares the space of both rings for the log's small flushed writes (see
-    /// `Device::preallocate`); for a new pool, before anything is logged.
+    /// `Device::preallocate`): at creation, and at import (pools made before rings
+    /// were preallocated, and log areas reserved at import), before anything is
+    /// logged. Nothing may write the rings meanwhile.
     pub fn preallocate_rings(&self) -> Result<(), String> {
         let pool_ring = self.pool_ring.lock().unwrap().clone();
         for ring in [self.device_ring.clone(), pool_ring].into_iter().flatten() {

@@ -485,13 +485,17 @@ impl Objset {
             ..DirtySet::default()
         };
         let dnode = Dnode::new(object_type, block_size, compression, checksum);
+        // A new object is the most recently used one: a file just created is the
+        // likeliest to be written again, so it must not be the first evicted.
+        inner.clock += 1;
+        let used = inner.clock;
         inner.objects.insert(
             obj,
             ObjectState {
                 dnode,
                 open,
                 syncing: None,
-                used: 0,
+                used,
             },
         );
         inner.open_dirty.insert(obj);

@@ -1165,6 +1165,11 @@ impl Pool {
     /// commit also starts a fresh chain. With nothing to replay the chain carries on
     /// and no txg is needed (unless the log must move to another ring).
     fn replay_intent_log(&self, header: &LogHeader) -> Result<(), PoolError> {
+        // Rings of pools made before rings were preallocated, or sparse again after a
+        // device was replaced. Nothing writes them before this function returns. Only an
+        // optimization (see `Device::preallocate`), so an error is left to the log's own
+        // writes to report, where it belongs.
+        let _ = self.intent_log.preallocate_rings();
         let committed_txg = self.synced_txg();
         let ring = self.intent_log.ring(header.kind);
         let mut read = match &ring {
@@ -1200,6 +1205,8 @@ impl Pool {
         if self.log_area.lock().unwrap().1 == 0 {
             self.reserve_log_area();
         }
+        // The area just reserved, if any (see the top of this function).
+        let _ = self.intent_log.preallocate_rings();
         // The new chain starts after the old one, which stays readable until the
         // commit below names the new one.
         self.intent_log

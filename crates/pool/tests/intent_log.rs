@@ -439,10 +439,11 @@ fn long_writes_are_placed_and_logged_by_pointer() {
     }
 }
 
-/// A new pool writes its log rings on file devices once (zeros), so log writes land on
-/// allocated blocks and no flush waits for the file system to allocate them.
+/// A new pool writes the holes of its log rings on file devices once (zeros), and an
+/// import fills any the ring has again, so log writes land on allocated blocks and no
+/// flush waits for the file system to allocate them.
 #[test]
-fn new_pools_write_their_log_rings_on_file_devices() {
+fn log_rings_on_file_devices_are_filled_at_creation_and_import() {
     use std::os::unix::fs::MetadataExt;
     let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target");
     std::fs::create_dir_all(base).unwrap();
@@ -478,6 +479,16 @@ fn new_pools_write_their_log_rings_on_file_devices() {
     pool.write(os, obj, 0, b"logged").unwrap();
     pool.log_commit().unwrap();
     drop(pool); // no export, no txg
+                // A ring gone sparse (a pool made before rings were preallocated, or a replaced
+                // device): import fills it again, around the chain it replays.
+    let punched = std::process::Command::new("fallocate")
+        .args(["--punch-hole", "--offset", &(size / 2).to_string()])
+        .args(["--length", &(size / 4).to_string()])
+        .arg(dir.path().join("log"))
+        .status()
+        .unwrap();
+    assert!(punched.success());
+    assert!(allocated("log") < size * 3 / 4 + (1 << 20));
     let reopen = |name: &str| DeviceArg {
         path: name.to_string(),
         device: Arc::new(vdev::FileDevice::open(dir.path().join(name)).unwrap()),
@@ -490,6 +501,11 @@ fn new_pools_write_their_log_rings_on_file_devices() {
     .unwrap();
     assert!(pool.intent_log_stats().records_replayed > 0);
     assert_eq!(pool.read(os, obj, 0, 6).unwrap(), b"logged");
+    assert!(
+        allocated("log") >= size * 9 / 10,
+        "{} bytes after import",
+        allocated("log")
+    );
 }
 
 /// With several replicas a commit writes the first one itself and the others on their

@@ -281,6 +281,51 @@ fn clean_objects_are_evicted_past_the_cache_bound() {
     assert!(pool.check().unwrap().problems.is_empty());
 }
 
+/// Objects created since the last sync count as the most recently used: past the
+/// bound, the eviction after that sync drops older objects, never the new files.
+#[test]
+fn new_objects_are_not_the_first_evicted() {
+    const BOUND: usize = 1024;
+    let devs = sim_devices(3, 12, None);
+    let pool = create_pool_with(
+        Layout::RaidZ { nparity: 1 },
+        &devs,
+        pool::PoolOptions {
+            object_cache_max: BOUND,
+            ..opts()
+        },
+    );
+    let os = pool.create_objset("tank/new", "{}").unwrap();
+    let old: Vec<u64> = (0..BOUND)
+        .map(|_| new_file(&pool, os, 512, Compression::Off))
+        .collect();
+    pool.sync().unwrap();
+    for &o in &old {
+        pool.object_info(os, o).unwrap();
+    }
+    assert_eq!(pool.loaded_objects(os).unwrap(), BOUND);
+    let new: Vec<u64> = (0..BOUND / 2)
+        .map(|_| new_file(&pool, os, 512, Compression::Off))
+        .collect();
+    pool.sync().unwrap();
+    let loaded = pool.loaded_objects(os).unwrap();
+    assert!(loaded <= BOUND, "{loaded} objects stay loaded");
+    // Every new object is still in memory: changing each one loads nothing.
+    for (i, &o) in new.iter().enumerate() {
+        pool.write(os, o, 0, &(i as u32).to_le_bytes()).unwrap();
+    }
+    assert_eq!(pool.loaded_objects(os).unwrap(), loaded);
+    // The evicted ones were old: touching every old object loads them back.
+    for &o in &old {
+        pool.object_info(os, o).unwrap();
+    }
+    assert_eq!(
+        pool.loaded_objects(os).unwrap(),
+        BOUND + BOUND / 2,
+        "old objects come back"
+    );
+}
+
 /// A dnode not in memory is read before the object set's lock is taken to load it (as
 /// read-ahead, so other callers need not wait on that device read): loading a cold
 /// object then finds its dnode block in the ARC.

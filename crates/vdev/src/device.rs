@@ -39,10 +39,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn io_mode(&self) -> IoMode;
     fn describe(&self) -> String;
 
-    /// Prepares `[offset, offset + len)`, which holds nothing yet, for many small
-    /// writes that are each flushed (the intent log's ring): a regular file gets the
-    /// range written with zeros and flushed, so the file system need not allocate and
-    /// journal blocks under every later write and flush. Other devices do nothing.
+    /// Prepares `[offset, offset + len)` for many small writes that are each flushed
+    /// (the intent log's ring): a sparse regular file gets the range's holes written
+    /// with zeros and flushed, so the file system need not allocate and journal blocks
+    /// under every later write and flush. What the range reads back never changes, so
+    /// it is safe over live data, provided nothing writes the range meanwhile. Other
+    /// devices do nothing.
     fn preallocate(&self, offset: u64, len: u64) -> io::Result<()> {
         let _ = (offset, len);
         Ok(())

@@ -306,8 +306,9 @@ impl Leaf {
         self.write(offset, data)
     }
 
-    /// `Device::preallocate` for `[offset, offset + len)` of the data area, which must
-    /// hold nothing yet. Setup, not traffic: not counted in the I/O statistics.
+    /// `Device::preallocate` for `[offset, offset + len)` of the data area, which
+    /// nothing may write meanwhile. Setup, not traffic: not counted in the I/O
+    /// statistics.
     pub fn preallocate(&self, offset: u64, len: u64) -> std::io::Result<()> {
         assert!(
             offset + len <= self.data_len(),
