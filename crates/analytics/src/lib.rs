@@ -744,7 +744,12 @@ impl DatasetState {
     /// Seals seconds `from..=to`; returns the points they completed, for the archive.
     fn seal(&mut self, from: u64, to: u64, namer: &mut Namer<'_>) -> Vec<(Resolution, Point)> {
         let mut done = Vec::new();
-        let from = from.max(self.since);
+        // Never before the dataset counts, nor over seconds already in its history:
+        // after a restart, the first tick looks back an hour, and a user dataset's
+        // `since` and restored seconds lie in that hour.
+        let from = from
+            .max(self.since)
+            .max(self.history.seconds.back().map_or(0, |p| p.t + 1));
         // Seconds before `from` can only be stale leftovers of a long pause.
         self.open = self.open.split_off(&from);
         for second in from..=to {

@@ -136,6 +136,31 @@ fn breakdowns_by_client_and_file_match_the_load_exactly() {
     );
 }
 
+/// After a restart, seconds restored from disk are not sealed again: a user dataset
+/// counts from its old `since`, but sealing resumes after its newest restored second.
+#[test]
+fn restored_seconds_are_not_sealed_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, t0) = instance();
+    a.open_history(dir.path(), 1 << 20).unwrap();
+    let since = enable_all(&a, &["nfs3.ops[client]"]);
+    nfs(&a, since - t0, "read", 1, 11, 8192, 150);
+    a.tick(since + 5);
+    let before = a.query("nfs3.ops[client]", since, since + 3, None).unwrap();
+    assert_eq!(before.points.len(), 4);
+    drop(a);
+
+    let (b, _) = instance();
+    b.open_history(dir.path(), 1 << 20).unwrap();
+    // The first tick of a new instance knows of nothing sealed and looks back an hour.
+    b.tick(since + 7);
+    let after = b.query("nfs3.ops[client]", since, since + 5, None).unwrap();
+    let seconds: Vec<u64> = after.points.iter().map(|p| p.t).collect();
+    assert_eq!(seconds, (since..=since + 5).collect::<Vec<_>>());
+    assert_eq!(after.points[..4], before.points[..]);
+    assert_eq!(after.points.iter().map(|p| p.total).sum::<u64>(), 1);
+}
+
 #[test]
 fn sealed_seconds_never_change_and_late_events_are_counted() {
     let (a, t0) = instance();
