@@ -464,10 +464,17 @@ fn l2arc_serves_evicted_blocks_and_survives_a_bad_cache_device() {
     let data = rng.bytes(16 << 20);
     pool.write(os, f, 0, &data).unwrap();
     pool.sync().unwrap();
-    // Reading 16 MiB through a 2 MiB ARC evicts most blocks toward the cache device.
-    for _ in 0..3 {
+    // Reading 16 MiB through a 2 MiB ARC evicts most blocks toward the cache device,
+    // whose writer thread feeds it in the background: read until it has, and has
+    // served, or a minute has passed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
         assert_eq!(pool.read(os, f, 0, data.len()).unwrap(), data);
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        let l2 = pool.status().l2arc.unwrap();
+        if (l2.written_bytes > 4 << 20 && l2.hits > 0) || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let l2 = pool.status().l2arc.unwrap();
     assert!(l2.written_bytes > 4 << 20, "{l2:?}");

@@ -306,8 +306,7 @@ impl Ganesha {
                 .expect("rpcbind (.ci/test-deps.sh)");
             assert!(started.success());
         }
-        let (port, mount_port) = (free_port(), free_port());
-        let (nlm, rquota) = (free_port(), free_port());
+        let [port, mount_port, nlm, rquota] = free_ports();
         let conf = dir.join("ganesha.conf");
         std::fs::write(
             &conf,

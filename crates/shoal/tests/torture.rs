@@ -754,14 +754,39 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
         if kills == 0 {
             std::thread::sleep(Duration::from_secs(8));
         }
+        // Every generation must get acknowledged writes before the next kill; a short
+        // random gap alone does not promise that on a loaded machine. False after two
+        // minutes without one: the writers are stopped (a panic here would wait on
+        // them forever) and the check after the scope names the generation.
+        let wait_for_ack = |generation: u64| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while per_generation
+                .lock()
+                .unwrap()
+                .get(&generation)
+                .is_none_or(|&n| n == 0)
+            {
+                if std::time::Instant::now() > deadline {
+                    stop.store(true, Ordering::Relaxed);
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            true
+        };
         for _ in 0..kills {
+            if !wait_for_ack(restarts.load(Ordering::SeqCst)) {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(300 + rng.below(2500)));
             served.kill9();
             restarts.fetch_add(1, Ordering::SeqCst);
             served.restart();
         }
         // Clients carry on after the last restart, then stop.
-        std::thread::sleep(Duration::from_millis(1500));
+        if wait_for_ack(restarts.load(Ordering::SeqCst)) {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
         stop.store(true, Ordering::Relaxed);
         handles
             .into_iter()

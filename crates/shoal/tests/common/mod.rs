@@ -79,12 +79,13 @@ impl Drop for Kill {
     }
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct loopback ports free now: all are held until the last is picked, so
+/// two of them are never the same one handed out twice.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 pub fn wait_listening(port: u16) {
@@ -109,12 +110,13 @@ pub struct Served {
 impl Served {
     /// Starts `shoal serve ARGS` (the ports are chosen here) and waits until it listens.
     pub fn start(state: &Path, log: &Path, args: &[&str]) -> Served {
+        let [nfs_port, api_port] = free_ports();
         let mut s = Served {
             child: None,
             state: state.to_path_buf(),
             log: log.to_path_buf(),
-            nfs_port: free_port(),
-            api_port: free_port(),
+            nfs_port,
+            api_port,
             args: args.iter().map(|a| a.to_string()).collect(),
         };
         s.spawn();
