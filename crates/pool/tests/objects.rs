@@ -7,6 +7,7 @@ use common::*;
 use pool::checksum::ChecksumKind;
 use pool::compress::Compression;
 use pool::PoolError;
+use std::sync::Arc;
 use vdev::Layout;
 
 #[test]
@@ -211,21 +212,31 @@ fn many_small_objects_and_objset_destroy() {
     assert!(pool.check().unwrap().problems.is_empty());
 }
 
+/// The object cache bound of the eviction tests: also the smallest share an object
+/// set gets, so the one filesystem of these tests has all of it.
+const OBJECT_CACHE_BOUND: usize = 1024;
+
+/// A RAID-Z1 pool of three sim devices (from `seed`) holding at most `bound` objects.
+fn pool_with_object_cache(seed: u64, bound: usize) -> (Vec<Arc<vdev::SimDevice>>, Arc<pool::Pool>) {
+    let devs = sim_devices(3, seed, None);
+    let pool = create_pool_with(
+        Layout::RaidZ { nparity: 1 },
+        &devs,
+        pool::PoolOptions {
+            object_cache_max: bound,
+            ..opts()
+        },
+    );
+    (devs, pool)
+}
+
 /// Loaded objects stay within the pool's object cache bound after each txg (reads
 /// alone load objects too); evicted objects read back with their contents and
 /// attributes, and can be changed again and survive an import.
 #[test]
 fn clean_objects_are_evicted_past_the_cache_bound() {
-    const BOUND: usize = 1024; // also the smallest share an object set gets
-    let devs = sim_devices(3, 9, None);
-    let pool = create_pool_with(
-        Layout::RaidZ { nparity: 1 },
-        &devs,
-        pool::PoolOptions {
-            object_cache_max: BOUND,
-            ..opts()
-        },
-    );
+    const BOUND: usize = OBJECT_CACHE_BOUND;
+    let (devs, pool) = pool_with_object_cache(9, BOUND);
     let os = pool.create_objset("tank/many", "{}").unwrap();
     let n = 3 * BOUND as u32;
     let objs: Vec<u64> = (0..n)
@@ -285,16 +296,8 @@ fn clean_objects_are_evicted_past_the_cache_bound() {
 /// bound, the eviction after that sync drops older objects, never the new files.
 #[test]
 fn new_objects_are_not_the_first_evicted() {
-    const BOUND: usize = 1024;
-    let devs = sim_devices(3, 12, None);
-    let pool = create_pool_with(
-        Layout::RaidZ { nparity: 1 },
-        &devs,
-        pool::PoolOptions {
-            object_cache_max: BOUND,
-            ..opts()
-        },
-    );
+    const BOUND: usize = OBJECT_CACHE_BOUND;
+    let (_devs, pool) = pool_with_object_cache(12, BOUND);
     let os = pool.create_objset("tank/new", "{}").unwrap();
     let old: Vec<u64> = (0..BOUND)
         .map(|_| new_file(&pool, os, 512, Compression::Off))

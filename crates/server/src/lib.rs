@@ -73,6 +73,10 @@ pub struct DaemonFile {
     /// The API speaks HTTPS with this certificate (PEM), which the CLI trusts.
     #[serde(default)]
     pub tls_cert: Option<PathBuf>,
+    /// Where NFS (and MOUNT) listen: the bound addresses, so a port 0 in the config
+    /// shows here as the port the system chose.
+    #[serde(default)]
+    pub nfs: Vec<SocketAddr>,
 }
 
 impl DaemonFile {
@@ -387,6 +391,7 @@ impl Daemon {
             pid: std::process::id(),
             api: *state.api_addr.lock().unwrap(),
             tls_cert: tls.map(|(cert, _)| cert),
+            nfs: rpc.local_addrs().to_vec(),
         };
         write_atomically(
             &DaemonFile::path(state_dir),

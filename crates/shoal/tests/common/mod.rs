@@ -108,15 +108,16 @@ pub struct Served {
 }
 
 impl Served {
-    /// Starts `shoal serve ARGS` (the ports are chosen here) and waits until it listens.
+    /// Starts `shoal serve ARGS` on ports the system chooses (read back from
+    /// `daemon.json`, so no other process can hold them first) and waits until it
+    /// listens; restarts use the same ports.
     pub fn start(state: &Path, log: &Path, args: &[&str]) -> Served {
-        let [nfs_port, api_port] = free_ports();
         let mut s = Served {
             child: None,
             state: state.to_path_buf(),
             log: log.to_path_buf(),
-            nfs_port,
-            api_port,
+            nfs_port: 0,
+            api_port: 0,
             args: args.iter().map(|a| a.to_string()).collect(),
         };
         s.spawn();
@@ -144,7 +145,27 @@ impl Served {
             .stderr(log)
             .spawn()
             .unwrap();
+        let pid = child.id();
         self.child = Some(child);
+        if self.nfs_port == 0 {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let (nfs, api) = loop {
+                if let Some(server::DaemonFile {
+                    pid: p,
+                    api: Some(api),
+                    nfs,
+                    ..
+                }) = server::DaemonFile::read_live(&self.state)
+                {
+                    if p == pid && !nfs.is_empty() {
+                        break (nfs[0], api);
+                    }
+                }
+                assert!(Instant::now() < deadline, "shoal serve did not start");
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            (self.nfs_port, self.api_port) = (nfs.port(), api.port());
+        }
         wait_listening(self.nfs_port);
         wait_listening(self.api_port);
     }
