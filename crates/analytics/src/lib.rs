@@ -48,6 +48,9 @@ pub const SHARD_EVENTS: usize = 8192;
 pub const TICK: Duration = Duration::from_millis(100);
 /// A second is sealed once it ended this many seconds ago.
 pub const SEAL_DELAY_S: u64 = 2;
+/// How far after now restored history may be dated and still be kept (see
+/// `Analytics::open_history`).
+const FUTURE_HISTORY_KEPT_S: u64 = 60;
 /// Datasets beyond the built-in ones that may be enabled at once.
 pub const MAX_USER_DATASETS: usize = 64;
 /// How long a resolved share or file name is reused before it is looked up again.
@@ -447,9 +450,27 @@ impl Analytics {
                 Err(e) => tracing::warn!(error = %e, "a saved analytics dataset no longer parses"),
             }
         }
+        // Points dated well after now (written under a clock that was set ahead) would
+        // hold sealing back until the clock caught up with them: they are dropped. A
+        // clock stepped back by less than `FUTURE_HISTORY_KEPT_S` keeps its history and
+        // pauses sealing for at most that long.
+        let latest = self.unix_now() + FUTURE_HISTORY_KEPT_S;
+        let mut future = 0;
+        let mut up_to_now = |points: Vec<Point>| {
+            let before = points.len();
+            let kept: Vec<Point> = points.into_iter().filter(|p| p.t <= latest).collect();
+            future += before - kept.len();
+            kept
+        };
         for (name, ds) in engine.datasets.iter_mut() {
             let [s, m, h] = archive::RESOLUTIONS.map(|r| archive.load(name, r));
-            ds.history = History::restore(s?, m?, h?);
+            ds.history = History::restore(up_to_now(s?), up_to_now(m?), up_to_now(h?));
+        }
+        if future > 0 {
+            tracing::warn!(
+                points = future,
+                "analytics history dated after now was dropped"
+            );
         }
         *self.archive.lock().unwrap() = Some(archive);
         drop(engine);

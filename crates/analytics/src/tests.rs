@@ -161,6 +161,25 @@ fn restored_seconds_are_not_sealed_twice() {
     assert_eq!(after.points.iter().map(|p| p.total).sum::<u64>(), 1);
 }
 
+/// History written under a clock that was set ahead (by more than a minute) is
+/// dropped at restore: kept, it would hold sealing back until the clock caught up.
+#[test]
+fn history_dated_after_now_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, t0) = instance();
+    a.open_history(dir.path(), 16 << 20).unwrap();
+    a.tick(t0 + 100_000);
+    drop(a);
+
+    let (b, t1) = instance();
+    b.open_history(dir.path(), 16 << 20).unwrap();
+    nfs(&b, 1, "read", 1, 11, 8192, 150);
+    b.tick(t1 + 5);
+    let points = b.query("nfs3.ops", t1 + 1, t1 + 1, None).unwrap().points;
+    assert_eq!(points.len(), 1);
+    assert_eq!(points[0].total, 1);
+}
+
 #[test]
 fn sealed_seconds_never_change_and_late_events_are_counted() {
     let (a, t0) = instance();

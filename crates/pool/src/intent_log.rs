@@ -14,11 +14,13 @@
 //! log, so nothing else ever lands there; for RAID-Z a whole number of rows, so every
 //! child owns the same contiguous range of its data area). Log blocks bypass the vdev
 //! layout: each block is written whole to `nparity + 1` children (every side of a
-//! mirror), so any one surviving copy replays. A new pool writes its rings once with
-//! zeros (`Device::preallocate`; file devices only): a log write into a sparse file's
-//! hole made its flush wait for the file system to allocate and journal the block
-//! (8K commits on a file log device: 202 us into holes, 113-129 us over written blocks).
-//! Zeros never parse as a log block, so they end a chain like never-written space.
+//! mirror), so any one surviving copy replays. Creation and every import fill the holes
+//! of the first `PREALLOCATE_MAX_BYTES` of each ring replica with zeros
+//! (`Device::preallocate`; file devices only): a log write into a sparse file's hole
+//! made its flush wait for the file system to allocate and journal the block (8K
+//! commits on a file log device: 202 us into holes, 113-129 us over written blocks).
+//! A hole already reads as zeros, so this never changes what a ring holds, and zeros
+//! never parse as a log block, so they end a chain like never-written space.
 //!
 //! Large writes without log devices: the whole blocks of a write of `PLACE_MIN_BYTES`
 //! or more are written to their final place (*placed*, see `Objset::place_blocks`) and

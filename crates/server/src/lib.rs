@@ -73,8 +73,9 @@ pub struct DaemonFile {
     /// The API speaks HTTPS with this certificate (PEM), which the CLI trusts.
     #[serde(default)]
     pub tls_cert: Option<PathBuf>,
-    /// Where NFS (and MOUNT) listen: the bound addresses, so a port 0 in the config
-    /// shows here as the port the system chose.
+    /// The bound addresses of NFS (with MOUNT on the same port) first, then of the
+    /// portmapper when it is enabled; a port 0 in the config shows here as the port
+    /// the system chose.
     #[serde(default)]
     pub nfs: Vec<SocketAddr>,
 }

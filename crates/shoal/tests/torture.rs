@@ -754,10 +754,19 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
         if kills == 0 {
             std::thread::sleep(Duration::from_secs(8));
         }
+        // The writers stop however this thread leaves the scope: a panic here (a
+        // restart that fails) would otherwise wait on them forever.
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop_writers = StopOnDrop(&stop);
         // Every generation must get acknowledged writes before the next kill; a short
         // random gap alone does not promise that on a loaded machine. False after two
-        // minutes without one: the writers are stopped (a panic here would wait on
-        // them forever) and the check after the scope names the generation.
+        // minutes without one: the writers are stopped and the check after the scope
+        // names the generation.
         let wait_for_ack = |generation: u64| {
             let deadline = std::time::Instant::now() + Duration::from_secs(120);
             while per_generation
@@ -774,8 +783,10 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
             }
             true
         };
+        let mut acked_every_generation = true;
         for _ in 0..kills {
-            if !wait_for_ack(restarts.load(Ordering::SeqCst)) {
+            acked_every_generation = wait_for_ack(restarts.load(Ordering::SeqCst));
+            if !acked_every_generation {
                 break;
             }
             std::thread::sleep(Duration::from_millis(300 + rng.below(2500)));
@@ -784,7 +795,7 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
             served.restart();
         }
         // Clients carry on after the last restart, then stop.
-        if wait_for_ack(restarts.load(Ordering::SeqCst)) {
+        if acked_every_generation && wait_for_ack(restarts.load(Ordering::SeqCst)) {
             std::thread::sleep(Duration::from_millis(1500));
         }
         stop.store(true, Ordering::Relaxed);

@@ -30,6 +30,38 @@ impl FileDevice {
         Self::open_mode(path.as_ref(), true)
     }
 
+    /// The holes of `[start, end)`, as the file system reports them.
+    fn holes(&self, start: u64, end: u64) -> io::Result<Vec<std::ops::Range<u64>>> {
+        let mut holes = Vec::new();
+        let mut at = start;
+        while at < end {
+            let hole = self.seek_hole(at)?;
+            if hole >= end {
+                break;
+            }
+            let data = self.seek_data(hole)?.min(end);
+            if data <= hole {
+                break; // answers that contradict each other: trust neither
+            }
+            holes.push(hole..data);
+            at = data;
+        }
+        Ok(holes)
+    }
+
+    /// Bytes an unprivileged writer may still allocate on the file's file system.
+    fn free_bytes(&self) -> io::Result<u64> {
+        // SAFETY: statvfs is a plain C struct of integers, for which all-zero bytes
+        // are a valid value.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is valid and writable for the whole call; the fd is ours and
+        // open.
+        if unsafe { libc::fstatvfs(self.file.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+
     /// The first hole at or after `at` (the file's end when it has none there, which
     /// is also the answer of file systems that do not track holes).
     fn seek_hole(&self, at: u64) -> io::Result<u64> {
@@ -165,9 +197,12 @@ impl Device for FileDevice {
     /// A sparse file's holes cost a block allocation and a journal commit under the
     /// next flush of each write into them (measured on ext4: an 8K intent log commit
     /// took 202 us into holes, 113-129 us over written blocks), so the holes of the
-    /// range are written with zeros once. Only holes: they read as zeros already, so
-    /// the file's contents do not change and live data in the range is never touched.
-    /// Block devices, and file systems that report no holes, need nothing.
+    /// range are written with zeros once. Only holes, and of those only what reads
+    /// back as zeros (so a file system that reported a hole over data loses nothing):
+    /// the file's contents never change. Skipped when the holes would take more than
+    /// half of the host file system's free space: it is an optimization, and a full
+    /// host would fail the pool's own writes. Block devices, and file systems that
+    /// report no holes, need nothing.
     fn preallocate(&self, offset: u64, len: u64) -> io::Result<()> {
         if !self.file.metadata()?.file_type().is_file() || len == 0 {
             return Ok(());
@@ -175,29 +210,26 @@ impl Device for FileDevice {
         let len_usize = usize::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "range too long"))?;
         check_io(offset, len_usize, self.size)?;
+        let holes = self.holes(offset, offset + len)?;
+        let hole_bytes: u64 = holes.iter().map(|h| h.end - h.start).sum();
+        if hole_bytes == 0 || hole_bytes > self.free_bytes()? / 2 {
+            return Ok(());
+        }
         const CHUNK: u64 = 1 << 20;
-        let end = offset + len;
-        let mut zeros = None;
-        let mut at = offset;
-        while at < end {
-            let hole = self.seek_hole(at)?;
-            if hole >= end {
-                break;
-            }
-            let data = self.seek_data(hole)?.min(end);
-            let zeros = zeros.get_or_insert_with(|| AlignedBuf::zeroed(CHUNK as usize));
-            let mut pos = hole;
-            while pos < data {
-                let n = CHUNK.min(data - pos) as usize;
-                self.file.write_all_at(&zeros[..n], pos)?;
+        let zeros = AlignedBuf::zeroed(CHUNK as usize);
+        let mut seen = AlignedBuf::zeroed(CHUNK as usize);
+        for hole in holes {
+            let mut pos = hole.start;
+            while pos < hole.end {
+                let n = CHUNK.min(hole.end - pos) as usize;
+                self.file.read_exact_at(&mut seen[..n], pos)?;
+                if seen[..n].iter().all(|&b| b == 0) {
+                    self.file.write_all_at(&zeros[..n], pos)?;
+                }
                 pos += n as u64;
             }
-            at = data;
         }
-        if zeros.is_some() {
-            self.file.sync_data()?;
-        }
-        Ok(())
+        self.file.sync_data()
     }
 
     fn io_mode(&self) -> IoMode {

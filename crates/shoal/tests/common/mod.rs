@@ -161,7 +161,12 @@ impl Served {
                         break (nfs[0], api);
                     }
                 }
-                assert!(Instant::now() < deadline, "shoal serve did not start");
+                let exited = self.child.as_mut().unwrap().try_wait().unwrap();
+                assert!(
+                    exited.is_none() && Instant::now() < deadline,
+                    "shoal serve did not start ({exited:?}); its log:\n{}",
+                    self.log_text()
+                );
                 std::thread::sleep(Duration::from_millis(50));
             };
             (self.nfs_port, self.api_port) = (nfs.port(), api.port());
