@@ -270,7 +270,9 @@ for server in $SERVERS; do
     restart_for_disk "$server"
     t2=$(date +%s.%N); nfs-cat "$(url "$server" libnfs-file)" > "$OUT/libnfs-back" 2>>"$OUT/libnfs.err" || true; t3=$(date +%s.%N)
     if ! cmp -s "$OUT/libnfs-file" "$OUT/libnfs-back"; then
-        record "$server" libnfs '{"error": "nfs-cp/nfs-cat did not round-trip the file"}'
+        # What the clients said goes into the record: the temporary directory does not
+        # outlive the run.
+        record "$server" libnfs "$(sed -n "/^== $server\$/,\$p" "$OUT/libnfs.err" | tail -n 20 | python3 -c 'import sys,json; print(json.dumps({"error": "nfs-cp/nfs-cat did not round-trip the file", "sizes": [int(x) for x in sys.argv[1:]], "client_log": sys.stdin.read()}))' "$(stat -c %s "$OUT/libnfs-file")" "$(stat -c %s "$OUT/libnfs-back" 2>/dev/null || echo 0)")"
     else
     record "$server" libnfs "$(python3 -c 'import sys,json; b=int(sys.argv[1])<<20; print(json.dumps({"nfs_cp_mb_per_s": b/1e6/(float(sys.argv[3])-float(sys.argv[2])), "nfs_cat_disk_mb_per_s": b/1e6/(float(sys.argv[5])-float(sys.argv[4]))}))' "$TOTAL_MIB" "$t0" "$t1" "$t2" "$t3")"
     fi
