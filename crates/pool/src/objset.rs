@@ -115,13 +115,21 @@ struct Inner {
     /// Loaded objects: every object with changes, and a bounded cache of clean ones
     /// (see `evict_clean_objects`).
     objects: HashMap<u64, ObjectState>,
-    /// Counts loads, to order the clean objects by last use.
+    /// Counts loads and creations, to order the clean objects by last use.
     clock: u64,
     next_object: u64,
     open_dirty: BTreeSet<u64>,
     syncing_dirty: Vec<u64>,
     syncing_next_object: u64,
     root_bp: BlockPointer,
+}
+
+impl Inner {
+    /// The next tick of `clock`, for an object being used now.
+    fn next_use(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
 }
 
 /// Where a block's current contents come from.
@@ -429,10 +437,9 @@ impl Objset {
                 },
             );
         }
-        inner.clock += 1;
-        let clock = inner.clock;
+        let used = inner.next_use();
         let state = inner.objects.get_mut(&obj).unwrap();
-        state.used = clock;
+        state.used = used;
         // Freed in the open txg, or in the txg being synced: until that sync installs
         // the free, a change here would be lost with the object (and leave it listed
         // as dirty).
@@ -487,8 +494,7 @@ impl Objset {
         let dnode = Dnode::new(object_type, block_size, compression, checksum);
         // A new object is the most recently used one: a file just created is the
         // likeliest to be written again, so it must not be the first evicted.
-        inner.clock += 1;
-        let used = inner.clock;
+        let used = inner.next_use();
         inner.objects.insert(
             obj,
             ObjectState {

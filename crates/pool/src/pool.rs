@@ -1204,9 +1204,9 @@ impl Pool {
         self.intent_log.note_replay(replayed, failures);
         if self.log_area.lock().unwrap().1 == 0 {
             self.reserve_log_area();
+            // The area just reserved (see the top of this function).
+            let _ = self.intent_log.preallocate_rings();
         }
-        // The area just reserved, if any (see the top of this function).
-        let _ = self.intent_log.preallocate_rings();
         // The new chain starts after the old one, which stays readable until the
         // commit below names the new one.
         self.intent_log

@@ -23,8 +23,8 @@ pub enum PoolCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Create missing device files of this size (e.g. 1G). They are sparse, except
-        /// the intent log's space, which is written once: all of a log device, and up to
-        /// 64M of the first data devices.
+        /// the intent log's space, which is written once: up to 4G of a log device, and
+        /// up to 64M of the first data devices.
         #[arg(long)]
         size: Option<String>,
         name: String,

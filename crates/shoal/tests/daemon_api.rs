@@ -10,7 +10,6 @@ use common::*;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A running `shoal serve` on loopback with ports picked by the kernel.
 struct Daemon {
@@ -21,7 +20,7 @@ struct Daemon {
 
 impl Daemon {
     fn start(state: &Path) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
             .args(["serve", "--listen", "127.0.0.1:0", "--api", "127.0.0.1:0"])
             .env("SHOAL_STATE_DIR", state)
             .env("SHOAL_LOG", "warn")
@@ -29,20 +28,7 @@ impl Daemon {
             .stderr(Stdio::null())
             .spawn()
             .expect("start shoal serve");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let api = loop {
-            let file = server::DaemonFile::read_live(state);
-            if let Some(server::DaemonFile {
-                pid, api: Some(a), ..
-            }) = file
-            {
-                if pid == child.id() {
-                    break a;
-                }
-            }
-            assert!(Instant::now() < deadline, "the daemon did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let (_, api) = daemon_addrs(state, &mut child, None);
         let mut d = Daemon {
             child: Some(child),
             api,

@@ -88,6 +88,38 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
     std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
+/// The NFS and API addresses of the `shoal serve` started as `child` with state
+/// directory `state`, once it has written them to `daemon.json`. Fails at once, with
+/// its log from `log` if given, when the daemon exits instead.
+pub fn daemon_addrs(
+    state: &Path,
+    child: &mut Child,
+    log: Option<&Path>,
+) -> (SocketAddr, SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(server::DaemonFile {
+            pid,
+            api: Some(api),
+            nfs,
+            ..
+        }) = server::DaemonFile::read_live(state)
+        {
+            if pid == child.id() && !nfs.is_empty() {
+                return (nfs[0], api);
+            }
+        }
+        let exited = child.try_wait().unwrap();
+        assert!(
+            exited.is_none() && Instant::now() < deadline,
+            "shoal serve did not start ({exited:?}); its log:\n{}",
+            log.and_then(|l| std::fs::read_to_string(l).ok())
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn wait_listening(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -145,30 +177,9 @@ impl Served {
             .stderr(log)
             .spawn()
             .unwrap();
-        let pid = child.id();
-        self.child = Some(child);
+        let child = self.child.insert(child);
         if self.nfs_port == 0 {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let (nfs, api) = loop {
-                if let Some(server::DaemonFile {
-                    pid: p,
-                    api: Some(api),
-                    nfs,
-                    ..
-                }) = server::DaemonFile::read_live(&self.state)
-                {
-                    if p == pid && !nfs.is_empty() {
-                        break (nfs[0], api);
-                    }
-                }
-                let exited = self.child.as_mut().unwrap().try_wait().unwrap();
-                assert!(
-                    exited.is_none() && Instant::now() < deadline,
-                    "shoal serve did not start ({exited:?}); its log:\n{}",
-                    self.log_text()
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            };
+            let (nfs, api) = daemon_addrs(&self.state, child, Some(&self.log));
             (self.nfs_port, self.api_port) = (nfs.port(), api.port());
         }
         wait_listening(self.nfs_port);
