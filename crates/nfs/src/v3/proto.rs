@@ -6,6 +6,7 @@ use fs::{Attr, FsError, Kind, Timespec};
 
 pub const NFS_PROGRAM: u32 = 100003;
 pub const NFS_V3: u32 = 3;
+pub const NFS_V4: u32 = 4;
 pub const MOUNT_PROGRAM: u32 = 100005;
 pub const MOUNT_V3: u32 = 3;
 pub const PORTMAP_PROGRAM: u32 = 100000;

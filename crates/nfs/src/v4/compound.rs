@@ -1,0 +1,395 @@
+//! COMPOUND (RFC 8881 sections 2.10, 15.2, 16.2): decoding the operation list, the
+//! rules on what may start a COMPOUND, SEQUENCE with its slot and reply cache, and the
+//! dispatch of every operation.
+//!
+//! Operations are decoded one at a time as they run, so a COMPOUND whose tenth
+//! operation is malformed runs nine and answers BADXDR for the tenth. Every COMPOUND
+//! but the few that set up a session (EXCHANGE_ID, CREATE_SESSION,
+//! BIND_CONN_TO_SESSION, DESTROY_SESSION, DESTROY_CLIENTID, each alone) starts with
+//! SEQUENCE. SEQUENCE claims a slot of the session: a new sequence id runs the
+//! COMPOUND and keeps its whole reply in the slot when the client asked for it
+//! (`cachethis`), the slot's current sequence id is a retransmission answered from
+//! that cache without running anything again (exactly once), and anything else is
+//! SEQ_MISORDERED. A retransmission of a request still running gets DELAY.
+
+use super::pseudo::Fh;
+use super::state::{Release, SlotReply, Stateid};
+use super::{op, Nfs4Error, MAX_OPS, MINOR_MAX, MINOR_MIN, OPAQUE_LIMIT};
+use crate::rpc::Accept;
+use crate::service::NfsService;
+use crate::transport::{Call, ReadBuf, Reply};
+use crate::xdr::{Decoder, Encoder, XdrError};
+use std::sync::Arc;
+
+/// A failed operation: its status, and the failure results some operations have
+/// (SETATTR's bitmap, LOCK's and LOCKT's holder).
+#[derive(Debug)]
+pub(crate) struct OpFail {
+    pub status: Nfs4Error,
+    pub body: Vec<u8>,
+}
+
+impl From<Nfs4Error> for OpFail {
+    fn from(status: Nfs4Error) -> OpFail {
+        OpFail {
+            status,
+            body: Vec::new(),
+        }
+    }
+}
+
+impl From<XdrError> for OpFail {
+    fn from(_: XdrError) -> OpFail {
+        Nfs4Error::BadXdr.into()
+    }
+}
+
+impl From<fs::FsError> for OpFail {
+    fn from(e: fs::FsError) -> OpFail {
+        Nfs4Error::from(&e).into()
+    }
+}
+
+impl From<crate::proto::Status> for OpFail {
+    fn from(s: crate::proto::Status) -> OpFail {
+        Nfs4Error::from(s).into()
+    }
+}
+
+pub(crate) type OpOut = Result<(), OpFail>;
+
+/// The state of one COMPOUND as its operations run.
+pub(crate) struct Ctx<'c, 'a> {
+    pub call: &'c Call<'a>,
+    pub cur: Option<Fh>,
+    pub saved: Option<Fh>,
+    pub cur_stateid: Option<Stateid>,
+    pub saved_stateid: Option<Stateid>,
+    /// The client of the session SEQUENCE named.
+    pub client: Option<u64>,
+    pub session: Option<[u8; 16]>,
+    /// READ data that goes out after the results, uncopied (READ as the last op).
+    pub data: Option<ReadBuf>,
+    pub last_op: bool,
+    /// Files whose last open went away during the COMPOUND.
+    pub releases: Vec<Release>,
+}
+
+impl Ctx<'_, '_> {
+    pub fn cur(&self) -> Result<&Fh, Nfs4Error> {
+        self.cur.as_ref().ok_or(Nfs4Error::NoFileHandle)
+    }
+
+    pub fn client(&self) -> Result<u64, Nfs4Error> {
+        self.client.ok_or(Nfs4Error::OpNotInSession)
+    }
+
+    /// A stateid from the wire, with the current-stateid special value resolved.
+    pub fn stateid(&self, s: Stateid) -> Result<Stateid, Nfs4Error> {
+        if s == Stateid::CURRENT {
+            return self.cur_stateid.ok_or(Nfs4Error::BadStateId);
+        }
+        Ok(s)
+    }
+}
+
+pub fn decode_stateid(d: &mut Decoder<'_>) -> Result<Stateid, XdrError> {
+    let seqid = d.u32()?;
+    let other: [u8; 12] = d.fixed(12)?.try_into().unwrap();
+    Ok(Stateid { seqid, other })
+}
+
+pub fn encode_stateid(e: &mut Encoder, s: &Stateid) {
+    e.u32(s.seqid).fixed(&s.other);
+}
+
+/// What SEQUENCE decided.
+enum Sequenced {
+    Run {
+        cachethis: bool,
+        slot: u32,
+        max_cached: usize,
+    },
+    Replay(Arc<Vec<u8>>),
+}
+
+fn is_session_setup(opnum: u32) -> bool {
+    matches!(
+        opnum,
+        op::EXCHANGE_ID
+            | op::CREATE_SESSION
+            | op::BIND_CONN_TO_SESSION
+            | op::DESTROY_SESSION
+            | op::DESTROY_CLIENTID
+    )
+}
+
+impl NfsService {
+    /// Answers one NFSv4 COMPOUND (procedure 1 of version 4).
+    pub(crate) fn compound(&self, call: &Call<'_>) -> Reply {
+        let mut d = call.args();
+        let head = (|| -> Result<_, XdrError> {
+            let tag = d.opaque(OPAQUE_LIMIT)?;
+            let minor = d.u32()?;
+            let n = d.u32()?;
+            Ok((tag, minor, n))
+        })();
+        let Ok((tag, minor, n)) = head else {
+            return Reply::new(call.reply(Accept::GarbageArgs));
+        };
+        if !(MINOR_MIN..=MINOR_MAX).contains(&minor) {
+            let mut e = call.reply(Accept::Success);
+            e.u32(Nfs4Error::MinorVersMismatch as u32)
+                .opaque(tag)
+                .u32(0);
+            return Reply::new(e);
+        }
+        let mut ctx = Ctx {
+            call,
+            cur: None,
+            saved: None,
+            cur_stateid: None,
+            saved_stateid: None,
+            client: None,
+            session: None,
+            data: None,
+            last_op: false,
+            releases: Vec::new(),
+        };
+        let mut res = Encoder::new();
+        let mut count = 0u32;
+        let mut status = 0u32;
+        let mut slot: Option<(bool, u32, usize)> = None;
+        for i in 0..n {
+            let Ok(opnum) = d.u32() else {
+                res.u32(op::ILLEGAL).u32(Nfs4Error::BadXdr as u32);
+                count += 1;
+                status = Nfs4Error::BadXdr as u32;
+                break;
+            };
+            count += 1;
+            ctx.last_op = i + 1 == n;
+            let known = match minor {
+                1 => opnum >= op::ACCESS && opnum <= op::RECLAIM_COMPLETE,
+                _ => opnum >= op::ACCESS && opnum <= op::CLONE,
+            };
+            let resop = if known { opnum } else { op::ILLEGAL };
+            res.u32(resop);
+            let at = res.len();
+            res.u32(0);
+            let r: OpOut = if !known {
+                Err(Nfs4Error::OpIllegal.into())
+            } else if n as usize > MAX_OPS {
+                Err(Nfs4Error::TooManyOps.into())
+            } else if i == 0 && opnum == op::SEQUENCE {
+                match self.op_sequence(&mut ctx, &mut d, &mut res, n) {
+                    Ok(Sequenced::Run {
+                        cachethis,
+                        slot: s,
+                        max_cached,
+                    }) => {
+                        slot = Some((cachethis, s, max_cached));
+                        Ok(())
+                    }
+                    Ok(Sequenced::Replay(bytes)) => {
+                        let mut e = call.reply(Accept::Success);
+                        e.buf.extend_from_slice(&bytes);
+                        return Reply::new(e);
+                    }
+                    Err(f) => Err(f),
+                }
+            } else if i > 0 && opnum == op::SEQUENCE {
+                Err(Nfs4Error::SequencePos.into())
+            } else if is_session_setup(opnum) {
+                if i > 0 && opnum != op::DESTROY_SESSION {
+                    Err(Nfs4Error::NotOnlyOp.into())
+                } else if n > 1 && i == 0 && opnum != op::DESTROY_SESSION {
+                    Err(Nfs4Error::NotOnlyOp.into())
+                } else {
+                    self.session_op(opnum, &mut ctx, &mut d, &mut res)
+                }
+            } else if i == 0 {
+                Err(Nfs4Error::OpNotInSession.into())
+            } else {
+                self.operation(opnum, &mut ctx, &mut d, &mut res)
+            };
+            if let Err(f) = r {
+                res.buf.truncate(at);
+                res.u32(f.status as u32);
+                res.buf.extend_from_slice(&f.body);
+                status = f.status as u32;
+                // Data of an earlier READ cannot be followed by another result.
+                break;
+            }
+            if ctx.data.is_some() && !ctx.last_op {
+                // A READ that is not the last operation: its data goes inline.
+                let data = ctx.data.take().expect("checked");
+                for part in data.slices() {
+                    res.buf.extend_from_slice(part);
+                }
+                res.buf.extend_from_slice(Encoder::padding(data.len()));
+            }
+        }
+        let mut e = call.reply(Accept::Success);
+        let body_at = e.len();
+        e.u32(status).opaque(tag).u32(count);
+        e.buf.extend_from_slice(&res.buf);
+        let reply = Reply {
+            head: e.buf,
+            data: ctx.data.take(),
+        };
+        if let (Some((cachethis, s, max_cached)), Some(session)) = (slot, ctx.session) {
+            let kept = if cachethis && reply.len() <= max_cached {
+                SlotReply::Cached(Arc::new(reply.to_bytes()[body_at..].to_vec()))
+            } else {
+                SlotReply::Uncached
+            };
+            let mut st = self.v4.state.lock().unwrap();
+            if let Some(sess) = st.sessions.get_mut(&session) {
+                if let Some(sl) = sess.slots.get_mut(s as usize) {
+                    sl.reply = kept;
+                }
+            }
+        }
+        super::state::release_all(std::mem::take(&mut ctx.releases));
+        reply
+    }
+
+    fn op_sequence(
+        &self,
+        ctx: &mut Ctx<'_, '_>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+        ops: u32,
+    ) -> Result<Sequenced, OpFail> {
+        let sessionid: [u8; 16] = d.fixed(16)?.try_into().unwrap();
+        let seq = d.u32()?;
+        let slotid = d.u32()?;
+        let highest = d.u32()?;
+        let cachethis = d.bool()?;
+        let mut st = self.v4.state.lock().unwrap();
+        let now = std::time::Instant::now();
+        let sess = st
+            .sessions
+            .get_mut(&sessionid)
+            .ok_or(Nfs4Error::BadSession)?;
+        let nslots = sess.slots.len() as u32;
+        if slotid >= nslots {
+            return Err(Nfs4Error::BadSlot.into());
+        }
+        if highest >= nslots || highest < slotid {
+            return Err(Nfs4Error::BadHighSlot.into());
+        }
+        if ops > sess.max_ops {
+            return Err(Nfs4Error::TooManyOps.into());
+        }
+        if ctx.call.record.len() > sess.max_request as usize {
+            return Err(Nfs4Error::ReqTooBig.into());
+        }
+        let client = sess.client;
+        let max_cached = sess.max_response_cached as usize;
+        let slot = &mut sess.slots[slotid as usize];
+        if seq == slot.seq && !matches!(slot.reply, SlotReply::Empty) {
+            return match &slot.reply {
+                SlotReply::Cached(bytes) => Ok(Sequenced::Replay(bytes.clone())),
+                SlotReply::InProgress => Err(Nfs4Error::Delay.into()),
+                SlotReply::Uncached => Err(Nfs4Error::RetryUncachedRep.into()),
+                SlotReply::Empty => unreachable!("checked"),
+            };
+        }
+        if seq != slot.seq.wrapping_add(1) {
+            return Err(Nfs4Error::SeqMisordered.into());
+        }
+        slot.seq = seq;
+        slot.reply = SlotReply::InProgress;
+        let status_flags = 0u32;
+        if let Some(c) = st.clients.get_mut(&client) {
+            c.renewed = now;
+        }
+        ctx.client = Some(client);
+        ctx.session = Some(sessionid);
+        e.fixed(&sessionid)
+            .u32(seq)
+            .u32(slotid)
+            .u32(nslots - 1)
+            .u32(nslots - 1)
+            .u32(status_flags);
+        Ok(Sequenced::Run {
+            cachethis,
+            slot: slotid,
+            max_cached,
+        })
+    }
+
+    /// Every operation that runs inside a session.
+    fn operation(
+        &self,
+        opnum: u32,
+        ctx: &mut Ctx<'_, '_>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+    ) -> OpOut {
+        match opnum {
+            op::ACCESS => self.op_access(ctx, d, e),
+            op::CLOSE => self.op_close(ctx, d, e),
+            op::COMMIT => self.op_commit(ctx, d, e),
+            op::CREATE => self.op_create(ctx, d, e),
+            op::DELEGRETURN => {
+                // No delegation is ever handed out, so none can be returned.
+                decode_stateid(d)?;
+                Err(Nfs4Error::BadStateId.into())
+            }
+            op::GETATTR => self.op_getattr(ctx, d, e),
+            op::GETFH => self.op_getfh(ctx, e),
+            op::LINK => self.op_link(ctx, d, e),
+            op::LOCK => self.op_lock(ctx, d, e),
+            op::LOCKT => self.op_lockt(ctx, d, e),
+            op::LOCKU => self.op_locku(ctx, d, e),
+            op::LOOKUP => self.op_lookup(ctx, d),
+            op::LOOKUPP => self.op_lookupp(ctx),
+            op::NVERIFY => self.op_verify(ctx, d, false),
+            op::VERIFY => self.op_verify(ctx, d, true),
+            op::OPEN => self.op_open(ctx, d, e),
+            op::OPEN_DOWNGRADE => self.op_open_downgrade(ctx, d, e),
+            op::PUTFH => self.op_putfh(ctx, d),
+            op::PUTPUBFH | op::PUTROOTFH => {
+                ctx.cur = Some(Fh::Pseudo(String::new()));
+                ctx.cur_stateid = None;
+                Ok(())
+            }
+            op::READ => self.op_read(ctx, d, e),
+            op::READDIR => self.op_readdir(ctx, d, e),
+            op::READLINK => self.op_readlink(ctx, e),
+            op::REMOVE => self.op_remove(ctx, d, e),
+            op::RENAME => self.op_rename(ctx, d, e),
+            op::RESTOREFH => {
+                ctx.cur = Some(ctx.saved.clone().ok_or(Nfs4Error::RestoreFh)?);
+                ctx.cur_stateid = ctx.saved_stateid;
+                Ok(())
+            }
+            op::SAVEFH => {
+                ctx.saved = Some(ctx.cur()?.clone());
+                ctx.saved_stateid = ctx.cur_stateid;
+                Ok(())
+            }
+            op::SECINFO => self.op_secinfo(ctx, d, e, true),
+            op::SECINFO_NO_NAME => self.op_secinfo(ctx, d, e, false),
+            op::SETATTR => self.op_setattr(ctx, d, e),
+            op::WRITE => self.op_write(ctx, d, e),
+            op::BACKCHANNEL_CTL => {
+                let _program = d.u32()?;
+                super::session::skip_cb_sec_parms(d)?;
+                Ok(())
+            }
+            op::FREE_STATEID => self.op_free_stateid(ctx, d),
+            op::TEST_STATEID => self.op_test_stateid(ctx, d, e),
+            op::RECLAIM_COMPLETE => self.op_reclaim_complete(ctx, d),
+            op::SEEK => self.op_seek(ctx, d, e),
+            op::DEALLOCATE => self.op_deallocate(ctx, d),
+            op::COPY => self.op_copy(ctx, d, e),
+            // Everything else of 4.1 and 4.2 that a server may leave out: no pNFS
+            // layouts, no delegations, no named attributes, no SSV, no 4.0 operations.
+            _ => Err(Nfs4Error::NotSupp.into()),
+        }
+    }
+}

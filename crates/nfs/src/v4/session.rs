@@ -1,0 +1,393 @@
+//! Client IDs and sessions (RFC 8881 sections 2.4, 2.10, 18.35-18.37, 18.50-18.51):
+//! EXCHANGE_ID, CREATE_SESSION, BIND_CONN_TO_SESSION, DESTROY_SESSION,
+//! DESTROY_CLIENTID and RECLAIM_COMPLETE.
+//!
+//! Channel attributes asked for are honoured up to this server's bounds and answered
+//! with what was granted: requests and replies up to the transport's record limit,
+//! at most `MAX_OPS` operations, at most `MAX_SLOTS` slots. No back channel is
+//! offered (the server never calls back: it hands out no delegations), so
+//! CREATE_SESSION never grants CONN_BACK_CHAN.
+
+use super::compound::{Ctx, OpFail, OpOut};
+use super::state::{Client, Session, Slot, SlotReply, V4State};
+use super::{op, Nfs4Error, MAX_OPS, MAX_SLOTS, OPAQUE_LIMIT};
+use crate::service::NfsService;
+use crate::transport::MAX_RECORD_BYTES;
+use crate::xdr::{Decoder, Encoder, XdrResult};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Largest reply kept in a slot for a retransmission.
+const MAX_CACHED_REPLY: u32 = 64 << 10;
+
+const EXCHGID4_FLAG_USE_NON_PNFS: u32 = 0x0001_0000;
+const EXCHGID4_FLAG_CONFIRMED_R: u32 = 0x8000_0000;
+const SP4_NONE: u32 = 0;
+
+/// The NFSv4 side of the service: client and session state, and who this server is.
+pub(crate) struct V4Server {
+    pub state: Mutex<V4State>,
+    /// When this instance started: the change attribute of pseudo directories.
+    pub boot_time: fs::Timespec,
+    /// The server owner (EXCHANGE_ID): the same for every address of this daemon.
+    pub owner: Vec<u8>,
+}
+
+impl V4Server {
+    pub fn new(boot_nonce: u64) -> V4Server {
+        let h = blake3::hash(&boot_nonce.to_le_bytes());
+        let boot = u32::from_le_bytes(h.as_bytes()[..4].try_into().unwrap());
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        V4Server {
+            state: Mutex::new(V4State::new(boot)),
+            boot_time: fs::Timespec::now(),
+            owner: format!("shoal@{}", host.trim()).into_bytes(),
+        }
+    }
+}
+
+/// channel_attrs4
+#[derive(Debug, Clone, Copy)]
+struct ChannelAttrs {
+    header_pad: u32,
+    max_request: u32,
+    max_response: u32,
+    max_response_cached: u32,
+    max_ops: u32,
+    max_requests: u32,
+}
+
+fn decode_channel(d: &mut Decoder<'_>) -> XdrResult<ChannelAttrs> {
+    let c = ChannelAttrs {
+        header_pad: d.u32()?,
+        max_request: d.u32()?,
+        max_response: d.u32()?,
+        max_response_cached: d.u32()?,
+        max_ops: d.u32()?,
+        max_requests: d.u32()?,
+    };
+    let rdma = d.u32()?;
+    if rdma > 1 {
+        return Err(crate::xdr::XdrError("ca_rdma_ird of more than one"));
+    }
+    for _ in 0..rdma {
+        d.u32()?;
+    }
+    Ok(c)
+}
+
+fn encode_channel(e: &mut Encoder, c: &ChannelAttrs) {
+    e.u32(c.header_pad)
+        .u32(c.max_request)
+        .u32(c.max_response)
+        .u32(c.max_response_cached)
+        .u32(c.max_ops)
+        .u32(c.max_requests)
+        .u32(0);
+}
+
+/// callback_sec_parms4<>: read and forgotten (no back channel).
+pub(crate) fn skip_cb_sec_parms(d: &mut Decoder<'_>) -> XdrResult<()> {
+    let n = d.u32()?;
+    if n > 16 {
+        return Err(crate::xdr::XdrError(
+            "too many callback security parameters",
+        ));
+    }
+    for _ in 0..n {
+        match d.u32()? {
+            0 => {}
+            1 => {
+                d.u32()?;
+                d.opaque(255)?;
+                d.u32()?;
+                d.u32()?;
+                let g = d.u32()?;
+                if g > 16 {
+                    return Err(crate::xdr::XdrError("more than 16 groups"));
+                }
+                for _ in 0..g {
+                    d.u32()?;
+                }
+            }
+            6 => {
+                d.u32()?;
+                d.opaque(OPAQUE_LIMIT)?;
+                d.opaque(OPAQUE_LIMIT)?;
+            }
+            _ => return Err(crate::xdr::XdrError("unknown callback security flavor")),
+        }
+    }
+    Ok(())
+}
+
+impl NfsService {
+    pub(crate) fn session_op(
+        &self,
+        opnum: u32,
+        ctx: &mut Ctx<'_, '_>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+    ) -> OpOut {
+        match opnum {
+            op::EXCHANGE_ID => self.op_exchange_id(d, e),
+            op::CREATE_SESSION => self.op_create_session(d, e),
+            op::BIND_CONN_TO_SESSION => {
+                let sessionid: [u8; 16] = d.fixed(16)?.try_into().unwrap();
+                let dir = d.u32()?;
+                let _rdma = d.bool()?;
+                if !self
+                    .v4
+                    .state
+                    .lock()
+                    .unwrap()
+                    .sessions
+                    .contains_key(&sessionid)
+                {
+                    return Err(Nfs4Error::BadSession.into());
+                }
+                if !matches!(dir, 1 | 2 | 3 | 7) {
+                    return Err(Nfs4Error::Inval.into());
+                }
+                // Every connection may carry the fore channel; none is a back channel.
+                e.fixed(&sessionid).u32(1).bool(false);
+                Ok(())
+            }
+            op::DESTROY_SESSION => {
+                let sessionid: [u8; 16] = d.fixed(16)?.try_into().unwrap();
+                let mut st = self.v4.state.lock().unwrap();
+                let sess = st.sessions.get(&sessionid).ok_or(Nfs4Error::BadSession)?;
+                // In its own session, only as the last operation (the slot's reply
+                // has nowhere to go afterwards).
+                if ctx.session == Some(sessionid) && !ctx.last_op {
+                    return Err(Nfs4Error::BadSession.into());
+                }
+                let in_use = sess
+                    .slots
+                    .iter()
+                    .any(|s| matches!(s.reply, SlotReply::InProgress));
+                if in_use && ctx.session != Some(sessionid) {
+                    return Err(Nfs4Error::Delay.into());
+                }
+                st.sessions.remove(&sessionid);
+                if ctx.session == Some(sessionid) {
+                    ctx.session = None;
+                }
+                Ok(())
+            }
+            op::DESTROY_CLIENTID => {
+                let clientid = d.u64()?;
+                let released = {
+                    let mut st = self.v4.state.lock().unwrap();
+                    if !st.clients.contains_key(&clientid) {
+                        return Err(Nfs4Error::StaleClientId.into());
+                    }
+                    if st.sessions.values().any(|s| s.client == clientid) {
+                        return Err(Nfs4Error::ClientIdBusy.into());
+                    }
+                    st.purge_client(clientid)
+                };
+                ctx.releases.extend(released);
+                Ok(())
+            }
+            _ => unreachable!("only session set-up operations come here"),
+        }
+    }
+
+    fn op_exchange_id(&self, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
+        let verifier: [u8; 8] = d.fixed(8)?.try_into().unwrap();
+        let owner = d.opaque(OPAQUE_LIMIT)?.to_vec();
+        let _flags = d.u32()?;
+        let how = d.u32()?;
+        if how != SP4_NONE {
+            // State protection needs RPCSEC_GSS, which this server does not speak.
+            return Err(Nfs4Error::Inval.into());
+        }
+        let impls = d.u32()?;
+        if impls > 1 {
+            return Err(Nfs4Error::BadXdr.into());
+        }
+        for _ in 0..impls {
+            d.opaque(OPAQUE_LIMIT)?;
+            d.opaque(OPAQUE_LIMIT)?;
+            d.u64()?;
+            d.u32()?;
+        }
+        if owner.is_empty() {
+            return Err(Nfs4Error::Inval.into());
+        }
+        let now = Instant::now();
+        let (clientid, seq, confirmed, released) = {
+            let mut st = self.v4.state.lock().unwrap();
+            let existing: Vec<(u64, bool, [u8; 8], u32)> = st
+                .clients
+                .values()
+                .filter(|c| c.owner == owner)
+                .map(|c| (c.id, c.confirmed, c.verifier, c.cs_seq))
+                .collect();
+            let mut released = Vec::new();
+            // The same client again (same owner and verifier): its record as it is.
+            if let Some(&(id, confirmed, _, cs)) =
+                existing.iter().find(|(_, _, v, _)| *v == verifier)
+            {
+                (id, cs.wrapping_add(1), confirmed, released)
+            } else {
+                // A new client, or one that restarted: a new unconfirmed record. An
+                // older unconfirmed one goes now; a confirmed one (the client before
+                // its restart) goes when the new record is confirmed.
+                for &(id, confirmed, _, _) in &existing {
+                    if !confirmed {
+                        released.extend(st.purge_client(id));
+                    }
+                }
+                released.extend(st.make_room());
+                let id = st.new_client_id();
+                st.clients.insert(
+                    id,
+                    Client {
+                        id,
+                        owner: owner.clone(),
+                        verifier,
+                        confirmed: false,
+                        cs_seq: 0,
+                        cs_reply: None,
+                        renewed: now,
+                        reclaim_complete: false,
+                    },
+                );
+                (id, 1, false, released)
+            }
+        };
+        super::state::release_all(released);
+        let mut flags = EXCHGID4_FLAG_USE_NON_PNFS;
+        if confirmed {
+            flags |= EXCHGID4_FLAG_CONFIRMED_R;
+        }
+        e.u64(clientid).u32(seq).u32(flags).u32(SP4_NONE);
+        // server_owner4 and server_scope: one daemon, one owner for all its addresses.
+        e.u64(0).opaque(&self.v4.owner);
+        e.opaque(&self.v4.owner);
+        // nfs_impl_id4<1>
+        e.u32(1)
+            .opaque(b"shoal")
+            .opaque(format!("shoal {}", env!("CARGO_PKG_VERSION")).as_bytes())
+            .u64(0)
+            .u32(0);
+        Ok(())
+    }
+
+    fn op_create_session(&self, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
+        let clientid = d.u64()?;
+        let seq = d.u32()?;
+        let _flags = d.u32()?;
+        let fore = decode_channel(d)?;
+        let back = decode_channel(d)?;
+        let _cb_program = d.u32()?;
+        skip_cb_sec_parms(d)?;
+        let mut released = Vec::new();
+        let r = (|| -> Result<Vec<u8>, OpFail> {
+            let mut st = self.v4.state.lock().unwrap();
+            let c = st.clients.get(&clientid).ok_or(Nfs4Error::StaleClientId)?;
+            if seq == c.cs_seq {
+                if let Some(r) = &c.cs_reply {
+                    return Ok(r.to_vec());
+                }
+            }
+            if seq != c.cs_seq.wrapping_add(1) {
+                return Err(Nfs4Error::SeqMisordered.into());
+            }
+            if st
+                .sessions
+                .values()
+                .filter(|s| s.client == clientid)
+                .count()
+                >= super::state::MAX_SESSIONS_PER_CLIENT
+            {
+                return Err(Nfs4Error::Inval.into());
+            }
+            let limit = MAX_RECORD_BYTES as u32;
+            if fore.max_request < 256 || fore.max_response < 256 {
+                return Err(Nfs4Error::TooSmall.into());
+            }
+            let granted = ChannelAttrs {
+                header_pad: 0,
+                max_request: fore.max_request.min(limit),
+                max_response: fore.max_response.min(limit),
+                max_response_cached: fore.max_response_cached.min(MAX_CACHED_REPLY),
+                max_ops: fore.max_ops.clamp(2, MAX_OPS as u32),
+                max_requests: fore.max_requests.clamp(1, MAX_SLOTS),
+            };
+            let granted_back = ChannelAttrs {
+                header_pad: 0,
+                max_request: back.max_request.min(4096),
+                max_response: back.max_response.min(4096),
+                max_response_cached: 0,
+                max_ops: back.max_ops.clamp(1, 2),
+                max_requests: 1,
+            };
+            // A confirmed client of the same owner is the same client before a
+            // restart: this confirmation replaces it and drops its state.
+            let owner = c.owner.clone();
+            let olds: Vec<u64> = st
+                .clients
+                .values()
+                .filter(|o| o.owner == owner && o.id != clientid && o.confirmed)
+                .map(|o| o.id)
+                .collect();
+            for o in olds {
+                released.extend(st.purge_client(o));
+            }
+            let mut sessionid = [0u8; 16];
+            let serial = st.new_client_id();
+            sessionid[..8].copy_from_slice(&clientid.to_le_bytes());
+            sessionid[8..].copy_from_slice(&serial.to_le_bytes());
+            st.sessions.insert(
+                sessionid,
+                Session {
+                    client: clientid,
+                    slots: (0..granted.max_requests)
+                        .map(|_| Slot {
+                            seq: 0,
+                            reply: SlotReply::Empty,
+                        })
+                        .collect(),
+                    max_ops: granted.max_ops,
+                    max_request: granted.max_request,
+                    max_response_cached: granted.max_response_cached,
+                },
+            );
+            let mut out = Encoder::new();
+            out.fixed(&sessionid).u32(seq).u32(0);
+            encode_channel(&mut out, &granted);
+            encode_channel(&mut out, &granted_back);
+            let c = st.clients.get_mut(&clientid).expect("looked up above");
+            c.confirmed = true;
+            c.cs_seq = seq;
+            c.cs_reply = Some(Arc::new(out.buf.clone()));
+            c.renewed = Instant::now();
+            Ok(out.buf)
+        })();
+        super::state::release_all(released);
+        e.buf.extend_from_slice(&r?);
+        Ok(())
+    }
+
+    pub(crate) fn op_reclaim_complete(&self, ctx: &mut Ctx<'_, '_>, d: &mut Decoder<'_>) -> OpOut {
+        let one_fs = d.bool()?;
+        let client = ctx.client()?;
+        if one_fs {
+            // Per file system reclaim: nothing to track without a grace period.
+            return Ok(());
+        }
+        let mut st = self.v4.state.lock().unwrap();
+        let c = st
+            .clients
+            .get_mut(&client)
+            .ok_or(Nfs4Error::StaleClientId)?;
+        if c.reclaim_complete {
+            return Err(Nfs4Error::CompleteAlready.into());
+        }
+        c.reclaim_complete = true;
+        Ok(())
+    }
+}

@@ -1,0 +1,706 @@
+//! What the server remembers of NFSv4.1 clients: client IDs, sessions and their slots
+//! (the reply cache), opens with their share reservations, and byte-range locks.
+//!
+//! All of it sits behind one mutex in `NfsService`, held only for table work, never
+//! across file system calls: an operation takes what it needs, drops the lock, does its
+//! I/O, and comes back to record the outcome. Opens keep their file open in the
+//! filesystem (`Filesystem::opened`), so a file removed while open stays readable until
+//! its last CLOSE; whoever drops an open gets a `Release` back and must call
+//! `Filesystem::released` for it after letting go of the lock.
+//!
+//! Stateids and client IDs carry this boot's number, so after a restart every old one
+//! is refused (BAD_STATEID, STALE_CLIENTID) and clients establish new state; nothing of
+//! this is on disk yet. Leases are courteous: a client that stopped renewing keeps its
+//! state until another client conflicts with it, and only then loses all of it.
+//!
+//! Bounds: `MAX_CLIENTS` client records (a new one past that evicts the least recently
+//! renewed client that holds no state), `MAX_SLOTS` slots a session, `MAX_SESSIONS_PER_CLIENT`
+//! sessions a client, `MAX_LOCKS_PER_FILE` lock ranges a file.
+
+use super::{Nfs4Error, OpResult, LEASE_SECONDS};
+use fs::Filesystem;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const MAX_CLIENTS: usize = 4096;
+pub const MAX_SESSIONS_PER_CLIENT: usize = 16;
+pub const MAX_LOCKS_PER_FILE: usize = 4096;
+
+/// share_access and share_deny bits.
+pub const SHARE_READ: u32 = 1;
+pub const SHARE_WRITE: u32 = 2;
+
+/// stateid4
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Stateid {
+    pub seqid: u32,
+    pub other: [u8; 12],
+}
+
+impl Stateid {
+    pub const CURRENT: Stateid = Stateid {
+        seqid: 1,
+        other: [0; 12],
+    };
+    pub const INVALID: Stateid = Stateid {
+        seqid: u32::MAX,
+        other: [0; 12],
+    };
+
+    pub fn is_special(&self) -> bool {
+        self.other == [0; 12] || self.other == [0xff; 12]
+    }
+}
+
+/// A file as state knows it: the fsid of its share and its object.
+pub type FileKey = (u64, u64);
+
+/// What the caller must tell the filesystem after dropping the state lock.
+pub struct Release {
+    pub fs: Arc<Filesystem>,
+    pub ino: u64,
+}
+
+impl Release {
+    pub fn run(self) {
+        if let Err(e) = self.fs.released(self.ino) {
+            tracing::warn!(ino = self.ino, "releasing a closed file failed: {e}");
+        }
+    }
+}
+
+pub fn release_all(v: Vec<Release>) {
+    for r in v {
+        r.run();
+    }
+}
+
+#[derive(Debug)]
+pub enum SlotReply {
+    /// Nothing has used the slot yet.
+    Empty,
+    /// The request with the slot's sequence id is running.
+    InProgress,
+    /// The whole COMPOUND4res of the slot's last request.
+    Cached(Arc<Vec<u8>>),
+    /// The last request's reply was not kept (the client did not ask for it).
+    Uncached,
+}
+
+pub struct Slot {
+    pub seq: u32,
+    pub reply: SlotReply,
+}
+
+pub struct Session {
+    pub client: u64,
+    pub slots: Vec<Slot>,
+    pub max_ops: u32,
+    pub max_request: u32,
+    pub max_response_cached: u32,
+}
+
+pub struct Client {
+    pub id: u64,
+    pub owner: Vec<u8>,
+    pub verifier: [u8; 8],
+    pub confirmed: bool,
+    /// The CREATE_SESSION sequence slot: the last sequence id used, and its reply.
+    pub cs_seq: u32,
+    pub cs_reply: Option<Arc<Vec<u8>>>,
+    pub renewed: Instant,
+    pub reclaim_complete: bool,
+}
+
+pub struct Open {
+    pub client: u64,
+    pub owner: Vec<u8>,
+    pub file: FileKey,
+    pub seqid: u32,
+    pub access: u32,
+    pub deny: u32,
+    pub fs: Arc<Filesystem>,
+}
+
+pub struct LockOwner {
+    pub client: u64,
+    pub owner: Vec<u8>,
+    pub file: FileKey,
+    pub open: u64,
+    pub seqid: u32,
+}
+
+/// One locked range: [start, end), `end` u64::MAX meaning to the end of any file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Range {
+    pub lock: u64,
+    pub write: bool,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Who holds a conflicting lock (LOCK4denied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    pub offset: u64,
+    pub length: u64,
+    pub write: bool,
+    pub client: u64,
+    pub owner: Vec<u8>,
+}
+
+#[derive(Default)]
+struct FileState {
+    opens: Vec<u64>,
+    ranges: Vec<Range>,
+}
+
+pub enum StateRef {
+    Open(u64),
+    Lock(u64),
+}
+
+pub struct V4State {
+    boot: u32,
+    next: u64,
+    pub clients: HashMap<u64, Client>,
+    pub sessions: HashMap<[u8; 16], Session>,
+    pub opens: HashMap<u64, Open>,
+    pub lock_owners: HashMap<u64, LockOwner>,
+    files: HashMap<FileKey, FileState>,
+    lease: Duration,
+}
+
+pub fn range_end(offset: u64, length: u64) -> u64 {
+    if length == u64::MAX {
+        u64::MAX
+    } else {
+        offset.saturating_add(length)
+    }
+}
+
+impl V4State {
+    pub fn new(boot: u32) -> V4State {
+        V4State {
+            boot,
+            next: 1,
+            clients: HashMap::new(),
+            sessions: HashMap::new(),
+            opens: HashMap::new(),
+            lock_owners: HashMap::new(),
+            files: HashMap::new(),
+            lease: Duration::from_secs(LEASE_SECONDS as u64),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn set_lease(&mut self, lease: Duration) {
+        self.lease = lease;
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    pub fn stateid_of(&self, id: u64, seqid: u32) -> Stateid {
+        let mut other = [0u8; 12];
+        other[..4].copy_from_slice(&self.boot.to_le_bytes());
+        other[4..].copy_from_slice(&id.to_le_bytes());
+        Stateid { seqid, other }
+    }
+
+    /// The state a stateid names, if it was made in this boot and still exists.
+    pub fn lookup(&self, s: &Stateid) -> OpResult<StateRef> {
+        if s.other[..4] != self.boot.to_le_bytes() {
+            return Err(Nfs4Error::BadStateId);
+        }
+        let id = u64::from_le_bytes(s.other[4..].try_into().unwrap());
+        let current = if let Some(o) = self.opens.get(&id) {
+            (StateRef::Open(id), o.seqid)
+        } else if let Some(l) = self.lock_owners.get(&id) {
+            (StateRef::Lock(id), l.seqid)
+        } else {
+            return Err(Nfs4Error::BadStateId);
+        };
+        // seqid 0 means "the current one" (RFC 8881 section 8.2.2).
+        if s.seqid != 0 {
+            if s.seqid < current.1 {
+                return Err(Nfs4Error::OldStateId);
+            }
+            if s.seqid > current.1 {
+                return Err(Nfs4Error::BadStateId);
+            }
+        }
+        Ok(current.0)
+    }
+
+    // ---- clients ----
+
+    pub fn new_client_id(&mut self) -> u64 {
+        ((self.boot as u64) << 32) | (self.next_id() & 0xffff_ffff)
+    }
+
+    pub fn expired(&self, client: u64, now: Instant) -> bool {
+        self.clients
+            .get(&client)
+            .is_none_or(|c| now.saturating_duration_since(c.renewed) > self.lease)
+    }
+
+    /// Drops a client and everything it holds.
+    pub fn purge_client(&mut self, client: u64) -> Vec<Release> {
+        self.clients.remove(&client);
+        self.sessions.retain(|_, s| s.client != client);
+        let opens: Vec<u64> = self
+            .opens
+            .iter()
+            .filter(|(_, o)| o.client == client)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut released = Vec::new();
+        for id in opens {
+            released.extend(self.drop_open(id));
+        }
+        released
+    }
+
+    /// Makes room for one more client record: past `MAX_CLIENTS`, the least recently
+    /// renewed client without opens goes.
+    pub fn make_room(&mut self) -> Vec<Release> {
+        if self.clients.len() < MAX_CLIENTS {
+            return Vec::new();
+        }
+        let busy: std::collections::HashSet<u64> = self.opens.values().map(|o| o.client).collect();
+        let victim = self
+            .clients
+            .values()
+            .filter(|c| !busy.contains(&c.id))
+            .min_by_key(|c| c.renewed)
+            .map(|c| c.id);
+        match victim {
+            Some(v) => self.purge_client(v),
+            None => Vec::new(),
+        }
+    }
+
+    // ---- opens ----
+
+    fn file(&mut self, key: FileKey) -> &mut FileState {
+        self.files.entry(key).or_default()
+    }
+
+    fn forget_file_if_idle(&mut self, key: FileKey) {
+        if self
+            .files
+            .get(&key)
+            .is_some_and(|f| f.opens.is_empty() && f.ranges.is_empty())
+        {
+            self.files.remove(&key);
+        }
+    }
+
+    /// Clients (other than `client` with `owner`) whose opens conflict with this share
+    /// request: (their client, whether that client's lease has run out).
+    fn share_conflicts(
+        &self,
+        key: FileKey,
+        client: u64,
+        owner: &[u8],
+        access: u32,
+        deny: u32,
+    ) -> Vec<u64> {
+        let Some(f) = self.files.get(&key) else {
+            return Vec::new();
+        };
+        f.opens
+            .iter()
+            .filter_map(|id| self.opens.get(id))
+            .filter(|o| !(o.client == client && o.owner == owner))
+            .filter(|o| o.deny & access != 0 || o.access & deny != 0)
+            .map(|o| o.client)
+            .collect()
+    }
+
+    /// Settles conflicts with clients whose lease ran out by dropping their state
+    /// (courtesy ends when someone else needs what they hold). `Err(())` when a live
+    /// client still conflicts.
+    fn clear_expired(&mut self, holders: Vec<u64>, released: &mut Vec<Release>) -> Result<(), ()> {
+        let now = Instant::now();
+        let mut live = false;
+        for c in holders {
+            if self.expired(c, now) {
+                tracing::info!(client = c, "lease expired and conflicting: state released");
+                released.extend(self.purge_client(c));
+            } else {
+                live = true;
+            }
+        }
+        if live {
+            Err(())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// OPEN: a new open state, or the owner's existing one upgraded. Returns the open's
+    /// id and its new seqid; `Release`s of clients whose expired state was in the way.
+    pub fn open(
+        &mut self,
+        client: u64,
+        owner: &[u8],
+        key: FileKey,
+        access: u32,
+        deny: u32,
+        fs: &Arc<Filesystem>,
+    ) -> (OpResult<(u64, u32)>, Vec<Release>) {
+        let mut released = Vec::new();
+        let holders = self.share_conflicts(key, client, owner, access, deny);
+        if !holders.is_empty() && self.clear_expired(holders, &mut released).is_err() {
+            return (Err(Nfs4Error::ShareDenied), released);
+        }
+        let existing = self.files.get(&key).and_then(|f| {
+            f.opens.iter().copied().find(|id| {
+                self.opens
+                    .get(id)
+                    .is_some_and(|o| o.client == client && o.owner == owner)
+            })
+        });
+        if let Some(id) = existing {
+            let o = self.opens.get_mut(&id).expect("listed opens exist");
+            o.access |= access;
+            o.deny |= deny;
+            o.seqid = o.seqid.wrapping_add(1).max(1);
+            return (Ok((id, o.seqid)), released);
+        }
+        let id = self.next_id();
+        self.opens.insert(
+            id,
+            Open {
+                client,
+                owner: owner.to_vec(),
+                file: key,
+                seqid: 1,
+                access,
+                deny,
+                fs: fs.clone(),
+            },
+        );
+        self.file(key).opens.push(id);
+        fs.opened(key.1);
+        (Ok((id, 1)), released)
+    }
+
+    /// Removes an open and its lock owners; the file is released by the caller.
+    fn drop_open(&mut self, id: u64) -> Option<Release> {
+        let o = self.opens.remove(&id)?;
+        let locks: Vec<u64> = self
+            .lock_owners
+            .iter()
+            .filter(|(_, l)| l.open == id)
+            .map(|(i, _)| *i)
+            .collect();
+        for l in locks {
+            self.lock_owners.remove(&l);
+            if let Some(f) = self.files.get_mut(&o.file) {
+                f.ranges.retain(|r| r.lock != l);
+            }
+        }
+        if let Some(f) = self.files.get_mut(&o.file) {
+            f.opens.retain(|x| *x != id);
+        }
+        self.forget_file_if_idle(o.file);
+        Some(Release {
+            fs: o.fs,
+            ino: o.file.1,
+        })
+    }
+
+    pub fn close(&mut self, id: u64) -> OpResult<Vec<Release>> {
+        let holds_locks = self.lock_owners.values().any(|l| {
+            l.open == id
+                && self.files.get(&l.file).is_some_and(|f| {
+                    f.ranges
+                        .iter()
+                        .any(|r| self.lock_owners.get(&r.lock).is_some_and(|x| x.open == id))
+                })
+        });
+        if holds_locks {
+            return Err(Nfs4Error::LocksHeld);
+        }
+        Ok(self.drop_open(id).into_iter().collect())
+    }
+
+    pub fn downgrade(&mut self, id: u64, access: u32, deny: u32) -> OpResult<u32> {
+        let o = self.opens.get_mut(&id).ok_or(Nfs4Error::BadStateId)?;
+        if access & !o.access != 0 || deny & !o.deny != 0 || access == 0 {
+            return Err(Nfs4Error::Inval);
+        }
+        o.access = access;
+        o.deny = deny;
+        o.seqid = o.seqid.wrapping_add(1).max(1);
+        Ok(o.seqid)
+    }
+
+    /// Whether an I/O without open state (the anonymous stateids) may go ahead:
+    /// nobody's open denies it.
+    pub fn anonymous_allowed(&mut self, key: FileKey, write: bool) -> (bool, Vec<Release>) {
+        let want = if write { SHARE_WRITE } else { SHARE_READ };
+        let holders = self.share_conflicts(key, 0, &[], want, 0);
+        let mut released = Vec::new();
+        let ok = holders.is_empty() || self.clear_expired(holders, &mut released).is_ok();
+        (ok, released)
+    }
+
+    // ---- locks ----
+
+    /// The lock owner `owner` of `client` on the open `open`'s file: found or made.
+    pub fn lock_owner(&mut self, client: u64, owner: &[u8], open: u64) -> OpResult<u64> {
+        let file = self.opens.get(&open).ok_or(Nfs4Error::BadStateId)?.file;
+        if let Some((id, _)) = self
+            .lock_owners
+            .iter()
+            .find(|(_, l)| l.client == client && l.owner == owner && l.file == file)
+        {
+            return Ok(*id);
+        }
+        let id = self.next_id();
+        self.lock_owners.insert(
+            id,
+            LockOwner {
+                client,
+                owner: owner.to_vec(),
+                file,
+                open,
+                seqid: 0,
+            },
+        );
+        Ok(id)
+    }
+
+    fn conflicts(
+        &self,
+        file: FileKey,
+        lock: u64,
+        write: bool,
+        start: u64,
+        end: u64,
+    ) -> Vec<(Range, u64)> {
+        let Some(f) = self.files.get(&file) else {
+            return Vec::new();
+        };
+        let me = self.lock_owners.get(&lock);
+        f.ranges
+            .iter()
+            .filter(|r| r.start < end && start < r.end && (write || r.write))
+            .filter_map(|r| {
+                let holder = self.lock_owners.get(&r.lock)?;
+                // The same owner never conflicts with itself (POSIX: a lock replaces).
+                let same = me.is_some_and(|m| m.client == holder.client && m.owner == holder.owner);
+                (!same).then(|| (r.clone(), holder.client))
+            })
+            .collect()
+    }
+
+    fn denied_of(&self, r: &Range) -> Denied {
+        let holder = self
+            .lock_owners
+            .get(&r.lock)
+            .expect("ranges belong to lock owners");
+        Denied {
+            offset: r.start,
+            length: if r.end == u64::MAX {
+                u64::MAX
+            } else {
+                r.end - r.start
+            },
+            write: r.write,
+            client: holder.client,
+            owner: holder.owner.clone(),
+        }
+    }
+
+    /// LOCK: takes [start, end) for `lock` (shared or exclusive), replacing what the
+    /// owner held there (upgrade, downgrade, split and merge as POSIX does).
+    pub fn lock(
+        &mut self,
+        lock: u64,
+        write: bool,
+        start: u64,
+        end: u64,
+    ) -> (Result<u32, Result<Denied, Nfs4Error>>, Vec<Release>) {
+        let mut released = Vec::new();
+        let Some(file) = self.lock_owners.get(&lock).map(|l| l.file) else {
+            return (Err(Err(Nfs4Error::BadStateId)), released);
+        };
+        let found = self.conflicts(file, lock, write, start, end);
+        if !found.is_empty() {
+            let holders: Vec<u64> = found.iter().map(|(_, c)| *c).collect();
+            if self.clear_expired(holders, &mut released).is_err() {
+                let again = self.conflicts(file, lock, write, start, end);
+                if let Some((r, _)) = again.first() {
+                    return (Err(Ok(self.denied_of(r))), released);
+                }
+            }
+        }
+        if self.lock_owners.get(&lock).is_none() {
+            // Its own client was purged as expired meanwhile: cannot happen for the
+            // caller's client, which just renewed, but stay safe.
+            return (Err(Err(Nfs4Error::BadStateId)), released);
+        }
+        let owner_key = {
+            let l = &self.lock_owners[&lock];
+            (l.client, l.owner.clone())
+        };
+        let same_owner: Vec<u64> = self
+            .lock_owners
+            .iter()
+            .filter(|(_, l)| (l.client, &l.owner) == (owner_key.0, &owner_key.1) && l.file == file)
+            .map(|(id, _)| *id)
+            .collect();
+        let f = self.file(file);
+        if f.ranges.len() >= MAX_LOCKS_PER_FILE {
+            return (Err(Err(Nfs4Error::Delay)), released);
+        }
+        cut(&mut f.ranges, &same_owner, start, end);
+        f.ranges.push(Range {
+            lock,
+            write,
+            start,
+            end,
+        });
+        merge(&mut f.ranges, lock);
+        let l = self.lock_owners.get_mut(&lock).expect("checked above");
+        l.seqid = l.seqid.wrapping_add(1).max(1);
+        (Ok(l.seqid), released)
+    }
+
+    /// LOCKT: who would stop this lock, if anyone (expired holders do not count).
+    pub fn test_lock(
+        &self,
+        file: FileKey,
+        client: u64,
+        owner: &[u8],
+        write: bool,
+        start: u64,
+        end: u64,
+    ) -> Option<Denied> {
+        let f = self.files.get(&file)?;
+        let now = Instant::now();
+        f.ranges
+            .iter()
+            .filter(|r| r.start < end && start < r.end && (write || r.write))
+            .find(|r| {
+                let h = &self.lock_owners[&r.lock];
+                !(h.client == client && h.owner == owner) && !self.expired(h.client, now)
+            })
+            .map(|r| self.denied_of(r))
+    }
+
+    /// LOCKU: releases [start, end) of the owner's ranges on the file.
+    pub fn unlock(&mut self, lock: u64, start: u64, end: u64) -> OpResult<u32> {
+        let file = self
+            .lock_owners
+            .get(&lock)
+            .ok_or(Nfs4Error::BadStateId)?
+            .file;
+        let f = self.file(file);
+        cut(&mut f.ranges, &[lock], start, end);
+        self.forget_file_if_idle(file);
+        let l = self.lock_owners.get_mut(&lock).expect("checked above");
+        l.seqid = l.seqid.wrapping_add(1).max(1);
+        Ok(l.seqid)
+    }
+
+    /// FREE_STATEID of a lock stateid: only when it holds no range.
+    pub fn free_lock(&mut self, lock: u64) -> OpResult<()> {
+        let file = self
+            .lock_owners
+            .get(&lock)
+            .ok_or(Nfs4Error::BadStateId)?
+            .file;
+        if self
+            .files
+            .get(&file)
+            .is_some_and(|f| f.ranges.iter().any(|r| r.lock == lock))
+        {
+            return Err(Nfs4Error::LocksHeld);
+        }
+        self.lock_owners.remove(&lock);
+        Ok(())
+    }
+}
+
+/// Removes [start, end) from every range of `owners`, splitting ranges that stick out
+/// on both sides.
+fn cut(ranges: &mut Vec<Range>, owners: &[u64], start: u64, end: u64) {
+    let mut out = Vec::with_capacity(ranges.len() + 1);
+    for r in ranges.drain(..) {
+        if !owners.contains(&r.lock) || r.end <= start || end <= r.start {
+            out.push(r);
+            continue;
+        }
+        if r.start < start {
+            out.push(Range {
+                end: start,
+                ..r.clone()
+            });
+        }
+        if end < r.end {
+            out.push(Range { start: end, ..r });
+        }
+    }
+    *ranges = out;
+}
+
+/// Joins touching or overlapping ranges of `lock` of the same type.
+fn merge(ranges: &mut Vec<Range>, lock: u64) {
+    let (mut mine, mut rest): (Vec<Range>, Vec<Range>) =
+        ranges.drain(..).partition(|r| r.lock == lock);
+    mine.sort_by_key(|r| (r.write, r.start));
+    let mut merged: Vec<Range> = Vec::with_capacity(mine.len());
+    for r in mine {
+        match merged.last_mut() {
+            Some(m) if m.write == r.write && r.start <= m.end => m.end = m.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    rest.extend(merged);
+    *ranges = rest;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(lock: u64, write: bool, start: u64, end: u64) -> Range {
+        Range {
+            lock,
+            write,
+            start,
+            end,
+        }
+    }
+
+    #[test]
+    fn cut_splits_and_merge_joins() {
+        let mut v = vec![r(1, true, 0, 100)];
+        cut(&mut v, &[1], 40, 60);
+        v.sort_by_key(|x| x.start);
+        assert_eq!(v, vec![r(1, true, 0, 40), r(1, true, 60, 100)]);
+        v.push(r(1, true, 40, 60));
+        merge(&mut v, 1);
+        assert_eq!(v, vec![r(1, true, 0, 100)]);
+        // Another owner's ranges are untouched by both.
+        let mut v = vec![r(2, false, 0, 10), r(1, false, 5, 20)];
+        cut(&mut v, &[1], 0, u64::MAX);
+        assert_eq!(v, vec![r(2, false, 0, 10)]);
+    }
+
+    #[test]
+    fn different_types_do_not_merge() {
+        let mut v = vec![r(1, true, 0, 10), r(1, false, 10, 20)];
+        merge(&mut v, 1);
+        assert_eq!(v.len(), 2);
+    }
+}
