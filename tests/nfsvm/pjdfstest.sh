@@ -1,6 +1,7 @@
 #!/bin/sh
 # Guest side of crates/shoal/tests/nfs_kernel.rs: pjdfstest (the Rust POSIX test suite,
-# copied into the guest at $PJDFSTEST) on the kernel's NFSv3 mount of $EXPORT served by
+# copied into the guest at $PJDFSTEST) on the kernel's NFS mount ($NFS_VERSION: 3, the
+# default, or 4.1) of $EXPORT served by
 # `shoal serve` at 10.99.0.1. Exclusions are listed and justified in the README.
 set -eu
 M=/mnt/share
@@ -8,8 +9,12 @@ mkdir -p $M /mnt/other /etc
 # The initramfs root is private (0700): the unprivileged users must reach the mount.
 chmod 755 / /mnt
 chmod 1777 /tmp
-mount -t nfs -o vers=3,proto=tcp,addr=10.99.0.1,port=2049,mountproto=tcp,mountport=2049,nolock \
-    "10.99.0.1:${EXPORT:?}" $M
+if [ "${NFS_VERSION:-3}" = 3 ]; then
+    mount -t nfs -o vers=3,proto=tcp,addr=10.99.0.1,port=2049,mountproto=tcp,mountport=2049,nolock \
+        "10.99.0.1:${EXPORT:?}" $M
+else
+    mount -t nfs4 -o "vers=$NFS_VERSION,addr=10.99.0.1,clientaddr=10.99.0.2" "10.99.0.1:${EXPORT:?}" $M
+fi
 chmod 777 $M
 # EXDEV tests need a second file system.
 mount -t tmpfs -o size=16m pjd-secondary /mnt/other

@@ -99,10 +99,10 @@ impl Dim {
 /// What a statistic counts per event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Counts {
-    /// One per NFS call.
-    NfsOps,
-    /// READ and WRITE payload bytes.
-    NfsBytes,
+    /// One per NFS call (v3) or COMPOUND operation (v4) of this major version.
+    NfsOps(u8),
+    /// READ and WRITE payload bytes of this major version.
+    NfsBytes(u8),
     /// Request bytes in and reply bytes out: two samples per call.
     NetBytes,
     /// One per refused call.
@@ -134,8 +134,8 @@ pub struct Statistic {
 pub const STATISTICS: &[Statistic] = &[
     Statistic {
         name: "nfs3.ops",
-        counts: Counts::NfsOps,
-        description: "NFS operations",
+        counts: Counts::NfsOps(3),
+        description: "NFSv3 operations",
         unit: "operations",
         gauge: false,
         divisor: 1,
@@ -151,8 +151,41 @@ pub const STATISTICS: &[Statistic] = &[
     },
     Statistic {
         name: "nfs3.bytes",
-        counts: Counts::NfsBytes,
-        description: "NFS READ and WRITE payload",
+        counts: Counts::NfsBytes(3),
+        description: "NFSv3 READ and WRITE payload",
+        unit: "bytes",
+        gauge: false,
+        divisor: 1,
+        dims: &[
+            Dim::Op,
+            Dim::Client,
+            Dim::Share,
+            Dim::File,
+            Dim::Size,
+            Dim::Offset,
+        ],
+    },
+    Statistic {
+        name: "nfs4.ops",
+        counts: Counts::NfsOps(4),
+        description: "NFSv4 operations (each operation of a COMPOUND)",
+        unit: "operations",
+        gauge: false,
+        divisor: 1,
+        dims: &[
+            Dim::Op,
+            Dim::Client,
+            Dim::Share,
+            Dim::File,
+            Dim::Latency,
+            Dim::Size,
+            Dim::Offset,
+        ],
+    },
+    Statistic {
+        name: "nfs4.bytes",
+        counts: Counts::NfsBytes(4),
+        description: "NFSv4 READ and WRITE payload",
         unit: "bytes",
         gauge: false,
         divisor: 1,
@@ -306,6 +339,10 @@ pub const BUILTIN_DATASETS: &[&str] = &[
     "nfs3.ops[op]",
     "nfs3.ops[latency]",
     "nfs3.bytes[op]",
+    "nfs4.ops",
+    "nfs4.ops[op]",
+    "nfs4.ops[latency]",
+    "nfs4.bytes[op]",
     "nfs.refusals[reason]",
     "net.bytes[direction]",
     "io.ops[op]",
@@ -396,8 +433,10 @@ pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>))
         outbound,
     };
     match (STATISTICS[stat].counts, event) {
-        (Counts::NfsOps, Event::Nfs(_)) => f(one(1, false)),
-        (Counts::NfsBytes, Event::Nfs(e)) if e.bytes > 0 => f(one(e.bytes as u64, false)),
+        (Counts::NfsOps(v), Event::Nfs(e)) if e.version == v => f(one(1, false)),
+        (Counts::NfsBytes(v), Event::Nfs(e)) if e.version == v && e.bytes > 0 => {
+            f(one(e.bytes as u64, false))
+        }
         (Counts::NetBytes, Event::Nfs(e)) => {
             f(one(e.request_bytes as u64, false));
             f(one(e.reply_bytes as u64, true));
@@ -547,7 +586,7 @@ mod tests {
     #[test]
     fn bad_names_say_what_is_wrong() {
         for (name, why) in [
-            ("nfs4.ops", "unknown statistic"),
+            ("nfs5.ops", "unknown statistic"),
             ("nfs3.ops[colour]", "no dimension 'colour'"),
             ("io.ops[client]", "no dimension 'client'"),
             ("nfs3.ops[file][op]", "must be the last"),

@@ -10,10 +10,12 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-/// One NFSv3 (or MOUNT) call, reported when its reply is ready.
+/// One NFSv3 call, or one operation of an NFSv4 COMPOUND, reported when it is done.
 #[derive(Debug, Clone, Copy)]
 pub struct NfsEvent {
-    /// Procedure name in lower case (`read`, `write`, `getattr`, ...).
+    /// The protocol's major version: 3 (counted in `nfs3.*`) or 4 (`nfs4.*`).
+    pub version: u8,
+    /// Procedure or operation name in lower case (`read`, `write`, `getattr`, ...).
     pub op: &'static str,
     pub client: IpAddr,
     /// The share's file-system id (as in FSINFO); 0 when the call named no file.
@@ -24,7 +26,8 @@ pub struct NfsEvent {
     pub bytes: u32,
     /// READ or WRITE file offset.
     pub offset: u64,
-    /// Bytes of the request record and of the reply, as on the wire.
+    /// Bytes of the request record and of the reply, as on the wire (for NFSv4, on
+    /// the first operation of a COMPOUND only, so records are counted once).
     pub request_bytes: u32,
     pub reply_bytes: u32,
     /// From the request's arrival to its reply being ready.

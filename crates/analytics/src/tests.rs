@@ -17,6 +17,7 @@ fn client(last: u8) -> IpAddr {
 
 fn nfs(a: &Analytics, second: u64, op: &'static str, c: u8, ino: u64, bytes: u32, latency_us: u64) {
     a.record(Event::Nfs(NfsEvent {
+        version: 3,
         op,
         client: client(c),
         fsid: 7,

@@ -314,6 +314,33 @@ impl NfsService {
         }
     }
 
+    /// The NFSv4 lease: a client silent for longer loses its state when another
+    /// client conflicts with it (`LEASE_SECONDS` unless set; tests shorten it).
+    pub fn set_v4_lease(&self, lease: std::time::Duration) {
+        self.v4.state.lock().unwrap().set_lease(lease);
+        let seconds = lease.as_secs().clamp(1, u32::MAX as u64) as u32;
+        self.v4
+            .lease
+            .store(seconds, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Keeps the list of NFSv4 clients in `path` (in the state directory) and, if
+    /// clients held state before this start, opens the grace period in which they
+    /// reclaim it.
+    pub fn enable_v4_recovery(&self, path: std::path::PathBuf) -> std::io::Result<()> {
+        let grace = std::time::Duration::from_secs(crate::v4::LEASE_SECONDS as u64);
+        let recovery = crate::v4::state::Recovery::open(path, grace)?;
+        if recovery.grace_until.is_some() {
+            tracing::info!(
+                clients = recovery.reclaimable.len(),
+                seconds = grace.as_secs(),
+                "NFSv4 grace period: clients of the previous start may reclaim their state"
+            );
+        }
+        self.v4.state.lock().unwrap().recovery = recovery;
+        Ok(())
+    }
+
     /// Reports every NFSv3 call to `analytics` from now on (the first one set stays).
     pub fn set_analytics(&self, analytics: Arc<Analytics>) {
         let _ = self.analytics.set(analytics);

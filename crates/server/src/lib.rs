@@ -305,6 +305,9 @@ impl Daemon {
             .unwrap_or_default();
         let boot = now.as_nanos() as u64;
         let service = Arc::new(NfsService::new(boot ^ std::process::id() as u64));
+        service
+            .enable_v4_recovery(state_dir.join("nfs4-clients"))
+            .map_err(|e| ServerError::Config(format!("NFSv4 client list: {e}")))?;
         let analytics = analytics::Analytics::new();
         analytics.set_names(Arc::new(nfs::names::ShareNames::new(Arc::downgrade(
             &service,

@@ -1,7 +1,9 @@
-//! `shoal serve` against the Linux kernel's own NFSv3 client: Debian's kernel booted
+//! `shoal serve` against the Linux kernel's own NFS client: Debian's kernel booted
 //! under qemu in a private network namespace (tests/nfsvm), mounting a share of a
-//! raidz2 pool with port options and through the portmapper, with the server restarted
-//! under the mount, and pjdfstest run over the mount.
+//! raidz2 pool over NFSv3 (with port options and through the portmapper) and over
+//! NFSv4.1 and 4.2 (with the real mount.nfs negotiating the version), with the server
+//! restarted under the mount, locks between processes, and pjdfstest run over the v3
+//! and the v4.1 mount.
 //!
 //! Needs root (network namespaces, port 111), qemu and the unpacked kernel; the harness
 //! installs both on first use (`tests/nfsvm/harness/setup.sh`). pjdfstest comes from
@@ -105,6 +107,54 @@ fn kernel_client_mounts_reads_writes_and_survives_a_server_restart() {
     assert!(check.contains("no problems found"), "{check}");
 }
 
+/// Builds tests/nfsvm/fcntl-lock.c statically (the guest has no C library).
+fn fcntl_lock_binary(dir: &Path) -> PathBuf {
+    let out = dir.join("fcntl-lock");
+    let status = Command::new("gcc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&out)
+        .arg(nfsvm_dir().join("fcntl-lock.c"))
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "building fcntl-lock failed");
+    out
+}
+
+#[test]
+fn kernel_client_v4_negotiates_locks_and_survives_a_server_restart() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = make_share(t.path());
+    let lock = fcntl_lock_binary(t.path());
+    let lock_text = lock.display().to_string();
+    let out = run_guest(
+        &state,
+        "kernel-client-v4.sh",
+        &[
+            Path::new("/sbin/mount.nfs"),
+            Path::new("/usr/bin/flock"),
+            &lock,
+        ],
+        &[("FCNTL_LOCK", &lock_text)],
+    );
+    for step in [
+        "ok: mount.nfs with no version option negotiates 4.2",
+        "ok: pseudo-filesystem root lists the export",
+        "ok: vers=4.1: write 24 MiB, read back, checksum",
+        "ok: create, rename, link, symlink, chmod, chown, truncate, mknod, remove",
+        "ok: tar round trip of",
+        "ok: fcntl and flock locks conflict between mounts at the server and go at close",
+        "ok: open file survives its unlink until close",
+        "ok: vers=4.2: read, copy, punch hole",
+        "ok: server restarted under the mount; open file and lock reclaimed",
+        "ok: clean up and unmount",
+        "kernel client v4: all steps passed",
+    ] {
+        assert!(out.contains(step), "missing step {step:?} in:\n{out}");
+    }
+    let check = ok(&state, &["pool", "check", "tank"]);
+    assert!(check.contains("no problems found"), "{check}");
+}
+
 /// Tests that cannot pass over NFSv3 whatever the server does (README, "pjdfstest
 /// exclusions"), and tests pjdfstest itself skips.
 const NFS_CLIENT_LIMITS: [&str; 2] = [
@@ -117,11 +167,27 @@ const NFS_CLIENT_LIMITS: [&str; 2] = [
 
 #[test]
 fn pjdfstest_passes_over_the_kernel_nfs_client() {
+    pjdfstest_over("3", &NFS_CLIENT_LIMITS);
+}
+
+/// NFSv4.1 keeps an unlinked open file on the server and has 64-bit times: nothing
+/// is excluded.
+#[test]
+fn pjdfstest_passes_over_the_kernel_nfs_v41_client() {
+    pjdfstest_over("4.1", &[]);
+}
+
+fn pjdfstest_over(version: &str, limits: &[&str]) {
     let bin = pjdfstest_binary();
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let state = make_share(t.path());
     let bin_text = bin.display().to_string();
-    let out = run_guest(&state, "pjdfstest.sh", &[&bin], &[("PJDFSTEST", &bin_text)]);
+    let out = run_guest(
+        &state,
+        "pjdfstest.sh",
+        &[&bin],
+        &[("PJDFSTEST", &bin_text), ("NFS_VERSION", version)],
+    );
     let (main, erofs) = out
         .split_once("== pjdfstest run: erofs")
         .expect("both pjdfstest runs reported");
@@ -133,7 +199,7 @@ fn pjdfstest_passes_over_the_kernel_nfs_client() {
     };
     let unexpected: Vec<String> = failed(main)
         .into_iter()
-        .filter(|f| !NFS_CLIENT_LIMITS.contains(&f.as_str()))
+        .filter(|f| !limits.contains(&f.as_str()))
         .collect();
     assert!(unexpected.is_empty(), "pjdfstest failures: {unexpected:?}");
     assert!(failed(erofs).is_empty(), "EROFS failures:\n{erofs}");

@@ -16,7 +16,7 @@ import { formatSpec, parseSpec, type Spec } from './dataset';
 import { HeatmapCard } from './heatmap';
 import { TimeWindow, timeControls } from './timewindow';
 
-const DEFAULT_DATASETS = ['nfs3.ops[op]'];
+const DEFAULT_DATASETS = ['nfs3.ops[op]', 'nfs4.ops[op]'];
 const NAME_RE = /^[A-Za-z0-9._-]{1,64}$/;
 
 /** The window is the same on every worksheet and survives page changes. */

@@ -61,6 +61,7 @@ impl NfsService {
         if let Some(a) = self.analytics.get() {
             let at = std::time::Instant::now();
             a.record(Event::Nfs(NfsEvent {
+                version: 3,
                 op,
                 client: call.peer.ip(),
                 fsid: probe.fsid,

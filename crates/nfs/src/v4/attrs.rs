@@ -9,7 +9,7 @@
 //! `change` is the object's ctime in nanoseconds: every change of data or attributes
 //! moves the ctime, so clients' caches revalidate on every modification.
 
-use super::{Nfs4Error, OpResult, LEASE_SECONDS};
+use super::{Nfs4Error, OpResult};
 use crate::xdr::{Decoder, Encoder, XdrError, XdrResult};
 use fs::{Kind, StatFs, Timespec};
 
@@ -122,8 +122,8 @@ impl Bitmap {
         let mut w = [0u32; 3];
         for i in 0..n {
             let v = d.u32()?;
-            if i < 3 {
-                w[i] = v;
+            if let Some(slot) = w.get_mut(i) {
+                *slot = v;
             }
         }
         Ok(Bitmap(w))
@@ -203,6 +203,15 @@ const NEEDS_STATFS: Bitmap = Bitmap::of(&[
     SPACE_TOTAL,
 ]);
 
+/// Attributes that can only be set (the *_SET times): asking to read one is INVAL
+/// (RFC 8881 section 5.5).
+pub fn check_readable(mask: &Bitmap) -> OpResult<()> {
+    if mask.has(TIME_ACCESS_SET) || mask.has(TIME_MODIFY_SET) {
+        return Err(Nfs4Error::Inval);
+    }
+    Ok(())
+}
+
 pub fn needs_statfs(mask: &Bitmap) -> bool {
     !mask.and(&NEEDS_STATFS).is_empty()
 }
@@ -228,6 +237,8 @@ pub struct Obj {
     pub fh: Vec<u8>,
     pub statfs: Option<StatFs>,
     pub named_attrs: bool,
+    /// The server's lease, in seconds.
+    pub lease_seconds: u32,
 }
 
 /// The change attribute of an object with this ctime.
@@ -299,7 +310,7 @@ fn encode_one(v: &mut Encoder, o: &Obj, bit: u32) {
             v.u64(o.fsid.0).u64(o.fsid.1);
         }
         LEASE_TIME => {
-            v.u32(LEASE_SECONDS);
+            v.u32(o.lease_seconds);
         }
         RDATTR_ERROR | ACLSUPPORT => {
             v.u32(0);

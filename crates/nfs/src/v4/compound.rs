@@ -16,9 +16,10 @@ use super::pseudo::Fh;
 use super::state::{Release, SlotReply, Stateid};
 use super::{op, Nfs4Error, MAX_OPS, MINOR_MAX, MINOR_MIN, OPAQUE_LIMIT};
 use crate::rpc::Accept;
-use crate::service::NfsService;
+use crate::service::{refusal_reason, NfsService, Probe, PROBE};
 use crate::transport::{Call, ReadBuf, Reply};
 use crate::xdr::{Decoder, Encoder, XdrError};
+use analytics::{Event, NfsEvent};
 use std::sync::Arc;
 
 /// A failed operation: its status, and the failure results some operations have
@@ -105,11 +106,7 @@ pub fn encode_stateid(e: &mut Encoder, s: &Stateid) {
 
 /// What SEQUENCE decided.
 enum Sequenced {
-    Run {
-        cachethis: bool,
-        slot: u32,
-        max_cached: usize,
-    },
+    Run { cachethis: bool, slot: u32 },
     Replay(Arc<Vec<u8>>),
 }
 
@@ -159,7 +156,8 @@ impl NfsService {
         let mut res = Encoder::new();
         let mut count = 0u32;
         let mut status = 0u32;
-        let mut slot: Option<(bool, u32, usize)> = None;
+        let mut slot: Option<(bool, u32)> = None;
+        let mut events: Vec<NfsEvent> = Vec::with_capacity(n.min(16) as usize);
         for i in 0..n {
             let Ok(opnum) = d.u32() else {
                 res.u32(op::ILLEGAL).u32(Nfs4Error::BadXdr as u32);
@@ -170,25 +168,23 @@ impl NfsService {
             count += 1;
             ctx.last_op = i + 1 == n;
             let known = match minor {
-                1 => opnum >= op::ACCESS && opnum <= op::RECLAIM_COMPLETE,
-                _ => opnum >= op::ACCESS && opnum <= op::CLONE,
+                1 => (op::ACCESS..=op::RECLAIM_COMPLETE).contains(&opnum),
+                _ => (op::ACCESS..=op::CLONE).contains(&opnum),
             };
             let resop = if known { opnum } else { op::ILLEGAL };
             res.u32(resop);
             let at = res.len();
             res.u32(0);
+            let op_start = std::time::Instant::now();
+            PROBE.with(|p| p.set(Probe::default()));
             let r: OpOut = if !known {
                 Err(Nfs4Error::OpIllegal.into())
             } else if n as usize > MAX_OPS {
                 Err(Nfs4Error::TooManyOps.into())
             } else if i == 0 && opnum == op::SEQUENCE {
                 match self.op_sequence(&mut ctx, &mut d, &mut res, n) {
-                    Ok(Sequenced::Run {
-                        cachethis,
-                        slot: s,
-                        max_cached,
-                    }) => {
-                        slot = Some((cachethis, s, max_cached));
+                    Ok(Sequenced::Run { cachethis, slot: s }) => {
+                        slot = Some((cachethis, s));
                         Ok(())
                     }
                     Ok(Sequenced::Replay(bytes)) => {
@@ -201,9 +197,9 @@ impl NfsService {
             } else if i > 0 && opnum == op::SEQUENCE {
                 Err(Nfs4Error::SequencePos.into())
             } else if is_session_setup(opnum) {
-                if i > 0 && opnum != op::DESTROY_SESSION {
-                    Err(Nfs4Error::NotOnlyOp.into())
-                } else if n > 1 && i == 0 && opnum != op::DESTROY_SESSION {
+                // Each stands alone, except DESTROY_SESSION, which may end a
+                // COMPOUND of its own session.
+                if opnum != op::DESTROY_SESSION && (i > 0 || n > 1) {
                     Err(Nfs4Error::NotOnlyOp.into())
                 } else {
                     self.session_op(opnum, &mut ctx, &mut d, &mut res)
@@ -213,12 +209,43 @@ impl NfsService {
             } else {
                 self.operation(opnum, &mut ctx, &mut d, &mut res)
             };
-            if let Err(f) = r {
+            let probe = PROBE.with(|p| p.get());
+            let failed = r.as_ref().err().map(|f| f.status as u32);
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let status = r.as_ref().err().map(|f| f.status);
+                tracing::debug!(
+                    peer = %call.peer,
+                    xid = call.header.xid,
+                    op = op::name(resop),
+                    ?status,
+                    "nfs4 operation"
+                );
+            }
+            if let Some(reason) = refusal_reason(&probe, failed) {
+                self.refused(call, op::name(resop), reason, probe.fsid);
+            }
+            events.push(NfsEvent {
+                version: 4,
+                op: op::name(resop),
+                client: call.peer.ip(),
+                fsid: probe.fsid,
+                ino: probe.ino,
+                bytes: probe.bytes,
+                offset: probe.offset,
+                request_bytes: 0,
+                reply_bytes: 0,
+                latency_ns: op_start.elapsed().as_nanos() as u64,
+                at: std::time::Instant::now(),
+            });
+            if let Err(mut f) = r {
+                if resop == op::SETATTR && f.body.is_empty() {
+                    // SETATTR4res carries its attrsset bitmap on failure too.
+                    f.body = vec![0; 4];
+                }
                 res.buf.truncate(at);
                 res.u32(f.status as u32);
                 res.buf.extend_from_slice(&f.body);
                 status = f.status as u32;
-                // Data of an earlier READ cannot be followed by another result.
                 break;
             }
             if ctx.data.is_some() && !ctx.last_op {
@@ -238,8 +265,10 @@ impl NfsService {
             head: e.buf,
             data: ctx.data.take(),
         };
-        if let (Some((cachethis, s, max_cached)), Some(session)) = (slot, ctx.session) {
-            let kept = if cachethis && reply.len() <= max_cached {
+        if let (Some((cachethis, s)), Some(session)) = (slot, ctx.session) {
+            // Kept whatever its size: a client asks for it only for requests that
+            // must not run twice, and a slot holds one reply at a time.
+            let kept = if cachethis {
                 SlotReply::Cached(Arc::new(reply.to_bytes()[body_at..].to_vec()))
             } else {
                 SlotReply::Uncached
@@ -252,6 +281,16 @@ impl NfsService {
             }
         }
         super::state::release_all(std::mem::take(&mut ctx.releases));
+        if let Some(a) = self.analytics.get() {
+            // The records on the wire are counted once, with the first operation.
+            if let Some(first) = events.first_mut() {
+                first.request_bytes = (call.record.len() + 4) as u32;
+                first.reply_bytes = (reply.len() + 4) as u32;
+            }
+            for ev in events {
+                a.record(Event::Nfs(ev));
+            }
+        }
         reply
     }
 
@@ -287,7 +326,6 @@ impl NfsService {
             return Err(Nfs4Error::ReqTooBig.into());
         }
         let client = sess.client;
-        let max_cached = sess.max_response_cached as usize;
         let slot = &mut sess.slots[slotid as usize];
         if seq == slot.seq && !matches!(slot.reply, SlotReply::Empty) {
             return match &slot.reply {
@@ -302,7 +340,8 @@ impl NfsService {
         }
         slot.seq = seq;
         slot.reply = SlotReply::InProgress;
-        let status_flags = 0u32;
+        // SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED until the client frees what it lost.
+        let status_flags = if st.has_revoked(client) { 0x10 } else { 0 };
         if let Some(c) = st.clients.get_mut(&client) {
             c.renewed = now;
         }
@@ -317,7 +356,6 @@ impl NfsService {
         Ok(Sequenced::Run {
             cachethis,
             slot: slotid,
-            max_cached,
         })
     }
 

@@ -16,8 +16,8 @@ use super::pseudo::{pseudo_handle, pseudo_obj, Child, Fh};
 use super::state::{range_end, FileKey, StateRef, Stateid, SHARE_READ, SHARE_WRITE};
 use super::{Nfs4Error, OpResult, FHSIZE4};
 use crate::service::{
-    may, NfsService, Target, ACCESS_DELETE, ACCESS_EXECUTE, ACCESS_EXTEND, ACCESS_LOOKUP,
-    ACCESS_MODIFY, ACCESS_READ, MAY_EXEC, MAY_READ, MAY_WRITE, RTMAX, WTMAX,
+    may, probe_update, NfsService, Target, ACCESS_DELETE, ACCESS_EXECUTE, ACCESS_EXTEND,
+    ACCESS_LOOKUP, ACCESS_MODIFY, ACCESS_READ, MAY_EXEC, MAY_READ, MAY_WRITE, RTMAX, WTMAX,
 };
 use crate::xdr::{Decoder, Encoder};
 use fs::{Attr, Cred, Kind, SetAttr, Timespec};
@@ -251,12 +251,13 @@ impl NfsService {
                 None
             },
             named_attrs: false,
+            lease_seconds: self.v4.lease_seconds(),
         }
     }
 
     fn cur_obj(&self, ctx: &Ctx<'_, '_>, mask: &Bitmap) -> Result<Obj, OpFail> {
         Ok(match ctx.cur()? {
-            Fh::Pseudo(p) => pseudo_obj(p, self.v4.boot_time),
+            Fh::Pseudo(p) => pseudo_obj(p, self.v4.boot_time, self.v4.lease_seconds()),
             Fh::File(h) => {
                 let t = self.target(ctx.call, h)?;
                 self.obj_of(&t, &t.attr, attrs::needs_statfs(mask))
@@ -271,6 +272,7 @@ impl NfsService {
         e: &mut Encoder,
     ) -> OpOut {
         let mask = Bitmap::decode(d)?;
+        attrs::check_readable(&mask)?;
         let o = self.cur_obj(ctx, &mask)?;
         attrs::encode_fattr(e, &o, &mask);
         Ok(())
@@ -495,6 +497,7 @@ impl NfsService {
     ) -> OpOut {
         let name = component(d)?;
         let t = self.dir_for_change(ctx)?;
+        self.refuse_in_grace()?;
         let fs = &t.share.fs;
         let victim = fs.lookup(t.ino, name)?;
         let r = if victim.kind == Kind::Dir {
@@ -518,6 +521,7 @@ impl NfsService {
         let to_name = component(d)?;
         let from = self.saved_file(ctx, Nfs4Error::RoFs)?;
         let to = self.dir_for_change(ctx)?;
+        self.refuse_in_grace()?;
         if !std::sync::Arc::ptr_eq(&from.share, &to.share) {
             return Err(Nfs4Error::XDev.into());
         }
@@ -585,6 +589,7 @@ impl NfsService {
         let _dircount = d.u32()?;
         let maxcount = d.u32()?;
         let mask = Bitmap::decode(d)?;
+        attrs::check_readable(&mask)?;
         // Cookies 1 and 2 are reserved in NFSv4 (no "." and ".." entries).
         if cookie == 1 || cookie == 2 {
             return Err(Nfs4Error::BadCookie.into());
@@ -619,7 +624,9 @@ impl NfsService {
                 eof = true;
                 for (i, (name, child)) in list.iter().enumerate().skip(start) {
                     let o = match child {
-                        Child::Pseudo(cp) => pseudo_obj(cp, self.v4.boot_time),
+                        Child::Pseudo(cp) => {
+                            pseudo_obj(cp, self.v4.boot_time, self.v4.lease_seconds())
+                        }
                         Child::Share(s) => {
                             let Some(h) = self.share_root_handle(s) else {
                                 continue;
@@ -717,8 +724,10 @@ impl NfsService {
             0 => Some(component(d)?),
             4 => None,
             1 => {
-                d.u32()?;
-                return Err(Nfs4Error::NoGrace.into());
+                // CLAIM_PREVIOUS: an open held before the server restarted, on the
+                // current file handle, reclaimed in the grace period.
+                let _delegation_type = d.u32()?;
+                None
             }
             2 | 6 => {
                 decode_stateid(d)?;
@@ -738,8 +747,29 @@ impl NfsService {
             return Err(Nfs4Error::Inval.into());
         }
         let client = ctx.client()?;
+        {
+            let st = self.v4.state.lock().unwrap();
+            if claim == 1 {
+                st.may_reclaim(client)?;
+            } else if st.in_grace() {
+                return Err(Nfs4Error::Grace.into());
+            }
+        }
         let mut attrset = Bitmap::default();
         let mut created = false;
+        let mut truncate = false;
+        if let (Some(name), Some(Fh::Pseudo(p))) = (name, ctx.cur.clone()) {
+            // Pseudo directories hold only the way to shares: nothing to open.
+            if !matches!(create, Create::No) {
+                return Err(Nfs4Error::RoFs.into());
+            }
+            let name = std::str::from_utf8(name).expect("checked by component");
+            return Err(match self.pseudo_child(ctx.call, &p, name) {
+                Some(_) => Nfs4Error::IsDir,
+                None => Nfs4Error::NoEnt,
+            }
+            .into());
+        }
         let (dir, file) = match name {
             None => {
                 if !matches!(create, Create::No) {
@@ -768,8 +798,38 @@ impl NfsService {
                     }
                     Create::Unchecked(s) | Create::Guarded(s) => {
                         let guarded = matches!(create, Create::Guarded(_));
-                        let t = self.dir_for_change(ctx)?;
-                        match fs.create(t.ino, name, Kind::File, s.mode.unwrap_or(0o644), 0, cred) {
+                        // An existing name is opened (UNCHECKED) or refused (GUARDED)
+                        // without needing to change the directory.
+                        if !may(&dir.attr, cred, MAY_EXEC) {
+                            return Err(Nfs4Error::Access.into());
+                        }
+                        let existing = match fs.lookup(dir.ino, name) {
+                            Ok(a) => Some(a),
+                            Err(fs::FsError::NotFound(_)) => None,
+                            Err(e) => return Err(e.into()),
+                        };
+                        let made = match existing {
+                            Some(_) if guarded => return Err(Nfs4Error::Exist.into()),
+                            Some(a) => Err(a),
+                            None => {
+                                let t = self.dir_for_change(ctx)?;
+                                match fs.create(
+                                    t.ino,
+                                    name,
+                                    Kind::File,
+                                    s.mode.unwrap_or(0o644),
+                                    0,
+                                    cred,
+                                ) {
+                                    Ok(a) => Ok(a),
+                                    Err(fs::FsError::Exists) if !guarded => {
+                                        Err(fs.lookup(t.ino, name)?)
+                                    }
+                                    Err(e) => return Err(e.into()),
+                                }
+                            }
+                        };
+                        match made {
                             Ok(a) => {
                                 created = true;
                                 attrset = s.given;
@@ -783,20 +843,11 @@ impl NfsService {
                                     a
                                 }
                             }
-                            Err(fs::FsError::Exists) if !guarded => {
-                                let a = fs.lookup(t.ino, name)?;
-                                if a.kind == Kind::File && s.size == Some(0) && a.size != 0 {
-                                    attrset.set(attrs::SIZE);
-                                    let trunc = SetAttr {
-                                        size: Some(0),
-                                        ..SetAttr::default()
-                                    };
-                                    fs.setattr(a.ino, &trunc, cred)?
-                                } else {
-                                    a
-                                }
+                            Err(a) => {
+                                // Truncated only once the open is granted (below).
+                                truncate = a.kind == Kind::File && s.size == Some(0);
+                                a
                             }
-                            Err(e) => return Err(e.into()),
                         }
                     }
                     Create::Exclusive(verf, s) => {
@@ -855,6 +906,10 @@ impl NfsService {
                 return Err(Nfs4Error::Access.into());
             }
         }
+        if truncate && access & SHARE_WRITE == 0 {
+            // A size in the create attributes of a read-only open (as Linux's server).
+            return Err(Nfs4Error::Inval.into());
+        }
         let key = open_file_key(&file);
         let (r, released) = {
             let mut st = self.v4.state.lock().unwrap();
@@ -863,6 +918,29 @@ impl NfsService {
         };
         ctx.releases.extend(released);
         let stateid = r?;
+        let mut file_attr = file.attr.clone();
+        if truncate && file.attr.size != 0 {
+            let trunc = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            match file.share.fs.setattr(file.ino, &trunc, cred) {
+                Ok(a) => {
+                    file_attr = a;
+                    attrset.set(attrs::SIZE);
+                }
+                Err(err) => {
+                    // Undo the open this truncation belonged to.
+                    let mut st = self.v4.state.lock().unwrap();
+                    if let Ok(StateRef::Open(id)) = st.lookup(&stateid) {
+                        if let Ok(rel) = st.close(id) {
+                            ctx.releases.extend(rel);
+                        }
+                    }
+                    return Err(err.into());
+                }
+            }
+        }
         file.share.fs.settle(Ok(()))?;
         encode_stateid(e, &stateid);
         match &dir {
@@ -877,8 +955,17 @@ impl NfsService {
         e.u32(OPEN4_RESULT_LOCKTYPE_POSIX | OPEN4_RESULT_PRESERVE_UNLINKED);
         attrset.encode(e);
         e.u32(0); // OPEN_DELEGATE_NONE
-        ctx.cur = Some(Fh::File(self.handle_for(&file.share, &file.attr)));
+        ctx.cur = Some(Fh::File(self.handle_for(&file.share, &file_attr)));
         ctx.cur_stateid = Some(stateid);
+        Ok(())
+    }
+
+    /// Names may not go away while clients may still reclaim opens of them (as the
+    /// Linux server: REMOVE and RENAME wait for the grace period).
+    fn refuse_in_grace(&self) -> OpResult<()> {
+        if self.v4.state.lock().unwrap().in_grace() {
+            return Err(Nfs4Error::Grace);
+        }
         Ok(())
     }
 
@@ -1008,6 +1095,7 @@ impl NfsService {
             .fs
             .read_parts(t.ino, offset, count.min(RTMAX) as usize)?;
         let eof = offset.saturating_add(bytes.len() as u64) >= t.attr.size;
+        probe_update(|p| (p.bytes, p.offset) = (bytes.len() as u32, offset));
         e.bool(eof).u32(bytes.len() as u32);
         ctx.data = Some(bytes);
         Ok(())
@@ -1029,6 +1117,7 @@ impl NfsService {
         let t = self.writable_file(ctx)?;
         self.check_io_stateid(ctx, s, &t, true)?;
         let n = t.share.fs.write(t.ino, offset, payload)?;
+        probe_update(|p| (p.bytes, p.offset) = (payload.len() as u32, offset));
         let committed = if stable == UNSTABLE4 {
             UNSTABLE4
         } else {
@@ -1194,12 +1283,17 @@ impl NfsService {
             return Err(Nfs4Error::BadXdr.into());
         }
         check_range(offset, length)?;
-        if reclaim {
-            return Err(Nfs4Error::NoGrace.into());
-        }
         let write = locktype == 2 || locktype == 4;
         let t = self.file_for_io(ctx)?;
         let client = ctx.client()?;
+        {
+            let st = self.v4.state.lock().unwrap();
+            if reclaim {
+                st.may_reclaim(client)?;
+            } else if st.in_grace() {
+                return Err(Nfs4Error::Grace.into());
+            }
+        }
         let key = open_file_key(&t);
         let lock_id = match locker {
             Locker::New { open, owner } => {
@@ -1270,6 +1364,9 @@ impl NfsService {
         check_range(offset, length)?;
         let t = self.file_for_io(ctx)?;
         let client = ctx.client()?;
+        if self.v4.state.lock().unwrap().in_grace() {
+            return Err(Nfs4Error::Grace.into());
+        }
         let write = locktype == 2 || locktype == 4;
         let denied = self.v4.state.lock().unwrap().test_lock(
             open_file_key(&t),
@@ -1351,6 +1448,9 @@ impl NfsService {
         let s = decode_stateid(d)?;
         let client = ctx.client()?;
         let mut st = self.v4.state.lock().unwrap();
+        if st.free_revoked(&s, client) {
+            return Ok(());
+        }
         match st.lookup(&s)? {
             StateRef::Lock(id) if st.lock_owners[&id].client == client => Ok(st.free_lock(id)?),
             StateRef::Open(id) if st.opens[&id].client == client => {

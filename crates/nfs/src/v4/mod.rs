@@ -20,6 +20,7 @@
 //! same durability as NFSv3's.
 
 pub(crate) mod attrs;
+pub mod client;
 pub(crate) mod compound;
 pub(crate) mod files;
 pub(crate) mod pseudo;

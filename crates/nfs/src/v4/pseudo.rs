@@ -152,7 +152,7 @@ impl NfsService {
 }
 
 /// The attributes of a pseudo directory.
-pub fn pseudo_obj(path: &str, boot: Timespec) -> Obj {
+pub fn pseudo_obj(path: &str, boot: Timespec, lease_seconds: u32) -> Obj {
     Obj {
         kind: Kind::Dir,
         change: change_of(boot),
@@ -173,6 +173,7 @@ pub fn pseudo_obj(path: &str, boot: Timespec) -> Obj {
         fh: pseudo_handle(path),
         statfs: None,
         named_attrs: false,
+        lease_seconds,
     }
 }
 

@@ -31,6 +31,8 @@ pub(crate) struct V4Server {
     pub boot_time: fs::Timespec,
     /// The server owner (EXCHANGE_ID): the same for every address of this daemon.
     pub owner: Vec<u8>,
+    /// The lease as the `lease_time` attribute reports it.
+    pub lease: std::sync::atomic::AtomicU32,
 }
 
 impl V4Server {
@@ -42,7 +44,12 @@ impl V4Server {
             state: Mutex::new(V4State::new(boot)),
             boot_time: fs::Timespec::now(),
             owner: format!("shoal@{}", host.trim()).into_bytes(),
+            lease: std::sync::atomic::AtomicU32::new(super::LEASE_SECONDS),
         }
+    }
+
+    pub fn lease_seconds(&self) -> u32 {
+        self.lease.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -353,13 +360,13 @@ impl NfsService {
                         .collect(),
                     max_ops: granted.max_ops,
                     max_request: granted.max_request,
-                    max_response_cached: granted.max_response_cached,
                 },
             );
             let mut out = Encoder::new();
             out.fixed(&sessionid).u32(seq).u32(0);
             encode_channel(&mut out, &granted);
             encode_channel(&mut out, &granted_back);
+            st.confirmed(&owner);
             let c = st.clients.get_mut(&clientid).expect("looked up above");
             c.confirmed = true;
             c.cs_seq = seq;
@@ -379,15 +386,6 @@ impl NfsService {
             // Per file system reclaim: nothing to track without a grace period.
             return Ok(());
         }
-        let mut st = self.v4.state.lock().unwrap();
-        let c = st
-            .clients
-            .get_mut(&client)
-            .ok_or(Nfs4Error::StaleClientId)?;
-        if c.reclaim_complete {
-            return Err(Nfs4Error::CompleteAlready.into());
-        }
-        c.reclaim_complete = true;
-        Ok(())
+        Ok(self.v4.state.lock().unwrap().reclaim_complete(client)?)
     }
 }

@@ -98,7 +98,6 @@ pub struct Session {
     pub slots: Vec<Slot>,
     pub max_ops: u32,
     pub max_request: u32,
-    pub max_response_cached: u32,
 }
 
 pub struct Client {
@@ -169,7 +168,104 @@ pub struct V4State {
     pub opens: HashMap<u64, Open>,
     pub lock_owners: HashMap<u64, LockOwner>,
     files: HashMap<FileKey, FileState>,
+    /// Stateids (their `other`) revoked when their client's lease ran out and another
+    /// client needed what they held, by client: they answer EXPIRED until the client
+    /// frees them, and SEQUENCE tells the client some of its state is gone.
+    revoked: HashMap<[u8; 12], u64>,
     lease: Duration,
+    /// Recovery after a restart (see `Recovery`).
+    pub recovery: Recovery,
+}
+
+/// The grace period after a restart (RFC 8881 section 8.4.2): the clients that held
+/// state before may reclaim their opens and locks, and nobody gets new state until
+/// each of them has sent RECLAIM_COMPLETE or the grace period is over.
+///
+/// Which clients those are is kept in the state directory: the owner of every client
+/// confirmed by CREATE_SESSION, one per line in hex, rewritten (temporary file, fsync,
+/// rename, fsync of the directory) when a client is confirmed or goes away, so after a
+/// crash at any instant the file is the old list or the new one, never a mix.
+#[derive(Default)]
+pub struct Recovery {
+    pub path: Option<std::path::PathBuf>,
+    /// Owners confirmed in this boot (what the file holds).
+    pub confirmed: std::collections::BTreeSet<Vec<u8>>,
+    /// Owners of the previous boot that have not finished reclaiming.
+    pub reclaimable: std::collections::HashSet<Vec<u8>>,
+    pub grace_until: Option<Instant>,
+}
+
+impl Recovery {
+    /// Reads the clients of the previous boot and starts the grace period if there
+    /// were any. A missing file means there were none; an unreadable one is an error.
+    pub fn open(path: std::path::PathBuf, grace: Duration) -> std::io::Result<Recovery> {
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e),
+        };
+        let mut reclaimable = std::collections::HashSet::new();
+        for (i, line) in text.lines().enumerate() {
+            let owner = hex_decode(line.trim()).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: line {} is not hex", path.display(), i + 1),
+                )
+            })?;
+            reclaimable.insert(owner);
+        }
+        let grace_until = (!reclaimable.is_empty()).then(|| Instant::now() + grace);
+        Ok(Recovery {
+            path: Some(path),
+            confirmed: reclaimable.iter().cloned().collect(),
+            reclaimable,
+            grace_until,
+        })
+    }
+
+    pub fn in_grace(&self, now: Instant) -> bool {
+        !self.reclaimable.is_empty() && self.grace_until.is_some_and(|t| now < t)
+    }
+
+    /// Writes the list of confirmed clients (when it is kept at all).
+    fn save(&self) {
+        let Some(path) = &self.path else { return };
+        let text: String = self
+            .confirmed
+            .iter()
+            .map(|o| format!("{}\n", hex_encode(o)))
+            .collect();
+        if let Err(e) = write_atomically(path, text.as_bytes()) {
+            tracing::error!(path = %path.display(), "saving the NFSv4 client list failed: {e}");
+        }
+    }
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 || s.len() > 2 * super::OPAQUE_LIMIT {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 pub fn range_end(offset: u64, length: u64) -> u64 {
@@ -190,11 +286,13 @@ impl V4State {
             opens: HashMap::new(),
             lock_owners: HashMap::new(),
             files: HashMap::new(),
+            revoked: HashMap::new(),
             lease: Duration::from_secs(LEASE_SECONDS as u64),
+            recovery: Recovery::default(),
         }
     }
 
-    #[cfg(test)]
+    /// The lease (tests shorten it to see expiry).
     pub fn set_lease(&mut self, lease: Duration) {
         self.lease = lease;
     }
@@ -221,6 +319,8 @@ impl V4State {
             (StateRef::Open(id), o.seqid)
         } else if let Some(l) = self.lock_owners.get(&id) {
             (StateRef::Lock(id), l.seqid)
+        } else if self.revoked.contains_key(&s.other) {
+            return Err(Nfs4Error::Expired);
         } else {
             return Err(Nfs4Error::BadStateId);
         };
@@ -242,6 +342,47 @@ impl V4State {
         ((self.boot as u64) << 32) | (self.next_id() & 0xffff_ffff)
     }
 
+    /// A client has been confirmed by CREATE_SESSION: it is remembered for recovery.
+    pub fn confirmed(&mut self, owner: &[u8]) {
+        if self.recovery.confirmed.insert(owner.to_vec()) {
+            self.recovery.save();
+        }
+    }
+
+    pub fn in_grace(&self) -> bool {
+        self.recovery.in_grace(Instant::now())
+    }
+
+    /// Whether `client` may reclaim state now: in the grace period, one of the
+    /// previous boot's clients, and before its RECLAIM_COMPLETE.
+    pub fn may_reclaim(&self, client: u64) -> OpResult<()> {
+        if !self.in_grace() {
+            return Err(Nfs4Error::NoGrace);
+        }
+        let c = self.clients.get(&client).ok_or(Nfs4Error::StaleClientId)?;
+        if c.reclaim_complete || !self.recovery.reclaimable.contains(&c.owner) {
+            return Err(Nfs4Error::NoGrace);
+        }
+        Ok(())
+    }
+
+    /// RECLAIM_COMPLETE: the client has reclaimed all it will.
+    pub fn reclaim_complete(&mut self, client: u64) -> OpResult<()> {
+        let c = self
+            .clients
+            .get_mut(&client)
+            .ok_or(Nfs4Error::StaleClientId)?;
+        if c.reclaim_complete {
+            return Err(Nfs4Error::CompleteAlready);
+        }
+        c.reclaim_complete = true;
+        let owner = c.owner.clone();
+        if self.recovery.reclaimable.remove(&owner) && self.recovery.reclaimable.is_empty() {
+            tracing::info!("every NFSv4 client has reclaimed its state: grace period over");
+        }
+        Ok(())
+    }
+
     pub fn expired(&self, client: u64, now: Instant) -> bool {
         self.clients
             .get(&client)
@@ -250,7 +391,14 @@ impl V4State {
 
     /// Drops a client and everything it holds.
     pub fn purge_client(&mut self, client: u64) -> Vec<Release> {
-        self.clients.remove(&client);
+        self.revoked.retain(|_, c| *c != client);
+        if let Some(c) = self.clients.remove(&client) {
+            // It can no longer reclaim anything, here or after a restart.
+            self.recovery.reclaimable.remove(&c.owner);
+            if c.confirmed && self.recovery.confirmed.remove(&c.owner) {
+                self.recovery.save();
+            }
+        }
         self.sessions.retain(|_, s| s.client != client);
         let opens: Vec<u64> = self
             .opens
@@ -263,6 +411,46 @@ impl V4State {
             released.extend(self.drop_open(id));
         }
         released
+    }
+
+    /// Revokes everything a client holds (its lease ran out and someone conflicts):
+    /// the client and its sessions stay, its stateids answer EXPIRED.
+    pub fn revoke_state(&mut self, client: u64) -> Vec<Release> {
+        let opens: Vec<u64> = self
+            .opens
+            .iter()
+            .filter(|(_, o)| o.client == client)
+            .map(|(id, _)| *id)
+            .collect();
+        let locks: Vec<u64> = self
+            .lock_owners
+            .iter()
+            .filter(|(_, l)| l.client == client)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in opens.iter().chain(&locks) {
+            let other = self.stateid_of(*id, 0).other;
+            self.revoked.insert(other, client);
+        }
+        opens
+            .into_iter()
+            .filter_map(|id| self.drop_open(id))
+            .collect()
+    }
+
+    /// Whether some of the client's state was revoked and not yet freed by it.
+    pub fn has_revoked(&self, client: u64) -> bool {
+        self.revoked.values().any(|c| *c == client)
+    }
+
+    /// FREE_STATEID of a revoked stateid: the client has seen that it is gone.
+    pub fn free_revoked(&mut self, s: &Stateid, client: u64) -> bool {
+        if self.revoked.get(&s.other) == Some(&client) {
+            self.revoked.remove(&s.other);
+            true
+        } else {
+            false
+        }
     }
 
     /// Makes room for one more client record: past `MAX_CLIENTS`, the least recently
@@ -330,8 +518,8 @@ impl V4State {
         let mut live = false;
         for c in holders {
             if self.expired(c, now) {
-                tracing::info!(client = c, "lease expired and conflicting: state released");
-                released.extend(self.purge_client(c));
+                tracing::info!(client = c, "lease expired and conflicting: state revoked");
+                released.extend(self.revoke_state(c));
             } else {
                 live = true;
             }
@@ -543,7 +731,7 @@ impl V4State {
                 }
             }
         }
-        if self.lock_owners.get(&lock).is_none() {
+        if !self.lock_owners.contains_key(&lock) {
             // Its own client was purged as expired meanwhile: cannot happen for the
             // caller's client, which just renewed, but stay safe.
             return (Err(Err(Nfs4Error::BadStateId)), released);
@@ -592,7 +780,8 @@ impl V4State {
             .filter(|r| r.start < end && start < r.end && (write || r.write))
             .find(|r| {
                 let h = &self.lock_owners[&r.lock];
-                !(h.client == client && h.owner == owner) && !self.expired(h.client, now)
+                let mine = h.client == client && h.owner == owner;
+                !mine && !self.expired(h.client, now)
             })
             .map(|r| self.denied_of(r))
     }
