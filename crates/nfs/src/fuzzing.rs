@@ -9,7 +9,9 @@
 //! raw bytes as the whole record, or a well-formed call header (program, version,
 //! procedure and credential chosen by the input) followed by a valid file handle of the
 //! share (root directory, a file, a directory, a symlink, or a forged one) and then the rest of the
-//! input as the procedure's arguments. That way the fuzzer reaches every procedure's
+//! input as the procedure's arguments. NFSv4 gets a COMPOUND on the harness's own session
+//! (SEQUENCE, PUTFH of one of those handles, then an operation chosen by the input with
+//! the rest of the input as its arguments and as any operations after it). That way the fuzzer reaches every procedure's
 //! argument decoder and the code behind it. Invariants checked on every reply: it
 //! carries the call's xid, is a reply, and is a whole number of XDR units.
 
@@ -37,6 +39,8 @@ fn sys(uid: u32, gid: u32, gids: Vec<u32>) -> Credential {
 
 pub struct Harness {
     service: NfsService,
+    /// The NFSv4 session the COMPOUND shapes run in (made anew if one destroys it).
+    v4: std::sync::Mutex<crate::v4::client::Session>,
     /// Handles of the share's root, a file and a directory in it.
     handles: Vec<Vec<u8>>,
     peer: SocketAddr,
@@ -82,6 +86,7 @@ impl Harness {
         });
         let mut h = Harness {
             service,
+            v4: std::sync::Mutex::new(crate::v4::client::Session::new(0, [0; 16])),
             handles: vec![],
             peer: "127.0.0.1:700".parse().unwrap(),
             _pool: pool,
@@ -92,7 +97,58 @@ impl Harness {
         let link = h.symlink(&root, "s", "f");
         h.write(&file, &[0x5a; 8192]);
         h.handles = vec![root, file, dir, link];
+        *h.v4.lock().unwrap() = h.v4_session();
         h
+    }
+
+    /// EXCHANGE_ID and CREATE_SESSION, as a client mounts.
+    fn v4_session(&self) -> crate::v4::client::Session {
+        use crate::v4::client::{decode_reply, ChannelAttrs, Compound, Session};
+        let send = |c: &Compound| {
+            let bytes = self
+                .check_reply(&c.record(1, &sys(0, 0, vec![])))
+                .expect("a reply");
+            decode_reply(&bytes).expect("a COMPOUND reply")
+        };
+        let mut c = Compound::new("fuzz");
+        c.exchange_id(b"fuzzverf", b"fuzz-harness", 0);
+        let x = send(&c).results[0]
+            .exchange_id()
+            .expect("EXCHANGE_ID")
+            .clone();
+        let mut c = Compound::new("fuzz");
+        c.create_session(
+            x.clientid,
+            x.seq,
+            &ChannelAttrs::fore(),
+            &ChannelAttrs::back(),
+        );
+        let cs = send(&c).results[0]
+            .create_session()
+            .expect("CREATE_SESSION")
+            .clone();
+        Session::new(x.clientid, cs.sessionid)
+    }
+
+    /// SEQUENCE, PUTFH of a handle the input picks, then an operation the input picks
+    /// with the rest of the input as its arguments (and whatever follows them).
+    fn v4_record(&self, shape: u8, pick: u32, rest: &[u8]) -> Vec<u8> {
+        use crate::v4::op;
+        let mut c = {
+            let mut s = self.v4.lock().unwrap();
+            s.compound_with(pick & 1 != 0)
+        };
+        c.minor(1 + ((pick >> 1) & 1));
+        let which = (shape >> 4) as usize % self.handles.len();
+        c.putfh(&self.handles[which]);
+        let mut opnum = op::ACCESS + ((pick >> 2) & 0x7f) % (op::CLONE - op::ACCESS + 1);
+        if matches!(opnum, op::DESTROY_SESSION | op::DESTROY_CLIENTID) {
+            opnum = op::GETATTR;
+        }
+        c.raw_op(opnum, rest);
+        // Up to 7 operations more, whose bytes are the tail of the input.
+        c.declare_ops(3 + ((pick >> 10) & 7));
+        c.record(pick >> 8, &sys(0, 0, vec![]))
     }
 
     /// Valid handles: the share's root, file `f`, directory `d`, symlink `s`.
@@ -116,6 +172,7 @@ impl Harness {
         let mut d = Decoder::new(rest);
         let pick = d.u32().unwrap_or(0);
         let (program, version) = match (shape >> 2) & 3 {
+            0 if shape & 0x80 != 0 => return self.v4_record(shape, pick, d.rest()),
             0 | 1 => (NFS_PROGRAM, NFS_V3),
             2 => (MOUNT_PROGRAM, MOUNT_V3),
             _ => (proto::PORTMAP_PROGRAM, proto::PORTMAP_V2),

@@ -259,3 +259,24 @@ fn the_committed_fuzz_corpus_replays_cleanly() {
         h.run(&std::fs::read(path).unwrap());
     }
 }
+
+/// The NFSv4 shape really reaches COMPOUNDs on a live session: SEQUENCE and PUTFH
+/// succeed and the operation the input picked runs (GETATTR here).
+#[test]
+fn the_v4_shape_runs_compounds_in_a_session() {
+    use nfs::v4::client::decode_reply;
+    let h = Harness::new();
+    for i in 0..3u32 {
+        let mut input = vec![0x82u8];
+        // pick: GETATTR ((9 - 3) << 2), minor 1, no cachethis, xid in the high bits.
+        let pick = ((9 - 3) << 2) | (i << 20);
+        input.extend_from_slice(&pick.to_be_bytes());
+        let mut args = Encoder::new();
+        args.u32(1).u32(0x1a); // a bitmap: type, change, size
+        input.extend_from_slice(&args.buf);
+        let reply = h.run(&input).expect("a reply");
+        let r = decode_reply(&reply).expect("a COMPOUND reply");
+        let statuses: Vec<u32> = r.results.iter().map(|o| o.status).collect();
+        assert_eq!(&statuses[..3], &[0, 0, 0], "{:?}", r.summary());
+    }
+}

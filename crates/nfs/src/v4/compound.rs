@@ -307,6 +307,7 @@ impl NfsService {
         let highest = d.u32()?;
         let cachethis = d.bool()?;
         let mut st = self.v4.state.lock().unwrap();
+        st.end_grace_if_due();
         let now = std::time::Instant::now();
         let sess = st
             .sessions

@@ -353,6 +353,34 @@ impl V4State {
         self.recovery.in_grace(Instant::now())
     }
 
+    /// Ends a grace period that is over: clients of the previous boot that never came
+    /// back are forgotten, so the next start does not wait for them again.
+    pub fn end_grace_if_due(&mut self) {
+        let Some(until) = self.recovery.grace_until else {
+            return;
+        };
+        if Instant::now() < until && !self.recovery.reclaimable.is_empty() {
+            return;
+        }
+        self.recovery.grace_until = None;
+        let gone: Vec<Vec<u8>> = self
+            .recovery
+            .reclaimable
+            .drain()
+            .filter(|o| !self.clients.values().any(|c| c.owner == *o))
+            .collect();
+        if !gone.is_empty() {
+            tracing::info!(
+                clients = gone.len(),
+                "grace period over: clients that did not come back are forgotten"
+            );
+            for o in gone {
+                self.recovery.confirmed.remove(&o);
+            }
+            self.recovery.save();
+        }
+    }
+
     /// Whether `client` may reclaim state now: in the grace period, one of the
     /// previous boot's clients, and before its RECLAIM_COMPLETE.
     pub fn may_reclaim(&self, client: u64) -> OpResult<()> {
@@ -884,6 +912,54 @@ mod tests {
         let mut v = vec![r(2, false, 0, 10), r(1, false, 5, 20)];
         cut(&mut v, &[1], 0, u64::MAX);
         assert_eq!(v, vec![r(2, false, 0, 10)]);
+    }
+
+    #[test]
+    fn the_client_list_survives_a_restart_and_opens_the_grace_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nfs4-clients");
+        let grace = Duration::from_secs(60);
+        let mut st = V4State::new(1);
+        st.recovery = Recovery::open(path.clone(), grace).unwrap();
+        assert!(!st.in_grace(), "no list, no grace");
+        st.confirmed(b"client-a");
+        st.confirmed(b"client-b\n\x00");
+        // The next start: both may reclaim, nobody else, until each is complete.
+        let mut st = V4State::new(2);
+        st.recovery = Recovery::open(path.clone(), grace).unwrap();
+        assert!(st.in_grace());
+        let a = st.new_client_id();
+        let now = Instant::now();
+        {
+            let id = a;
+            st.clients.insert(
+                id,
+                Client {
+                    id,
+                    owner: b"client-a".to_vec(),
+                    verifier: [0; 8],
+                    confirmed: true,
+                    cs_seq: 1,
+                    cs_reply: None,
+                    renewed: now,
+                    reclaim_complete: false,
+                },
+            );
+        }
+        st.may_reclaim(a).unwrap();
+        st.reclaim_complete(a).unwrap();
+        assert_eq!(st.may_reclaim(a), Err(Nfs4Error::NoGrace));
+        assert!(st.in_grace(), "client-b has not come back yet");
+        // The grace period runs out: client-b is forgotten, client-a kept.
+        st.recovery.grace_until = Some(Instant::now());
+        st.end_grace_if_due();
+        assert!(!st.in_grace());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("{}\n", hex_encode(b"client-a")));
+        // A line that is not hex stops the start with its place.
+        std::fs::write(&path, "zz\n").unwrap();
+        let e = Recovery::open(path, grace).err().unwrap();
+        assert!(e.to_string().contains("line 1"), "{e}");
     }
 
     #[test]
