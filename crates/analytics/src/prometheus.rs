@@ -35,9 +35,9 @@ impl Histogram {
 
 #[derive(Default)]
 pub(crate) struct Totals {
-    /// (op, fsid) → (operations, payload bytes)
-    nfs: BTreeMap<(&'static str, u64), (u64, u64)>,
-    nfs_latency: BTreeMap<&'static str, Histogram>,
+    /// (version, op, fsid) → (operations, payload bytes)
+    nfs: BTreeMap<(u8, &'static str, u64), (u64, u64)>,
+    nfs_latency: BTreeMap<(u8, &'static str), Histogram>,
     /// [in, out]
     net_bytes: [u64; 2],
     /// Refusal reason → calls.
@@ -80,10 +80,13 @@ impl Totals {
     pub(crate) fn add(&mut self, e: &Event) {
         match e {
             Event::Nfs(n) => {
-                let t = self.nfs.entry((n.op, n.fsid)).or_default();
+                let t = self.nfs.entry((n.version, n.op, n.fsid)).or_default();
                 t.0 += 1;
                 t.1 += n.bytes as u64;
-                self.nfs_latency.entry(n.op).or_default().add(n.latency_ns);
+                self.nfs_latency
+                    .entry((n.version, n.op))
+                    .or_default()
+                    .add(n.latency_ns);
                 self.net_bytes[0] += n.request_bytes as u64;
                 self.net_bytes[1] += n.reply_bytes as u64;
             }
@@ -125,13 +128,16 @@ impl Totals {
         late: u64,
     ) -> String {
         let mut out = String::new();
-        let op_share = |op: &str, fsid: u64| {
+        let op_share = |version: u8, op: &str, fsid: u64| {
             let share = if fsid == 0 {
                 String::new()
             } else {
                 share(fsid)
             };
-            format!("op=\"{op}\",share=\"{}\"", escape(&share))
+            format!(
+                "version=\"{version}\",op=\"{op}\",share=\"{}\"",
+                escape(&share)
+            )
         };
         header(
             &mut out,
@@ -139,11 +145,11 @@ impl Totals {
             "counter",
             "NFS operations served.",
         );
-        for ((op, fsid), (ops, _)) in &self.nfs {
+        for ((version, op, fsid), (ops, _)) in &self.nfs {
             let _ = writeln!(
                 out,
                 "shoal_nfs_operations_total{{{}}} {ops}",
-                op_share(op, *fsid)
+                op_share(*version, op, *fsid)
             );
         }
         header(
@@ -152,12 +158,12 @@ impl Totals {
             "counter",
             "NFS READ and WRITE payload bytes.",
         );
-        for ((op, fsid), (_, bytes)) in &self.nfs {
+        for ((version, op, fsid), (_, bytes)) in &self.nfs {
             if *bytes > 0 {
                 let _ = writeln!(
                     out,
                     "shoal_nfs_payload_bytes_total{{{}}} {bytes}",
-                    op_share(op, *fsid)
+                    op_share(*version, op, *fsid)
                 );
             }
         }
@@ -167,11 +173,11 @@ impl Totals {
             "histogram",
             "Time from an NFS request's arrival to its reply.",
         );
-        for (op, h) in &self.nfs_latency {
+        for ((version, op), h) in &self.nfs_latency {
             histogram(
                 &mut out,
                 "shoal_nfs_operation_duration_seconds",
-                &format!("op=\"{op}\""),
+                &format!("version=\"{version}\",op=\"{op}\""),
                 h,
             );
         }

@@ -285,11 +285,17 @@ fn prometheus_has_no_client_or_file_labels() {
     a.tick(t0 + 5);
     let text = a.prometheus();
     assert!(
-        text.contains("shoal_nfs_operations_total{op=\"read\",share=\"tank/home\"} 2"),
+        text.contains(
+            "shoal_nfs_operations_total{version=\"3\",op=\"read\",share=\"tank/home\"} 2"
+        ),
         "{text}"
     );
-    assert!(text.contains("shoal_nfs_payload_bytes_total{op=\"read\",share=\"tank/home\"} 16384"));
-    assert!(text.contains("shoal_nfs_operation_duration_seconds_count{op=\"read\"} 2"));
+    assert!(text.contains(
+        "shoal_nfs_payload_bytes_total{version=\"3\",op=\"read\",share=\"tank/home\"} 16384"
+    ));
+    assert!(
+        text.contains("shoal_nfs_operation_duration_seconds_count{version=\"3\",op=\"read\"} 2")
+    );
     assert!(!text.contains("10.0.0.") && !text.contains("/tank/home/f"));
 }
 

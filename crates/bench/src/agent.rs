@@ -149,6 +149,7 @@ fn agent_session(wire: &mut Wire, name: &str, options: &AgentOptions) -> Result<
             nfs,
             mount,
             bind: options.bind,
+            version: job.nfs_version,
         };
         let mine = first_client..first_client + job.clients_per_agent;
         // Prepare: every client its share, in parallel, with progress.

@@ -1,4 +1,5 @@
-//! The load generator's NFSv3 client: one TCP connection carries many calls at once.
+//! The load generator's NFS client (NFSv3, and NFSv4.1 in `nfs4.rs`): one TCP
+//! connection carries many calls at once.
 //!
 //! Why its own client: the kernel client and libnfs hide how many calls are in flight
 //! and add their own caching, so neither can show what the server does with a given
@@ -30,6 +31,40 @@ pub struct Target {
     pub nfs: SocketAddr,
     pub mount: SocketAddr,
     pub bind: Option<IpAddr>,
+    /// The protocol every connection to this target speaks.
+    pub version: Version,
+}
+
+/// NFSv3 (with MOUNT) or NFSv4.1 (a session per connection, COMPOUNDs of SEQUENCE,
+/// PUTFH and the operation; I/O with the anonymous stateid, as a client without
+/// open state would, and OPEN/CLOSE for creates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Version {
+    #[default]
+    #[serde(rename = "3")]
+    V3,
+    #[serde(rename = "4.1")]
+    V41,
+}
+
+impl std::str::FromStr for Version {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Version> {
+        match s {
+            "3" => Ok(Version::V3),
+            "4.1" | "4" => Ok(Version::V41),
+            _ => bail!("NFS version '{s}': 3 or 4.1"),
+        }
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Version::V3 => "3",
+            Version::V41 => "4.1",
+        })
+    }
 }
 
 type Answer = std::result::Result<Vec<u8>, String>;
@@ -62,6 +97,8 @@ pub const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60
 #[must_use = "a started call must be waited for"]
 pub struct Call {
     rx: Receiver<Answer>,
+    /// An NFSv4.1 call holds its session slot until its reply is taken.
+    pub(crate) slot: Option<crate::nfs4::SlotGuard>,
 }
 
 impl Call {
@@ -76,14 +113,19 @@ impl Call {
             ),
             Err(RecvTimeoutError::Disconnected) => bail!("connection closed"),
         };
-        Reply::parse(record)
+        let v4 = self.slot.is_some();
+        let mut reply = Reply::parse(record)?;
+        reply.v4 = v4;
+        Ok(reply)
     }
 }
 
 /// A reply record and where its procedure results start.
 pub struct Reply {
-    record: Vec<u8>,
-    results_at: usize,
+    pub(crate) record: Vec<u8>,
+    pub(crate) results_at: usize,
+    /// A COMPOUND's reply (NFSv4.1).
+    pub(crate) v4: bool,
 }
 
 impl Reply {
@@ -119,7 +161,11 @@ impl Reply {
             other => bail!("accept_stat {other}"),
         }
         let results_at = d.position();
-        Ok(Reply { record, results_at })
+        Ok(Reply {
+            record,
+            results_at,
+            v4: false,
+        })
     }
 
     pub fn decoder(&self) -> Decoder<'_> {
@@ -223,7 +269,7 @@ impl Connection {
             fail_all(&self.shared, &why);
             bail!(why);
         }
-        Ok(Call { rx })
+        Ok(Call { rx, slot: None })
     }
 
     pub fn call(
@@ -375,7 +421,7 @@ pub fn wcc_data(d: &mut Decoder<'_>) -> Result<Option<Attr>> {
     post_op_attr(d)
 }
 
-fn status(d: &mut Decoder<'_>) -> Result<()> {
+pub(crate) fn status(d: &mut Decoder<'_>) -> Result<()> {
     match d.u32()? {
         0 => Ok(()),
         s => Err(NfsStatus(s).into()),
@@ -412,10 +458,12 @@ impl ReadOk {
     }
 }
 
-/// NFSv3 procedures over one connection (each has a `start_` form that returns the
-/// in-flight call and a parser for its reply, for pipelined use).
-pub struct Nfs3 {
+/// NFS operations over one connection (each has a `start_` form that returns the
+/// in-flight call and a parser for its reply, for pipelined use): NFSv3 procedures,
+/// or with a session (`v4`) the same operations as NFSv4.1 COMPOUNDs.
+pub struct Nfs {
     pub conn: Connection,
+    pub(crate) v4: Option<crate::nfs4::Session>,
 }
 
 pub mod procs {
@@ -431,11 +479,14 @@ pub mod procs {
     pub const COMMIT: u32 = 21;
 }
 
-impl Nfs3 {
-    pub fn connect(target: &Target, cred: Credential) -> Result<Nfs3> {
-        Ok(Nfs3 {
-            conn: Connection::connect(target.nfs, target.bind, cred)?,
-        })
+impl Nfs {
+    pub fn connect(target: &Target, cred: Credential) -> Result<Nfs> {
+        let conn = Connection::connect(target.nfs, target.bind, cred)?;
+        let v4 = match target.version {
+            Version::V3 => None,
+            Version::V41 => Some(crate::nfs4::Session::create(&conn)?),
+        };
+        Ok(Nfs { conn, v4 })
     }
 
     fn call(&self, procedure: u32, args: impl FnOnce(&mut Encoder)) -> Result<Reply> {
@@ -443,6 +494,9 @@ impl Nfs3 {
     }
 
     pub fn getattr(&self, fh: &Fh) -> Result<Attr> {
+        if let Some(s) = &self.v4 {
+            return self.v4_getattr(s, fh);
+        }
         let r = self.call(procs::GETATTR, |e| fh_arg(e, fh))?;
         let mut d = r.decoder();
         status(&mut d)?;
@@ -451,6 +505,9 @@ impl Nfs3 {
 
     /// Sets the size (truncating or extending).
     pub fn truncate(&self, fh: &Fh, size: u64) -> Result<()> {
+        if let Some(s) = &self.v4 {
+            return self.v4_truncate(s, fh, size);
+        }
         let r = self.call(procs::SETATTR, |e| {
             fh_arg(e, fh);
             nfs::proto::encode_sattr(
@@ -467,6 +524,9 @@ impl Nfs3 {
 
     /// `None` when the name does not exist.
     pub fn lookup(&self, dir: &Fh, name: &str) -> Result<Option<(Fh, Option<Attr>)>> {
+        if let Some(s) = &self.v4 {
+            return self.v4_lookup(s, dir, name);
+        }
         let r = self.call(procs::LOOKUP, |e| diropargs(e, dir, name))?;
         let mut d = r.decoder();
         match status(&mut d) {
@@ -499,6 +559,9 @@ impl Nfs3 {
     /// CREATE UNCHECKED with mode 0644 (an existing file is opened, and truncated to 0
     /// when `truncate`).
     pub fn create(&self, dir: &Fh, name: &str, truncate: bool) -> Result<Fh> {
+        if let Some(s) = &self.v4 {
+            return self.v4_create(s, dir, name, truncate);
+        }
         let r = self.call(procs::CREATE, |e| {
             diropargs(e, dir, name);
             e.u32(0); // UNCHECKED
@@ -518,6 +581,9 @@ impl Nfs3 {
     pub fn mkdir_p(&self, dir: &Fh, name: &str) -> Result<Fh> {
         if let Some((fh, _)) = self.lookup(dir, name)? {
             return Ok(fh);
+        }
+        if let Some(s) = &self.v4 {
+            return self.v4_mkdir(s, dir, name);
         }
         let r = self.call(procs::MKDIR, |e| {
             diropargs(e, dir, name);
@@ -540,6 +606,9 @@ impl Nfs3 {
 
     /// REMOVE; a missing name is not an error (`false`).
     pub fn remove(&self, dir: &Fh, name: &str) -> Result<bool> {
+        if let Some(s) = &self.v4 {
+            return self.v4_remove(s, dir, name);
+        }
         let r = self.call(procs::REMOVE, |e| diropargs(e, dir, name))?;
         match status(&mut r.decoder()) {
             Ok(()) => Ok(true),
@@ -549,6 +618,9 @@ impl Nfs3 {
     }
 
     pub fn rmdir(&self, dir: &Fh, name: &str) -> Result<bool> {
+        if let Some(s) = &self.v4 {
+            return self.v4_remove(s, dir, name);
+        }
         let r = self.call(procs::RMDIR, |e| diropargs(e, dir, name))?;
         match status(&mut r.decoder()) {
             Ok(()) => Ok(true),
@@ -558,6 +630,9 @@ impl Nfs3 {
     }
 
     pub fn start_read(&self, fh: &Fh, offset: u64, count: u32) -> Result<Call> {
+        if let Some(s) = &self.v4 {
+            return self.v4_start_read(s, fh, offset, count);
+        }
         self.conn.start(NFS_PROGRAM, NFS_V3, procs::READ, |e| {
             fh_arg(e, fh);
             e.u64(offset).u32(count);
@@ -565,6 +640,9 @@ impl Nfs3 {
     }
 
     pub fn finish_read(reply: Reply) -> Result<ReadOk> {
+        if reply.v4 {
+            return crate::nfs4::finish_read(reply);
+        }
         let (data, eof) = {
             let mut d = reply.decoder();
             status(&mut d).context("READ")?;
@@ -586,6 +664,9 @@ impl Nfs3 {
     }
 
     pub fn start_write(&self, fh: &Fh, offset: u64, data: &[u8], stable: Stable) -> Result<Call> {
+        if let Some(s) = &self.v4 {
+            return self.v4_start_write(s, fh, offset, data, stable);
+        }
         self.conn.start(NFS_PROGRAM, NFS_V3, procs::WRITE, |e| {
             fh_arg(e, fh);
             e.u64(offset)
@@ -599,6 +680,9 @@ impl Nfs3 {
     /// the server's write verifier (an UNSTABLE write is stable once a COMMIT answers
     /// with the same one).
     pub fn finish_write(reply: Reply, len: usize, stable: Stable) -> Result<Verifier> {
+        if reply.v4 {
+            return crate::nfs4::finish_write(reply, len, stable);
+        }
         let mut d = reply.decoder();
         status(&mut d).context("WRITE")?;
         wcc_data(&mut d)?;
@@ -631,6 +715,9 @@ impl Nfs3 {
 
     /// COMMIT of the whole file; returns the server's write verifier.
     pub fn commit_verifier(&self, fh: &Fh) -> Result<Verifier> {
+        if let Some(s) = &self.v4 {
+            return self.v4_commit(s, fh);
+        }
         let r = self.call(procs::COMMIT, |e| {
             fh_arg(e, fh);
             e.u64(0).u32(0);
@@ -642,8 +729,12 @@ impl Nfs3 {
     }
 }
 
-/// MOUNT v3 MNT: the root handle of `export`.
+/// The root handle of `export`: MOUNT v3 MNT, or over NFSv4.1 LOOKUPs from the
+/// pseudo root.
 pub fn mount(target: &Target, export: &str, cred: Credential) -> Result<Fh> {
+    if target.version == Version::V41 {
+        return Nfs::connect(target, cred)?.v4_mount(export);
+    }
     let conn = Connection::connect(target.mount, target.bind, cred)?;
     let r = conn
         .call(MOUNT_PROGRAM, MOUNT_V3, 1, |e| {
@@ -658,7 +749,7 @@ pub fn mount(target: &Target, export: &str, cred: Credential) -> Result<Fh> {
 }
 
 /// Walks `path` (slash-separated, relative to `root`), making directories on the way.
-pub fn mkdir_path(nfs: &Nfs3, root: &Fh, path: &str) -> Result<Fh> {
+pub fn mkdir_path(nfs: &Nfs, root: &Fh, path: &str) -> Result<Fh> {
     let mut fh = root.clone();
     for part in path.split('/').filter(|p| !p.is_empty()) {
         fh = nfs.mkdir_p(&fh, part).map_err(|e| {

@@ -112,6 +112,8 @@ pub struct JobFile {
     pub server: Option<String>,
     /// MOUNT port, when not the NFS port.
     pub mount_port: Option<u16>,
+    /// The protocol: "3" (the default) or "4.1".
+    pub nfs_version: Option<String>,
     pub export: Option<String>,
     pub workload: Option<String>,
     /// Threads per client, each with its own connection.
@@ -157,6 +159,8 @@ pub struct Job {
     pub name: String,
     pub server: String,
     pub mount_port: Option<u16>,
+    #[serde(default)]
+    pub nfs_version: crate::client::Version,
     pub export: String,
     pub workload: Workload,
     pub threads: usize,
@@ -325,6 +329,12 @@ impl JobFile {
                 .unwrap_or_else(|| workload.name().to_string()),
             server,
             mount_port: self.mount_port,
+            nfs_version: self
+                .nfs_version
+                .as_deref()
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
             export,
             workload,
             threads: self.threads.unwrap_or(1),

@@ -16,6 +16,7 @@ pub mod agent;
 pub mod client;
 pub mod data;
 pub mod job;
+pub mod nfs4;
 pub mod plan;
 pub mod report;
 pub mod server_side;

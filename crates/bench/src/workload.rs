@@ -12,7 +12,7 @@
 //! stop, or at its first error (counted and kept as a sample: a load generator that
 //! keeps going on a dead connection would only measure its own error path).
 
-use crate::client::{mkdir_path, mount, root_credential, Call, Fh, Nfs3, Stable, Target};
+use crate::client::{mkdir_path, mount, root_credential, Call, Fh, Nfs, Stable, Target};
 use crate::data::{Content, Rng};
 use crate::job::{Job, Workload};
 use crate::stats::{ClientResult, Live, Op, Recorder};
@@ -33,7 +33,7 @@ fn credential(client: usize) -> nfs::rpc::Credential {
 }
 
 /// Writes file `f` of the set whole (UNSTABLE, `depth` in flight, then COMMIT).
-fn fill_file(nfs: &Nfs3, job: &Job, content: &Content, fh: &Fh, f: u64) -> Result<()> {
+fn fill_file(nfs: &Nfs, job: &Job, content: &Content, fh: &Fh, f: u64) -> Result<()> {
     let mut window: VecDeque<(Call, usize)> = VecDeque::new();
     let mut off = 0u64;
     while off < job.file_size || !window.is_empty() {
@@ -44,7 +44,7 @@ fn fill_file(nfs: &Nfs3, job: &Job, content: &Content, fh: &Fh, f: u64) -> Resul
             off += len as u64;
         }
         if let Some((call, len)) = window.pop_front() {
-            Nfs3::finish_write(call.wait()?, len, Stable::Unstable)?;
+            Nfs::finish_write(call.wait()?, len, Stable::Unstable)?;
         }
     }
     nfs.commit(fh)
@@ -52,7 +52,7 @@ fn fill_file(nfs: &Nfs3, job: &Job, content: &Content, fh: &Fh, f: u64) -> Resul
 
 /// Reads file `f` of the set whole, `depth` in flight, checking its size (and its
 /// bytes when `verify`).
-fn read_file_whole(nfs: &Nfs3, job: &Job, content: &Content, fh: &Fh, f: u64) -> Result<u64> {
+fn read_file_whole(nfs: &Nfs, job: &Job, content: &Content, fh: &Fh, f: u64) -> Result<u64> {
     let mut window: VecDeque<(Call, u64, usize)> = VecDeque::new();
     let mut off = 0u64;
     while off < job.file_size || !window.is_empty() {
@@ -62,7 +62,7 @@ fn read_file_whole(nfs: &Nfs3, job: &Job, content: &Content, fh: &Fh, f: u64) ->
             off += len as u64;
         }
         if let Some((call, at, len)) = window.pop_front() {
-            let r = Nfs3::finish_read(call.wait()?)?;
+            let r = Nfs::finish_read(call.wait()?)?;
             check_read(job, content, f, at, len, r.bytes())?;
         }
     }
@@ -103,7 +103,7 @@ pub fn prepare(
     done: &AtomicU64,
 ) -> Result<()> {
     let root = mount(target, &job.export, credential(client))?;
-    let nfs = Nfs3::connect(target, credential(client))?;
+    let nfs = Nfs::connect(target, credential(client))?;
     mkdir_path(&nfs, &root, &format!("{}/work", job.dir))?;
     if job.workload == Workload::Metadata {
         return Ok(());
@@ -117,7 +117,7 @@ pub fn prepare(
             .map(|w| {
                 let (mine, set, content) = (&mine, &set, &content);
                 s.spawn(move || -> Result<()> {
-                    let nfs = Nfs3::connect(target, credential(client))?;
+                    let nfs = Nfs::connect(target, credential(client))?;
                     for &f in mine.iter().skip(w).step_by(workers) {
                         let name = set_file_name(f);
                         let existing = nfs.lookup(set, &name)?;
@@ -187,7 +187,7 @@ pub fn ready(
 ) -> Result<ReadyClient> {
     let cred = credential(client);
     let root = mount(target, &job.export, cred.clone())?;
-    let nfs = Nfs3::connect(target, cred.clone())?;
+    let nfs = Nfs::connect(target, cred.clone())?;
     let mut set = Vec::new();
     if job.workload != Workload::Metadata {
         let dir = mkdir_path(&nfs, &root, &job.set_dir())?;
@@ -219,7 +219,7 @@ pub fn ready(
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for t in 0..job.threads {
-        let conn = Nfs3::connect(target, cred.clone())?;
+        let conn = Nfs::connect(target, cred.clone())?;
         let own = mkdir_path(&conn, &root, &format!("{}/work/c{client}-t{t}", job.dir))?;
         let (tx, rx) = channel();
         let (shared, live, stop) = (shared.clone(), live.clone(), stop.clone());
@@ -274,7 +274,7 @@ impl ReadyClient {
 }
 
 fn run_thread(
-    nfs: Nfs3,
+    nfs: Nfs,
     own: Fh,
     shared: Arc<ClientShared>,
     thread: usize,
@@ -319,7 +319,7 @@ fn run_thread(
 }
 
 struct Worker<'a> {
-    nfs: Nfs3,
+    nfs: Nfs,
     own: Fh,
     sh: &'a ClientShared,
     rec: Recorder,
@@ -375,11 +375,11 @@ impl<'a> Worker<'a> {
         let reply = io.call.wait()?;
         match io.write {
             Some(stable) => {
-                Nfs3::finish_write(reply, io.len, stable)?;
+                Nfs::finish_write(reply, io.len, stable)?;
                 self.rec.record(Op::Write, io.len as u64, io.sent);
             }
             None => {
-                let r = Nfs3::finish_read(reply)?;
+                let r = Nfs::finish_read(reply)?;
                 check_read(
                     self.job(),
                     &self.sh.content,
@@ -423,7 +423,7 @@ impl<'a> Worker<'a> {
     }
 
     /// One call, timed and recorded.
-    fn timed<T>(&mut self, op: Op, bytes: u64, f: impl FnOnce(&Nfs3) -> Result<T>) -> Result<T> {
+    fn timed<T>(&mut self, op: Op, bytes: u64, f: impl FnOnce(&Nfs) -> Result<T>) -> Result<T> {
         let t = Instant::now();
         let v = f(&self.nfs)?;
         self.rec.record(op, bytes, t);

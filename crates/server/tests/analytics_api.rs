@@ -119,7 +119,11 @@ fn breakdowns_by_client_and_file_match_a_known_load() {
     assert_eq!(code, 200);
     let reads: u64 = text
         .lines()
-        .find(|l| l.starts_with("shoal_nfs_operations_total{op=\"read\",share=\"tp/share\"}"))
+        .find(|l| {
+            l.starts_with(
+                "shoal_nfs_operations_total{version=\"3\",op=\"read\",share=\"tp/share\"}",
+            )
+        })
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no read counter in:\n{text}"));

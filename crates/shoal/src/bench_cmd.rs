@@ -46,6 +46,9 @@ pub struct RunArgs {
     server: Option<String>,
     #[arg(long)]
     mount_port: Option<u16>,
+    /// NFS version: 3 (the default) or 4.1.
+    #[arg(long)]
+    nfs_version: Option<String>,
     #[arg(long)]
     export: Option<String>,
     /// read, write, randread, randwrite, metadata, fileserver, varmail, webserver,
@@ -140,6 +143,7 @@ fn job_file(args: &RunArgs) -> Result<JobFile> {
     over!(
         server,
         mount_port,
+        nfs_version,
         export,
         workload,
         threads,

@@ -10,7 +10,7 @@ mod common;
 use common::*;
 
 use bench::client::{
-    mount, post_op_attr, root_credential, Connection, Fh, Nfs3, NfsStatus, Stable, Target,
+    mount, post_op_attr, root_credential, Connection, Fh, Nfs, NfsStatus, Stable, Target,
 };
 use bench::data::Rng;
 use nfs::proto::{NFS_PROGRAM, NFS_V3};
@@ -30,6 +30,7 @@ fn target(s: &Served) -> Target {
         nfs: s.nfs(),
         mount: s.nfs(),
         bind: None,
+        version: bench::client::Version::V3,
     }
 }
 
@@ -100,7 +101,7 @@ fn metric(s: &Served, name: &str) -> u64 {
 /// `pattern(base ^ i, ..)`, written in 1 MiB calls (committed when `Unstable`);
 /// returns each handle with its seed.
 fn write_files(
-    nfs: &Nfs3,
+    nfs: &Nfs,
     root: &Fh,
     prefix: &str,
     base: u64,
@@ -123,7 +124,7 @@ fn write_files(
 }
 
 /// Reads `len` bytes at `offset` whole (several READs if need be).
-fn read_all(nfs: &Nfs3, fh: &Fh, offset: u64, len: usize) -> Vec<u8> {
+fn read_all(nfs: &Nfs, fh: &Fh, offset: u64, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
         let want = (len - out.len()).min(1 << 20) as u32;
@@ -210,7 +211,7 @@ fn export_rules_refuse_log_and_count_every_refusal() {
     );
     let t = target(&served);
     let root = root_credential("torture");
-    let nfs = Nfs3::connect(&t, root.clone()).unwrap();
+    let nfs = Nfs::connect(&t, root.clone()).unwrap();
 
     // An unlisted client, a path that leaves the export, a dataset not shared.
     assert_eq!(status(mount(&t, "/tank/nobody", root.clone())), Some(13));
@@ -268,7 +269,7 @@ fn export_rules_refuse_log_and_count_every_refusal() {
 /// One pipelined client of the load test: its own directory and file, a region read
 /// back against what preparation wrote, a region written at random, and metadata.
 struct LoadClient {
-    nfs: Nfs3,
+    nfs: Nfs,
     dir: Fh,
     file: Fh,
     seed: u64,
@@ -385,7 +386,7 @@ fn run_load_client(
         tally.latency_us.entry(op).or_default().push(us);
         tally.ops += 1;
         if op == LoadOp::Read {
-            let data = Nfs3::finish_read(reply)?;
+            let data = Nfs::finish_read(reply)?;
             anyhow::ensure!(data.bytes().len() == LOAD_IO, "short READ at {arg}");
             anyhow::ensure!(
                 data.bytes() == pattern(c.seed, arg, LOAD_IO).as_slice(),
@@ -446,7 +447,7 @@ fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| {
-                    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+                    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         if i >= connections as u64 {
@@ -463,11 +464,11 @@ fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
                             );
                             if window.len() >= 8 {
                                 let r = window.pop_front().unwrap().wait().unwrap();
-                                Nfs3::finish_write(r, LOAD_IO, Stable::Unstable).unwrap();
+                                Nfs::finish_write(r, LOAD_IO, Stable::Unstable).unwrap();
                             }
                         }
                         for w in window {
-                            Nfs3::finish_write(w.wait().unwrap(), LOAD_IO, Stable::Unstable)
+                            Nfs::finish_write(w.wait().unwrap(), LOAD_IO, Stable::Unstable)
                                 .unwrap();
                         }
                         nfs.commit(&f).unwrap();
@@ -480,7 +481,7 @@ fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
         made.sort_by_key(|m| m.0);
         made.into_iter()
             .map(|(_, dir, file, seed)| LoadClient {
-                nfs: Nfs3::connect(&t, root_credential("torture")).unwrap(),
+                nfs: Nfs::connect(&t, root_credential("torture")).unwrap(),
                 dir,
                 file,
                 seed,
@@ -549,7 +550,7 @@ fn load_of_256_connections_16_deep_without_errors_in_bounded_memory() {
     );
 
     // What was written reads back: each written block its pattern, the rest zeros.
-    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     for (c, blocks) in clients.iter().zip(&written) {
         let got = read_all(&nfs, &c.file, READ_REGION, WRITE_REGION as usize);
         for (j, chunk) in got.chunks(LOAD_IO).enumerate() {
@@ -625,11 +626,11 @@ fn kill_test_writer(
     let mut rng = Rng::new(seed);
     let mut acked = Vec::new();
     let mut offset = 0u64;
-    let mut conn: Option<Nfs3> = None;
+    let mut conn: Option<Nfs> = None;
     while !stop.load(Ordering::Relaxed) {
         let c = match &conn {
             Some(c) => c,
-            None => match Nfs3::connect(t, root_credential("torture")) {
+            None => match Nfs::connect(t, root_credential("torture")) {
                 Ok(c) => conn.insert(c),
                 Err(_) => {
                     std::thread::sleep(Duration::from_millis(50));
@@ -661,7 +662,7 @@ fn kill_test_writer(
             match call.wait() {
                 // An NFS error, a short write or a weaker stability than asked
                 // fails the test; a dead connection only ends the batch.
-                Ok(reply) => match Nfs3::finish_write(reply, len, stable) {
+                Ok(reply) => match Nfs::finish_write(reply, len, stable) {
                     Ok(verf) => {
                         verifiers.push(verf);
                         done.push(Acked {
@@ -721,7 +722,7 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let size = if soak() { "4G" } else { "1G" };
     let (mut served, t, root) = serve_share(dir.path(), size, &["raidz1", "a", "b", "c"], "k", &[]);
-    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     let files: Vec<Fh> = (0..writers)
         .map(|i| nfs.create(&root, &format!("w{i}"), true).unwrap())
         .collect();
@@ -816,7 +817,7 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
         );
     }
     // The same handles, never looked up again, read back every acknowledged byte.
-    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     let mut bytes = 0u64;
     for a in &acked {
         let want = pattern(base ^ ((a.file as u64 + 1) << 48), a.offset, a.len);
@@ -874,7 +875,7 @@ fn fsstat(conn: &Connection, fh: &Fh) -> (u64, u64) {
 fn a_full_pool_refuses_only_what_does_not_fit_and_keeps_everything_stored() {
     let dir = tempfile::tempdir().unwrap();
     let (mut served, t, root) = serve_share(dir.path(), "160M", &["mirror", "a", "b"], "full", &[]);
-    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     let (total, available_at_start) = fsstat(&nfs.conn, &root);
     let base = seed();
 
@@ -933,7 +934,7 @@ fn a_full_pool_refuses_only_what_does_not_fit_and_keeps_everything_stored() {
         "{available_at_nospc} bytes still available"
     );
 
-    let check = |nfs: &Nfs3| {
+    let check = |nfs: &Nfs| {
         for (fh, seed) in &precious {
             assert!(read_all(nfs, fh, 0, 4 << 20) == pattern(*seed, 0, 4 << 20));
         }
@@ -956,7 +957,7 @@ fn a_full_pool_refuses_only_what_does_not_fit_and_keeps_everything_stored() {
     // A crash on a full pool: it imports, replays, and everything is still there.
     drop(nfs);
     served.restart();
-    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     check(&nfs);
 
     // Freeing space makes room again (once the frees commit).
@@ -1026,7 +1027,7 @@ fn corrupted_blocks_of_a_live_pool_never_reach_a_client() {
         .map(|d| dir.path().join("devs").join(d))
         .collect();
     assert!(devices.iter().all(|d| d.exists()), "{devices:?}");
-    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     let base = seed();
     let file_bytes = 24usize << 20;
     // More data than the ARC holds, so reads go to the devices.
@@ -1041,7 +1042,7 @@ fn corrupted_blocks_of_a_live_pool_never_reach_a_client() {
         for r in 0..2 {
             let (t, files, stop, reads) = (&t, &files, &stop, &reads);
             s.spawn(move || {
-                let nfs = Nfs3::connect(t, root_credential("torture")).unwrap();
+                let nfs = Nfs::connect(t, root_credential("torture")).unwrap();
                 let mut k = r;
                 while !stop.load(Ordering::Relaxed) {
                     let (fh, seed) = &files[k % files.len()];
@@ -1061,7 +1062,7 @@ fn corrupted_blocks_of_a_live_pool_never_reach_a_client() {
         // A writer keeps the pool changing while it is damaged.
         let (t, root, stop) = (&t, &root, &stop);
         s.spawn(move || {
-            let nfs = Nfs3::connect(t, root_credential("torture")).unwrap();
+            let nfs = Nfs::connect(t, root_credential("torture")).unwrap();
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 let fh = nfs.create(root, &format!("live{}", i % 8), true).unwrap();
@@ -1095,7 +1096,7 @@ fn corrupted_blocks_of_a_live_pool_never_reach_a_client() {
     assert!(cksum_errors > 0, "the damage was never seen: {status}");
     // Everything reads back, and again from the devices after a kill -9.
     for pass in 0..2 {
-        let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+        let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
         for (fh, seed) in &files {
             assert!(
                 read_all(&nfs, fh, 0, file_bytes) == pattern(*seed, 0, file_bytes),
@@ -1146,7 +1147,7 @@ fn failed_devices_under_load_lose_nothing() {
         "f",
         &["--arc-max", "64M", "--fault-injection"],
     );
-    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     let base = seed();
     let file_bytes = 16usize << 20;
     let files = write_files(&nfs, &root, "data", base, file_bytes, Stable::FileSync);
@@ -1174,7 +1175,7 @@ fn failed_devices_under_load_lose_nothing() {
         for r in 0..2 {
             let (t, files, stop) = (&t, &files, &stop);
             s.spawn(move || {
-                let nfs = Nfs3::connect(t, root_credential("torture")).unwrap();
+                let nfs = Nfs::connect(t, root_credential("torture")).unwrap();
                 let mut k = r;
                 while !stop.load(Ordering::Relaxed) {
                     let (fh, seed) = &files[k % files.len()];
@@ -1191,7 +1192,7 @@ fn failed_devices_under_load_lose_nothing() {
         }
         let (t, root, stop, written) = (&t, &root, &stop, &written);
         s.spawn(move || {
-            let nfs = Nfs3::connect(t, root_credential("torture")).unwrap();
+            let nfs = Nfs::connect(t, root_credential("torture")).unwrap();
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 if i >= 200 {
@@ -1225,7 +1226,7 @@ fn failed_devices_under_load_lose_nothing() {
     assert_eq!(status["unrecoverable_reads"], 0, "{status}");
     let written = written.into_inner().unwrap();
     assert!(!written.is_empty());
-    let check = |nfs: &Nfs3| {
+    let check = |nfs: &Nfs| {
         for (fh, seed) in &files {
             assert!(read_all(nfs, fh, 0, file_bytes) == pattern(*seed, 0, file_bytes));
         }
@@ -1233,11 +1234,11 @@ fn failed_devices_under_load_lose_nothing() {
             assert!(read_all(nfs, fh, 0, 256 << 10) == pattern(*seed, 0, 256 << 10));
         }
     };
-    check(&Nfs3::connect(&t, root_credential("torture")).unwrap());
+    check(&Nfs::connect(&t, root_credential("torture")).unwrap());
     // After a kill -9 the devices are back (the fault lived in the old process); the
     // pool imports, and the data is all there.
     served.restart();
-    let nfs = Nfs3::connect(&t, root_credential("torture")).unwrap();
+    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     check(&nfs);
     served.stop();
     save_figures(

@@ -1,0 +1,451 @@
+//! The load generator's NFSv4.1 side: a session per connection, and the operations of
+//! `client::Nfs` as COMPOUNDs (SEQUENCE, PUTFH, then the operation), so every workload
+//! runs over NFSv4.1 against any server, shoal or not.
+//!
+//! Sessions: EXCHANGE_ID with an owner unique to the connection (so each connection is
+//! its own client, as separate hosts would be), CREATE_SESSION asking for 64 slots, and
+//! RECLAIM_COMPLETE. Each call in flight holds one slot (`SlotGuard`) from sending to
+//! taking its reply, so the window of a pipelined workload is bounded by the slots the
+//! server granted; a slot's sequence id goes up by one per call sent on it.
+//!
+//! What is sent, as a client without delegations would: READ and WRITE with the
+//! anonymous stateid (no OPEN needed for I/O, as NFSv3 clients do it), CREATE as OPEN
+//! (UNCHECKED, mode 0644) + GETFH followed by CLOSE, so the create workloads pay for
+//! the open state NFSv4 has; LOOKUP + GETFH + GETATTR; REMOVE for files and
+//! directories; COMMIT. READ and WRITE replies are parsed in place (the data is never
+//! copied out of the reply record); the rest through `nfs::v4::client`.
+//!
+//! Invariants: a slot is never used by two calls at once (it is taken under the
+//! session's lock and given back when the call's reply has been taken or the call
+//! failed to go out); a failed SEQUENCE fails the call with its status.
+
+use crate::client::{Attr, Call, Connection, Fh, Nfs, NfsStatus, ReadOk, Reply, Stable, Verifier};
+use anyhow::{anyhow, bail, Context, Result};
+use nfs::proto::NFS_PROGRAM;
+use nfs::v4::client::{
+    decode_reply, ChannelAttrs, Claim, Compound, CompoundReply, OpenHow, SetAttrs, Stateid,
+};
+use nfs::v4::op;
+use nfs::xdr::{Decoder, Encoder};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+const NFS_V4: u32 = 4;
+const COMPOUND: u32 = 1;
+/// Slots asked for: as many calls in flight as the deepest workload keeps.
+const SLOTS_WANTED: u32 = 64;
+/// NFS4ERR_NOENT and NFS4ERR_EXIST.
+const NOENT: u32 = 2;
+const EXIST: u32 = 17;
+// Attributes the load generator reads: type, size, fileid.
+const ATTR_TYPE: u32 = 1;
+const ATTR_SIZE: u32 = 4;
+const ATTR_FILEID: u32 = 20;
+
+struct Slots {
+    /// The next sequence id of each slot.
+    next_seq: Vec<u32>,
+    free: Vec<u32>,
+}
+
+struct Inner {
+    id: [u8; 16],
+    clientid: u64,
+    owner: Vec<u8>,
+    slots: Mutex<Slots>,
+    freed: Condvar,
+    highest: u32,
+}
+
+/// One NFSv4.1 session (of one connection).
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+/// A slot held by a call in flight; given back when dropped.
+pub struct SlotGuard {
+    inner: Arc<Inner>,
+    slot: u32,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.inner.slots.lock().unwrap().free.push(self.slot);
+        self.inner.freed.notify_one();
+    }
+}
+
+fn unique_owner() -> Vec<u8> {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    format!(
+        "shoal-bench {} {} {}",
+        host.trim(),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+    .into_bytes()
+}
+
+/// Sends `c` (no SEQUENCE of its own, or one already in it) and decodes the reply.
+fn send(conn: &Connection, c: &Compound) -> Result<CompoundReply> {
+    let args = c.args();
+    let r = conn.call(NFS_PROGRAM, NFS_V4, COMPOUND, |e| {
+        e.buf.extend_from_slice(&args)
+    })?;
+    decode_reply(&r.record).map_err(|e| anyhow!("an NFSv4 reply that does not parse: {e:?}"))
+}
+
+/// The first failed operation of a reply, as an error naming it.
+fn check(r: &CompoundReply) -> Result<()> {
+    match r.results.iter().find(|o| o.status != 0) {
+        None => Ok(()),
+        Some(o) => {
+            Err(anyhow::Error::new(NfsStatus(o.status))
+                .context(format!("NFSv4 {}", op::name(o.op))))
+        }
+    }
+}
+
+fn status_of(r: &CompoundReply, opnum: u32) -> Option<u32> {
+    r.results.iter().find(|o| o.op == opnum).map(|o| o.status)
+}
+
+impl Session {
+    pub fn create(conn: &Connection) -> Result<Session> {
+        let owner = unique_owner();
+        let mut c = Compound::new("bench");
+        c.exchange_id(b"shoalbnc", &owner, 0);
+        let r = send(conn, &c).context("EXCHANGE_ID")?;
+        check(&r)?;
+        let x = r.results[0]
+            .exchange_id()
+            .ok_or_else(|| anyhow!("EXCHANGE_ID result"))?
+            .clone();
+        let fore = ChannelAttrs {
+            max_requests: SLOTS_WANTED,
+            ..ChannelAttrs::fore()
+        };
+        let mut c = Compound::new("bench");
+        c.create_session(x.clientid, x.seq, &fore, &ChannelAttrs::back());
+        let r = send(conn, &c).context("CREATE_SESSION")?;
+        check(&r)?;
+        let cs = r.results[0]
+            .create_session()
+            .ok_or_else(|| anyhow!("CREATE_SESSION result"))?
+            .clone();
+        let n = cs.fore.max_requests.clamp(1, SLOTS_WANTED);
+        let s = Session {
+            inner: Arc::new(Inner {
+                id: cs.sessionid,
+                clientid: x.clientid,
+                owner,
+                slots: Mutex::new(Slots {
+                    next_seq: vec![1; n as usize],
+                    free: (0..n).rev().collect(),
+                }),
+                freed: Condvar::new(),
+                highest: n - 1,
+            }),
+        };
+        // A new client has nothing to reclaim; servers hold back opens until it says so.
+        let r = s.call(conn, |c| {
+            c.reclaim_complete(false);
+        })?;
+        check(&r).context("RECLAIM_COMPLETE")?;
+        Ok(s)
+    }
+
+    /// Waits for a free slot and uses up its next sequence id.
+    fn slot(&self) -> (SlotGuard, u32) {
+        let mut s = self.inner.slots.lock().unwrap();
+        loop {
+            if let Some(slot) = s.free.pop() {
+                let seq = s.next_seq[slot as usize];
+                s.next_seq[slot as usize] = seq.wrapping_add(1);
+                return (
+                    SlotGuard {
+                        inner: self.inner.clone(),
+                        slot,
+                    },
+                    seq,
+                );
+            }
+            s = self.inner.freed.wait(s).unwrap();
+        }
+    }
+
+    /// A COMPOUND of SEQUENCE and what `build` adds, waited for.
+    fn call(&self, conn: &Connection, build: impl FnOnce(&mut Compound)) -> Result<CompoundReply> {
+        let (guard, seq) = self.slot();
+        let mut c = Compound::new("");
+        c.sequence(&self.inner.id, seq, guard.slot, self.inner.highest, false);
+        build(&mut c);
+        let r = send(conn, &c);
+        drop(guard);
+        let r = r?;
+        if let Some(s) = status_of(&r, op::SEQUENCE).filter(|s| *s != 0) {
+            return Err(anyhow::Error::new(NfsStatus(s)).context("NFSv4 SEQUENCE"));
+        }
+        Ok(r)
+    }
+
+    /// Sends SEQUENCE + PUTFH + one operation encoded by `op_args` without waiting;
+    /// the call holds its slot until its reply is taken.
+    fn start(
+        &self,
+        conn: &Connection,
+        fh: &Fh,
+        opnum: u32,
+        op_args: impl FnOnce(&mut Encoder),
+    ) -> Result<Call> {
+        let (guard, seq) = self.slot();
+        let mut call = conn.start(NFS_PROGRAM, NFS_V4, COMPOUND, |e| {
+            e.opaque(b"").u32(1).u32(3);
+            e.u32(op::SEQUENCE)
+                .fixed(&self.inner.id)
+                .u32(seq)
+                .u32(guard.slot)
+                .u32(self.inner.highest)
+                .bool(false);
+            e.u32(op::PUTFH).opaque(&fh.0);
+            e.u32(opnum);
+            op_args(e);
+        })?;
+        call.slot = Some(guard);
+        Ok(call)
+    }
+}
+
+fn anonymous(e: &mut Encoder) {
+    e.u32(0).fixed(&[0u8; 12]);
+}
+
+/// Skips the COMPOUND header and the results of SEQUENCE and PUTFH of a reply to
+/// `Session::start`, leaving the decoder at the last operation's result body.
+fn last_result<'a>(reply: &'a Reply, what: &str) -> Result<Decoder<'a>> {
+    let mut d = reply.decoder();
+    let _status = d.u32()?;
+    d.opaque(1024)?;
+    let n = d.u32()?;
+    for i in 0..n {
+        let opnum = d.u32()?;
+        let s = d.u32()?;
+        if s != 0 {
+            return Err(anyhow::Error::new(NfsStatus(s))
+                .context(format!("NFSv4 {} ({what})", op::name(opnum))));
+        }
+        match (i, opnum) {
+            (0, op::SEQUENCE) => {
+                d.fixed(16 + 5 * 4)?;
+            }
+            (1, op::PUTFH) => {}
+            (2, _) => return Ok(d),
+            _ => bail!("{what}: unexpected operation {opnum} in the reply"),
+        }
+    }
+    bail!("{what}: the reply ended after {n} operations")
+}
+
+pub fn finish_read(reply: Reply) -> Result<ReadOk> {
+    let (data, eof) = {
+        let mut d = last_result(&reply, "READ")?;
+        let eof = d.bool()?;
+        let start = d.position() + 4;
+        let bytes = d.opaque(usize::MAX)?;
+        (start..start + bytes.len(), eof)
+    };
+    Ok(ReadOk { reply, data, eof })
+}
+
+pub fn finish_write(reply: Reply, len: usize, stable: Stable) -> Result<Verifier> {
+    let mut d = last_result(&reply, "WRITE")?;
+    let count = d.u32()? as usize;
+    let committed = d.u32()?;
+    if count != len {
+        bail!("WRITE took {count} of {len} bytes");
+    }
+    if committed < stable as u32 {
+        bail!(
+            "WRITE asked stable_how {} but got {committed}",
+            stable as u32
+        );
+    }
+    Ok(d.fixed(8)?.try_into().unwrap())
+}
+
+fn attr_of(r: &CompoundReply) -> Result<Attr> {
+    let a = r
+        .find(op::GETATTR)
+        .and_then(|o| o.attrs())
+        .ok_or_else(|| anyhow!("GETATTR result"))?;
+    Ok(Attr {
+        ftype: a.kind.unwrap_or(0),
+        size: a.size.unwrap_or(0),
+        fileid: a.fileid.unwrap_or(0),
+    })
+}
+
+fn fh_of(r: &CompoundReply) -> Result<Fh> {
+    r.find(op::GETFH)
+        .and_then(|o| o.fh())
+        .map(|h| Fh(h.to_vec()))
+        .ok_or_else(|| anyhow!("GETFH result"))
+}
+
+impl Nfs {
+    fn session(&self) -> &Session {
+        self.v4.as_ref().expect("an NFSv4.1 connection")
+    }
+
+    /// The handle of `export` (`/pool/fs`), by LOOKUPs from the pseudo root.
+    pub fn v4_mount(&self, export: &str) -> Result<Fh> {
+        let r = self.session().call(&self.conn, |c| {
+            c.putrootfh();
+            for part in export.split('/').filter(|p| !p.is_empty()) {
+                c.lookup(part);
+            }
+            c.getfh();
+        })?;
+        check(&r).with_context(|| format!("mounting {export} over NFSv4.1"))?;
+        fh_of(&r)
+    }
+
+    pub(crate) fn v4_getattr(&self, s: &Session, fh: &Fh) -> Result<Attr> {
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&fh.0).getattr(&[ATTR_TYPE, ATTR_SIZE, ATTR_FILEID]);
+        })?;
+        check(&r)?;
+        attr_of(&r)
+    }
+
+    pub(crate) fn v4_truncate(&self, s: &Session, fh: &Fh, size: u64) -> Result<()> {
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&fh.0)
+                .setattr(&Stateid::ANONYMOUS, &SetAttrs::size(size));
+        })?;
+        check(&r)
+    }
+
+    pub(crate) fn v4_lookup(
+        &self,
+        s: &Session,
+        dir: &Fh,
+        name: &str,
+    ) -> Result<Option<(Fh, Option<Attr>)>> {
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&dir.0)
+                .lookup(name)
+                .getfh()
+                .getattr(&[ATTR_TYPE, ATTR_SIZE, ATTR_FILEID]);
+        })?;
+        if status_of(&r, op::LOOKUP) == Some(NOENT) {
+            return Ok(None);
+        }
+        check(&r).with_context(|| format!("LOOKUP {name}"))?;
+        Ok(Some((fh_of(&r)?, Some(attr_of(&r)?))))
+    }
+
+    /// OPEN (create, UNCHECKED, mode 0644, size 0 when `truncate`) + GETFH, then CLOSE.
+    pub(crate) fn v4_create(
+        &self,
+        s: &Session,
+        dir: &Fh,
+        name: &str,
+        truncate: bool,
+    ) -> Result<Fh> {
+        let attrs = SetAttrs {
+            mode: Some(0o644),
+            size: truncate.then_some(0),
+        };
+        let (clientid, owner) = (s.inner.clientid, s.inner.owner.clone());
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&dir.0)
+                .open(
+                    3,
+                    0,
+                    clientid,
+                    &owner,
+                    &OpenHow::Unchecked(attrs),
+                    &Claim::Null(name),
+                )
+                .getfh();
+        })?;
+        check(&r).with_context(|| format!("OPEN (create) {name}"))?;
+        let stateid = r
+            .find(op::OPEN)
+            .and_then(|o| o.open())
+            .map(|o| o.stateid)
+            .ok_or_else(|| anyhow!("OPEN result"))?;
+        let fh = fh_of(&r)?;
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&fh.0).close(&stateid);
+        })?;
+        check(&r).with_context(|| format!("CLOSE {name}"))?;
+        Ok(fh)
+    }
+
+    pub(crate) fn v4_mkdir(&self, s: &Session, dir: &Fh, name: &str) -> Result<Fh> {
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&dir.0).mkdir(name, &SetAttrs::mode(0o755)).getfh();
+        })?;
+        if status_of(&r, op::CREATE) == Some(EXIST) {
+            // Another client made it first.
+            return self
+                .v4_lookup(s, dir, name)?
+                .map(|(fh, _)| fh)
+                .ok_or_else(|| anyhow!("MKDIR {name}: exists, but the name is not found"));
+        }
+        check(&r).with_context(|| format!("MKDIR {name}"))?;
+        fh_of(&r)
+    }
+
+    /// REMOVE of a file or a directory; a missing name is `false`.
+    pub(crate) fn v4_remove(&self, s: &Session, dir: &Fh, name: &str) -> Result<bool> {
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&dir.0).remove(name);
+        })?;
+        if status_of(&r, op::REMOVE) == Some(NOENT) {
+            return Ok(false);
+        }
+        check(&r).with_context(|| format!("REMOVE {name}"))?;
+        Ok(true)
+    }
+
+    pub(crate) fn v4_start_read(
+        &self,
+        s: &Session,
+        fh: &Fh,
+        offset: u64,
+        count: u32,
+    ) -> Result<Call> {
+        s.start(&self.conn, fh, op::READ, |e| {
+            anonymous(e);
+            e.u64(offset).u32(count);
+        })
+    }
+
+    pub(crate) fn v4_start_write(
+        &self,
+        s: &Session,
+        fh: &Fh,
+        offset: u64,
+        data: &[u8],
+        stable: Stable,
+    ) -> Result<Call> {
+        s.start(&self.conn, fh, op::WRITE, |e| {
+            anonymous(e);
+            e.u64(offset).u32(stable as u32).opaque(data);
+        })
+    }
+
+    pub(crate) fn v4_commit(&self, s: &Session, fh: &Fh) -> Result<Verifier> {
+        let reply = s
+            .start(&self.conn, fh, op::COMMIT, |e| {
+                e.u64(0).u32(0);
+            })?
+            .wait()?;
+        let mut d = last_result(&reply, "COMMIT")?;
+        Ok(d.fixed(8)?.try_into().unwrap())
+    }
+}
