@@ -621,9 +621,12 @@ impl Service for NfsService {
     /// not move: the streaming-from-cache case, answered without a thread hand-off.
     fn call_cached(&self, call: &Call<'_>) -> Option<Reply> {
         let h = &call.header;
-        if (h.program, h.version, h.procedure) != (NFS_PROGRAM, NFS_V3, NFSPROC3_READ) {
-            return None;
+        match (h.program, h.version, h.procedure) {
+            (NFS_PROGRAM, NFS_V3, NFSPROC3_READ) => {
+                self.nfs3_answer(call, true).filter(|r| !r.is_empty())
+            }
+            (NFS_PROGRAM, NFS_V4, 1) => self.compound_cached(call),
+            _ => None,
         }
-        self.nfs3_answer(call, true).filter(|r| !r.is_empty())
     }
 }

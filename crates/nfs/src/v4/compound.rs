@@ -74,6 +74,9 @@ pub(crate) struct Ctx<'c, 'a> {
     pub last_op: bool,
     /// Files whose last open went away during the COMPOUND.
     pub releases: Vec<Release>,
+    /// The data of the COMPOUND's READ, found in memory before it ran
+    /// (`NfsService::compound_cached`): (object, offset, count, data).
+    pub prefetched: Option<(u64, u64, u32, ReadBuf)>,
 }
 
 impl Ctx<'_, '_> {
@@ -124,6 +127,51 @@ fn is_session_setup(opnum: u32) -> bool {
 impl NfsService {
     /// Answers one NFSv4 COMPOUND (procedure 1 of version 4).
     pub(crate) fn compound(&self, call: &Call<'_>) -> Reply {
+        self.run_compound(call, None)
+    }
+
+    /// The streaming-from-cache case on the connection's reader thread, as NFSv3's
+    /// READ: a COMPOUND of exactly SEQUENCE, PUTFH and READ whose data is all in
+    /// memory is answered here, without the hand-off to a worker. Looking is free of
+    /// side effects (no slot is claimed, nothing counted); when the data is not all
+    /// cached, `None` sends the call to a worker. The COMPOUND then runs as usual
+    /// (every check of SEQUENCE, PUTFH and READ), its READ taking the data found.
+    pub(crate) fn compound_cached(&self, call: &Call<'_>) -> Option<Reply> {
+        let mut d = call.args();
+        d.opaque(OPAQUE_LIMIT).ok()?;
+        let minor = d.u32().ok()?;
+        if !(MINOR_MIN..=MINOR_MAX).contains(&minor) || d.u32().ok()? != 3 {
+            return None;
+        }
+        if d.u32().ok()? != op::SEQUENCE {
+            return None;
+        }
+        d.fixed(16).ok()?;
+        for _ in 0..3 {
+            d.u32().ok()?;
+        }
+        d.bool().ok()?;
+        if d.u32().ok()? != op::PUTFH {
+            return None;
+        }
+        let fh = d.opaque(super::FHSIZE4).ok()?;
+        if d.u32().ok()? != op::READ {
+            return None;
+        }
+        decode_stateid(&mut d).ok()?;
+        let offset = d.u64().ok()?;
+        let count = d.u32().ok()?;
+        d.finish().ok()?;
+        let t = self.target(call, fh).ok()?;
+        if t.attr.kind != fs::Kind::File {
+            return None;
+        }
+        let want = count.min(crate::service::RTMAX) as usize;
+        let data = t.share.fs.read_parts_cached(t.ino, offset, want).ok()??;
+        Some(self.run_compound(call, Some((t.ino, offset, count, data))))
+    }
+
+    fn run_compound(&self, call: &Call<'_>, prefetched: Option<(u64, u64, u32, ReadBuf)>) -> Reply {
         let mut d = call.args();
         let head = (|| -> Result<_, XdrError> {
             let tag = d.opaque(OPAQUE_LIMIT)?;
@@ -152,6 +200,7 @@ impl NfsService {
             data: None,
             last_op: false,
             releases: Vec::new(),
+            prefetched,
         };
         let mut res = Encoder::new();
         let mut count = 0u32;
