@@ -686,18 +686,7 @@ impl Nfs {
         let mut d = reply.decoder();
         status(&mut d).context("WRITE")?;
         wcc_data(&mut d)?;
-        let count = d.u32()? as usize;
-        let committed = d.u32()?;
-        if count != len {
-            bail!("WRITE took {count} of {len} bytes");
-        }
-        if committed < stable as u32 {
-            bail!(
-                "WRITE asked stable_how {} but got {committed}",
-                stable as u32
-            );
-        }
-        Ok(d.fixed(8)?.try_into().unwrap())
+        write_result(&mut d, len, stable)
     }
 
     pub fn write(&self, fh: &Fh, offset: u64, data: &[u8], stable: Stable) -> Result<()> {
@@ -727,6 +716,23 @@ impl Nfs {
         wcc_data(&mut d)?;
         Ok(d.fixed(8)?.try_into().unwrap())
     }
+}
+
+/// WRITE's count, committed and verifier (the same in NFSv3 and NFSv4): all bytes
+/// taken, at least as stable as asked; the verifier.
+pub(crate) fn write_result(d: &mut Decoder<'_>, len: usize, stable: Stable) -> Result<Verifier> {
+    let count = d.u32()? as usize;
+    let committed = d.u32()?;
+    if count != len {
+        bail!("WRITE took {count} of {len} bytes");
+    }
+    if committed < stable as u32 {
+        bail!(
+            "WRITE asked stable_how {} but got {committed}",
+            stable as u32
+        );
+    }
+    Ok(d.fixed(8)?.try_into().unwrap())
 }
 
 /// The root handle of `export`: MOUNT v3 MNT, or over NFSv4.1 LOOKUPs from the

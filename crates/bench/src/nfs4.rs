@@ -260,18 +260,7 @@ pub fn finish_read(reply: Reply) -> Result<ReadOk> {
 
 pub fn finish_write(reply: Reply, len: usize, stable: Stable) -> Result<Verifier> {
     let mut d = last_result(&reply, "WRITE")?;
-    let count = d.u32()? as usize;
-    let committed = d.u32()?;
-    if count != len {
-        bail!("WRITE took {count} of {len} bytes");
-    }
-    if committed < stable as u32 {
-        bail!(
-            "WRITE asked stable_how {} but got {committed}",
-            stable as u32
-        );
-    }
-    Ok(d.fixed(8)?.try_into().unwrap())
+    crate::client::write_result(&mut d, len, stable)
 }
 
 fn attr_of(r: &CompoundReply) -> Result<Attr> {

@@ -250,6 +250,34 @@ pub(crate) const ACCESS_EXTEND: u32 = 0x08;
 pub(crate) const ACCESS_DELETE: u32 = 0x10;
 pub(crate) const ACCESS_EXECUTE: u32 = 0x20;
 
+/// The ACCESS bits (the same in NFSv3 and NFSv4) the caller of `t` has: from the
+/// mode bits with the squashed credentials, and no change under a read-only rule or
+/// on a read-only dataset.
+pub(crate) fn access_bits(t: &Target) -> u32 {
+    let (a, c) = (&t.attr, &t.access.cred);
+    let mut got = 0;
+    if may(a, c, MAY_READ) {
+        got |= ACCESS_READ;
+    }
+    let writable = !t.access.read_only && !t.share.fs.props().readonly;
+    if a.kind == Kind::Dir {
+        if may(a, c, MAY_EXEC) {
+            got |= ACCESS_LOOKUP;
+        }
+        if writable && may(a, c, MAY_WRITE | MAY_EXEC) {
+            got |= ACCESS_MODIFY | ACCESS_EXTEND | ACCESS_DELETE;
+        }
+    } else {
+        if writable && may(a, c, MAY_WRITE) {
+            got |= ACCESS_MODIFY | ACCESS_EXTEND;
+        }
+        if may(a, c, MAY_EXEC) {
+            got |= ACCESS_EXECUTE;
+        }
+    }
+    got
+}
+
 /// Arguments that are one file handle.
 pub(crate) fn handle_only<'a>(d: &mut Decoder<'a>) -> XdrResult<&'a [u8]> {
     let fh = d.opaque(FHSIZE3)?;

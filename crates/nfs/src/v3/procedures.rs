@@ -271,28 +271,7 @@ impl NfsService {
         let want = d.u32()?;
         d.finish()?;
         self.attr_query(call, fh, e, |t, e| {
-            let c = &t.access.cred;
-            let a = &t.attr;
-            let mut got = 0;
-            if may(a, c, MAY_READ) {
-                got |= ACCESS_READ;
-            }
-            let writable = !t.access.read_only && !t.share.fs.props().readonly;
-            if a.kind == Kind::Dir {
-                if may(a, c, MAY_EXEC) {
-                    got |= ACCESS_LOOKUP;
-                }
-                if writable && may(a, c, MAY_WRITE | MAY_EXEC) {
-                    got |= ACCESS_MODIFY | ACCESS_EXTEND | ACCESS_DELETE;
-                }
-            } else {
-                if writable && may(a, c, MAY_WRITE) {
-                    got |= ACCESS_MODIFY | ACCESS_EXTEND;
-                }
-                if may(a, c, MAY_EXEC) {
-                    got |= ACCESS_EXECUTE;
-                }
-            }
+            let got = access_bits(t);
             e.u32(got & want);
             Ok(())
         })

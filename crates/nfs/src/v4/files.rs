@@ -16,8 +16,9 @@ use super::pseudo::{pseudo_handle, pseudo_obj, Child, Fh};
 use super::state::{range_end, FileKey, StateRef, Stateid, SHARE_READ, SHARE_WRITE};
 use super::{Nfs4Error, OpResult, FHSIZE4};
 use crate::service::{
-    may, probe_update, NfsService, Target, ACCESS_DELETE, ACCESS_EXECUTE, ACCESS_EXTEND,
-    ACCESS_LOOKUP, ACCESS_MODIFY, ACCESS_READ, MAY_EXEC, MAY_READ, MAY_WRITE, RTMAX, WTMAX,
+    access_bits, may, probe_update, NfsService, Target, ACCESS_DELETE, ACCESS_EXECUTE,
+    ACCESS_EXTEND, ACCESS_LOOKUP, ACCESS_MODIFY, ACCESS_READ, MAY_EXEC, MAY_READ, MAY_WRITE, RTMAX,
+    WTMAX,
 };
 use crate::xdr::{Decoder, Encoder};
 use fs::{Attr, Cred, Kind, SetAttr, Timespec};
@@ -376,31 +377,7 @@ impl NfsService {
             | ACCESS_EXECUTE;
         let got = match ctx.cur()? {
             Fh::Pseudo(_) => ACCESS_READ | ACCESS_LOOKUP,
-            Fh::File(h) => {
-                let t = self.target(ctx.call, h)?;
-                let (a, c) = (&t.attr, &t.access.cred);
-                let mut got = 0;
-                if may(a, c, MAY_READ) {
-                    got |= ACCESS_READ;
-                }
-                let writable = !t.access.read_only && !t.share.fs.props().readonly;
-                if a.kind == Kind::Dir {
-                    if may(a, c, MAY_EXEC) {
-                        got |= ACCESS_LOOKUP;
-                    }
-                    if writable && may(a, c, MAY_WRITE | MAY_EXEC) {
-                        got |= ACCESS_MODIFY | ACCESS_EXTEND | ACCESS_DELETE;
-                    }
-                } else {
-                    if writable && may(a, c, MAY_WRITE) {
-                        got |= ACCESS_MODIFY | ACCESS_EXTEND;
-                    }
-                    if may(a, c, MAY_EXEC) {
-                        got |= ACCESS_EXECUTE;
-                    }
-                }
-                got
-            }
+            Fh::File(h) => access_bits(&self.target(ctx.call, h)?),
         };
         e.u32(want & all).u32(got & want);
         Ok(())
