@@ -352,6 +352,13 @@ impl NfsService {
             .store(seconds, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// NFSv4 owners go out as `name@domain` (names from the host's passwd and group
+    /// files, read now) instead of numbers.
+    pub fn set_v4_id_domain(&self, domain: &str) {
+        let map = crate::v4::attrs::IdMap::from_host(domain);
+        *self.v4.names.write().unwrap() = Some(Arc::new(map));
+    }
+
     /// Keeps the list of NFSv4 clients in `path` (in the state directory) and, if
     /// clients held state before this start, opens the grace period in which they
     /// reclaim it.

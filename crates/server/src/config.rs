@@ -5,6 +5,7 @@
 //! listen = "0.0.0.0:2049"      # NFS and MOUNT, on one port
 //! portmapper = "0.0.0.0:111"   # optional: answer GETPORT so clients need no port options
 //! workers = 16                 # threads running NFS calls
+//! id_domain = "example.org"    # NFSv4 owners as name@example.org (default: numbers)
 //!
 //! [api]
 //! listen = "127.0.0.1:8080"    # the admin HTTP API (and UI); "off" disables it
@@ -33,6 +34,10 @@ pub struct NfsConfig {
     pub portmapper: Option<SocketAddr>,
     #[serde(default = "default_workers")]
     pub workers: usize,
+    /// NFSv4 owners go out as `name@id_domain` (the clients' idmapd Domain) rather
+    /// than as numbers.
+    #[serde(default)]
+    pub id_domain: Option<String>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -49,6 +54,7 @@ impl Default for NfsConfig {
             listen: default_listen(),
             portmapper: None,
             workers: default_workers(),
+            id_domain: None,
         }
     }
 }

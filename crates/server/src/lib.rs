@@ -305,6 +305,9 @@ impl Daemon {
             .unwrap_or_default();
         let boot = now.as_nanos() as u64;
         let service = Arc::new(NfsService::new(boot ^ std::process::id() as u64));
+        if let Some(domain) = &config.nfs.id_domain {
+            service.set_v4_id_domain(domain);
+        }
         service
             .enable_v4_recovery(state_dir.join("nfs4-clients"))
             .map_err(|e| ServerError::Config(format!("NFSv4 client list: {e}")))?;

@@ -3,8 +3,10 @@
 //! owner strings.
 //!
 //! Owners go out as numeric strings ("1000"), which the Linux client maps back to ids
-//! itself with AUTH_SYS (its default, nfs4_disable_idmapping); they come in as numbers
-//! or as `name@domain`, looked up in the host's /etc/passwd and /etc/group.
+//! itself with AUTH_SYS (its default, nfs4_disable_idmapping), or, when an id domain
+//! is configured (`IdMap`), as `name@domain` for ids the host's passwd and group files
+//! name (numbers for the rest), as the Linux idmapper expects; they come in as numbers
+//! or as `name@domain`, looked up in the same files.
 //!
 //! `change` is the object's ctime in nanoseconds: every change of data or attributes
 //! moves the ctime, so clients' caches revalidate on every modification.
@@ -239,6 +241,61 @@ pub struct Obj {
     pub named_attrs: bool,
     /// The server's lease, in seconds.
     pub lease_seconds: u32,
+    /// Owner names, when owners go out as `name@domain`.
+    pub names: Option<std::sync::Arc<IdMap>>,
+}
+
+/// The host's user and group names with the NFSv4 id domain, read once.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct IdMap {
+    pub domain: String,
+    pub users: std::collections::HashMap<u32, String>,
+    pub groups: std::collections::HashMap<u32, String>,
+}
+
+fn id_names(text: &str) -> std::collections::HashMap<u32, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let _pw = f.next()?;
+            let id = f.next()?.parse::<u32>().ok()?;
+            (!name.is_empty()).then(|| (id, name.to_string()))
+        })
+        .collect()
+}
+
+impl IdMap {
+    /// The names in `passwd` and `group` (the files' text) under `domain`.
+    pub fn parse(domain: &str, passwd: &str, group: &str) -> IdMap {
+        IdMap {
+            domain: domain.to_string(),
+            users: id_names(passwd),
+            groups: id_names(group),
+        }
+    }
+
+    /// The host's /etc/passwd and /etc/group.
+    pub fn from_host(domain: &str) -> IdMap {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        IdMap::parse(domain, &read("/etc/passwd"), &read("/etc/group"))
+    }
+
+    /// An owner string: `name@domain`, or the number when the id has no name.
+    pub fn owner(&self, id: u32, group: bool) -> String {
+        let names = if group { &self.groups } else { &self.users };
+        match names.get(&id) {
+            Some(n) => format!("{n}@{}", self.domain),
+            None => id.to_string(),
+        }
+    }
+}
+
+fn owner_string(o: &Obj, id: u32, group: bool) -> String {
+    match &o.names {
+        Some(m) => m.owner(id, group),
+        None => id.to_string(),
+    }
 }
 
 /// The change attribute of an object with this ctime.
@@ -349,10 +406,10 @@ fn encode_one(v: &mut Encoder, o: &Obj, bit: u32) {
             v.u32(o.nlink);
         }
         OWNER => {
-            v.opaque(o.uid.to_string().as_bytes());
+            v.opaque(owner_string(o, o.uid, false).as_bytes());
         }
         OWNER_GROUP => {
-            v.opaque(o.gid.to_string().as_bytes());
+            v.opaque(owner_string(o, o.gid, true).as_bytes());
         }
         RAWDEV => {
             v.u32(o.rdev.0).u32(o.rdev.1);
@@ -507,6 +564,20 @@ mod tests {
         assert!(SUPPORTED.has(SUPPATTR_EXCLCREAT));
         assert!(!SUPPORTED.has(12)); // acl
         assert!(!Bitmap::default().has(200));
+    }
+
+    #[test]
+    fn owners_go_out_as_names_at_the_domain_when_one_is_set() {
+        let m = IdMap::parse(
+            "example.org",
+            "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n",
+            "root:x:0:\nstaff:x:50:\n",
+        );
+        assert_eq!(m.owner(1000, false), "alice@example.org");
+        assert_eq!(m.owner(50, true), "staff@example.org");
+        // An id without a name, or a group id looked up as a user, stays a number.
+        assert_eq!(m.owner(4242, false), "4242");
+        assert_eq!(m.owner(50, false), "50");
     }
 
     #[test]

@@ -28,6 +28,8 @@ const AUTH_SYS: u32 = 1;
 const OPEN4_RESULT_LOCKTYPE_POSIX: u32 = 4;
 const OPEN4_RESULT_PRESERVE_UNLINKED: u32 = 8;
 const UNSTABLE4: u32 = 0;
+/// READDIR cookies of shared datasets nested in a share's root start here.
+const NESTED_SHARE_COOKIE: u64 = 1 << 63;
 const FILE_SYNC4: u32 = 2;
 
 /// A name from the wire (component4): UTF-8, not empty, no slash, not "." or "..".
@@ -249,6 +251,7 @@ impl NfsService {
             },
             named_attrs: false,
             lease_seconds: self.v4.lease_seconds(),
+            names: self.v4.names.read().unwrap().clone(),
         }
     }
 
@@ -574,7 +577,7 @@ impl NfsService {
             .saturating_sub(200);
         let mut body = Encoder::new();
         let mut count = 0usize;
-        let mut eof = false;
+        let mut eof;
         let mut entry = |body: &mut Encoder, cookie: u64, name: &[u8], o: &Obj| -> bool {
             let mut one = Encoder::new();
             one.bool(true).u64(cookie).opaque(name);
@@ -624,7 +627,8 @@ impl NfsService {
                 }
                 let statfs = attrs::needs_statfs(&mask);
                 let mut at = cookie.max(2);
-                'outer: loop {
+                eof = at >= NESTED_SHARE_COOKIE;
+                'outer: while !eof {
                     let batch = t.share.fs.readdir(t.ino, at, 256)?;
                     if batch.is_empty() {
                         eof = true;
@@ -641,6 +645,35 @@ impl NfsService {
                         let o = self.obj_of(&t, &a, statfs);
                         if !entry(&mut body, ent.cookie, &ent.name, &o) {
                             break 'outer;
+                        }
+                    }
+                }
+                if eof && t.ino == fs::filesystem::ROOT_INO {
+                    // Shared datasets nested below this one show in its root, as
+                    // mount points do, after its own entries (cookies above any a
+                    // directory gives: its keys stay below 2^62).
+                    let skip = cookie.saturating_sub(NESTED_SHARE_COOKIE) as usize;
+                    let nested = self.pseudo_list(ctx.call, &t.share.dataset);
+                    for (i, (name, child)) in nested.iter().enumerate().skip(skip) {
+                        if t.share.fs.lookup(t.ino, name.as_bytes()).is_ok() {
+                            continue; // a real entry of that name: LOOKUP crosses it
+                        }
+                        let o = match child {
+                            Child::Pseudo(cp) => {
+                                pseudo_obj(cp, self.v4.boot_time, self.v4.lease_seconds())
+                            }
+                            Child::Share(s) => {
+                                let Some(h) = self.share_root_handle(s) else {
+                                    continue;
+                                };
+                                let c = self.target(ctx.call, &h)?;
+                                self.obj_of(&c, &c.attr, statfs)
+                            }
+                        };
+                        let at = NESTED_SHARE_COOKIE + i as u64 + 1;
+                        if !entry(&mut body, at, name.as_bytes(), &o) {
+                            eof = false;
+                            break;
                         }
                     }
                 }

@@ -174,6 +174,7 @@ pub fn pseudo_obj(path: &str, boot: Timespec, lease_seconds: u32) -> Obj {
         statfs: None,
         named_attrs: false,
         lease_seconds,
+        names: None,
     }
 }
 

@@ -33,6 +33,8 @@ pub(crate) struct V4Server {
     pub owner: Vec<u8>,
     /// The lease as the `lease_time` attribute reports it.
     pub lease: std::sync::atomic::AtomicU32,
+    /// Owner names (`name@domain`), when an id domain is configured.
+    pub names: std::sync::RwLock<Option<Arc<super::attrs::IdMap>>>,
 }
 
 impl V4Server {
@@ -45,6 +47,7 @@ impl V4Server {
             boot_time: fs::Timespec::now(),
             owner: format!("shoal@{}", host.trim()).into_bytes(),
             lease: std::sync::atomic::AtomicU32::new(super::LEASE_SECONDS),
+            names: std::sync::RwLock::new(None),
         }
     }
 
