@@ -109,7 +109,14 @@ pub fn encode_stateid(e: &mut Encoder, s: &Stateid) {
 
 /// What SEQUENCE decided.
 enum Sequenced {
-    Run { cachethis: bool, slot: u32 },
+    Run {
+        cachethis: bool,
+        slot: u32,
+        seq: u32,
+        /// The session's bounds on replies (ca_maxresponsesize and _cached).
+        max_reply: usize,
+        max_cached: usize,
+    },
     Replay(Arc<Vec<u8>>),
 }
 
@@ -205,7 +212,10 @@ impl NfsService {
         let mut res = Encoder::new();
         let mut count = 0u32;
         let mut status = 0u32;
-        let mut slot: Option<(bool, u32)> = None;
+        let mut slot: Option<(bool, u32, u32)> = None;
+        // Until SEQUENCE says otherwise: the largest reply the transport sends.
+        let mut max_reply = crate::transport::MAX_RECORD_BYTES;
+        let mut max_cached = usize::MAX;
         let mut events: Vec<NfsEvent> = Vec::with_capacity(n.min(16) as usize);
         for i in 0..n {
             let Ok(opnum) = d.u32() else {
@@ -232,8 +242,16 @@ impl NfsService {
                 Err(Nfs4Error::TooManyOps.into())
             } else if i == 0 && opnum == op::SEQUENCE {
                 match self.op_sequence(&mut ctx, &mut d, &mut res, n) {
-                    Ok(Sequenced::Run { cachethis, slot: s }) => {
-                        slot = Some((cachethis, s));
+                    Ok(Sequenced::Run {
+                        cachethis,
+                        slot: s,
+                        seq,
+                        max_reply: mr,
+                        max_cached: mc,
+                    }) => {
+                        slot = Some((cachethis, s, seq));
+                        max_reply = mr;
+                        max_cached = if cachethis { mc } else { usize::MAX };
                         Ok(())
                     }
                     Ok(Sequenced::Replay(bytes)) => {
@@ -248,7 +266,9 @@ impl NfsService {
             } else if is_session_setup(opnum) {
                 // Each stands alone, except DESTROY_SESSION, which may end a
                 // COMPOUND of its own session.
-                if opnum != op::DESTROY_SESSION && (i > 0 || n > 1) {
+                // (At position 0, DESTROY_SESSION too stands alone: what followed it
+                // would run outside any session.)
+                if (opnum != op::DESTROY_SESSION || i == 0) && (i > 0 || n > 1) {
                     Err(Nfs4Error::NotOnlyOp.into())
                 } else {
                     self.session_op(opnum, &mut ctx, &mut d, &mut res)
@@ -297,6 +317,24 @@ impl NfsService {
                 status = f.status as u32;
                 break;
             }
+            // The reply so far must fit the session's bounds (RFC 8881 2.10.6.4): the
+            // operation that would pass one answers REP_TOO_BIG (or _TO_CACHE).
+            let data_len = ctx.data.as_ref().map_or(0, |d| d.len() + 3);
+            let size = 64 + tag.len() + res.len() + data_len;
+            let too_big = if size > max_reply {
+                Some(Nfs4Error::RepTooBig)
+            } else if size > max_cached {
+                Some(Nfs4Error::RepTooBigToCache)
+            } else {
+                None
+            };
+            if let Some(s) = too_big {
+                ctx.data = None;
+                res.buf.truncate(at);
+                res.u32(s as u32);
+                status = s as u32;
+                break;
+            }
             if ctx.data.is_some() && !ctx.last_op {
                 // A READ that is not the last operation: its data goes inline.
                 let data = ctx.data.take().expect("checked");
@@ -314,7 +352,7 @@ impl NfsService {
             head: e.buf,
             data: ctx.data.take(),
         };
-        if let (Some((cachethis, s)), Some(session)) = (slot, ctx.session) {
+        if let (Some((cachethis, s, seq)), Some(session)) = (slot, ctx.session) {
             // Kept whatever its size: a client asks for it only for requests that
             // must not run twice, and a slot holds one reply at a time.
             let kept = if cachethis {
@@ -324,7 +362,9 @@ impl NfsService {
             };
             let mut st = self.v4.state.lock().unwrap();
             if let Some(sess) = st.sessions.get_mut(&session) {
-                if let Some(sl) = sess.slots.get_mut(s as usize) {
+                // Only while the slot still holds this request (a client that
+                // moved on meanwhile gets no stale reply in its place).
+                if let Some(sl) = sess.slots.get_mut(s as usize).filter(|sl| sl.seq == seq) {
                     sl.reply = kept;
                 }
             }
@@ -376,6 +416,10 @@ impl NfsService {
             return Err(Nfs4Error::ReqTooBig.into());
         }
         let client = sess.client;
+        let (max_reply, max_cached) = (
+            sess.max_response as usize,
+            sess.max_response_cached as usize,
+        );
         let slot = &mut sess.slots[slotid as usize];
         if seq == slot.seq && !matches!(slot.reply, SlotReply::Empty) {
             return match &slot.reply {
@@ -406,6 +450,9 @@ impl NfsService {
         Ok(Sequenced::Run {
             cachethis,
             slot: slotid,
+            seq,
+            max_reply,
+            max_cached,
         })
     }
 

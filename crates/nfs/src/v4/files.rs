@@ -28,6 +28,8 @@ const AUTH_SYS: u32 = 1;
 const OPEN4_RESULT_LOCKTYPE_POSIX: u32 = 4;
 const OPEN4_RESULT_PRESERVE_UNLINKED: u32 = 8;
 const UNSTABLE4: u32 = 0;
+/// The most one COPY moves.
+const COPY_MAX_BYTES: u64 = 64 << 20;
 /// READDIR cookies of shared datasets nested in a share's root start here.
 const NESTED_SHARE_COOKIE: u64 = 1 << 63;
 const FILE_SYNC4: u32 = 2;
@@ -57,7 +59,9 @@ fn check_name(name: &[u8]) -> OpResult<()> {
 
 fn change_info(e: &mut Encoder, before: &Attr, after: Option<&Attr>) {
     let b = change_of(before.ctime);
-    e.bool(true)
+    // Not atomic: before and after are read apart from the change, so another change
+    // may fall between them and the client must not trust them to be the only one.
+    e.bool(false)
         .u64(b)
         .u64(after.map_or(b, |a| change_of(a.ctime)));
 }
@@ -866,19 +870,39 @@ impl NfsService {
                                 attrset = s.given;
                                 // The verifier lives in the times until the client
                                 // sets them, so a retransmitted create finds its file.
-                                let set = SetAttr {
+                                // Only the verifier is written as root; what the client
+                                // asks to set is set with its own credentials.
+                                let stamp = SetAttr {
                                     atime: Some(Timespec { sec: va, nsec: 0 }),
                                     mtime: Some(Timespec { sec: vm, nsec: 0 }),
+                                    ..SetAttr::default()
+                                };
+                                let a = fs.setattr(a.ino, &stamp, &Cred::root())?;
+                                let asked = SetAttr {
                                     uid: s.uid,
                                     gid: s.gid,
                                     size: s.size,
                                     ..SetAttr::default()
                                 };
-                                fs.setattr(a.ino, &set, &Cred::root())?
+                                if asked.uid.is_some()
+                                    || asked.gid.is_some()
+                                    || asked.size.is_some()
+                                {
+                                    fs.setattr(a.ino, &asked, cred)?
+                                } else {
+                                    a
+                                }
                             }
                             Err(fs::FsError::Exists) => {
                                 let a = fs.lookup(t.ino, name)?;
-                                if a.kind == Kind::File && a.atime.sec == va && a.mtime.sec == vm {
+                                // A retransmission finds its own file: the verifier, and
+                                // made by this caller (the times alone can be read by
+                                // anyone).
+                                if a.kind == Kind::File
+                                    && a.atime.sec == va
+                                    && a.mtime.sec == vm
+                                    && a.uid == cred.uid
+                                {
                                     created = true;
                                     a
                                 } else {
@@ -938,7 +962,8 @@ impl NfsService {
                 Err(err) => {
                     // Undo the open this truncation belonged to.
                     let mut st = self.v4.state.lock().unwrap();
-                    if let Ok(StateRef::Open(id)) = st.lookup(&stateid) {
+                    // A new open (seqid 1) goes again; an upgraded one stays as it is.
+                    if let (1, Ok(StateRef::Open(id))) = (stateid.seqid, st.lookup(&stateid)) {
                         if let Ok(rel) = st.close(id) {
                             ctx.releases.extend(rel);
                         }
@@ -1236,11 +1261,14 @@ impl NfsService {
         if src_offset > src.attr.size {
             return Err(Nfs4Error::Inval.into());
         }
+        // At most COPY_MAX_BYTES a call: a short count is legal (RFC 7862 15.2.3) and
+        // keeps one COPY from holding a worker for long.
         let end = if count == 0 {
             src.attr.size
         } else {
             src_offset.saturating_add(count).min(src.attr.size)
-        };
+        }
+        .min(src_offset.saturating_add(COPY_MAX_BYTES));
         let mut done = 0u64;
         while src_offset + done < end {
             let n = ((end - src_offset - done) as usize).min(1 << 20);
@@ -1336,10 +1364,16 @@ impl NfsService {
                 .and_then(|l| st.opens.get(&l.open))
                 .map_or(0, |o| o.access);
             let need = if write { SHARE_WRITE } else { SHARE_READ };
-            if open_access & need == 0 {
-                return Err(Nfs4Error::OpenMode.into());
+            let (r, released) = if open_access & need == 0 {
+                (Err(Err(Nfs4Error::OpenMode)), Vec::new())
+            } else {
+                st.lock(lock_id, write, offset, range_end(offset, length))
+            };
+            if r.is_err() && st.lock_owners.get(&lock_id).is_some_and(|l| l.seqid == 0) {
+                // A lock owner made for this LOCK and never granted anything: the
+                // client never saw its stateid, so nothing else would ever free it.
+                let _ = st.free_lock(lock_id);
             }
-            let (r, released) = st.lock(lock_id, write, offset, range_end(offset, length));
             let stateid = r.as_ref().ok().map(|seq| st.stateid_of(lock_id, *seq));
             (r, released, stateid)
         };

@@ -14,6 +14,7 @@ use super::{op, Nfs4Error, MAX_OPS, MAX_SLOTS, OPAQUE_LIMIT};
 use crate::service::NfsService;
 use crate::transport::MAX_RECORD_BYTES;
 use crate::xdr::{Decoder, Encoder, XdrResult};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -140,8 +141,8 @@ impl NfsService {
         e: &mut Encoder,
     ) -> OpOut {
         match opnum {
-            op::EXCHANGE_ID => self.op_exchange_id(d, e),
-            op::CREATE_SESSION => self.op_create_session(d, e),
+            op::EXCHANGE_ID => self.op_exchange_id(ctx.call.peer.ip(), d, e),
+            op::CREATE_SESSION => self.op_create_session(ctx.call.peer.ip(), d, e),
             op::BIND_CONN_TO_SESSION => {
                 let sessionid: [u8; 16] = d.fixed(16)?.try_into().unwrap();
                 let dir = d.u32()?;
@@ -151,8 +152,7 @@ impl NfsService {
                     .state
                     .lock()
                     .unwrap()
-                    .sessions
-                    .contains_key(&sessionid)
+                    .session_of_peer(&sessionid, ctx.call.peer.ip())
                 {
                     return Err(Nfs4Error::BadSession.into());
                 }
@@ -166,6 +166,9 @@ impl NfsService {
             op::DESTROY_SESSION => {
                 let sessionid: [u8; 16] = d.fixed(16)?.try_into().unwrap();
                 let mut st = self.v4.state.lock().unwrap();
+                if !st.session_of_peer(&sessionid, ctx.call.peer.ip()) {
+                    return Err(Nfs4Error::BadSession.into());
+                }
                 let sess = st.sessions.get(&sessionid).ok_or(Nfs4Error::BadSession)?;
                 // In its own session, only as the last operation (the slot's reply
                 // has nowhere to go afterwards).
@@ -189,7 +192,8 @@ impl NfsService {
                 let clientid = d.u64()?;
                 let released = {
                     let mut st = self.v4.state.lock().unwrap();
-                    if !st.clients.contains_key(&clientid) {
+                    let peer = ctx.call.peer.ip();
+                    if st.clients.get(&clientid).is_none_or(|c| c.peer != peer) {
                         return Err(Nfs4Error::StaleClientId.into());
                     }
                     if st.sessions.values().any(|s| s.client == clientid) {
@@ -204,7 +208,7 @@ impl NfsService {
         }
     }
 
-    fn op_exchange_id(&self, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
+    fn op_exchange_id(&self, peer: IpAddr, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
         let verifier: [u8; 8] = d.fixed(8)?.try_into().unwrap();
         let owner = d.opaque(OPAQUE_LIMIT)?.to_vec();
         let _flags = d.u32()?;
@@ -226,6 +230,17 @@ impl NfsService {
         if owner.is_empty() {
             return Err(Nfs4Error::Inval.into());
         }
+        // Client state only for hosts some export admits, so nobody else can fill
+        // the client table.
+        let admitted = self
+            .shares
+            .read()
+            .unwrap()
+            .values()
+            .any(|s| s.rules.rule_for(peer).is_some());
+        if !admitted {
+            return Err(Nfs4Error::Perm.into());
+        }
         let now = Instant::now();
         let (clientid, seq, confirmed, released) = {
             let mut st = self.v4.state.lock().unwrap();
@@ -235,11 +250,20 @@ impl NfsService {
                 .filter(|c| c.owner == owner)
                 .map(|c| (c.id, c.confirmed, c.verifier, c.cs_seq))
                 .collect();
+            // The same owner from another address while its lease runs is another
+            // host claiming the name (RFC 8881 18.35.5: CLID_INUSE).
+            let taken = st.clients.values().any(|c| {
+                c.owner == owner && c.confirmed && c.peer != peer && !st.expired(c.id, now)
+            });
+            if taken {
+                return Err(Nfs4Error::ClidInUse.into());
+            }
             let mut released = Vec::new();
             // The same client again (same owner and verifier): its record as it is.
-            if let Some(&(id, confirmed, _, cs)) =
-                existing.iter().find(|(_, _, v, _)| *v == verifier)
-            {
+            let same = existing
+                .iter()
+                .find(|(id, _, v, _)| *v == verifier && st.clients[id].peer == peer);
+            if let Some(&(id, confirmed, _, cs)) = same {
                 (id, cs.wrapping_add(1), confirmed, released)
             } else {
                 // A new client, or one that restarted: a new unconfirmed record. An
@@ -250,7 +274,13 @@ impl NfsService {
                         released.extend(st.purge_client(id));
                     }
                 }
-                released.extend(st.make_room());
+                let (room, evicted) = st.make_room();
+                released.extend(evicted);
+                if !room {
+                    drop(st);
+                    super::state::release_all(released);
+                    return Err(Nfs4Error::Delay.into());
+                }
                 let id = st.new_client_id();
                 st.clients.insert(
                     id,
@@ -263,6 +293,7 @@ impl NfsService {
                         cs_reply: None,
                         renewed: now,
                         reclaim_complete: false,
+                        peer,
                     },
                 );
                 (id, 1, false, released)
@@ -286,7 +317,7 @@ impl NfsService {
         Ok(())
     }
 
-    fn op_create_session(&self, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
+    fn op_create_session(&self, peer: IpAddr, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
         let clientid = d.u64()?;
         let seq = d.u32()?;
         let _flags = d.u32()?;
@@ -298,6 +329,9 @@ impl NfsService {
         let r = (|| -> Result<Vec<u8>, OpFail> {
             let mut st = self.v4.state.lock().unwrap();
             let c = st.clients.get(&clientid).ok_or(Nfs4Error::StaleClientId)?;
+            if c.peer != peer {
+                return Err(Nfs4Error::ClidInUse.into());
+            }
             if seq == c.cs_seq {
                 if let Some(r) = &c.cs_reply {
                     return Ok(r.to_vec());
@@ -347,10 +381,7 @@ impl NfsService {
             for o in olds {
                 released.extend(st.purge_client(o));
             }
-            let mut sessionid = [0u8; 16];
-            let serial = st.new_client_id();
-            sessionid[..8].copy_from_slice(&clientid.to_le_bytes());
-            sessionid[8..].copy_from_slice(&serial.to_le_bytes());
+            let sessionid = st.new_session_id();
             st.sessions.insert(
                 sessionid,
                 Session {
@@ -363,6 +394,8 @@ impl NfsService {
                         .collect(),
                     max_ops: granted.max_ops,
                     max_request: granted.max_request,
+                    max_response: granted.max_response,
+                    max_response_cached: granted.max_response_cached,
                 },
             );
             let mut out = Encoder::new();

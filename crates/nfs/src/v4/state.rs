@@ -98,6 +98,8 @@ pub struct Session {
     pub slots: Vec<Slot>,
     pub max_ops: u32,
     pub max_request: u32,
+    pub max_response: u32,
+    pub max_response_cached: u32,
 }
 
 pub struct Client {
@@ -110,6 +112,9 @@ pub struct Client {
     pub cs_reply: Option<Arc<Vec<u8>>>,
     pub renewed: Instant,
     pub reclaim_complete: bool,
+    /// The address it set itself up from: CREATE_SESSION and the DESTROY operations
+    /// must come from there (the principal of RFC 8881 section 2.4, for AUTH_SYS).
+    pub peer: std::net::IpAddr,
 }
 
 pub struct Open {
@@ -163,6 +168,9 @@ pub enum StateRef {
 pub struct V4State {
     boot: u32,
     next: u64,
+    /// Ids are a keyed hash of a counter under this secret, so no client can guess
+    /// another's client ID, session ID or stateids from its own.
+    secret: [u8; 32],
     pub clients: HashMap<u64, Client>,
     pub sessions: HashMap<[u8; 16], Session>,
     pub opens: HashMap<u64, Open>,
@@ -187,12 +195,61 @@ pub struct V4State {
 /// crash at any instant the file is the old list or the new one, never a mix.
 #[derive(Default)]
 pub struct Recovery {
-    pub path: Option<std::path::PathBuf>,
     /// Owners confirmed in this boot (what the file holds).
     pub confirmed: std::collections::BTreeSet<Vec<u8>>,
     /// Owners of the previous boot that have not finished reclaiming.
     pub reclaimable: std::collections::HashSet<Vec<u8>>,
     pub grace_until: Option<Instant>,
+    /// Writes the file off the state lock (its fsyncs must not hold up every call).
+    saver: Option<Arc<Saver>>,
+}
+
+/// The writer of the client list: the newest text waiting, and generations wanted
+/// and written, so `flush` can wait for what was asked before it.
+struct Saver {
+    state: std::sync::Mutex<SaverState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct SaverState {
+    text: Option<String>,
+    wanted: u64,
+    written: u64,
+    closing: bool,
+}
+
+impl Saver {
+    fn start(path: std::path::PathBuf) -> Arc<Saver> {
+        let saver = Arc::new(Saver {
+            state: std::sync::Mutex::new(SaverState::default()),
+            changed: std::sync::Condvar::new(),
+        });
+        let s = saver.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nfs4-clients".into())
+            .spawn(move || loop {
+                let (text, generation) = {
+                    let mut st = s.state.lock().unwrap();
+                    while st.text.is_none() && !st.closing {
+                        st = s.changed.wait(st).unwrap();
+                    }
+                    match st.text.take() {
+                        Some(t) => (t, st.wanted),
+                        None => return,
+                    }
+                };
+                if let Err(e) = write_atomically(&path, text.as_bytes()) {
+                    tracing::error!(path = %path.display(), "saving the NFSv4 client list failed: {e}");
+                }
+                s.state.lock().unwrap().written = generation;
+                s.changed.notify_all();
+            });
+        if let Err(e) = spawned {
+            tracing::error!("no thread to save the NFSv4 client list: {e}");
+        }
+        saver
+    }
 }
 
 impl Recovery {
@@ -216,7 +273,7 @@ impl Recovery {
         }
         let grace_until = (!reclaimable.is_empty()).then(|| Instant::now() + grace);
         Ok(Recovery {
-            path: Some(path),
+            saver: Some(Saver::start(path)),
             confirmed: reclaimable.iter().cloned().collect(),
             reclaimable,
             grace_until,
@@ -227,18 +284,53 @@ impl Recovery {
         !self.reclaimable.is_empty() && self.grace_until.is_some_and(|t| now < t)
     }
 
-    /// Writes the list of confirmed clients (when it is kept at all).
+    /// Hands the list of confirmed clients to the writer (when it is kept at all).
     fn save(&self) {
-        let Some(path) = &self.path else { return };
+        let Some(saver) = &self.saver else { return };
         let text: String = self
             .confirmed
             .iter()
             .map(|o| format!("{}\n", hex_encode(o)))
             .collect();
-        if let Err(e) = write_atomically(path, text.as_bytes()) {
-            tracing::error!(path = %path.display(), "saving the NFSv4 client list failed: {e}");
+        let mut st = saver.state.lock().unwrap();
+        st.text = Some(text);
+        st.wanted += 1;
+        saver.changed.notify_all();
+    }
+
+    /// Waits until the list as last saved is in the file.
+    pub fn flush(&self) {
+        let Some(saver) = &self.saver else { return };
+        let mut st = saver.state.lock().unwrap();
+        let want = st.wanted;
+        while st.written < want {
+            st = saver.changed.wait(st).unwrap();
         }
     }
+}
+
+impl Drop for Recovery {
+    /// The last list is written before the writer goes.
+    fn drop(&mut self) {
+        self.flush();
+        if let Some(saver) = &self.saver {
+            saver.state.lock().unwrap().closing = true;
+            saver.changed.notify_all();
+        }
+    }
+}
+
+fn random_secret(boot: u32) -> [u8; 32] {
+    use std::io::Read;
+    let mut key = [0u8; 32];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut key));
+    if read.is_err() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        key = *blake3::hash(format!("{boot} {now} {}", std::process::id()).as_bytes()).as_bytes();
+    }
+    key
 }
 
 fn hex_encode(b: &[u8]) -> String {
@@ -281,6 +373,7 @@ impl V4State {
         V4State {
             boot,
             next: 1,
+            secret: random_secret(boot),
             clients: HashMap::new(),
             sessions: HashMap::new(),
             opens: HashMap::new(),
@@ -297,9 +390,31 @@ impl V4State {
         self.lease = lease;
     }
 
+    /// A new id, unpredictable and unused by any client, open or lock owner.
     fn next_id(&mut self) -> u64 {
-        self.next += 1;
-        self.next
+        loop {
+            self.next += 1;
+            let h = blake3::keyed_hash(&self.secret, &self.next.to_le_bytes());
+            let id = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap());
+            let used = self.clients.contains_key(&id)
+                || self.opens.contains_key(&id)
+                || self.lock_owners.contains_key(&id);
+            if id > 1 && !used {
+                return id;
+            }
+        }
+    }
+
+    /// A new session id (16 bytes, as unpredictable as `next_id`).
+    pub fn new_session_id(&mut self) -> [u8; 16] {
+        loop {
+            self.next += 1;
+            let h = blake3::keyed_hash(&self.secret, &self.next.to_le_bytes());
+            let id: [u8; 16] = h.as_bytes()[16..32].try_into().unwrap();
+            if !self.sessions.contains_key(&id) {
+                return id;
+            }
+        }
     }
 
     pub fn stateid_of(&self, id: u64, seqid: u32) -> Stateid {
@@ -339,7 +454,15 @@ impl V4State {
     // ---- clients ----
 
     pub fn new_client_id(&mut self) -> u64 {
-        ((self.boot as u64) << 32) | (self.next_id() & 0xffff_ffff)
+        self.next_id()
+    }
+
+    /// Whether `session` exists and its client set itself up from `peer`.
+    pub fn session_of_peer(&self, session: &[u8; 16], peer: std::net::IpAddr) -> bool {
+        self.sessions
+            .get(session)
+            .and_then(|s| self.clients.get(&s.client))
+            .is_some_and(|c| c.peer == peer)
     }
 
     /// A client has been confirmed by CREATE_SESSION: it is remembered for recovery.
@@ -421,10 +544,13 @@ impl V4State {
     pub fn purge_client(&mut self, client: u64) -> Vec<Release> {
         self.revoked.retain(|_, c| *c != client);
         if let Some(c) = self.clients.remove(&client) {
-            // It can no longer reclaim anything, here or after a restart.
-            self.recovery.reclaimable.remove(&c.owner);
-            if c.confirmed && self.recovery.confirmed.remove(&c.owner) {
-                self.recovery.save();
+            // A confirmed client can no longer reclaim anything, here or after a
+            // restart (an unconfirmed record of the same owner changes nothing).
+            if c.confirmed {
+                self.recovery.reclaimable.remove(&c.owner);
+                if self.recovery.confirmed.remove(&c.owner) {
+                    self.recovery.save();
+                }
             }
         }
         self.sessions.retain(|_, s| s.client != client);
@@ -450,10 +576,11 @@ impl V4State {
             .filter(|(_, o)| o.client == client)
             .map(|(id, _)| *id)
             .collect();
+        // Only stateids the client was given (a lock owner's first grant makes seqid 1).
         let locks: Vec<u64> = self
             .lock_owners
             .iter()
-            .filter(|(_, l)| l.client == client)
+            .filter(|(_, l)| l.client == client && l.seqid > 0)
             .map(|(id, _)| *id)
             .collect();
         for id in opens.iter().chain(&locks) {
@@ -481,22 +608,23 @@ impl V4State {
         }
     }
 
-    /// Makes room for one more client record: past `MAX_CLIENTS`, the least recently
-    /// renewed client without opens goes.
-    pub fn make_room(&mut self) -> Vec<Release> {
+    /// Makes room for one more client record: past `MAX_CLIENTS`, an unconfirmed
+    /// record or one whose lease ran out (least recently renewed first) goes; a live
+    /// confirmed client is never evicted to make room (`false`: no room).
+    pub fn make_room(&mut self) -> (bool, Vec<Release>) {
         if self.clients.len() < MAX_CLIENTS {
-            return Vec::new();
+            return (true, Vec::new());
         }
-        let busy: std::collections::HashSet<u64> = self.opens.values().map(|o| o.client).collect();
+        let now = Instant::now();
         let victim = self
             .clients
             .values()
-            .filter(|c| !busy.contains(&c.id))
+            .filter(|c| !c.confirmed || self.expired(c.id, now))
             .min_by_key(|c| c.renewed)
             .map(|c| c.id);
         match victim {
-            Some(v) => self.purge_client(v),
-            None => Vec::new(),
+            Some(v) => (true, self.purge_client(v)),
+            None => (false, Vec::new()),
         }
     }
 
@@ -924,6 +1052,7 @@ mod tests {
         assert!(!st.in_grace(), "no list, no grace");
         st.confirmed(b"client-a");
         st.confirmed(b"client-b\n\x00");
+        st.recovery.flush();
         // The next start: both may reclaim, nobody else, until each is complete.
         let mut st = V4State::new(2);
         st.recovery = Recovery::open(path.clone(), grace).unwrap();
@@ -943,6 +1072,7 @@ mod tests {
                     cs_reply: None,
                     renewed: now,
                     reclaim_complete: false,
+                    peer: std::net::IpAddr::from([127, 0, 0, 1]),
                 },
             );
         }
@@ -954,6 +1084,7 @@ mod tests {
         st.recovery.grace_until = Some(Instant::now());
         st.end_grace_if_due();
         assert!(!st.in_grace());
+        st.recovery.flush();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text, format!("{}\n", hex_encode(b"client-a")));
         // A line that is not hex stops the start with its place.
