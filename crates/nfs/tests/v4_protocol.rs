@@ -24,17 +24,15 @@ use nfs::v4::client::{
 };
 use nfs::v4::{op, Nfs4Error};
 use nfs::xdr::{Decoder, Encoder};
-use nfs::{ExportRules, HandleKey, NfsService, Share};
-use pool::pool::{DeviceArg, TopArg};
-use pool::{Pool, PoolOptions};
+use nfs::{ExportRules, NfsService, Share};
+use pool::Pool;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vdev::{Layout, SimDevice};
 
-/// The shared dataset: two pseudo directories (`tank`, `tank/home`) lead to it.
-const DATASET: &str = "tank/home/share";
+mod common;
+use common::DATASET;
 const COMPONENTS: [&str; 3] = ["tank", "home", "share"];
 
 fn st(e: Nfs4Error) -> u32 {
@@ -64,34 +62,8 @@ struct Server {
 
 impl Server {
     fn new() -> Server {
-        let devs: Vec<DeviceArg> = (0..2)
-            .map(|i| DeviceArg {
-                path: format!("sim{i}"),
-                device: SimDevice::new(64 << 20, i),
-            })
-            .collect();
-        let options = PoolOptions {
-            arc_max_bytes: Some(16 << 20),
-            sync_thread: false,
-            deterministic_io: true,
-            ..PoolOptions::default()
-        };
-        let top = TopArg {
-            layout: Layout::Mirror,
-            devices: devs,
-        };
-        let pool = Pool::create("tank", vec![top], vec![], vec![], options).unwrap();
-        let datasets = fs::Datasets::new(pool.clone()).unwrap();
-        datasets.create("tank/home", &[]).unwrap();
-        datasets.create(DATASET, &[]).unwrap();
-        let service = NfsService::new(1);
-        service.add_pool_key("tank", HandleKey::new([9; 32]));
-        service.add_share(Share {
-            pool: "tank".into(),
-            dataset: DATASET.into(),
-            fs: datasets.open(DATASET).unwrap(),
-            rules: ExportRules::parse("*(rw,no_root_squash)").unwrap(),
-        });
+        let (pool, datasets) = common::pool_with_share();
+        let service = common::service_for(&datasets, 1);
         Server {
             service,
             datasets,
@@ -102,14 +74,7 @@ impl Server {
     /// A restart: a new service (another boot) over the same pool, handle key and
     /// share, keeping its NFSv4 client list in `clients`.
     fn restart(&mut self, clients: &std::path::Path) {
-        let service = NfsService::new(2);
-        service.add_pool_key("tank", HandleKey::new([9; 32]));
-        service.add_share(Share {
-            pool: "tank".into(),
-            dataset: DATASET.into(),
-            fs: self.datasets.open(DATASET).unwrap(),
-            rules: ExportRules::parse("*(rw,no_root_squash)").unwrap(),
-        });
+        let service = common::service_for(&self.datasets, 2);
         // The old service goes first (its client list is written when it goes), as a
         // daemon stops before the next one starts.
         drop(std::mem::replace(&mut self.service, service));

@@ -198,6 +198,7 @@ impl NfsService {
             if t.access.read_only {
                 return Err(Status::RoFs.into());
             }
+            self.v3_clear_delegations(&t, t.ino)?;
             if let Some(g) = guard {
                 if g != t.attr.ctime {
                     return Err(Status::NotSync.into());
@@ -364,6 +365,7 @@ impl NfsService {
             if !(may(&t.attr, c, MAY_WRITE) || c.uid == t.attr.uid) {
                 return Err(Status::Acces.into());
             }
+            self.v3_clear_delegations(&t, t.ino)?;
             let n = t.share.fs.write(t.ino, offset, payload)?;
             probe_update(|p| (p.bytes, p.offset) = (payload.len() as u32, offset));
             let committed = if stable == 0 {
@@ -455,6 +457,9 @@ impl NfsService {
                             let a = fs.lookup(t.ino, name)?;
                             if a.kind != Kind::File {
                                 return Err(Status::Exist.into());
+                            }
+                            if attrs.size.is_some() {
+                                self.v3_clear_delegations(&t, a.ino)?;
                             }
                             let only_size = Sattr {
                                 size: attrs.size,
@@ -557,6 +562,16 @@ impl NfsService {
         })
     }
 
+    /// NFSv4 read delegations of object `ino` (of `t`'s share) are recalled before
+    /// an NFSv3 change to it: JUKEBOX (try again) until they are back.
+    fn v3_clear_delegations(&self, t: &Target, ino: u64) -> Result<(), Failure> {
+        if self.break_delegations((t.fsid, ino), None) {
+            Ok(())
+        } else {
+            Err(Status::Jukebox.into())
+        }
+    }
+
     /// A change of directory `t`'s entries: writable export, a directory, a legal
     /// name, and write and search permission.
     fn check_dir_change(&self, t: &Target, name: &[u8]) -> Result<(), Failure> {
@@ -596,6 +611,9 @@ impl NfsService {
             }
             self.check_dir_change(&t, name)?;
             let fs = &t.share.fs;
+            if let Ok(victim) = fs.lookup(t.ino, name) {
+                self.v3_clear_delegations(&t, victim.ino)?;
+            }
             let r = if dir {
                 fs.rmdir(t.ino, name, &t.access.cred)
             } else {
@@ -631,6 +649,11 @@ impl NfsService {
             self.check_dir_change(&from, from_name)?;
             self.check_dir_change(&to, to_name)?;
             let fs = &from.share.fs;
+            for (dir, name) in [(from.ino, from_name), (to.ino, to_name)] {
+                if let Ok(a) = fs.lookup(dir, name) {
+                    self.v3_clear_delegations(&from, a.ino)?;
+                }
+            }
             fs.settle(fs.rename(
                 from.ino,
                 from_name,
@@ -671,6 +694,7 @@ impl NfsService {
                 return Err(Status::IsDir.into());
             }
             self.check_dir_change(&dir, name)?;
+            self.v3_clear_delegations(&file, file.ino)?;
             let fs = &file.share.fs;
             let a = fs.settle(fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
             let da = fs.getattr(dir.ino).ok();

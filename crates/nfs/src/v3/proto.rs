@@ -48,6 +48,8 @@ pub enum Status {
     TooSmall = 10005,
     ServerFault = 10006,
     BadType = 10007,
+    /// Try again later (a delegation of the file is being recalled).
+    Jukebox = 10008,
 }
 
 impl Status {
@@ -81,6 +83,7 @@ impl Status {
             TooSmall,
             ServerFault,
             BadType,
+            Jukebox,
         ]
         .into_iter()
         .find(|s| *s as u32 == code)

@@ -394,8 +394,21 @@ impl Compound {
         fore: &ChannelAttrs,
         back: &ChannelAttrs,
     ) -> &mut Self {
+        self.create_session_with_flags(clientid, seq, 0, fore, back)
+    }
+
+    /// CREATE_SESSION with `flags` (CREATE_SESSION4_FLAG_CONN_BACK_CHAN 0x2 makes
+    /// the connection the back channel).
+    pub fn create_session_with_flags(
+        &mut self,
+        clientid: u64,
+        seq: u32,
+        flags: u32,
+        fore: &ChannelAttrs,
+        back: &ChannelAttrs,
+    ) -> &mut Self {
         let e = self.op(op::CREATE_SESSION);
-        e.u64(clientid).u32(seq).u32(0);
+        e.u64(clientid).u32(seq).u32(flags);
         fore.encode(e);
         back.encode(e);
         e.u32(0x4000_0000) // csa_cb_program
@@ -817,6 +830,8 @@ pub struct OpenRes {
     pub attrset: Vec<u32>,
     /// open_delegation_type4 of the delegation handed out (0: none).
     pub delegation: u32,
+    /// The delegation's stateid, when one was handed out.
+    pub delegation_stateid: Option<Stateid>,
 }
 
 /// LOCK4denied: who holds the conflicting lock.
@@ -1319,11 +1334,12 @@ fn decode_result(opnum: u32, status: u32, d: &mut Decoder<'_>) -> XdrResult<Res>
             let rflags = d.u32()?;
             let attrset = decode_bitmap(d)?;
             let delegation = d.u32()?;
+            let mut delegation_stateid = None;
             match delegation {
                 0 => {}
                 1 | 2 => {
                     // open_read_delegation4 / open_write_delegation4
-                    Stateid::decode(d)?;
+                    delegation_stateid = Some(Stateid::decode(d)?);
                     d.bool()?;
                     if delegation == 2 {
                         match d.u32()? {
@@ -1357,6 +1373,7 @@ fn decode_result(opnum: u32, status: u32, d: &mut Decoder<'_>) -> XdrResult<Res>
                 rflags,
                 attrset,
                 delegation,
+                delegation_stateid,
             })
         }
         op::CLOSE | op::OPEN_DOWNGRADE | op::LOCK | op::LOCKU => Res::Stateid(Stateid::decode(d)?),

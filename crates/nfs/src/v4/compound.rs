@@ -434,8 +434,12 @@ impl NfsService {
         }
         slot.seq = seq;
         slot.reply = SlotReply::InProgress;
-        // SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED until the client frees what it lost.
-        let status_flags = if st.has_revoked(client) { 0x10 } else { 0 };
+        // SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED until the client frees what it lost;
+        // CB_PATH_DOWN when it holds delegations that cannot be recalled.
+        let mut status_flags = if st.has_revoked(client) { 0x10 } else { 0 };
+        if st.callback_path_down(client) {
+            status_flags |= 0x1 | 0x200;
+        }
         if let Some(c) = st.clients.get_mut(&client) {
             c.renewed = now;
         }
@@ -469,11 +473,7 @@ impl NfsService {
             op::CLOSE => self.op_close(ctx, d, e),
             op::COMMIT => self.op_commit(ctx, d, e),
             op::CREATE => self.op_create(ctx, d, e),
-            op::DELEGRETURN => {
-                // No delegation is ever handed out, so none can be returned.
-                decode_stateid(d)?;
-                Err(Nfs4Error::BadStateId.into())
-            }
+            op::DELEGRETURN => self.op_delegreturn(ctx, d),
             op::GETATTR => self.op_getattr(ctx, d, e),
             op::GETFH => self.op_getfh(ctx, e),
             op::LINK => self.op_link(ctx, d, e),
@@ -512,8 +512,13 @@ impl NfsService {
             op::SETATTR => self.op_setattr(ctx, d, e),
             op::WRITE => self.op_write(ctx, d, e),
             op::BACKCHANNEL_CTL => {
-                let _program = d.u32()?;
+                let program = d.u32()?;
                 super::session::skip_cb_sec_parms(d)?;
+                let session = ctx.session.ok_or(Nfs4Error::OpNotInSession)?;
+                let mut st = self.v4.state.lock().unwrap();
+                if let Some(b) = st.sessions.get_mut(&session).and_then(|s| s.back.as_mut()) {
+                    b.program = program;
+                }
                 Ok(())
             }
             op::FREE_STATEID => self.op_free_stateid(ctx, d),

@@ -364,6 +364,8 @@ impl NfsService {
             self.check_io_stateid(ctx, stateid, &t, true)
                 .map_err(|f| fail(f.status))?;
         }
+        self.clear_for_change(open_file_key(&t), ctx.client)
+            .map_err(fail)?;
         self.apply_setattr(&t, &s).map_err(fail)?;
         s.given.encode(e);
         Ok(())
@@ -480,6 +482,7 @@ impl NfsService {
         self.refuse_in_grace()?;
         let fs = &t.share.fs;
         let victim = fs.lookup(t.ino, name)?;
+        self.clear_for_change((t.fsid, victim.ino), ctx.client)?;
         let r = if victim.kind == Kind::Dir {
             fs.rmdir(t.ino, name, &t.access.cred)
         } else {
@@ -512,6 +515,11 @@ impl NfsService {
             return Err(Nfs4Error::Access.into());
         }
         let fs = &from.share.fs;
+        for (dir, name) in [(from.ino, from_name), (to.ino, to_name)] {
+            if let Ok(a) = fs.lookup(dir, name) {
+                self.clear_for_change((from.fsid, a.ino), ctx.client)?;
+            }
+        }
         fs.settle(fs.rename(
             from.ino,
             from_name,
@@ -542,6 +550,7 @@ impl NfsService {
         if file.attr.kind == Kind::Dir {
             return Err(Nfs4Error::IsDir.into());
         }
+        self.clear_for_change(open_file_key(&file), ctx.client)?;
         let fs = &dir.share.fs;
         fs.settle(fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
         let after = fs.getattr(dir.ino).ok();
@@ -707,7 +716,8 @@ impl NfsService {
             Exclusive([u8; 8], Settable),
         }
         let _seqid = d.u32()?;
-        let access = d.u32()? & 0xff;
+        let share_access = d.u32()?;
+        let access = share_access & 0xff;
         let deny = d.u32()?;
         let _owner_clientid = d.u64()?;
         let owner = d.opaque(super::OPAQUE_LIMIT)?.to_vec();
@@ -730,6 +740,7 @@ impl NfsService {
             _ => return Err(Nfs4Error::BadXdr.into()),
         };
         let claim = d.u32()?;
+        let mut deleg_claim = None;
         let name = match claim {
             0 => Some(component(d)?),
             4 => None,
@@ -739,12 +750,16 @@ impl NfsService {
                 let _delegation_type = d.u32()?;
                 None
             }
-            2 | 6 => {
-                decode_stateid(d)?;
-                if claim == 2 {
-                    component(d)?;
-                }
-                return Err(Nfs4Error::BadStateId.into());
+            // CLAIM_DELEGATE_CUR (a name) and CLAIM_DELEG_CUR_FH (the current
+            // handle): an open the client made under its delegation, told to the
+            // server before the delegation goes back.
+            2 => {
+                deleg_claim = Some(decode_stateid(d)?);
+                Some(component(d)?)
+            }
+            6 => {
+                deleg_claim = Some(decode_stateid(d)?);
+                None
             }
             3 => {
                 component(d)?;
@@ -941,10 +956,33 @@ impl NfsService {
             return Err(Nfs4Error::Inval.into());
         }
         let key = open_file_key(&file);
-        let (r, released) = {
+        if let Some(s) = deleg_claim {
+            if !matches!(create, Create::No) {
+                return Err(Nfs4Error::Inval.into());
+            }
+            let st = self.v4.state.lock().unwrap();
+            match st.lookup(&s)? {
+                StateRef::Deleg(id)
+                    if st.delegs[&id].client == client && st.delegs[&id].file == key => {}
+                _ => return Err(Nfs4Error::BadStateId.into()),
+            }
+        }
+        if access & SHARE_WRITE != 0 || deny & SHARE_READ != 0 {
+            // Writers (and readers' deniers) wait for read delegations to come back.
+            self.clear_for_change(key, Some(client))?;
+        }
+        let handle = self.handle_for(&file.share, &file.attr);
+        let (r, released, deleg) = {
             let mut st = self.v4.state.lock().unwrap();
             let (r, released) = st.open(client, &owner, key, access, deny, &file.share.fs);
-            (r.map(|(id, seq)| st.stateid_of(id, seq)), released)
+            let deleg = (r.is_ok()
+                && access == SHARE_READ
+                && deny == 0
+                && matches!(claim, 0 | 4)
+                && super::delegations::wants_delegation(share_access))
+            .then(|| st.grant_read_deleg(client, key, &handle))
+            .flatten();
+            (r.map(|(id, seq)| st.stateid_of(id, seq)), released, deleg)
         };
         ctx.releases.extend(released);
         let stateid = r?;
@@ -985,7 +1023,12 @@ impl NfsService {
         }
         e.u32(OPEN4_RESULT_LOCKTYPE_POSIX | OPEN4_RESULT_PRESERVE_UNLINKED);
         attrset.encode(e);
-        e.u32(0); // OPEN_DELEGATE_NONE
+        match &deleg {
+            Some(d) => super::delegations::encode_read_delegation(e, d),
+            None => {
+                e.u32(0); // OPEN_DELEGATE_NONE
+            }
+        }
         ctx.cur = Some(Fh::File(self.handle_for(&file.share, &file_attr)));
         ctx.cur_stateid = Some(stateid);
         Ok(())
@@ -1013,7 +1056,7 @@ impl NfsService {
                 }
                 Ok(id)
             }
-            StateRef::Lock(_) => Err(Nfs4Error::BadStateId),
+            StateRef::Lock(_) | StateRef::Deleg(_) => Err(Nfs4Error::BadStateId),
         }
     }
 
@@ -1083,6 +1126,17 @@ impl NfsService {
         let open = match st.lookup(&s)? {
             StateRef::Open(id) => id,
             StateRef::Lock(id) => st.lock_owners[&id].open,
+            StateRef::Deleg(id) => {
+                // A read delegation's stateid reads; it never writes.
+                let d = &st.delegs[&id];
+                if d.client != client || d.file != key {
+                    return Err(Nfs4Error::BadStateId.into());
+                }
+                if write {
+                    return Err(Nfs4Error::OpenMode.into());
+                }
+                return Ok(());
+            }
         };
         let o = st.opens.get(&open).ok_or(Nfs4Error::BadStateId)?;
         if o.client != client || o.file != key {
@@ -1150,6 +1204,7 @@ impl NfsService {
         }
         let t = self.writable_file(ctx)?;
         self.check_io_stateid(ctx, s, &t, true)?;
+        self.clear_for_change(open_file_key(&t), ctx.client)?;
         let n = t.share.fs.write(t.ino, offset, payload)?;
         probe_update(|p| (p.bytes, p.offset) = (payload.len() as u32, offset));
         let committed = if stable == UNSTABLE4 {
@@ -1223,6 +1278,7 @@ impl NfsService {
         let length = d.u64()?;
         let t = self.writable_file(ctx)?;
         self.check_io_stateid(ctx, s, &t, true)?;
+        self.clear_for_change(open_file_key(&t), ctx.client)?;
         t.share.fs.punch(t.ino, offset, length)?;
         Ok(())
     }
@@ -1257,6 +1313,7 @@ impl NfsService {
         // with the current stateid of the saved handle.
         self.check_io_stateid(ctx, src_stateid, &src, false)?;
         let dst = self.writable_file(ctx)?;
+        self.clear_for_change(open_file_key(&dst), ctx.client)?;
         self.check_io_stateid(ctx, dst_stateid, &dst, true)?;
         if src_offset > src.attr.size {
             return Err(Nfs4Error::Inval.into());
@@ -1332,6 +1389,9 @@ impl NfsService {
             }
         }
         let key = open_file_key(&t);
+        // A delegation's holder may be caching locks of its own: it tells them
+        // when the delegation is recalled, before anyone else's lock is decided.
+        self.clear_for_change(key, Some(client))?;
         let lock_id = match locker {
             Locker::New { open, owner } => {
                 let open_id = self.open_of(ctx, open, &t)?;
@@ -1352,7 +1412,9 @@ impl NfsService {
                         }
                         id
                     }
-                    StateRef::Open(_) => return Err(Nfs4Error::BadStateId.into()),
+                    StateRef::Open(_) | StateRef::Deleg(_) => {
+                        return Err(Nfs4Error::BadStateId.into())
+                    }
                 }
             }
         };
@@ -1410,6 +1472,7 @@ impl NfsService {
         if self.v4.state.lock().unwrap().in_grace() {
             return Err(Nfs4Error::Grace.into());
         }
+        self.clear_for_change(open_file_key(&t), Some(client))?;
         let write = locktype == 2 || locktype == 4;
         let denied = self.v4.state.lock().unwrap().test_lock(
             open_file_key(&t),
@@ -1444,7 +1507,7 @@ impl NfsService {
             let mut st = self.v4.state.lock().unwrap();
             let id = match st.lookup(&s)? {
                 StateRef::Lock(id) => id,
-                StateRef::Open(_) => return Err(Nfs4Error::BadStateId.into()),
+                StateRef::Open(_) | StateRef::Deleg(_) => return Err(Nfs4Error::BadStateId.into()),
             };
             let l = &st.lock_owners[&id];
             if l.client != client || l.file != open_file_key(&t) {
@@ -1478,6 +1541,7 @@ impl NfsService {
         for s in ids {
             let status = match st.lookup(&s) {
                 Ok(StateRef::Open(id)) if st.opens[&id].client == client => 0,
+                Ok(StateRef::Deleg(id)) if st.delegs[&id].client == client => 0,
                 Ok(StateRef::Lock(id)) if st.lock_owners[&id].client == client => 0,
                 Ok(_) => Nfs4Error::BadStateId as u32,
                 Err(e) => e as u32,
@@ -1496,6 +1560,9 @@ impl NfsService {
         }
         match st.lookup(&s)? {
             StateRef::Lock(id) if st.lock_owners[&id].client == client => Ok(st.free_lock(id)?),
+            StateRef::Deleg(id) if st.delegs[&id].client == client => {
+                Err(Nfs4Error::LocksHeld.into())
+            }
             StateRef::Open(id) if st.opens[&id].client == client => {
                 Err(Nfs4Error::LocksHeld.into())
             }

@@ -9,6 +9,7 @@
 //! - `state.rs`: the server's memory of clients, sessions, opens (share reservations)
 //!   and byte-range locks, with their stateids and leases; pure logic, no I/O.
 //! - `files.rs`: the operations on files and directories (OPEN to COPY).
+//! - `delegations.rs`: read delegations, DELEGRETURN and their recall (CB_RECALL).
 //! - `attrs.rs`: the attribute bitmaps, fattr4 encoding, settable attributes, owners.
 //! - `pseudo.rs`: the pseudo-filesystem that joins the shared datasets under `/`.
 //!
@@ -22,6 +23,7 @@
 pub(crate) mod attrs;
 pub mod client;
 pub(crate) mod compound;
+pub(crate) mod delegations;
 pub(crate) mod files;
 pub(crate) mod pseudo;
 pub(crate) mod session;
@@ -330,6 +332,7 @@ impl From<crate::proto::Status> for Nfs4Error {
             S::NotSupp => Nfs4Error::NotSupp,
             S::TooSmall => Nfs4Error::TooSmall,
             S::BadType => Nfs4Error::BadType,
+            S::Jukebox => Nfs4Error::Delay,
             S::Io | S::NxIo | S::NotSync | S::ServerFault | S::Ok => Nfs4Error::Io,
         }
     }

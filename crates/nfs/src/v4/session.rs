@@ -4,14 +4,16 @@
 //!
 //! Channel attributes asked for are honoured up to this server's bounds and answered
 //! with what was granted: requests and replies up to the transport's record limit,
-//! at most `MAX_OPS` operations, at most `MAX_SLOTS` slots. No back channel is
-//! offered (the server never calls back: it hands out no delegations), so
-//! CREATE_SESSION never grants CONN_BACK_CHAN.
+//! at most `MAX_OPS` operations, at most `MAX_SLOTS` slots. The connection of a
+//! CREATE_SESSION that asks for it (CONN_BACK_CHAN), or one bound later with
+//! BIND_CONN_TO_SESSION, is the session's back channel: delegations are recalled
+//! over it (one slot, one callback at a time).
 
 use super::compound::{Ctx, OpFail, OpOut};
-use super::state::{Client, Session, Slot, SlotReply, V4State};
+use super::state::{BackChan, Client, Session, Slot, SlotReply, V4State};
 use super::{op, Nfs4Error, MAX_OPS, MAX_SLOTS, OPAQUE_LIMIT};
 use crate::service::NfsService;
+use crate::transport::BackChannel;
 use crate::transport::MAX_RECORD_BYTES;
 use crate::xdr::{Decoder, Encoder, XdrResult};
 use std::net::IpAddr;
@@ -24,6 +26,7 @@ const MAX_CACHED_REPLY: u32 = 64 << 10;
 const EXCHGID4_FLAG_USE_NON_PNFS: u32 = 0x0001_0000;
 const EXCHGID4_FLAG_CONFIRMED_R: u32 = 0x8000_0000;
 const SP4_NONE: u32 = 0;
+const CONN_BACK_CHAN: u32 = 0x2;
 
 /// The NFSv4 side of the service: client and session state, and who this server is.
 pub(crate) struct V4Server {
@@ -142,25 +145,39 @@ impl NfsService {
     ) -> OpOut {
         match opnum {
             op::EXCHANGE_ID => self.op_exchange_id(ctx.call.peer.ip(), d, e),
-            op::CREATE_SESSION => self.op_create_session(ctx.call.peer.ip(), d, e),
+            op::CREATE_SESSION => {
+                self.op_create_session(ctx.call.peer.ip(), ctx.call.back.clone(), d, e)
+            }
             op::BIND_CONN_TO_SESSION => {
                 let sessionid: [u8; 16] = d.fixed(16)?.try_into().unwrap();
                 let dir = d.u32()?;
                 let _rdma = d.bool()?;
-                if !self
-                    .v4
-                    .state
-                    .lock()
-                    .unwrap()
-                    .session_of_peer(&sessionid, ctx.call.peer.ip())
-                {
+                let mut st = self.v4.state.lock().unwrap();
+                if !st.session_of_peer(&sessionid, ctx.call.peer.ip()) {
                     return Err(Nfs4Error::BadSession.into());
                 }
+                // CDFC4_FORE 1, BACK 2, FORE_OR_BOTH 3, BACK_OR_BOTH 7.
                 if !matches!(dir, 1 | 2 | 3 | 7) {
                     return Err(Nfs4Error::Inval.into());
                 }
-                // Every connection may carry the fore channel; none is a back channel.
-                e.fixed(&sessionid).u32(1).bool(false);
+                let sess = st.sessions.get_mut(&sessionid).expect("checked");
+                let mut bound = 1; // CDFS4_FORE
+                if dir != 1 {
+                    if let Some(conn) = ctx.call.back.clone() {
+                        let program = sess.back.as_ref().map_or(0, |b| b.program);
+                        let slot = sess
+                            .back
+                            .as_ref()
+                            .map_or_else(|| Arc::new(Mutex::new(1)), |b| b.slot.clone());
+                        sess.back = Some(BackChan {
+                            conn,
+                            program,
+                            slot,
+                        });
+                        bound = 3; // CDFS4_BOTH
+                    }
+                }
+                e.fixed(&sessionid).u32(bound).bool(false);
                 Ok(())
             }
             op::DESTROY_SESSION => {
@@ -317,13 +334,19 @@ impl NfsService {
         Ok(())
     }
 
-    fn op_create_session(&self, peer: IpAddr, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
+    fn op_create_session(
+        &self,
+        peer: IpAddr,
+        conn: Option<Arc<dyn BackChannel>>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+    ) -> OpOut {
         let clientid = d.u64()?;
         let seq = d.u32()?;
-        let _flags = d.u32()?;
+        let flags = d.u32()?;
         let fore = decode_channel(d)?;
         let back = decode_channel(d)?;
-        let _cb_program = d.u32()?;
+        let cb_program = d.u32()?;
         skip_cb_sec_parms(d)?;
         let mut released = Vec::new();
         let r = (|| -> Result<Vec<u8>, OpFail> {
@@ -382,6 +405,19 @@ impl NfsService {
                 released.extend(st.purge_client(o));
             }
             let sessionid = st.new_session_id();
+            // The connection becomes the back channel when the client asks for it.
+            let back_chan = conn
+                .filter(|_| flags & CONN_BACK_CHAN != 0)
+                .map(|conn| BackChan {
+                    conn,
+                    program: cb_program,
+                    slot: Arc::new(Mutex::new(1)),
+                });
+            let granted_flags = if back_chan.is_some() {
+                CONN_BACK_CHAN
+            } else {
+                0
+            };
             st.sessions.insert(
                 sessionid,
                 Session {
@@ -396,10 +432,11 @@ impl NfsService {
                     max_request: granted.max_request,
                     max_response: granted.max_response,
                     max_response_cached: granted.max_response_cached,
+                    back: back_chan,
                 },
             );
             let mut out = Encoder::new();
-            out.fixed(&sessionid).u32(seq).u32(0);
+            out.fixed(&sessionid).u32(seq).u32(granted_flags);
             encode_channel(&mut out, &granted);
             encode_channel(&mut out, &granted_back);
             st.confirmed(&owner);

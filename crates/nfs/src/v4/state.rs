@@ -13,6 +13,12 @@
 //! this is on disk yet. Leases are courteous: a client that stopped renewing keeps its
 //! state until another client conflicts with it, and only then loses all of it.
 //!
+//! Delegations: a client opening a file only to read it may get a read delegation
+//! (`grant_read_deleg`) when it has a back channel and nobody writes the file; any
+//! change to the file by anyone (NFSv3 included), and any byte-range lock, first
+//! recalls it (`break_delegations`: CB_RECALL, and DELAY for the change until the
+//! holder returns it or its lease runs out after the recall, when it is revoked).
+//!
 //! Bounds: `MAX_CLIENTS` client records (a new one past that evicts the least recently
 //! renewed client that holds no state), `MAX_SLOTS` slots a session, `MAX_SESSIONS_PER_CLIENT`
 //! sessions a client, `MAX_LOCKS_PER_FILE` lock ranges a file.
@@ -26,6 +32,7 @@ use std::time::{Duration, Instant};
 pub const MAX_CLIENTS: usize = 4096;
 pub const MAX_SESSIONS_PER_CLIENT: usize = 16;
 pub const MAX_LOCKS_PER_FILE: usize = 4096;
+pub const MAX_DELEGATIONS: usize = 100_000;
 
 /// share_access and share_deny bits.
 pub const SHARE_READ: u32 = 1;
@@ -100,6 +107,7 @@ pub struct Session {
     pub max_request: u32,
     pub max_response: u32,
     pub max_response_cached: u32,
+    pub back: Option<BackChan>,
 }
 
 pub struct Client {
@@ -163,6 +171,39 @@ struct FileState {
 pub enum StateRef {
     Open(u64),
     Lock(u64),
+    Deleg(u64),
+}
+
+/// A read delegation: the client may cache the file's data and attributes and open
+/// it for reading without asking, until it is recalled.
+pub struct Deleg {
+    pub client: u64,
+    pub file: FileKey,
+    /// The file's handle, for CB_RECALL.
+    pub fh: Vec<u8>,
+    /// When CB_RECALL was sent (the holder then has a lease to return it).
+    pub recalled: Option<Instant>,
+}
+
+/// A session's back channel: where callbacks go.
+pub struct BackChan {
+    pub conn: Arc<dyn crate::transport::BackChannel>,
+    pub program: u32,
+    /// The next sequence id of the back channel's one slot, held while a callback
+    /// uses the slot (one callback at a time a session).
+    pub slot: Arc<std::sync::Mutex<u32>>,
+}
+
+/// A CB_RECALL to send (after the state lock is let go).
+pub struct Recall {
+    pub back: (
+        Arc<dyn crate::transport::BackChannel>,
+        u32,
+        Arc<std::sync::Mutex<u32>>,
+    ),
+    pub session: [u8; 16],
+    pub stateid: Stateid,
+    pub fh: Vec<u8>,
 }
 
 pub struct V4State {
@@ -180,6 +221,7 @@ pub struct V4State {
     /// client needed what they held, by client: they answer EXPIRED until the client
     /// frees them, and SEQUENCE tells the client some of its state is gone.
     revoked: HashMap<[u8; 12], u64>,
+    pub delegs: HashMap<u64, Deleg>,
     lease: Duration,
     /// Recovery after a restart (see `Recovery`).
     pub recovery: Recovery,
@@ -380,6 +422,7 @@ impl V4State {
             lock_owners: HashMap::new(),
             files: HashMap::new(),
             revoked: HashMap::new(),
+            delegs: HashMap::new(),
             lease: Duration::from_secs(LEASE_SECONDS as u64),
             recovery: Recovery::default(),
         }
@@ -398,7 +441,8 @@ impl V4State {
             let id = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap());
             let used = self.clients.contains_key(&id)
                 || self.opens.contains_key(&id)
-                || self.lock_owners.contains_key(&id);
+                || self.lock_owners.contains_key(&id)
+                || self.delegs.contains_key(&id);
             if id > 1 && !used {
                 return id;
             }
@@ -434,6 +478,8 @@ impl V4State {
             (StateRef::Open(id), o.seqid)
         } else if let Some(l) = self.lock_owners.get(&id) {
             (StateRef::Lock(id), l.seqid)
+        } else if self.delegs.contains_key(&id) {
+            (StateRef::Deleg(id), 1)
         } else if self.revoked.contains_key(&s.other) {
             return Err(Nfs4Error::Expired);
         } else {
@@ -543,6 +589,7 @@ impl V4State {
     /// Drops a client and everything it holds.
     pub fn purge_client(&mut self, client: u64) -> Vec<Release> {
         self.revoked.retain(|_, c| *c != client);
+        self.delegs.retain(|_, d| d.client != client);
         if let Some(c) = self.clients.remove(&client) {
             // A confirmed client can no longer reclaim anything, here or after a
             // restart (an unconfirmed record of the same owner changes nothing).
@@ -583,9 +630,18 @@ impl V4State {
             .filter(|(_, l)| l.client == client && l.seqid > 0)
             .map(|(id, _)| *id)
             .collect();
-        for id in opens.iter().chain(&locks) {
+        let delegs: Vec<u64> = self
+            .delegs
+            .iter()
+            .filter(|(_, d)| d.client == client)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in opens.iter().chain(&locks).chain(&delegs) {
             let other = self.stateid_of(*id, 0).other;
             self.revoked.insert(other, client);
+        }
+        for id in delegs {
+            self.delegs.remove(&id);
         }
         opens
             .into_iter()
@@ -794,6 +850,112 @@ impl V4State {
         let mut released = Vec::new();
         let ok = holders.is_empty() || self.clear_expired(holders, &mut released).is_ok();
         (ok, released)
+    }
+
+    // ---- delegations ----
+
+    /// A client's live back channel, if any of its sessions has one.
+    fn back_of(&self, client: u64) -> Option<([u8; 16], &BackChan)> {
+        self.sessions.iter().find_map(|(id, s)| {
+            let b = s.back.as_ref()?;
+            (s.client == client && b.conn.is_open()).then_some((*id, b))
+        })
+    }
+
+    /// Whether some of the client's delegations cannot be recalled: it holds some and
+    /// none of its sessions has a live back channel (SEQUENCE says CB_PATH_DOWN).
+    pub fn callback_path_down(&self, client: u64) -> bool {
+        self.delegs.values().any(|d| d.client == client) && self.back_of(client).is_none()
+    }
+
+    /// A read delegation for a read-only open, when it is safe: the client can be
+    /// called back, nobody has the file open for writing, no delegation of it is
+    /// being recalled, and the client holds none of it yet.
+    pub fn grant_read_deleg(&mut self, client: u64, file: FileKey, fh: &[u8]) -> Option<Stateid> {
+        self.back_of(client)?;
+        let writers = self.files.get(&file).is_some_and(|f| {
+            f.opens
+                .iter()
+                .filter_map(|id| self.opens.get(id))
+                .any(|o| o.access & SHARE_WRITE != 0 || o.deny & SHARE_READ != 0)
+        });
+        let busy = self
+            .delegs
+            .values()
+            .any(|d| d.file == file && (d.recalled.is_some() || d.client == client));
+        if writers || busy || self.delegs.len() >= MAX_DELEGATIONS {
+            return None;
+        }
+        let id = self.next_id();
+        self.delegs.insert(
+            id,
+            Deleg {
+                client,
+                file,
+                fh: fh.to_vec(),
+                recalled: None,
+            },
+        );
+        Some(self.stateid_of(id, 1))
+    }
+
+    /// Delegations of `file` in the way of a change to it (by anyone; `holder`: a
+    /// client whose own delegation, once recalled, is not in its way, so it can
+    /// write back what it cached). Ones not yet recalled are marked and returned to
+    /// be recalled; ones recalled over a lease ago are revoked. `true` when none is
+    /// left in the way.
+    pub fn break_delegations(&mut self, file: FileKey, holder: Option<u64>) -> (bool, Vec<Recall>) {
+        let now = Instant::now();
+        let ids: Vec<u64> = self
+            .delegs
+            .iter()
+            .filter(|(_, d)| d.file == file)
+            .filter(|(_, d)| !(d.recalled.is_some() && Some(d.client) == holder))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut recalls = Vec::new();
+        let mut clear = true;
+        for id in ids {
+            let (client, recalled, fh) = {
+                let d = &self.delegs[&id];
+                (d.client, d.recalled, d.fh.clone())
+            };
+            match recalled {
+                Some(at) if now.saturating_duration_since(at) > self.lease => {
+                    tracing::info!(client, "delegation not returned within the lease: revoked");
+                    self.delegs.remove(&id);
+                    let other = self.stateid_of(id, 0).other;
+                    self.revoked.insert(other, client);
+                }
+                Some(_) => clear = false,
+                None => {
+                    clear = false;
+                    self.delegs.get_mut(&id).expect("listed").recalled = Some(now);
+                    // Without a way to call it, the client has a lease to notice
+                    // CB_PATH_DOWN and return the delegation, else it is revoked.
+                    if let Some((session, b)) = self.back_of(client) {
+                        recalls.push(Recall {
+                            back: (b.conn.clone(), b.program, b.slot.clone()),
+                            session,
+                            stateid: self.stateid_of(id, 1),
+                            fh,
+                        });
+                    }
+                }
+            }
+        }
+        (clear, recalls)
+    }
+
+    /// DELEGRETURN.
+    pub fn delegreturn(&mut self, id: u64, client: u64, file: FileKey) -> OpResult<()> {
+        match self.delegs.get(&id) {
+            Some(d) if d.client == client && d.file == file => {
+                self.delegs.remove(&id);
+                Ok(())
+            }
+            _ => Err(Nfs4Error::BadStateId),
+        }
     }
 
     // ---- locks ----

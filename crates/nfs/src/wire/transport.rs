@@ -27,18 +27,26 @@
 //! call. While the reader writes such a reply it reads nothing, so a client that does
 //! not take its replies is slowed by TCP flow control, as `MAX_IN_FLIGHT` slows it.
 //!
+//! The back channel: a service may call the client back on the connection a call
+//! came on (`Call::back`, NFSv4.1 callbacks). Its call goes out under the same write
+//! lock as replies; the client's reply is a record of type REPLY, which the reader
+//! hands to the waiting caller by xid instead of to a worker. A reply nobody waits
+//! for (too late) is dropped.
+//!
 //! Written on std threads rather than an async runtime: every call ends in blocking
 //! filesystem and pool work, so a worker pool is what an async server would need
 //! anyway, and the path stays short.
 
 use crate::rpc::{self, Accept, AuthStat, CallHeader, HeaderError};
 use crate::xdr::{Decoder, Encoder};
+use std::collections::HashMap;
 use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use pool::ReadBuf;
 
@@ -60,6 +68,18 @@ pub struct Call<'a> {
     pub received: Instant,
     pub header: CallHeader,
     pub record: &'a [u8],
+    /// The connection the call came on, for calls back to the client (none when
+    /// the call did not come over a connection, as in the fuzz harness).
+    pub back: Option<Arc<dyn BackChannel>>,
+}
+
+/// Calls from the server to the client on a client's connection.
+pub trait BackChannel: Send + Sync {
+    /// Sends the record `call(xid)` makes (a whole RPC call) and waits up to
+    /// `timeout` for the reply record with that xid.
+    fn call(&self, call: &dyn Fn(u32) -> Vec<u8>, timeout: Duration) -> std::io::Result<Vec<u8>>;
+    /// Whether the connection is still there.
+    fn is_open(&self) -> bool;
 }
 
 impl<'a> Call<'a> {
@@ -133,6 +153,31 @@ struct Conn {
     in_flight: Mutex<usize>,
     done: Condvar,
     closed: AtomicBool,
+    /// Calls back to the client waiting for their replies, by xid.
+    callbacks: Mutex<HashMap<u32, crossbeam_channel::Sender<Vec<u8>>>>,
+    next_callback_xid: AtomicU32,
+}
+
+impl BackChannel for Conn {
+    fn call(&self, call: &dyn Fn(u32) -> Vec<u8>, timeout: Duration) -> std::io::Result<Vec<u8>> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(std::io::ErrorKind::NotConnected.into());
+        }
+        let xid = self.next_callback_xid.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.callbacks.lock().unwrap().insert(xid, tx);
+        self.send(&Reply {
+            head: call(xid),
+            data: None,
+        });
+        let answer = rx.recv_timeout(timeout);
+        self.callbacks.lock().unwrap().remove(&xid);
+        answer.map_err(|_| std::io::ErrorKind::TimedOut.into())
+    }
+
+    fn is_open(&self) -> bool {
+        !self.closed.load(Ordering::SeqCst)
+    }
 }
 
 impl Conn {
@@ -274,6 +319,7 @@ impl RpcServer {
                                 received: job.received,
                                 header: job.header,
                                 record: &job.record.record,
+                                back: Some(job.conn.clone() as Arc<dyn BackChannel>),
                             };
                             if let Some(reply) = service.call(&call) {
                                 job.conn.send(&reply);
@@ -394,6 +440,9 @@ fn accept_loop(
             in_flight: Mutex::new(0),
             done: Condvar::new(),
             closed: AtomicBool::new(false),
+            callbacks: Mutex::new(HashMap::new()),
+            // Apart from the client's own xids in its logs.
+            next_callback_xid: AtomicU32::new(0x5ca1_0000),
         });
         {
             let mut all = conns.lock().unwrap();
@@ -464,6 +513,13 @@ fn read_loop(
     loop {
         let record = read_record(&mut stream, Some(budget))?;
         let received = Instant::now();
+        if let Some(xid) = reply_xid(&record.record) {
+            // The client's answer to a call back: to whoever waits for it.
+            if let Some(tx) = conn.callbacks.lock().unwrap().remove(&xid) {
+                let _ = tx.send(record.record);
+            }
+            continue;
+        }
         let header = match decode_record(&record.record) {
             Decoded::Call(header) => header,
             // RPC-level errors need no service: answered here.
@@ -479,6 +535,7 @@ fn read_loop(
             received,
             header,
             record: &record.record,
+            back: Some(conn.clone() as Arc<dyn BackChannel>),
         };
         if let Some(reply) = service.call_cached(&call) {
             conn.send(&reply);
@@ -576,6 +633,13 @@ fn read_mark<R: Read>(stream: &mut R, mark: &mut [u8; 4], idle_ok: bool) -> Resu
     Ok(())
 }
 
+/// The xid of a record that is an RPC reply (the client answering a call back).
+fn reply_xid(record: &[u8]) -> Option<u32> {
+    let xid = u32::from_be_bytes(record.get(0..4)?.try_into().ok()?);
+    let mtype = u32::from_be_bytes(record.get(4..8)?.try_into().ok()?);
+    (mtype == rpc::MSG_REPLY).then_some(xid)
+}
+
 /// The RPC-level answer to a record (errors of the header itself, or the service's):
 /// what the server sends back for one record (a whole RPC message, record marking
 /// removed) from `peer`: `None` for records that get no reply (unreadable, not a call,
@@ -595,6 +659,7 @@ pub fn answer_record(
             received,
             header,
             record,
+            back: None,
         }),
     }
 }

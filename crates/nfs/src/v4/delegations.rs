@@ -1,0 +1,147 @@
+//! Read delegations: granting one at OPEN, DELEGRETURN, and recalling them over the
+//! back channel (CB_COMPOUND of CB_SEQUENCE and CB_RECALL, RFC 8881 sections 10.4,
+//! 20.2 and 20.9) when anyone, over NFSv4 or NFSv3, changes the file or locks it.
+//!
+//! A change that meets a delegation is answered DELAY (NFSv3: JUKEBOX) while the
+//! recall is out; the client retries, and goes ahead once the holder has returned
+//! the delegation, or once a lease has passed since the recall (the delegation is
+//! then revoked). Callbacks are sent from a thread of their own, never from a worker
+//! that holds a call, and never under the state lock.
+
+use super::compound::{decode_stateid, encode_stateid, Ctx, OpOut};
+use super::state::{FileKey, Recall, StateRef, Stateid};
+use super::{Nfs4Error, OpResult};
+use crate::rpc::{self, AuthSys, Credential};
+use crate::service::NfsService;
+use crate::xdr::{Decoder, Encoder};
+use std::time::Duration;
+
+const CB_COMPOUND: u32 = 1;
+const CB_VERSION: u32 = 1;
+const OP_CB_RECALL: u32 = 4;
+const OP_CB_SEQUENCE: u32 = 11;
+/// How long one CB_RECALL waits for the client's reply.
+const CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// OPEN4_SHARE_ACCESS_WANT_NO_DELEG, in share_access's want bits.
+pub const WANT_NO_DELEG: u32 = 0x0400;
+const WANT_MASK: u32 = 0xff00;
+
+/// Whether an OPEN's want bits leave room for a delegation.
+pub fn wants_delegation(share_access: u32) -> bool {
+    share_access & WANT_MASK != WANT_NO_DELEG
+}
+
+/// open_delegation4 of a read delegation: its stateid, no recall pending, and an
+/// empty ACE (the client checks access itself, with ACCESS).
+pub fn encode_read_delegation(e: &mut Encoder, stateid: &Stateid) {
+    e.u32(1); // OPEN_DELEGATE_READ
+    encode_stateid(e, stateid);
+    e.bool(false);
+    e.u32(0).u32(0).u32(0).opaque(b""); // nfsace4: ALLOWED, no flags, no mask, no who
+}
+
+impl NfsService {
+    /// Clears the way for a change to `file` (or a lock on it): `true` when no
+    /// delegation is in the way; otherwise the ones not yet recalled are, and the
+    /// caller answers DELAY (JUKEBOX). `holder`: the client making the change, whose
+    /// own recalled delegation does not stop it.
+    pub(crate) fn break_delegations(&self, file: FileKey, holder: Option<u64>) -> bool {
+        let (clear, recalls) = self
+            .v4
+            .state
+            .lock()
+            .unwrap()
+            .break_delegations(file, holder);
+        for r in recalls {
+            let spawned = std::thread::Builder::new()
+                .name("nfs4-recall".into())
+                .spawn(move || send_recall(r));
+            if let Err(e) = spawned {
+                tracing::warn!("no thread for a delegation recall: {e}");
+            }
+        }
+        clear
+    }
+
+    pub(crate) fn op_delegreturn(&self, ctx: &mut Ctx<'_, '_>, d: &mut Decoder<'_>) -> OpOut {
+        let s = ctx.stateid(decode_stateid(d)?)?;
+        let client = ctx.client()?;
+        let key = match ctx.cur()? {
+            super::pseudo::Fh::Pseudo(_) => return Err(Nfs4Error::BadStateId.into()),
+            super::pseudo::Fh::File(h) => {
+                let t = self.target(ctx.call, h)?;
+                (t.fsid, t.ino)
+            }
+        };
+        let mut st = self.v4.state.lock().unwrap();
+        match st.lookup(&s)? {
+            StateRef::Deleg(id) => Ok(st.delegreturn(id, client, key)?),
+            _ => Err(Nfs4Error::BadStateId.into()),
+        }
+    }
+
+    /// The v4 answer to a change that met a delegation being recalled.
+    pub(crate) fn clear_for_change(&self, file: FileKey, holder: Option<u64>) -> OpResult<()> {
+        if self.break_delegations(file, holder) {
+            Ok(())
+        } else {
+            Err(Nfs4Error::Delay)
+        }
+    }
+}
+
+/// CB_COMPOUND { CB_SEQUENCE, CB_RECALL } to the holder; its answer only tells that
+/// the client heard (it returns the delegation with DELEGRETURN).
+fn send_recall(r: Recall) {
+    let (conn, program, slot) = r.back;
+    let mut seq = slot.lock().unwrap();
+    let cred = Credential::Sys(AuthSys {
+        stamp: 0,
+        machine: b"shoal".to_vec(),
+        uid: 0,
+        gid: 0,
+        gids: vec![],
+    });
+    let record = |xid: u32| {
+        let mut e = rpc::encode_call(xid, program, CB_VERSION, CB_COMPOUND, &cred);
+        e.opaque(b"").u32(1).u32(0).u32(2);
+        e.u32(OP_CB_SEQUENCE)
+            .fixed(&r.session)
+            .u32(*seq)
+            .u32(0)
+            .u32(0)
+            .bool(false)
+            .u32(0);
+        e.u32(OP_CB_RECALL);
+        encode_stateid(&mut e, &r.stateid);
+        e.bool(false).opaque(&r.fh);
+        e.buf
+    };
+    match conn.call(&record, CALLBACK_TIMEOUT) {
+        Ok(reply) => {
+            // The slot's request was heard: the next one takes the next id.
+            *seq = seq.wrapping_add(1);
+            if let Some(status) = compound_status(&reply) {
+                if status != 0 {
+                    tracing::info!(status, "CB_RECALL answered with an error");
+                }
+            }
+        }
+        Err(e) => tracing::info!("CB_RECALL got no answer: {e}"),
+    }
+}
+
+/// The status of a CB_COMPOUND reply (after the accepted RPC header).
+fn compound_status(reply: &[u8]) -> Option<u32> {
+    let mut d = Decoder::new(reply);
+    d.u32().ok()?; // xid
+    if d.u32().ok()? != rpc::MSG_REPLY || d.u32().ok()? != 0 {
+        return None;
+    }
+    d.u32().ok()?;
+    d.opaque(400).ok()?;
+    if d.u32().ok()? != 0 {
+        return None;
+    }
+    d.u32().ok()
+}

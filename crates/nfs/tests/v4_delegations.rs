@@ -1,0 +1,264 @@
+//! Read delegations over real TCP connections (the back channel is the client's own
+//! connection): a read-only open with a back channel gets one; a conflicting change
+//! by another client is answered DELAY while a CB_RECALL goes to the holder; after
+//! DELEGRETURN the change goes ahead; a holder that never answers loses the
+//! delegation a lease after the recall, and SEQUENCE tells it.
+
+mod common;
+
+use nfs::rpc::{self, AuthSys, Credential};
+use nfs::transport::{read_reply_record, RpcServer, LAST_FRAGMENT};
+use nfs::v4::client::{
+    decode_reply, ChannelAttrs, Claim, Compound, CompoundReply, OpenHow, Session, SetAttrs,
+    Stateid, SHARE_ACCESS_BOTH, SHARE_ACCESS_READ, SHARE_DENY_NONE,
+};
+use nfs::v4::{op, Nfs4Error};
+use nfs::xdr::{Decoder, Encoder};
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+const CONN_BACK_CHAN: u32 = 0x2;
+
+fn root() -> Credential {
+    Credential::Sys(AuthSys {
+        stamp: 0,
+        machine: b"deleg-test".to_vec(),
+        uid: 0,
+        gid: 0,
+        gids: vec![],
+    })
+}
+
+/// One client on one connection, which is also its back channel.
+struct Client {
+    stream: TcpStream,
+    xid: u32,
+    session: Session,
+    /// Callbacks received while waiting for replies: (xid, whole record).
+    callbacks: Vec<(u32, Vec<u8>)>,
+}
+
+impl Client {
+    fn connect(addr: std::net::SocketAddr, owner: &str) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut c = Client {
+            stream,
+            xid: owner.len() as u32 * 1000,
+            session: Session::new(0, [0; 16]),
+            callbacks: Vec::new(),
+        };
+        let mut x = Compound::new("x");
+        x.exchange_id(b"verifier", owner.as_bytes(), 0);
+        let r = c.send(&x);
+        let x = r.results[0].exchange_id().unwrap().clone();
+        let mut cs = Compound::new("cs");
+        cs.create_session_with_flags(
+            x.clientid,
+            x.seq,
+            CONN_BACK_CHAN,
+            &ChannelAttrs::fore(),
+            &ChannelAttrs::back(),
+        );
+        let r = c.send(&cs);
+        let made = r.results[0].create_session().unwrap().clone();
+        assert_eq!(
+            made.flags & CONN_BACK_CHAN,
+            CONN_BACK_CHAN,
+            "back channel granted"
+        );
+        c.session = Session::new(x.clientid, made.sessionid);
+        let mut rc = c.session.compound();
+        rc.reclaim_complete(false);
+        assert_eq!(c.send(&rc).status, 0);
+        c
+    }
+
+    /// Sends a COMPOUND and waits for its reply, keeping callbacks that come first.
+    fn send(&mut self, c: &Compound) -> CompoundReply {
+        self.xid += 1;
+        let record = c.record(self.xid, &root());
+        let mark = (LAST_FRAGMENT | record.len() as u32).to_be_bytes();
+        self.stream.write_all(&mark).unwrap();
+        self.stream.write_all(&record).unwrap();
+        loop {
+            let rec = read_reply_record(&mut self.stream).unwrap();
+            let mut d = Decoder::new(&rec);
+            let xid = d.u32().unwrap();
+            if d.u32().unwrap() == rpc::MSG_CALL {
+                self.callbacks.push((xid, rec));
+                continue;
+            }
+            assert_eq!(xid, self.xid);
+            return decode_reply(&rec).unwrap();
+        }
+    }
+
+    /// Answers a callback: CB_COMPOUND OK with CB_SEQUENCE and CB_RECALL results.
+    fn answer_callback(&mut self, xid: u32) {
+        let mut e = Encoder::new();
+        e.u32(xid).u32(rpc::MSG_REPLY).u32(0).u32(0).u32(0).u32(0);
+        e.u32(0).opaque(b"").u32(0); // status OK, tag, no results: enough for the test
+        let mark = (LAST_FRAGMENT | e.buf.len() as u32).to_be_bytes();
+        self.stream.write_all(&mark).unwrap();
+        self.stream.write_all(&e.buf).unwrap();
+    }
+
+    /// Waits for a callback to arrive (reading with a no-op COMPOUND if none came yet).
+    fn wait_callback(&mut self) -> (u32, Vec<u8>) {
+        for _ in 0..200 {
+            if let Some(cb) = self.callbacks.pop() {
+                return cb;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            let mut c = self.session.compound();
+            c.putrootfh();
+            self.send(&c);
+        }
+        panic!("no callback came");
+    }
+
+    /// Makes file `name` in `dir` with an open for writing, then closes it.
+    fn make(&mut self, dir: &[u8], name: &str) {
+        let r = self.open(dir, name, SHARE_ACCESS_BOTH, b"maker");
+        assert_eq!(r.status, 0, "{:?}", r.summary());
+        let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+        assert_eq!(open.delegation, 0, "a write open gets no read delegation");
+        let fh = r.last().unwrap().fh().unwrap().to_vec();
+        let mut c = self.session.compound();
+        c.putfh(&fh).close(&open.stateid);
+        assert_eq!(self.send(&c).status, 0);
+    }
+
+    fn root_of_share(&mut self) -> Vec<u8> {
+        let mut c = self.session.compound();
+        c.putrootfh();
+        for n in ["tank", "home", "share"] {
+            c.lookup(n);
+        }
+        c.getfh();
+        let r = self.send(&c);
+        assert_eq!(r.status, 0, "{:?}", r.summary());
+        r.last().unwrap().fh().unwrap().to_vec()
+    }
+
+    fn open(&mut self, dir: &[u8], name: &str, access: u32, owner: &[u8]) -> CompoundReply {
+        let clientid = self.session.clientid;
+        let mut c = self.session.compound();
+        c.putfh(dir)
+            .open(
+                access,
+                SHARE_DENY_NONE,
+                clientid,
+                owner,
+                &OpenHow::Unchecked(SetAttrs::mode(0o644)),
+                &Claim::Null(name),
+            )
+            .getfh();
+        self.send(&c)
+    }
+}
+
+/// The CB_RECALL in a CB_COMPOUND call record: the stateid it recalls.
+fn recalled_stateid(record: &[u8]) -> Stateid {
+    let header = rpc::decode_call(record).unwrap();
+    let mut d = Decoder::new(&record[header.args_at..]);
+    assert_eq!((header.version, header.procedure), (1, 1), "CB_COMPOUND");
+    d.opaque(1024).unwrap(); // tag
+    assert_eq!(d.u32().unwrap(), 1, "minor version");
+    d.u32().unwrap(); // callback_ident
+    assert_eq!(d.u32().unwrap(), 2, "two operations");
+    assert_eq!(d.u32().unwrap(), 11, "CB_SEQUENCE");
+    d.fixed(16).unwrap();
+    for _ in 0..3 {
+        d.u32().unwrap();
+    }
+    d.bool().unwrap();
+    assert_eq!(d.u32().unwrap(), 0, "no referring calls");
+    assert_eq!(d.u32().unwrap(), 4, "CB_RECALL");
+    Stateid::decode(&mut d).unwrap()
+}
+
+fn serve(service: nfs::NfsService) -> (RpcServer, std::net::SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = RpcServer::start(vec![listener], Arc::new(service), 4).unwrap();
+    let addr = server.local_addrs()[0];
+    (server, addr)
+}
+
+#[test]
+fn a_read_delegation_is_recalled_before_another_client_writes() {
+    let (_pool, datasets) = common::pool_with_share();
+    let (_server, addr) = serve(common::service_for(&datasets, 1));
+    let mut a = Client::connect(addr, "client-a");
+    let mut b = Client::connect(addr, "client-b");
+    let root = a.root_of_share();
+    // A makes the file (a write open gets no delegation), then opens it to read.
+    a.make(&root, "f");
+    let r = a.open(&root, "f", SHARE_ACCESS_READ, b"oa2");
+    let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    assert_eq!(open.delegation, 1, "a read delegation");
+    let deleg = open.delegation_stateid.unwrap();
+    let fh = r.last().unwrap().fh().unwrap().to_vec();
+    // B wants to write: DELAY, and A is called back with that delegation.
+    let r = b.open(&root, "f", SHARE_ACCESS_BOTH, b"ob");
+    assert_eq!(r.status, Nfs4Error::Delay as u32, "{:?}", r.summary());
+    let (cb_xid, cb) = a.wait_callback();
+    assert_eq!(recalled_stateid(&cb), deleg);
+    a.answer_callback(cb_xid);
+    // Still DELAY until A gives it back.
+    let r = b.open(&root, "f", SHARE_ACCESS_BOTH, b"ob");
+    assert_eq!(r.status, Nfs4Error::Delay as u32);
+    let mut c = a.session.compound();
+    c.putfh(&fh).raw_op(op::DELEGRETURN, &{
+        let mut e = Encoder::new();
+        deleg.encode(&mut e);
+        e.buf
+    });
+    let r = a.send(&c);
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    let r = b.open(&root, "f", SHARE_ACCESS_BOTH, b"ob");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    // With a writer, nobody gets a read delegation.
+    let r = a.open(&root, "f", SHARE_ACCESS_READ, b"oa3");
+    assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+}
+
+#[test]
+fn a_holder_that_never_returns_its_delegation_loses_it_a_lease_after_the_recall() {
+    let (_pool, datasets) = common::pool_with_share();
+    let service = common::service_for(&datasets, 1);
+    service.set_v4_lease(Duration::from_millis(300));
+    let (_server, addr) = serve(service);
+    let mut a = Client::connect(addr, "client-a");
+    let mut b = Client::connect(addr, "client-b");
+    let root = a.root_of_share();
+    a.make(&root, "f");
+    let r = a.open(&root, "f", SHARE_ACCESS_READ, b"oa2");
+    let deleg = r
+        .find(op::OPEN)
+        .unwrap()
+        .open()
+        .unwrap()
+        .delegation_stateid
+        .expect("a delegation");
+    let r = b.open(&root, "f", SHARE_ACCESS_BOTH, b"ob");
+    assert_eq!(r.status, Nfs4Error::Delay as u32);
+    // A ignores the recall. A lease later B goes ahead.
+    std::thread::sleep(Duration::from_millis(600));
+    let r = b.open(&root, "f", SHARE_ACCESS_BOTH, b"ob");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    // A learns that state was revoked, and its delegation stateid is expired.
+    let mut c = a.session.compound();
+    c.test_stateid(&[deleg]);
+    let r = a.send(&c);
+    assert_eq!(r.results[0].sequence().unwrap().status_flags & 0x10, 0x10);
+    assert_eq!(
+        r.last().unwrap().test_stateid().unwrap(),
+        &[Nfs4Error::Expired as u32]
+    );
+}
