@@ -37,6 +37,28 @@ fn sys(uid: u32, gid: u32, gids: Vec<u32>) -> Credential {
     })
 }
 
+/// A pool `name`: a mirror of two 64 MiB simulated devices, deterministic I/O, no
+/// sync thread, a 16 MiB ARC (the fuzz harness's, and the NFS tests').
+pub fn simulated_mirror(name: &str) -> Arc<Pool> {
+    let devs: Vec<DeviceArg> = (0..2)
+        .map(|i| DeviceArg {
+            path: format!("sim{i}"),
+            device: SimDevice::new(64 << 20, i),
+        })
+        .collect();
+    let options = PoolOptions {
+        arc_max_bytes: Some(16 << 20),
+        sync_thread: false,
+        deterministic_io: true,
+        ..PoolOptions::default()
+    };
+    let top = TopArg {
+        layout: Layout::Mirror,
+        devices: devs,
+    };
+    Pool::create(name, vec![top], vec![], vec![], options).expect("a pool on simulated devices")
+}
+
 pub struct Harness {
     service: NfsService,
     /// The NFSv4 session the COMPOUND shapes run in (made anew if one destroys it).
@@ -57,23 +79,7 @@ impl Harness {
     /// A mirror of two 64 MiB simulated devices, dataset `fuzz/share` shared to
     /// everyone read-write, holding a file `f` (8 KiB) and a directory `d`.
     pub fn new() -> Harness {
-        let devs: Vec<DeviceArg> = (0..2)
-            .map(|i| DeviceArg {
-                path: format!("sim{i}"),
-                device: SimDevice::new(64 << 20, i),
-            })
-            .collect();
-        let options = PoolOptions {
-            arc_max_bytes: Some(16 << 20),
-            sync_thread: false,
-            deterministic_io: true,
-            ..PoolOptions::default()
-        };
-        let top = TopArg {
-            layout: Layout::Mirror,
-            devices: devs,
-        };
-        let pool = Pool::create("fuzz", vec![top], vec![], vec![], options).unwrap();
+        let pool = simulated_mirror("fuzz");
         let datasets = fs::Datasets::new(pool.clone()).unwrap();
         datasets.create("fuzz/share", &[]).unwrap();
         let service = NfsService::new(1);
