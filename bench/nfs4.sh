@@ -7,9 +7,12 @@
 # Servers: shoal on a raidz2 of six files (recordsize 128K, compression off, ARC big
 # enough for the file set) and Ganesha 'as users run it' (FSAL VFS on the ext4 this
 # machine has, Protocols 3 and 4, minor versions 1 and 2), both on loopback.
-# Tests, all on a file set that fits both servers' caches (from-disk reads over v3 are
-# bench/nfs.sh's): cached 128K reads, 8K random reads, 128K streaming writes, and a
-# metadata loop (create, stat, remove of small files), each over v3 and v4.1.
+# Tests on a file set that fits both servers' caches: cached 128K reads, 8K random
+# reads, 128K streaming writes, and a metadata loop (create, stat, remove of small
+# files), each over v3 and v4.1. Then reads from disk (DISK_MIB, default 2048, of
+# files against a 256 MiB ARC, one stream and four, 128K reads 16 in flight) over v3
+# and v4.1 beside the raw disk (fio, O_DIRECT, 1 MiB, 32 in flight, the file
+# system's best), shoal only, every round after dropping the host's caches.
 # Rounds are interleaved (every test, every server and version, then the next round)
 # and figures are medians with their spread (min, max). Each run also records the
 # server process's CPU seconds (/proc/PID/stat), so efficiency reads as CPU-seconds
@@ -22,9 +25,10 @@ DIR=${BENCH_DIR:-/var/tmp/shoal-bench}/nfs4
 REPEAT=${REPEAT:-3}
 SECONDS_RUN=${SECONDS_RUN:-8}
 SET_MIB=${SET_MIB:-512}
+DISK_MIB=${DISK_MIB:-4096}
 THREADS=${THREADS:-4}
 . bench/lib.sh
-need nfs-ganesha nfs-ganesha-vfs rpcbind
+need nfs-ganesha nfs-ganesha-vfs rpcbind fio
 cargo build --release -q -p shoal
 SHOAL=$PWD/target/release/shoal
 export SHOAL_STATE_DIR="$DIR/state"
@@ -135,10 +139,60 @@ for round in $(seq "$REPEAT"); do
     done
 done
 
-python3 - "$OUT/results.jsonl" "$REPEAT" "$SECONDS_RUN" "$SET_MIB" "$THREADS" "$(git rev-parse --short HEAD)" <<'PY'
+# --- from disk: shoal again with an ARC far smaller than the files ---
+kill -TERM "$(cat "$OUT/shoal.pid")"
+while kill -0 "$(cat "$OUT/shoal.pid")" 2>/dev/null; do sleep 0.1; done
+SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off --arc-max 256M \
+    --share 'sbench/fs=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
+echo $! > "$OUT/shoal.pid"
+for _ in $(seq 100); do ss -ltn | grep -q ":$SHOAL_PORT " && break; sleep 0.1; done
+DISK_FILE=$(( DISK_MIB / 8 ))M
+"$SHOAL" bench run --threads 4 $(endpoint shoal 3) --workload read --files 8 --file-size "$DISK_FILE" \
+    --dir shoal-bench-disk >/dev/null 2>>"$OUT/bench.log"
+fio --name=raw --filename="$DIR/raw" --size="${DISK_MIB}M" --rw=write --bs=1M --direct=1 \
+    --ioengine=psync --output-format=json > /dev/null
+raw_read() {
+    drop_caches
+    fio --name=raw --filename="$DIR/raw" --size="${DISK_MIB}M" --rw=read --bs=1M --direct=1 \
+        --ioengine=libaio --iodepth=32 --output-format=json \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["read"]["bw_bytes"]/1e6)'
+}
+disk_read() { # VERSION STREAMS -> one JSON line
+    drop_caches
+    local out
+    # shellcheck disable=SC2046
+    out=$("$SHOAL" bench run --json --nfs-version "$1" --threads "$2" $(endpoint shoal "$1") --workload read \
+        --io-size 128K --depth 16 --files 8 --file-size "$DISK_FILE" --dir shoal-bench-disk 2>>"$OUT/bench.log") \
+        || { log "from-disk read v$1 failed"; tail -5 "$OUT/bench.log" >&2; }
+    python3 -c 'import json,sys; a=json.loads(sys.argv[1])["aggregate"]["stonewall"]; print(a["mb_per_s"])' "$out"
+}
+for round in $(seq "$REPEAT"); do
+    log "from-disk round $round of $REPEAT"
+    for streams in 1 4; do
+        raw=$(raw_read)
+        v3=$(disk_read 3 "$streams")
+        v41=$(disk_read 4.1 "$streams")
+        echo "{\"server\": \"disk\", \"test\": \"read_disk_s$streams\", \"raw_mb_per_s\": $raw, \"v3_mb_per_s\": $v3, \"v41_mb_per_s\": $v41}" \
+            | tee -a "$OUT/disk.jsonl" >&2
+    done
+done
+
+python3 - "$OUT/results.jsonl" "$REPEAT" "$SECONDS_RUN" "$SET_MIB" "$THREADS" "$(git rev-parse --short HEAD)" "$OUT/disk.jsonl" "$DISK_MIB" <<'PY'
 import json, statistics, sys, datetime
-path, repeat, seconds, set_mib, threads, commit = sys.argv[1:]
+path, repeat, seconds, set_mib, threads, commit, disk_path, disk_mib = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
+disk = [json.loads(l) for l in open(disk_path)]
+from_disk = {}
+for s in (1, 4):
+    rs = [d for d in disk if d["test"] == f"read_disk_s{s}"]
+    per = lambda k: [d[k] for d in rs]
+    ratio = [d["v41_mb_per_s"] / d["raw_mb_per_s"] for d in rs if d["raw_mb_per_s"]]
+    from_disk[f"streams {s}"] = {
+        "raw_disk_mb_per_s": per("raw_mb_per_s"), "shoal_v3_mb_per_s": per("v3_mb_per_s"),
+        "shoal_v41_mb_per_s": per("v41_mb_per_s"),
+        "v41_vs_raw_disk_per_round": [round(x, 3) for x in ratio],
+        "v41_vs_raw_disk_median": round(statistics.median(ratio), 3) if ratio else None,
+    }
 def series(server, version, test, key):
     return [r[key] for r in rows if r["server"] == server and r["version"] == version
             and r["test"] == test and "error" not in r]
@@ -175,9 +229,12 @@ print(json.dumps({
               "threads": int(threads), "depth": 8, "client": "shoal bench (one process, loopback)",
               "shoal": "raidz2 of six files, recordsize 128K, compression off, ARC 2G",
               "ganesha": "FSAL VFS on ext4, Protocols 3 and 4, Minor_Versions 1, 2"},
-    "targets (issue 23)": {"read cached >= 1.2x ganesha": ratios["read_cached_128k: shoal v4.1 / ganesha v4.1"],
+    "targets (issue 23)": {"read from disk >= 0.85x raw disk (1 stream)": from_disk["streams 1"]["v41_vs_raw_disk_median"],
+                           "read from disk >= 0.85x raw disk (4 streams)": from_disk["streams 4"]["v41_vs_raw_disk_median"],
+                           "read cached >= 1.2x ganesha": ratios["read_cached_128k: shoal v4.1 / ganesha v4.1"],
                            "randread 8K >= 1.5x ganesha": ratios["randread_8k: shoal v4.1 / ganesha v4.1"],
                            "metadata >= 1.0x own v3": ratios["metadata: shoal v4.1 / shoal v3"],
                            "metadata >= 1.5x ganesha v4.1": ratios["metadata: shoal v4.1 / ganesha v4.1"]},
+    "from_disk": {"setup": f"shoal with a 256 MiB ARC, {disk_mib} MiB in 8 files, 128K reads 16 in flight, host caches dropped before each run; raw disk: fio O_DIRECT 1 MiB x 32 on the same file system", **from_disk, "runs": disk},
     "ratios": ratios, "figures": figures, "runs": rows}, indent=1))
 PY
