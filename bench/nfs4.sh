@@ -9,7 +9,7 @@
 # machine has, Protocols 3 and 4, minor versions 1 and 2), both on loopback.
 # Tests on a file set that fits both servers' caches: cached 128K reads, 8K random
 # reads, 128K streaming writes, and a metadata loop (create, stat, remove of small
-# files), each over v3 and v4.1. Then reads from disk (DISK_MIB, default 2048, of
+# files), each over v3 and v4.1. Then reads from disk (DISK_MIB, default 4096, of
 # files against a 256 MiB ARC, one stream and four, 128K reads 16 in flight) over v3
 # and v4.1 beside the raw disk (fio, O_DIRECT, 1 MiB, 32 in flight, the file
 # system's best), shoal only, every round after dropping the host's caches.
