@@ -59,6 +59,16 @@ impl From<crate::proto::Status> for OpFail {
 
 pub(crate) type OpOut = Result<(), OpFail>;
 
+/// A READ answered from memory: the handle it named, that handle resolved (so the
+/// READ does not resolve it again), and the data for (offset, count).
+pub(crate) struct Prefetched {
+    pub fh: Vec<u8>,
+    pub target: crate::service::Target,
+    pub offset: u64,
+    pub count: u32,
+    pub data: ReadBuf,
+}
+
 /// The state of one COMPOUND as its operations run.
 pub(crate) struct Ctx<'c, 'a> {
     pub call: &'c Call<'a>,
@@ -74,9 +84,9 @@ pub(crate) struct Ctx<'c, 'a> {
     pub last_op: bool,
     /// Files whose last open went away during the COMPOUND.
     pub releases: Vec<Release>,
-    /// The data of the COMPOUND's READ, found in memory before it ran
-    /// (`NfsService::compound_cached`): (object, offset, count, data).
-    pub prefetched: Option<(u64, u64, u32, ReadBuf)>,
+    /// The COMPOUND's READ as `NfsService::compound_cached` found it before it ran:
+    /// its file resolved and its data in memory.
+    pub prefetched: Option<Prefetched>,
 }
 
 impl Ctx<'_, '_> {
@@ -175,10 +185,17 @@ impl NfsService {
         }
         let want = count.min(crate::service::RTMAX) as usize;
         let data = t.share.fs.read_parts_cached(t.ino, offset, want).ok()??;
-        Some(self.run_compound(call, Some((t.ino, offset, count, data))))
+        let prefetched = Prefetched {
+            fh: fh.to_vec(),
+            target: t,
+            offset,
+            count,
+            data,
+        };
+        Some(self.run_compound(call, Some(prefetched)))
     }
 
-    fn run_compound(&self, call: &Call<'_>, prefetched: Option<(u64, u64, u32, ReadBuf)>) -> Reply {
+    fn run_compound(&self, call: &Call<'_>, prefetched: Option<Prefetched>) -> Reply {
         let mut d = call.args();
         let head = (|| -> Result<_, XdrError> {
             let tag = d.opaque(OPAQUE_LIMIT)?;

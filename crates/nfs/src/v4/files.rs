@@ -1169,15 +1169,22 @@ impl NfsService {
         let s = decode_stateid(d)?;
         let offset = d.u64()?;
         let count = d.u32()?;
-        let t = self.file_for_io(ctx)?;
+        // The READ compound_cached found in memory, if this is it (same handle, range).
+        let found = ctx.prefetched.take().filter(|p| {
+            (p.offset, p.count) == (offset, count) && matches!(&ctx.cur, Some(Fh::File(h)) if *h == p.fh)
+        });
+        let (t, cached) = match found {
+            Some(p) => (p.target, Some(p.data)),
+            None => (self.file_for_io(ctx)?, None),
+        };
         self.check_io_stateid(ctx, s, &t, false)?;
         let c = &t.access.cred;
         if !(may(&t.attr, c, MAY_READ) || c.uid == t.attr.uid || may(&t.attr, c, MAY_EXEC)) {
             return Err(Nfs4Error::Access.into());
         }
-        let bytes = match ctx.prefetched.take() {
-            Some((ino, at, n, data)) if (ino, at, n) == (t.ino, offset, count) => data,
-            _ => t
+        let bytes = match cached {
+            Some(data) => data,
+            None => t
                 .share
                 .fs
                 .read_parts(t.ino, offset, count.min(RTMAX) as usize)?,

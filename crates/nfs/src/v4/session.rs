@@ -37,6 +37,8 @@ pub(crate) struct V4Server {
     pub owner: Vec<u8>,
     /// The lease as the `lease_time` attribute reports it.
     pub lease: std::sync::atomic::AtomicU32,
+    /// The state's count of delegations (`V4State::deleg_count`).
+    pub deleg_count: Arc<std::sync::atomic::AtomicUsize>,
     /// Owner names (`name@domain`), when an id domain is configured.
     pub names: std::sync::RwLock<Option<Arc<super::attrs::IdMap>>>,
 }
@@ -46,8 +48,10 @@ impl V4Server {
         let h = blake3::hash(&boot_nonce.to_le_bytes());
         let boot = u32::from_le_bytes(h.as_bytes()[..4].try_into().unwrap());
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        let state = V4State::new(boot);
         V4Server {
-            state: Mutex::new(V4State::new(boot)),
+            deleg_count: state.deleg_count.clone(),
+            state: Mutex::new(state),
             boot_time: fs::Timespec::now(),
             owner: format!("shoal@{}", host.trim()).into_bytes(),
             lease: std::sync::atomic::AtomicU32::new(super::LEASE_SECONDS),

@@ -222,6 +222,9 @@ pub struct V4State {
     /// frees them, and SEQUENCE tells the client some of its state is gone.
     revoked: HashMap<[u8; 12], u64>,
     pub delegs: HashMap<u64, Deleg>,
+    /// How many delegations exist, readable without this state's lock, so a change
+    /// to a file pays for a look at delegations only while some exist.
+    pub deleg_count: Arc<std::sync::atomic::AtomicUsize>,
     lease: Duration,
     /// Recovery after a restart (see `Recovery`).
     pub recovery: Recovery,
@@ -423,6 +426,7 @@ impl V4State {
             files: HashMap::new(),
             revoked: HashMap::new(),
             delegs: HashMap::new(),
+            deleg_count: Arc::default(),
             lease: Duration::from_secs(LEASE_SECONDS as u64),
             recovery: Recovery::default(),
         }
@@ -590,6 +594,7 @@ impl V4State {
     pub fn purge_client(&mut self, client: u64) -> Vec<Release> {
         self.revoked.retain(|_, c| *c != client);
         self.delegs.retain(|_, d| d.client != client);
+        self.delegs_changed();
         if let Some(c) = self.clients.remove(&client) {
             // A confirmed client can no longer reclaim anything, here or after a
             // restart (an unconfirmed record of the same owner changes nothing).
@@ -643,6 +648,7 @@ impl V4State {
         for id in delegs {
             self.delegs.remove(&id);
         }
+        self.delegs_changed();
         opens
             .into_iter()
             .filter_map(|id| self.drop_open(id))
@@ -854,6 +860,12 @@ impl V4State {
 
     // ---- delegations ----
 
+    /// Publishes the number of delegations after a change to them.
+    fn delegs_changed(&self) {
+        self.deleg_count
+            .store(self.delegs.len(), std::sync::atomic::Ordering::Release);
+    }
+
     /// A client's live back channel, if any of its sessions has one.
     fn back_of(&self, client: u64) -> Option<([u8; 16], &BackChan)> {
         self.sessions.iter().find_map(|(id, s)| {
@@ -896,6 +908,7 @@ impl V4State {
                 recalled: None,
             },
         );
+        self.delegs_changed();
         Some(self.stateid_of(id, 1))
     }
 
@@ -924,6 +937,7 @@ impl V4State {
                 Some(at) if now.saturating_duration_since(at) > self.lease => {
                     tracing::info!(client, "delegation not returned within the lease: revoked");
                     self.delegs.remove(&id);
+                    self.delegs_changed();
                     let other = self.stateid_of(id, 0).other;
                     self.revoked.insert(other, client);
                 }
@@ -952,6 +966,7 @@ impl V4State {
         match self.delegs.get(&id) {
             Some(d) if d.client == client && d.file == file => {
                 self.delegs.remove(&id);
+                self.delegs_changed();
                 Ok(())
             }
             _ => Err(Nfs4Error::BadStateId),
