@@ -364,7 +364,7 @@ impl NfsService {
     /// reclaim it.
     pub fn enable_v4_recovery(&self, path: std::path::PathBuf) -> std::io::Result<()> {
         let grace = std::time::Duration::from_secs(crate::v4::LEASE_SECONDS as u64);
-        let recovery = crate::v4::state::Recovery::open(path, grace)?;
+        let recovery = crate::v4::recovery::Recovery::open(path, grace)?;
         if recovery.grace_until.is_some() {
             tracing::info!(
                 clients = recovery.reclaimable.len(),

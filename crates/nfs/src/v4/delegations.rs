@@ -47,7 +47,12 @@ impl NfsService {
     /// own recalled delegation does not stop it.
     pub(crate) fn break_delegations(&self, file: FileKey, holder: Option<u64>) -> bool {
         // The common case, no delegation anywhere: no lock taken on every change.
-        if self.v4.deleg_count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        if self
+            .v4
+            .deleg_count
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
+        {
             return true;
         }
         let (clear, recalls) = self

@@ -8,8 +8,13 @@
 //!   DESTROY_SESSION, BIND_CONN_TO_SESSION, DESTROY_CLIENTID, RECLAIM_COMPLETE).
 //! - `state.rs`: the server's memory of clients, sessions, opens (share reservations)
 //!   and byte-range locks, with their stateids and leases; pure logic, no I/O.
-//! - `files.rs`: the operations on files and directories (OPEN to COPY).
+//! - the operations on files and directories, one file a kind: `handles.rs` (PUTFH,
+//!   LOOKUP, SECINFO), `attributes.rs` (GETATTR, SETATTR, VERIFY, ACCESS),
+//!   `namespace.rs` (CREATE, REMOVE, RENAME, LINK, READDIR, READLINK), `opens.rs`
+//!   (OPEN, CLOSE, OPEN_DOWNGRADE), `io.rs` (READ, WRITE, COMMIT, SEEK, DEALLOCATE,
+//!   COPY), `locks.rs` (LOCK, LOCKT, LOCKU, TEST_STATEID, FREE_STATEID).
 //! - `delegations.rs`: read delegations, DELEGRETURN and their recall (CB_RECALL).
+//! - `recovery.rs`: the client list for the grace period after a restart.
 //! - `attrs.rs`: the attribute bitmaps, fattr4 encoding, settable attributes, owners.
 //! - `pseudo.rs`: the pseudo-filesystem that joins the shared datasets under `/`.
 //!
@@ -20,12 +25,18 @@
 //! BAD_STATEID), and unflushed data is never lost because WRITE and COMMIT have the
 //! same durability as NFSv3's.
 
+pub(crate) mod attributes;
 pub(crate) mod attrs;
 pub mod client;
 pub(crate) mod compound;
 pub(crate) mod delegations;
-pub(crate) mod files;
+pub(crate) mod handles;
+pub(crate) mod io;
+pub(crate) mod locks;
+pub(crate) mod namespace;
+pub(crate) mod opens;
 pub(crate) mod pseudo;
+pub(crate) mod recovery;
 pub(crate) mod session;
 pub(crate) mod state;
 

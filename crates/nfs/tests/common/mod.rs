@@ -1,7 +1,12 @@
 //! What the NFSv4 tests share: a pool on simulated devices with `tank/home/share`
 //! shared read-write to everyone.
 
+// Each test binary uses part of what is here.
+#![allow(dead_code)]
+
 use nfs::{ExportRules, HandleKey, NfsService, Share};
+pub mod harness;
+
 use pool::Pool;
 use std::sync::Arc;
 

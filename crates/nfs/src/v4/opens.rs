@@ -1,0 +1,470 @@
+//! NFSv4 opens: OPEN (every claim and create mode this server takes, share
+//! reservations, read delegations granted), OPEN_DOWNGRADE and CLOSE, and the check
+//! of the stateid an I/O comes with (`check_io_stateid`).
+//!
+//! Every file handle is resolved by `NfsService::target`, the same check NFSv3 uses
+//! (MAC, share, export rules for this client, generation), and permissions are checked
+//! with the squashed credentials as for NFSv3.
+
+use super::attrs::{self, Bitmap, Settable};
+use super::compound::{decode_stateid, encode_stateid, Ctx, OpOut};
+use super::handles::{component, open_file_key};
+use super::namespace::change_info;
+use super::pseudo::Fh;
+use super::state::{StateRef, Stateid, SHARE_READ, SHARE_WRITE};
+use super::{Nfs4Error, OpResult};
+use crate::service::{may, NfsService, Target, MAY_EXEC, MAY_READ, MAY_WRITE};
+use crate::xdr::{Decoder, Encoder};
+use fs::{Cred, Kind, SetAttr, Timespec};
+
+pub(super) const OPEN4_RESULT_LOCKTYPE_POSIX: u32 = 4;
+pub(super) const OPEN4_RESULT_PRESERVE_UNLINKED: u32 = 8;
+
+impl NfsService {
+    // ---- opens ----
+
+    pub(crate) fn op_open(
+        &self,
+        ctx: &mut Ctx<'_, '_>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+    ) -> OpOut {
+        enum Create {
+            No,
+            Unchecked(Settable),
+            Guarded(Settable),
+            Exclusive([u8; 8], Settable),
+        }
+        let _seqid = d.u32()?;
+        let share_access = d.u32()?;
+        let access = share_access & 0xff;
+        let deny = d.u32()?;
+        let _owner_clientid = d.u64()?;
+        let owner = d.opaque(super::OPAQUE_LIMIT)?.to_vec();
+        let create = match d.u32()? {
+            0 => Create::No,
+            1 => match d.u32()? {
+                0 => Create::Unchecked(attrs::decode_settable(d)?),
+                1 => Create::Guarded(attrs::decode_settable(d)?),
+                2 => Create::Exclusive(d.fixed(8)?.try_into().unwrap(), Settable::default()),
+                3 => {
+                    let verf: [u8; 8] = d.fixed(8)?.try_into().unwrap();
+                    let s = attrs::decode_settable(d)?;
+                    if !s.given.minus(&attrs::EXCLCREAT).is_empty() {
+                        return Err(Nfs4Error::Inval.into());
+                    }
+                    Create::Exclusive(verf, s)
+                }
+                _ => return Err(Nfs4Error::BadXdr.into()),
+            },
+            _ => return Err(Nfs4Error::BadXdr.into()),
+        };
+        let claim = d.u32()?;
+        let mut deleg_claim = None;
+        let name = match claim {
+            0 => Some(component(d)?),
+            4 => None,
+            1 => {
+                // CLAIM_PREVIOUS: an open held before the server restarted, on the
+                // current file handle, reclaimed in the grace period.
+                let _delegation_type = d.u32()?;
+                None
+            }
+            // CLAIM_DELEGATE_CUR (a name) and CLAIM_DELEG_CUR_FH (the current
+            // handle): an open the client made under its delegation, told to the
+            // server before the delegation goes back.
+            2 => {
+                deleg_claim = Some(decode_stateid(d)?);
+                Some(component(d)?)
+            }
+            6 => {
+                deleg_claim = Some(decode_stateid(d)?);
+                None
+            }
+            3 => {
+                component(d)?;
+                return Err(Nfs4Error::NotSupp.into());
+            }
+            5 => return Err(Nfs4Error::NotSupp.into()),
+            _ => return Err(Nfs4Error::BadXdr.into()),
+        };
+        if !matches!(access, 1..=3) || deny > 3 {
+            return Err(Nfs4Error::Inval.into());
+        }
+        let client = ctx.client()?;
+        {
+            let st = self.v4.state.lock().unwrap();
+            if claim == 1 {
+                st.may_reclaim(client)?;
+            } else if st.in_grace() {
+                return Err(Nfs4Error::Grace.into());
+            }
+        }
+        let mut attrset = Bitmap::default();
+        let mut created = false;
+        let mut truncate = false;
+        if let (Some(name), Some(Fh::Pseudo(p))) = (name, ctx.cur.clone()) {
+            // Pseudo directories hold only the way to shares: nothing to open.
+            if !matches!(create, Create::No) {
+                return Err(Nfs4Error::RoFs.into());
+            }
+            let name = std::str::from_utf8(name).expect("checked by component");
+            return Err(match self.pseudo_child(ctx.call, &p, name) {
+                Some(_) => Nfs4Error::IsDir,
+                None => Nfs4Error::NoEnt,
+            }
+            .into());
+        }
+        let (dir, file) = match name {
+            None => {
+                if !matches!(create, Create::No) {
+                    return Err(Nfs4Error::Inval.into());
+                }
+                (None, self.cur_file(ctx, Nfs4Error::IsDir)?)
+            }
+            Some(name) => {
+                let dir = self.cur_file(ctx, Nfs4Error::RoFs)?;
+                if dir.attr.kind != Kind::Dir {
+                    return Err(if dir.attr.kind == Kind::Symlink {
+                        Nfs4Error::Symlink
+                    } else {
+                        Nfs4Error::NotDir
+                    }
+                    .into());
+                }
+                let fs = &dir.share.fs;
+                let cred = &dir.access.cred;
+                let a = match &create {
+                    Create::No => {
+                        if !may(&dir.attr, cred, MAY_EXEC) {
+                            return Err(Nfs4Error::Access.into());
+                        }
+                        fs.lookup(dir.ino, name)?
+                    }
+                    Create::Unchecked(s) | Create::Guarded(s) => {
+                        let guarded = matches!(create, Create::Guarded(_));
+                        // An existing name is opened (UNCHECKED) or refused (GUARDED)
+                        // without needing to change the directory.
+                        if !may(&dir.attr, cred, MAY_EXEC) {
+                            return Err(Nfs4Error::Access.into());
+                        }
+                        let existing = match fs.lookup(dir.ino, name) {
+                            Ok(a) => Some(a),
+                            Err(fs::FsError::NotFound(_)) => None,
+                            Err(e) => return Err(e.into()),
+                        };
+                        let made = match existing {
+                            Some(_) if guarded => return Err(Nfs4Error::Exist.into()),
+                            Some(a) => Err(a),
+                            None => {
+                                let t = self.dir_for_change(ctx)?;
+                                match fs.create(
+                                    t.ino,
+                                    name,
+                                    Kind::File,
+                                    s.mode.unwrap_or(0o644),
+                                    0,
+                                    cred,
+                                ) {
+                                    Ok(a) => Ok(a),
+                                    Err(fs::FsError::Exists) if !guarded => {
+                                        Err(fs.lookup(t.ino, name)?)
+                                    }
+                                    Err(e) => return Err(e.into()),
+                                }
+                            }
+                        };
+                        match made {
+                            Ok(a) => {
+                                created = true;
+                                attrset = s.given;
+                                let rest = Settable {
+                                    mode: None,
+                                    ..s.clone()
+                                };
+                                if rest != Settable::default() {
+                                    fs.setattr(a.ino, &rest.to_setattr(), cred)?
+                                } else {
+                                    a
+                                }
+                            }
+                            Err(a) => {
+                                // Truncated only once the open is granted (below).
+                                truncate = a.kind == Kind::File && s.size == Some(0);
+                                a
+                            }
+                        }
+                    }
+                    Create::Exclusive(verf, s) => {
+                        let t = self.dir_for_change(ctx)?;
+                        let va = u32::from_be_bytes(verf[0..4].try_into().unwrap()) as i64;
+                        let vm = u32::from_be_bytes(verf[4..8].try_into().unwrap()) as i64;
+                        match fs.create(t.ino, name, Kind::File, s.mode.unwrap_or(0o600), 0, cred) {
+                            Ok(a) => {
+                                created = true;
+                                attrset = s.given;
+                                // The verifier lives in the times until the client
+                                // sets them, so a retransmitted create finds its file.
+                                // Only the verifier is written as root; what the client
+                                // asks to set is set with its own credentials.
+                                let stamp = SetAttr {
+                                    atime: Some(Timespec { sec: va, nsec: 0 }),
+                                    mtime: Some(Timespec { sec: vm, nsec: 0 }),
+                                    ..SetAttr::default()
+                                };
+                                let a = fs.setattr(a.ino, &stamp, &Cred::root())?;
+                                let asked = SetAttr {
+                                    uid: s.uid,
+                                    gid: s.gid,
+                                    size: s.size,
+                                    ..SetAttr::default()
+                                };
+                                if asked.uid.is_some()
+                                    || asked.gid.is_some()
+                                    || asked.size.is_some()
+                                {
+                                    fs.setattr(a.ino, &asked, cred)?
+                                } else {
+                                    a
+                                }
+                            }
+                            Err(fs::FsError::Exists) => {
+                                let a = fs.lookup(t.ino, name)?;
+                                // A retransmission finds its own file: the verifier, and
+                                // made by this caller (the times alone can be read by
+                                // anyone).
+                                if a.kind == Kind::File
+                                    && a.atime.sec == va
+                                    && a.mtime.sec == vm
+                                    && a.uid == cred.uid
+                                {
+                                    created = true;
+                                    a
+                                } else {
+                                    return Err(Nfs4Error::Exist.into());
+                                }
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                };
+                let t = self.target(ctx.call, &self.handle_for(&dir.share, &a))?;
+                (Some(dir), t)
+            }
+        };
+        match file.attr.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(Nfs4Error::IsDir.into()),
+            Kind::Symlink => return Err(Nfs4Error::Symlink.into()),
+            _ => return Err(Nfs4Error::WrongType.into()),
+        }
+        let cred = &file.access.cred;
+        if access & SHARE_WRITE != 0 && (file.access.read_only || file.share.fs.props().readonly) {
+            return Err(Nfs4Error::RoFs.into());
+        }
+        if !created {
+            let owner_ok = cred.uid == file.attr.uid;
+            if access & SHARE_READ != 0 && !(may(&file.attr, cred, MAY_READ) || owner_ok) {
+                return Err(Nfs4Error::Access.into());
+            }
+            if access & SHARE_WRITE != 0 && !(may(&file.attr, cred, MAY_WRITE) || owner_ok) {
+                return Err(Nfs4Error::Access.into());
+            }
+        }
+        if truncate && access & SHARE_WRITE == 0 {
+            // A size in the create attributes of a read-only open (as Linux's server).
+            return Err(Nfs4Error::Inval.into());
+        }
+        let key = open_file_key(&file);
+        if let Some(s) = deleg_claim {
+            if !matches!(create, Create::No) {
+                return Err(Nfs4Error::Inval.into());
+            }
+            let st = self.v4.state.lock().unwrap();
+            match st.lookup(&s)? {
+                StateRef::Deleg(id)
+                    if st.delegs[&id].client == client && st.delegs[&id].file == key => {}
+                _ => return Err(Nfs4Error::BadStateId.into()),
+            }
+        }
+        if access & SHARE_WRITE != 0 || deny & SHARE_READ != 0 {
+            // Writers (and readers' deniers) wait for read delegations to come back.
+            self.clear_for_change(key, Some(client))?;
+        }
+        let handle = self.handle_for(&file.share, &file.attr);
+        let (r, released, deleg) = {
+            let mut st = self.v4.state.lock().unwrap();
+            let (r, released) = st.open(client, &owner, key, access, deny, &file.share.fs);
+            let deleg = (r.is_ok()
+                && access == SHARE_READ
+                && deny == 0
+                && matches!(claim, 0 | 4)
+                && super::delegations::wants_delegation(share_access))
+            .then(|| st.grant_read_deleg(client, key, &handle))
+            .flatten();
+            (r.map(|(id, seq)| st.stateid_of(id, seq)), released, deleg)
+        };
+        ctx.releases.extend(released);
+        let stateid = r?;
+        let mut file_attr = file.attr.clone();
+        if truncate && file.attr.size != 0 {
+            let trunc = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            match file.share.fs.setattr(file.ino, &trunc, cred) {
+                Ok(a) => {
+                    file_attr = a;
+                    attrset.set(attrs::SIZE);
+                }
+                Err(err) => {
+                    // Undo the open this truncation belonged to.
+                    let mut st = self.v4.state.lock().unwrap();
+                    // A new open (seqid 1) goes again; an upgraded one stays as it is.
+                    if let (1, Ok(StateRef::Open(id))) = (stateid.seqid, st.lookup(&stateid)) {
+                        if let Ok(rel) = st.close(id) {
+                            ctx.releases.extend(rel);
+                        }
+                    }
+                    return Err(err.into());
+                }
+            }
+        }
+        file.share.fs.settle(Ok(()))?;
+        encode_stateid(e, &stateid);
+        match &dir {
+            Some(d) => {
+                let after = d.share.fs.getattr(d.ino).ok();
+                change_info(e, &d.attr, after.as_ref());
+            }
+            None => {
+                e.bool(true).u64(0).u64(0);
+            }
+        }
+        e.u32(OPEN4_RESULT_LOCKTYPE_POSIX | OPEN4_RESULT_PRESERVE_UNLINKED);
+        attrset.encode(e);
+        match &deleg {
+            Some(d) => super::delegations::encode_read_delegation(e, d),
+            None => {
+                e.u32(0); // OPEN_DELEGATE_NONE
+            }
+        }
+        ctx.cur = Some(Fh::File(self.handle_for(&file.share, &file_attr)));
+        ctx.cur_stateid = Some(stateid);
+        Ok(())
+    }
+
+    /// Names may not go away while clients may still reclaim opens of them (as the
+    /// Linux server: REMOVE and RENAME wait for the grace period).
+    pub(crate) fn refuse_in_grace(&self) -> OpResult<()> {
+        if self.v4.state.lock().unwrap().in_grace() {
+            return Err(Nfs4Error::Grace);
+        }
+        Ok(())
+    }
+
+    /// An open stateid of this client for the current file: its id.
+    pub(crate) fn open_of(&self, ctx: &Ctx<'_, '_>, s: Stateid, t: &Target) -> OpResult<u64> {
+        let s = ctx.stateid(s)?;
+        let client = ctx.client()?;
+        let st = self.v4.state.lock().unwrap();
+        match st.lookup(&s)? {
+            StateRef::Open(id) => {
+                let o = &st.opens[&id];
+                if o.client != client || o.file != open_file_key(t) {
+                    return Err(Nfs4Error::BadStateId);
+                }
+                Ok(id)
+            }
+            StateRef::Lock(_) | StateRef::Deleg(_) => Err(Nfs4Error::BadStateId),
+        }
+    }
+
+    pub(crate) fn op_close(
+        &self,
+        ctx: &mut Ctx<'_, '_>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+    ) -> OpOut {
+        let _seqid = d.u32()?;
+        let s = decode_stateid(d)?;
+        let t = self.cur_file(ctx, Nfs4Error::IsDir)?;
+        let id = self.open_of(ctx, s, &t)?;
+        let released = self.v4.state.lock().unwrap().close(id)?;
+        ctx.releases.extend(released);
+        encode_stateid(e, &Stateid::INVALID);
+        ctx.cur_stateid = None;
+        Ok(())
+    }
+
+    pub(crate) fn op_open_downgrade(
+        &self,
+        ctx: &mut Ctx<'_, '_>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+    ) -> OpOut {
+        let s = decode_stateid(d)?;
+        let _seqid = d.u32()?;
+        let access = d.u32()? & 0xff;
+        let deny = d.u32()?;
+        let t = self.cur_file(ctx, Nfs4Error::IsDir)?;
+        let id = self.open_of(ctx, s, &t)?;
+        let stateid = {
+            let mut st = self.v4.state.lock().unwrap();
+            let seq = st.downgrade(id, access, deny)?;
+            st.stateid_of(id, seq)
+        };
+        encode_stateid(e, &stateid);
+        ctx.cur_stateid = Some(stateid);
+        Ok(())
+    }
+
+    /// Whether `s` allows I/O on `t` (RFC 8881 section 8.2.3): the special stateids
+    /// if no open denies it, else an open or lock stateid of this client for this
+    /// file whose open has the access (OPENMODE otherwise).
+    pub(crate) fn check_io_stateid(
+        &self,
+        ctx: &mut Ctx<'_, '_>,
+        s: Stateid,
+        t: &Target,
+        write: bool,
+    ) -> OpOut {
+        let s = ctx.stateid(s)?;
+        let key = open_file_key(t);
+        let mut st = self.v4.state.lock().unwrap();
+        if s.is_special() {
+            let (ok, released) = st.anonymous_allowed(key, write);
+            drop(st);
+            ctx.releases.extend(released);
+            return if ok {
+                Ok(())
+            } else {
+                Err(Nfs4Error::Locked.into())
+            };
+        }
+        let client = ctx.client()?;
+        let open = match st.lookup(&s)? {
+            StateRef::Open(id) => id,
+            StateRef::Lock(id) => st.lock_owners[&id].open,
+            StateRef::Deleg(id) => {
+                // A read delegation's stateid reads; it never writes.
+                let d = &st.delegs[&id];
+                if d.client != client || d.file != key {
+                    return Err(Nfs4Error::BadStateId.into());
+                }
+                if write {
+                    return Err(Nfs4Error::OpenMode.into());
+                }
+                return Ok(());
+            }
+        };
+        let o = st.opens.get(&open).ok_or(Nfs4Error::BadStateId)?;
+        if o.client != client || o.file != key {
+            return Err(Nfs4Error::BadStateId.into());
+        }
+        if write && o.access & SHARE_WRITE == 0 {
+            return Err(Nfs4Error::OpenMode.into());
+        }
+        Ok(())
+    }
+}
