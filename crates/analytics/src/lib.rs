@@ -87,8 +87,15 @@ pub enum AnalyticsError {
     BadRange(String),
 }
 
+/// What a queue holds: one event, or all the NFS events of one request (the
+/// operations of an NFSv4 COMPOUND), recorded with one push.
+enum Queued {
+    One(Event),
+    Nfs(Vec<NfsEvent>),
+}
+
 struct Shard {
-    queue: ArrayQueue<Event>,
+    queue: ArrayQueue<Queued>,
     dropped: AtomicU64,
 }
 
@@ -249,8 +256,21 @@ impl Analytics {
     #[inline]
     pub fn record(&self, event: Event) {
         let shard = &self.shards[THREAD_SHARD.with(|s| *s)];
-        if shard.queue.push(event).is_err() {
+        if shard.queue.push(Queued::One(event)).is_err() {
             shard.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records the NFS events of one request (an NFSv4 COMPOUND's operations) as
+    /// `record` would each, with one push.
+    pub fn record_nfs(&self, events: Vec<NfsEvent>) {
+        let n = events.len() as u64;
+        if n == 0 {
+            return;
+        }
+        let shard = &self.shards[THREAD_SHARD.with(|s| *s)];
+        if shard.queue.push(Queued::Nfs(events)).is_err() {
+            shard.dropped.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -353,8 +373,11 @@ impl Analytics {
     pub fn tick(&self, now: u64) {
         let mut events = Vec::new();
         for s in self.shards.iter() {
-            while let Some(e) = s.queue.pop() {
-                events.push(e);
+            while let Some(q) = s.queue.pop() {
+                match q {
+                    Queued::One(e) => events.push(e),
+                    Queued::Nfs(v) => events.extend(v.into_iter().map(Event::Nfs)),
+                }
             }
         }
         let resolver = self.resolver.read().unwrap().clone();

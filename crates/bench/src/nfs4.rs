@@ -46,6 +46,9 @@ struct Slots {
     /// The next sequence id of each slot.
     next_seq: Vec<u32>,
     free: Vec<u32>,
+    /// Callers waiting for a free slot (a slot given back wakes one only then: a
+    /// wake-up is a system call).
+    waiting: u32,
 }
 
 struct Inner {
@@ -70,8 +73,11 @@ pub struct SlotGuard {
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        self.inner.slots.lock().unwrap().free.push(self.slot);
-        self.inner.freed.notify_one();
+        let mut s = self.inner.slots.lock().unwrap();
+        s.free.push(self.slot);
+        if s.waiting > 0 {
+            self.inner.freed.notify_one();
+        }
     }
 }
 
@@ -89,10 +95,7 @@ fn unique_owner() -> Vec<u8> {
 
 /// Sends `c` (no SEQUENCE of its own, or one already in it) and decodes the reply.
 fn send(conn: &Connection, c: &Compound) -> Result<CompoundReply> {
-    let args = c.args();
-    let r = conn.call(NFS_PROGRAM, NFS_V4, COMPOUND, |e| {
-        e.buf.extend_from_slice(&args)
-    })?;
+    let r = conn.call(NFS_PROGRAM, NFS_V4, COMPOUND, |e| c.encode_args(e))?;
     decode_reply(&r.record).map_err(|e| anyhow!("an NFSv4 reply that does not parse: {e:?}"))
 }
 
@@ -143,6 +146,7 @@ impl Session {
                 slots: Mutex::new(Slots {
                     next_seq: vec![1; n as usize],
                     free: (0..n).rev().collect(),
+                    waiting: 0,
                 }),
                 freed: Condvar::new(),
                 highest: n - 1,
@@ -171,7 +175,9 @@ impl Session {
                     seq,
                 );
             }
+            s.waiting += 1;
             s = self.inner.freed.wait(s).unwrap();
+            s.waiting -= 1;
         }
     }
 

@@ -98,6 +98,15 @@ impl DirStore for ObjStore<'_> {
     }
 }
 
+/// Files held open (FUSE handles, NFSv4 opens) and, of those, the orphans: unlinked
+/// while open, kept (listed in the unlinked directory) until their last close.
+/// One lock for both, so a removal and a last close never miss each other.
+#[derive(Default)]
+struct OpenFiles {
+    counts: HashMap<u64, u32>,
+    orphans: std::collections::HashSet<u64>,
+}
+
 pub struct Filesystem {
     pool: Arc<Pool>,
     os: u64,
@@ -105,7 +114,7 @@ pub struct Filesystem {
     props: RwLock<EffectiveProps>,
     namespace: RwLock<()>,
     attr_locks: Vec<Mutex<()>>,
-    open_counts: Mutex<HashMap<u64, u32>>,
+    open_files: Mutex<OpenFiles>,
     limits: Arc<SpaceLimits>,
 }
 
@@ -189,7 +198,7 @@ impl Filesystem {
             props: RwLock::new(props),
             namespace: RwLock::new(()),
             attr_locks: (0..ATTR_LOCK_SHARDS).map(|_| Mutex::new(())).collect(),
-            open_counts: Mutex::new(HashMap::new()),
+            open_files: Mutex::default(),
         });
         let root = fs.getattr(ROOT_INO)?;
         if root.kind != Kind::Dir {
@@ -591,7 +600,15 @@ impl Filesystem {
         if a.nlink > 0 {
             return self.put_attr(tx, a);
         }
-        if self.is_open(a.ino) {
+        let orphaned = {
+            let mut of = self.open_files.lock().unwrap();
+            let open = of.counts.get(&a.ino).is_some_and(|&n| n > 0);
+            if open {
+                of.orphans.insert(a.ino);
+            }
+            open
+        };
+        if orphaned {
             self.put_attr(tx, a)?;
             let name = format!("{:x}", a.ino);
             return match Directory::new(&self.store(Some(tx), UNLINKED_INO)).insert(
@@ -614,18 +631,27 @@ impl Filesystem {
     }
 
     pub fn unlink(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
-        self.remove(parent, name, false, cred)
+        self.remove(parent, name, Some(false), cred)
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
-        self.remove(parent, name, true, cred)
+        self.remove(parent, name, Some(true), cred)
     }
 
-    fn remove(&self, parent: u64, name: &[u8], want_dir: bool, cred: &Cred) -> Result<()> {
+    /// Removes `name` whether it is a directory (which must be empty) or not, in one
+    /// walk of the directory (NFSv4's REMOVE).
+    pub fn remove_any(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
+        self.remove(parent, name, None, cred)
+    }
+
+    /// `want_dir`: `Some(true)` for rmdir, `Some(false)` for unlink, `None` for either.
+    fn remove(&self, parent: u64, name: &[u8], want_dir: Option<bool>, cred: &Cred) -> Result<()> {
         self.writable()?;
         match name {
-            b"." if want_dir => return Err(FsError::Invalid("cannot remove '.'".into())),
-            b".." if want_dir => return Err(FsError::NotEmpty),
+            b"." if want_dir != Some(false) => {
+                return Err(FsError::Invalid("cannot remove '.'".into()))
+            }
+            b".." if want_dir != Some(false) => return Err(FsError::NotEmpty),
             _ => {}
         }
         let _ns = self.namespace.write().unwrap();
@@ -635,22 +661,22 @@ impl Filesystem {
             .ok_or_else(|| FsError::NotFound(String::new()))?;
         let _l = self.lock_attrs(&[parent, entry.object]);
         let mut a = self.getattr(entry.object)?;
-        if want_dir && a.kind != Kind::Dir {
-            return Err(FsError::NotDir);
-        }
-        if !want_dir && a.kind == Kind::Dir {
-            return Err(FsError::IsDir);
+        let is_dir = a.kind == Kind::Dir;
+        match want_dir {
+            Some(true) if !is_dir => return Err(FsError::NotDir),
+            Some(false) if is_dir => return Err(FsError::IsDir),
+            _ => {}
         }
         if Self::sticky_denies(&p, &a, cred) {
             return Err(FsError::Perm);
         }
-        if want_dir && !Directory::new(&self.store(None, a.ino)).is_empty()? {
+        if is_dir && !Directory::new(&self.store(None, a.ino)).is_empty()? {
             return Err(FsError::NotEmpty);
         }
         let tx = self.pool.begin(0)?;
         Directory::new(&self.store(Some(&tx), parent)).remove(name)?;
         let now = Timespec::now();
-        if want_dir {
+        if is_dir {
             p.nlink = p.nlink.saturating_sub(1);
         }
         p.mtime = now;
@@ -1019,13 +1045,20 @@ impl Filesystem {
     // ---- open files ----
 
     pub fn opened(&self, ino: u64) {
-        *self.open_counts.lock().unwrap().entry(ino).or_insert(0) += 1;
+        *self
+            .open_files
+            .lock()
+            .unwrap()
+            .counts
+            .entry(ino)
+            .or_insert(0) += 1;
     }
 
     fn is_open(&self, ino: u64) -> bool {
-        self.open_counts
+        self.open_files
             .lock()
             .unwrap()
+            .counts
             .get(&ino)
             .is_some_and(|&n| n > 0)
     }
@@ -1033,36 +1066,39 @@ impl Filesystem {
     /// Last close of an unlinked file frees it.
     pub fn released(&self, ino: u64) -> Result<()> {
         {
-            let mut oc = self.open_counts.lock().unwrap();
-            let Some(n) = oc.get_mut(&ino) else {
+            let mut of = self.open_files.lock().unwrap();
+            let Some(n) = of.counts.get_mut(&ino) else {
                 return Ok(());
             };
             *n -= 1;
             if *n > 0 {
                 return Ok(());
             }
-            oc.remove(&ino);
-        }
-        if self.readonly() {
-            return Ok(());
-        }
-        // Almost every close is of a file that still has a name: decide that without
-        // the namespace lock, and take it (and look again) only for an unlinked one.
-        let unlinked = |fs: &Filesystem| -> Result<Option<Attr>> {
-            let Ok(info) = fs.pool.object_info(fs.os, ino) else {
-                return Ok(None);
-            };
-            let a = Attr::decode(ino, info.generation, &info.bonus)?;
-            Ok((a.nlink == 0 && !fs.is_open(ino)).then_some(a))
-        };
-        if unlinked(self)?.is_none() {
-            return Ok(());
+            of.counts.remove(&ino);
+            // Almost every close is of a file that still has a name: known here,
+            // without reading the object or taking the namespace lock.
+            if !of.orphans.remove(&ino) {
+                return Ok(());
+            }
         }
         let _ns = self.namespace.write().unwrap();
         let _l = self.lock_attrs(&[ino]);
-        let Some(a) = unlinked(self)? else {
+        let Ok(info) = self.pool.object_info(self.os, ino) else {
             return Ok(());
         };
+        let a = Attr::decode(ino, info.generation, &info.bonus)?;
+        debug_assert_eq!(
+            a.nlink, 0,
+            "an orphan is never linked again (`link` refuses)"
+        );
+        {
+            let mut of = self.open_files.lock().unwrap();
+            if of.counts.get(&ino).is_some_and(|&n| n > 0) {
+                // Opened again by its handle meanwhile: the next last close frees it.
+                of.orphans.insert(ino);
+                return Ok(());
+            }
+        }
         let tx = self.pool.begin(0)?;
         let name = format!("{ino:x}");
         let _ = Directory::new(&self.store(Some(&tx), UNLINKED_INO)).remove(name.as_bytes());

@@ -181,6 +181,7 @@ impl From<fs::FsError> for Failure {
 }
 
 /// A resolved handle.
+#[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) share: Arc<Share>,
     pub(crate) ino: u64,
@@ -373,6 +374,9 @@ impl NfsService {
             );
         }
         self.v4.state.lock().unwrap().recovery = recovery;
+        self.v4
+            .grace_over
+            .store(false, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -465,6 +469,15 @@ impl NfsService {
     }
 
     pub(crate) fn handle_for(&self, share: &Share, attr: &Attr) -> Vec<u8> {
+        self.file_handle(share, attr).to_vec()
+    }
+
+    /// `handle_for` without the allocation (handles are of one length).
+    pub(crate) fn file_handle(
+        &self,
+        share: &Share,
+        attr: &Attr,
+    ) -> [u8; crate::handle::HANDLE_LEN] {
         let keys = self.keys.read().unwrap();
         let key = &keys
             .iter()
@@ -476,7 +489,6 @@ impl NfsService {
             object: attr.ino,
             generation: attr.generation,
         })
-        .to_vec()
     }
 
     /// Resolves a handle for a call from `call` (see the module comment).

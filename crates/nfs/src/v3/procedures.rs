@@ -259,7 +259,7 @@ impl NfsService {
                 return Err(Status::Acces.into());
             }
             let a = t.share.fs.lookup(t.ino, name)?;
-            e.u32(0).opaque(&self.handle_for(&t.share, &a));
+            e.u32(0).opaque(&self.file_handle(&t.share, &a));
             post_op_attr(e, Some(&a), t.fsid);
             post_op_attr(e, Some(&t.attr), t.fsid);
             Ok(())
@@ -551,7 +551,7 @@ impl NfsService {
             fs.settle(Ok(()))?;
             dir_after = fs.getattr(t.ino).ok();
             e.u32(0);
-            e.bool(true).opaque(&self.handle_for(&t.share, &made));
+            e.bool(true).opaque(&self.file_handle(&t.share, &made));
             post_op_attr(e, Some(&made), t.fsid);
             wcc_data(e, Some(&t.attr), dir_after.as_ref(), t.fsid);
             Ok(())
@@ -611,8 +611,10 @@ impl NfsService {
             }
             self.check_dir_change(&t, name)?;
             let fs = &t.share.fs;
-            if let Ok(victim) = fs.lookup(t.ino, name) {
-                self.v3_clear_delegations(&t, victim.ino)?;
+            if self.delegations_exist() {
+                if let Ok(victim) = fs.lookup(t.ino, name) {
+                    self.v3_clear_delegations(&t, victim.ino)?;
+                }
             }
             let r = if dir {
                 fs.rmdir(t.ino, name, &t.access.cred)
@@ -765,7 +767,7 @@ impl NfsService {
                         match t.share.fs.getattr(entry.ino) {
                             Ok(a) => {
                                 post_op_attr(&mut one, Some(&a), fsid);
-                                one.bool(true).opaque(&self.handle_for(&t.share, &a));
+                                one.bool(true).opaque(&self.file_handle(&t.share, &a));
                             }
                             Err(_) => {
                                 post_op_attr(&mut one, None, fsid);

@@ -19,7 +19,7 @@ use crate::rpc::Accept;
 use crate::service::{refusal_reason, NfsService, Probe, PROBE};
 use crate::transport::{Call, ReadBuf, Reply};
 use crate::xdr::{Decoder, Encoder, XdrError};
-use analytics::{Event, NfsEvent};
+use analytics::NfsEvent;
 use std::sync::Arc;
 
 /// A failed operation: its status, and the failure results some operations have
@@ -87,6 +87,11 @@ pub(crate) struct Ctx<'c, 'a> {
     /// The COMPOUND's READ as `NfsService::compound_cached` found it before it ran:
     /// its file resolved and its data in memory.
     pub prefetched: Option<Prefetched>,
+    /// The file an OPEN of this COMPOUND just resolved and made current, kept for the
+    /// GETFH and CLOSE that follow it directly (the way a create is sent: OPEN, GETFH,
+    /// CLOSE), so they do not resolve the handle the server itself just made again.
+    /// Any other operation drops it: it never outlives a change it did not see.
+    pub opened: Option<crate::service::Target>,
 }
 
 impl Ctx<'_, '_> {
@@ -225,8 +230,14 @@ impl NfsService {
             last_op: false,
             releases: Vec::new(),
             prefetched,
+            opened: None,
         };
-        let mut res = Encoder::new();
+        // The results go straight after the reply's header; the status and the count
+        // of results are filled in at the end.
+        let mut res = call.reply(Accept::Success);
+        let body_at = res.len();
+        res.u32(0).opaque(tag).u32(0);
+        let results_at = res.len();
         let mut count = 0u32;
         let mut status = 0u32;
         let mut slot: Option<(bool, u32, u32)> = None;
@@ -234,6 +245,7 @@ impl NfsService {
         let mut max_reply = crate::transport::MAX_RECORD_BYTES;
         let mut max_cached = usize::MAX;
         let mut events: Vec<NfsEvent> = Vec::with_capacity(n.min(16) as usize);
+        let mut op_start = std::time::Instant::now();
         for i in 0..n {
             let Ok(opnum) = d.u32() else {
                 res.u32(op::ILLEGAL).u32(Nfs4Error::BadXdr as u32);
@@ -251,7 +263,6 @@ impl NfsService {
             res.u32(resop);
             let at = res.len();
             res.u32(0);
-            let op_start = std::time::Instant::now();
             PROBE.with(|p| p.set(Probe::default()));
             let r: OpOut = if !known {
                 Err(Nfs4Error::OpIllegal.into())
@@ -272,9 +283,9 @@ impl NfsService {
                         Ok(())
                     }
                     Ok(Sequenced::Replay(bytes)) => {
-                        let mut e = call.reply(Accept::Success);
-                        e.buf.extend_from_slice(&bytes);
-                        return Reply::new(e);
+                        res.buf.truncate(body_at);
+                        res.buf.extend_from_slice(&bytes);
+                        return Reply::new(res);
                     }
                     Err(f) => Err(f),
                 }
@@ -295,6 +306,9 @@ impl NfsService {
             } else {
                 self.operation(opnum, &mut ctx, &mut d, &mut res)
             };
+            if !matches!(opnum, op::OPEN | op::GETFH | op::CLOSE) {
+                ctx.opened = None;
+            }
             let probe = PROBE.with(|p| p.get());
             let failed = r.as_ref().err().map(|f| f.status as u32);
             if tracing::enabled!(tracing::Level::DEBUG) {
@@ -310,6 +324,10 @@ impl NfsService {
             if let Some(reason) = refusal_reason(&probe, failed) {
                 self.refused(call, op::name(resop), reason, probe.fsid);
             }
+            // One clock reading an operation: its end is the next one's start.
+            let op_end = std::time::Instant::now();
+            let latency_ns = op_end.saturating_duration_since(op_start).as_nanos() as u64;
+            op_start = op_end;
             events.push(NfsEvent {
                 version: 4,
                 op: op::name(resop),
@@ -320,8 +338,8 @@ impl NfsService {
                 offset: probe.offset,
                 request_bytes: 0,
                 reply_bytes: 0,
-                latency_ns: op_start.elapsed().as_nanos() as u64,
-                at: std::time::Instant::now(),
+                latency_ns,
+                at: op_end,
             });
             if let Err(mut f) = r {
                 if resop == op::SETATTR && f.body.is_empty() {
@@ -337,7 +355,7 @@ impl NfsService {
             // The reply so far must fit the session's bounds (RFC 8881 2.10.6.4): the
             // operation that would pass one answers REP_TOO_BIG (or _TO_CACHE).
             let data_len = ctx.data.as_ref().map_or(0, |d| d.len() + 3);
-            let size = 64 + tag.len() + res.len() + data_len;
+            let size = 64 + tag.len() + (res.len() - results_at) + data_len;
             let too_big = if size > max_reply {
                 Some(Nfs4Error::RepTooBig)
             } else if size > max_cached {
@@ -361,12 +379,10 @@ impl NfsService {
                 res.buf.extend_from_slice(Encoder::padding(data.len()));
             }
         }
-        let mut e = call.reply(Accept::Success);
-        let body_at = e.len();
-        e.u32(status).opaque(tag).u32(count);
-        e.buf.extend_from_slice(&res.buf);
+        res.buf[body_at..body_at + 4].copy_from_slice(&status.to_be_bytes());
+        res.buf[results_at - 4..results_at].copy_from_slice(&count.to_be_bytes());
         let reply = Reply {
-            head: e.buf,
+            head: res.buf,
             data: ctx.data.take(),
         };
         if let (Some((cachethis, s, seq)), Some(session)) = (slot, ctx.session) {
@@ -393,9 +409,7 @@ impl NfsService {
                 first.request_bytes = (call.record.len() + 4) as u32;
                 first.reply_bytes = (reply.len() + 4) as u32;
             }
-            for ev in events {
-                a.record(Event::Nfs(ev));
-            }
+            a.record_nfs(events);
         }
         reply
     }

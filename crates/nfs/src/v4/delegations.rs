@@ -41,18 +41,21 @@ pub fn encode_read_delegation(e: &mut Encoder, stateid: &Stateid) {
 }
 
 impl NfsService {
+    /// Whether any client holds a delegation (without the state lock).
+    pub(crate) fn delegations_exist(&self) -> bool {
+        self.v4
+            .deleg_count
+            .load(std::sync::atomic::Ordering::Acquire)
+            != 0
+    }
+
     /// Clears the way for a change to `file` (or a lock on it): `true` when no
     /// delegation is in the way; otherwise the ones not yet recalled are, and the
     /// caller answers DELAY (JUKEBOX). `holder`: the client making the change, whose
     /// own recalled delegation does not stop it.
     pub(crate) fn break_delegations(&self, file: FileKey, holder: Option<u64>) -> bool {
         // The common case, no delegation anywhere: no lock taken on every change.
-        if self
-            .v4
-            .deleg_count
-            .load(std::sync::atomic::Ordering::Acquire)
-            == 0
-        {
+        if !self.delegations_exist() {
             return true;
         }
         let (clear, recalls) = self

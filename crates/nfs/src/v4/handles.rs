@@ -80,7 +80,7 @@ impl NfsService {
         if fh.len() != crate::handle::HANDLE_LEN || fh[0] != crate::handle::HANDLE_VERSION {
             return Err(Nfs4Error::BadHandle.into());
         }
-        ctx.cur = Some(Fh::File(fh.to_vec()));
+        ctx.cur = Some(Fh::File(fh.try_into().expect("length checked above")));
         Ok(())
     }
 
@@ -90,8 +90,11 @@ impl NfsService {
                 e.opaque(&pseudo_handle(p));
             }
             Fh::File(h) => {
-                // Resolving it checks the export rules and that the file still exists.
-                self.target(ctx.call, h)?;
+                // Resolving it checks the export rules and that the file still exists
+                // (already done when an OPEN right before made it current).
+                if ctx.opened.is_none() {
+                    self.target(ctx.call, h)?;
+                }
                 e.opaque(h);
             }
         }
@@ -138,7 +141,7 @@ impl NfsService {
                     }
                 }
                 let a = t.share.fs.lookup(t.ino, name)?;
-                ctx.cur = Some(Fh::File(self.handle_for(&t.share, &a)));
+                ctx.cur = Some(Fh::File(self.file_handle(&t.share, &a)));
                 ctx.cur_stateid = None;
                 Ok(())
             }
@@ -163,7 +166,7 @@ impl NfsService {
                     return self.enter(ctx, parent);
                 }
                 let a = t.share.fs.lookup(t.ino, b"..")?;
-                ctx.cur = Some(Fh::File(self.handle_for(&t.share, &a)));
+                ctx.cur = Some(Fh::File(self.file_handle(&t.share, &a)));
                 ctx.cur_stateid = None;
                 Ok(())
             }

@@ -46,7 +46,7 @@ impl NfsService {
         // The READ compound_cached found in memory, if this is it (same handle, range).
         let found = ctx.prefetched.take().filter(|p| {
             (p.offset, p.count) == (offset, count)
-                && matches!(&ctx.cur, Some(Fh::File(h)) if *h == p.fh)
+                && matches!(&ctx.cur, Some(Fh::File(h)) if h[..] == p.fh[..])
         });
         let (t, cached) = match found {
             Some(p) => (p.target, Some(p.data)),

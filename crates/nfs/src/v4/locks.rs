@@ -72,13 +72,10 @@ impl NfsService {
         let write = locktype == 2 || locktype == 4;
         let t = self.file_for_io(ctx)?;
         let client = ctx.client()?;
-        {
-            let st = self.v4.state.lock().unwrap();
-            if reclaim {
-                st.may_reclaim(client)?;
-            } else if st.in_grace() {
-                return Err(Nfs4Error::Grace.into());
-            }
+        if reclaim {
+            self.v4.state.lock().unwrap().may_reclaim(client)?;
+        } else if self.in_grace() {
+            return Err(Nfs4Error::Grace.into());
         }
         let key = open_file_key(&t);
         // A delegation's holder may be caching locks of its own: it tells them
@@ -86,7 +83,7 @@ impl NfsService {
         self.clear_for_change(key, Some(client))?;
         let lock_id = match locker {
             Locker::New { open, owner } => {
-                let open_id = self.open_of(ctx, open, &t)?;
+                let open_id = self.open_of(ctx, open, super::handles::open_file_key(&t))?;
                 self.v4
                     .state
                     .lock()
@@ -161,7 +158,7 @@ impl NfsService {
         check_range(offset, length)?;
         let t = self.file_for_io(ctx)?;
         let client = ctx.client()?;
-        if self.v4.state.lock().unwrap().in_grace() {
+        if self.in_grace() {
             return Err(Nfs4Error::Grace.into());
         }
         self.clear_for_change(open_file_key(&t), Some(client))?;

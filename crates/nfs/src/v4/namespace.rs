@@ -101,7 +101,7 @@ impl NfsService {
         let mut set = s.given;
         set.0[0] &= !(1 << attrs::SIZE);
         set.encode(e);
-        ctx.cur = Some(Fh::File(self.handle_for(&t.share, &made)));
+        ctx.cur = Some(Fh::File(self.file_handle(&t.share, &made)));
         ctx.cur_stateid = None;
         Ok(())
     }
@@ -116,14 +116,12 @@ impl NfsService {
         let t = self.dir_for_change(ctx)?;
         self.refuse_in_grace()?;
         let fs = &t.share.fs;
-        let victim = fs.lookup(t.ino, name)?;
-        self.clear_for_change((t.fsid, victim.ino), ctx.client)?;
-        let r = if victim.kind == Kind::Dir {
-            fs.rmdir(t.ino, name, &t.access.cred)
-        } else {
-            fs.unlink(t.ino, name, &t.access.cred)
-        };
-        fs.settle(r)?;
+        if self.delegations_exist() {
+            // A delegation of the file goes back before its name does.
+            let victim = fs.lookup(t.ino, name)?;
+            self.clear_for_change((t.fsid, victim.ino), ctx.client)?;
+        }
+        fs.settle(fs.remove_any(t.ino, name, &t.access.cred))?;
         let after = fs.getattr(t.ino).ok();
         change_info(e, &t.attr, after.as_ref());
         Ok(())

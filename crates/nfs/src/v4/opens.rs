@@ -11,7 +11,7 @@ use super::compound::{decode_stateid, encode_stateid, Ctx, OpOut};
 use super::handles::{component, open_file_key};
 use super::namespace::change_info;
 use super::pseudo::Fh;
-use super::state::{StateRef, Stateid, SHARE_READ, SHARE_WRITE};
+use super::state::{FileKey, StateRef, Stateid, V4State, SHARE_READ, SHARE_WRITE};
 use super::{Nfs4Error, OpResult};
 use crate::service::{may, NfsService, Target, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::xdr::{Decoder, Encoder};
@@ -40,7 +40,7 @@ impl NfsService {
         let access = share_access & 0xff;
         let deny = d.u32()?;
         let _owner_clientid = d.u64()?;
-        let owner = d.opaque(super::OPAQUE_LIMIT)?.to_vec();
+        let owner = d.opaque(super::OPAQUE_LIMIT)?;
         let create = match d.u32()? {
             0 => Create::No,
             1 => match d.u32()? {
@@ -92,13 +92,10 @@ impl NfsService {
             return Err(Nfs4Error::Inval.into());
         }
         let client = ctx.client()?;
-        {
-            let st = self.v4.state.lock().unwrap();
-            if claim == 1 {
-                st.may_reclaim(client)?;
-            } else if st.in_grace() {
-                return Err(Nfs4Error::Grace.into());
-            }
+        if claim == 1 {
+            self.v4.state.lock().unwrap().may_reclaim(client)?;
+        } else if self.in_grace() {
+            return Err(Nfs4Error::Grace.into());
         }
         let mut attrset = Bitmap::default();
         let mut created = false;
@@ -148,30 +145,36 @@ impl NfsService {
                         if !may(&dir.attr, cred, MAY_EXEC) {
                             return Err(Nfs4Error::Access.into());
                         }
-                        let existing = match fs.lookup(dir.ino, name) {
-                            Ok(a) => Some(a),
-                            Err(fs::FsError::NotFound(_)) => None,
-                            Err(e) => return Err(e.into()),
-                        };
-                        let made = match existing {
-                            Some(_) if guarded => return Err(Nfs4Error::Exist.into()),
-                            Some(a) => Err(a),
-                            None => {
-                                let t = self.dir_for_change(ctx)?;
-                                match fs.create(
-                                    t.ino,
-                                    name,
-                                    Kind::File,
-                                    s.mode.unwrap_or(0o644),
-                                    0,
-                                    cred,
-                                ) {
-                                    Ok(a) => Ok(a),
-                                    Err(fs::FsError::Exists) if !guarded => {
-                                        Err(fs.lookup(t.ino, name)?)
-                                    }
-                                    Err(e) => return Err(e.into()),
+                        // Made first when the caller may change the directory (the
+                        // common case: one walk of the directory); otherwise only an
+                        // existing file can be opened.
+                        let writable = !dir.access.read_only
+                            && !fs.props().readonly
+                            && may(&dir.attr, cred, MAY_WRITE | MAY_EXEC);
+                        let made = if writable {
+                            let mode = s.mode.unwrap_or(0o644);
+                            match fs.create(dir.ino, name, Kind::File, mode, 0, cred) {
+                                Ok(a) => Ok(a),
+                                Err(fs::FsError::Exists) if guarded => {
+                                    return Err(Nfs4Error::Exist.into())
                                 }
+                                Err(fs::FsError::Exists) => Err(fs.lookup(dir.ino, name)?),
+                                Err(e) => return Err(e.into()),
+                            }
+                        } else {
+                            match fs.lookup(dir.ino, name) {
+                                Ok(_) if guarded => return Err(Nfs4Error::Exist.into()),
+                                Ok(a) => Err(a),
+                                Err(fs::FsError::NotFound(_)) => {
+                                    // What `dir_for_change` answers.
+                                    return Err(if dir.access.read_only || fs.props().readonly {
+                                        Nfs4Error::RoFs
+                                    } else {
+                                        Nfs4Error::Access
+                                    }
+                                    .into());
+                                }
+                                Err(e) => return Err(e.into()),
                             }
                         };
                         match made {
@@ -248,7 +251,15 @@ impl NfsService {
                         }
                     }
                 };
-                let t = self.target(ctx.call, &self.handle_for(&dir.share, &a))?;
+                // Found or made in `dir` just now: the same share, export rules and
+                // caller, and attributes as fresh as resolving its handle would give.
+                let t = Target {
+                    share: dir.share.clone(),
+                    ino: a.ino,
+                    attr: a,
+                    access: dir.access.clone(),
+                    fsid: dir.fsid,
+                };
                 (Some(dir), t)
             }
         };
@@ -291,10 +302,10 @@ impl NfsService {
             // Writers (and readers' deniers) wait for read delegations to come back.
             self.clear_for_change(key, Some(client))?;
         }
-        let handle = self.handle_for(&file.share, &file.attr);
+        let handle = self.file_handle(&file.share, &file.attr);
         let (r, released, deleg) = {
             let mut st = self.v4.state.lock().unwrap();
-            let (r, released) = st.open(client, &owner, key, access, deny, &file.share.fs);
+            let (r, released) = st.open(client, owner, key, access, deny, &file.share.fs);
             let deleg = (r.is_ok()
                 && access == SHARE_READ
                 && deny == 0
@@ -349,35 +360,42 @@ impl NfsService {
                 e.u32(0); // OPEN_DELEGATE_NONE
             }
         }
-        ctx.cur = Some(Fh::File(self.handle_for(&file.share, &file_attr)));
+        // A truncation keeps the generation, so the handle is the one made above.
+        debug_assert_eq!(file_attr.generation, file.attr.generation);
+        ctx.cur = Some(Fh::File(handle));
         ctx.cur_stateid = Some(stateid);
+        ctx.opened = Some(Target {
+            attr: file_attr,
+            ..file
+        });
         Ok(())
     }
 
     /// Names may not go away while clients may still reclaim opens of them (as the
     /// Linux server: REMOVE and RENAME wait for the grace period).
     pub(crate) fn refuse_in_grace(&self) -> OpResult<()> {
-        if self.v4.state.lock().unwrap().in_grace() {
+        if self.in_grace() {
             return Err(Nfs4Error::Grace);
         }
         Ok(())
     }
 
-    /// An open stateid of this client for the current file: its id.
-    pub(crate) fn open_of(&self, ctx: &Ctx<'_, '_>, s: Stateid, t: &Target) -> OpResult<u64> {
-        let s = ctx.stateid(s)?;
-        let client = ctx.client()?;
-        let st = self.v4.state.lock().unwrap();
-        match st.lookup(&s)? {
-            StateRef::Open(id) => {
-                let o = &st.opens[&id];
-                if o.client != client || o.file != open_file_key(t) {
-                    return Err(Nfs4Error::BadStateId);
-                }
-                Ok(id)
-            }
-            StateRef::Lock(_) | StateRef::Deleg(_) => Err(Nfs4Error::BadStateId),
+    /// Whether the grace period is on (without the state lock once it is over).
+    pub(crate) fn in_grace(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.v4.grace_over.load(Ordering::Acquire) {
+            return false;
         }
+        let on = self.v4.state.lock().unwrap().in_grace();
+        if !on {
+            self.v4.grace_over.store(true, Ordering::Release);
+        }
+        on
+    }
+
+    /// An open stateid of this client for the current file: its id.
+    pub(crate) fn open_of(&self, ctx: &Ctx<'_, '_>, s: Stateid, file: FileKey) -> OpResult<u64> {
+        open_in(&self.v4.state.lock().unwrap(), ctx, s, file)
     }
 
     pub(crate) fn op_close(
@@ -388,9 +406,15 @@ impl NfsService {
     ) -> OpOut {
         let _seqid = d.u32()?;
         let s = decode_stateid(d)?;
-        let t = self.cur_file(ctx, Nfs4Error::IsDir)?;
-        let id = self.open_of(ctx, s, &t)?;
-        let released = self.v4.state.lock().unwrap().close(id)?;
+        let file = match &ctx.opened {
+            Some(t) => open_file_key(t),
+            None => open_file_key(&self.cur_file(ctx, Nfs4Error::IsDir)?),
+        };
+        let released = {
+            let mut st = self.v4.state.lock().unwrap();
+            let id = open_in(&st, ctx, s, file)?;
+            st.close(id)?
+        };
         ctx.releases.extend(released);
         encode_stateid(e, &Stateid::INVALID);
         ctx.cur_stateid = None;
@@ -408,7 +432,7 @@ impl NfsService {
         let access = d.u32()? & 0xff;
         let deny = d.u32()?;
         let t = self.cur_file(ctx, Nfs4Error::IsDir)?;
-        let id = self.open_of(ctx, s, &t)?;
+        let id = self.open_of(ctx, s, open_file_key(&t))?;
         let stateid = {
             let mut st = self.v4.state.lock().unwrap();
             let seq = st.downgrade(id, access, deny)?;
@@ -466,5 +490,21 @@ impl NfsService {
             return Err(Nfs4Error::OpenMode.into());
         }
         Ok(())
+    }
+}
+
+/// `NfsService::open_of` under the state lock the caller holds.
+fn open_in(st: &V4State, ctx: &Ctx<'_, '_>, s: Stateid, file: FileKey) -> OpResult<u64> {
+    let s = ctx.stateid(s)?;
+    let client = ctx.client()?;
+    match st.lookup(&s)? {
+        StateRef::Open(id) => {
+            let o = &st.opens[&id];
+            if o.client != client || o.file != file {
+                return Err(Nfs4Error::BadStateId);
+            }
+            Ok(id)
+        }
+        StateRef::Lock(_) | StateRef::Deleg(_) => Err(Nfs4Error::BadStateId),
     }
 }

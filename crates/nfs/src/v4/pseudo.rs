@@ -26,8 +26,9 @@ pub const PSEUDO_FSID: (u64, u64) = (0x5053_4555_444f_4653, 0);
 pub enum Fh {
     /// A pseudo directory by its path without slashes at either end ("" is `/`).
     Pseudo(String),
-    /// A file handle made by `NfsService::handle_for`.
-    File(Vec<u8>),
+    /// A file handle made by `NfsService::file_handle` (all of one length: no
+    /// allocation for the handle every COMPOUND sets).
+    File([u8; crate::handle::HANDLE_LEN]),
 }
 
 /// Where a name in a pseudo directory (or a share's root) leads.
@@ -145,9 +146,12 @@ impl NfsService {
     }
 
     /// The root handle of a share.
-    pub(crate) fn share_root_handle(&self, share: &Share) -> Option<Vec<u8>> {
+    pub(crate) fn share_root_handle(
+        &self,
+        share: &Share,
+    ) -> Option<[u8; crate::handle::HANDLE_LEN]> {
         let a = share.fs.getattr(fs::filesystem::ROOT_INO).ok()?;
-        Some(self.handle_for(share, &a))
+        Some(self.file_handle(share, &a))
     }
 }
 

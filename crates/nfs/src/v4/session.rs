@@ -41,6 +41,10 @@ pub(crate) struct V4Server {
     pub deleg_count: Arc<std::sync::atomic::AtomicUsize>,
     /// Owner names (`name@domain`), when an id domain is configured.
     pub names: std::sync::RwLock<Option<Arc<super::attrs::IdMap>>>,
+    /// Set once a look at the state found no grace period: one opens only when
+    /// recovery is enabled (at start, which clears this), so from then on the
+    /// operations that wait for the grace period need not take the state lock.
+    pub grace_over: std::sync::atomic::AtomicBool,
 }
 
 impl V4Server {
@@ -56,6 +60,7 @@ impl V4Server {
             owner: format!("shoal@{}", host.trim()).into_bytes(),
             lease: std::sync::atomic::AtomicU32::new(super::LEASE_SECONDS),
             names: std::sync::RwLock::new(None),
+            grace_over: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

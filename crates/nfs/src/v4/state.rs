@@ -134,6 +134,8 @@ pub struct Open {
     pub access: u32,
     pub deny: u32,
     pub fs: Arc<Filesystem>,
+    /// The lock owners made under this open (they go with it).
+    pub locks: Vec<u64>,
 }
 
 pub struct LockOwner {
@@ -217,12 +219,21 @@ pub struct V4State {
     pub sessions: HashMap<[u8; 16], Session>,
     pub opens: HashMap<u64, Open>,
     pub lock_owners: HashMap<u64, LockOwner>,
+    /// Each lock owner's id by (client, owner, file): at most one each.
+    lock_owner_ids: HashMap<(u64, Vec<u8>, FileKey), u64>,
     files: HashMap<FileKey, FileState>,
     /// Stateids (their `other`) revoked when their client's lease ran out and another
     /// client needed what they held, by client: they answer EXPIRED until the client
     /// frees them, and SEQUENCE tells the client some of its state is gone.
     revoked: HashMap<[u8; 12], u64>,
+    /// How many of `revoked` each client has (SEQUENCE asks on every call).
+    revoked_by_client: HashMap<u64, usize>,
+    /// Changed only through `add_deleg` and `remove_deleg`, which keep the indexes.
     pub delegs: HashMap<u64, Deleg>,
+    /// Delegation ids by file (a change to a file looks only at its own).
+    delegs_by_file: HashMap<FileKey, Vec<u64>>,
+    /// How many delegations each client holds (SEQUENCE asks on every call).
+    delegs_by_client: HashMap<u64, usize>,
     /// How many delegations exist, readable without this state's lock, so a change
     /// to a file pays for a look at delegations only while some exist.
     pub deleg_count: Arc<std::sync::atomic::AtomicUsize>,
@@ -262,9 +273,13 @@ impl V4State {
             sessions: HashMap::new(),
             opens: HashMap::new(),
             lock_owners: HashMap::new(),
+            lock_owner_ids: HashMap::new(),
             files: HashMap::new(),
             revoked: HashMap::new(),
+            revoked_by_client: HashMap::new(),
             delegs: HashMap::new(),
+            delegs_by_file: HashMap::new(),
+            delegs_by_client: HashMap::new(),
             deleg_count: Arc::default(),
             lease: Duration::from_secs(LEASE_SECONDS as u64),
             recovery: Recovery::default(),
@@ -431,9 +446,18 @@ impl V4State {
 
     /// Drops a client and everything it holds.
     pub fn purge_client(&mut self, client: u64) -> Vec<Release> {
-        self.revoked.retain(|_, c| *c != client);
-        self.delegs.retain(|_, d| d.client != client);
-        self.delegs_changed();
+        let revoked: Vec<[u8; 12]> = self
+            .revoked
+            .iter()
+            .filter(|(_, c)| **c == client)
+            .map(|(other, _)| *other)
+            .collect();
+        for other in revoked {
+            self.unrevoke(&other);
+        }
+        for id in self.delegs_of(client) {
+            self.remove_deleg(id);
+        }
         if let Some(c) = self.clients.remove(&client) {
             // A confirmed client can no longer reclaim anything, here or after a
             // restart (an unconfirmed record of the same owner changes nothing).
@@ -474,20 +498,14 @@ impl V4State {
             .filter(|(_, l)| l.client == client && l.seqid > 0)
             .map(|(id, _)| *id)
             .collect();
-        let delegs: Vec<u64> = self
-            .delegs
-            .iter()
-            .filter(|(_, d)| d.client == client)
-            .map(|(id, _)| *id)
-            .collect();
+        let delegs = self.delegs_of(client);
         for id in opens.iter().chain(&locks).chain(&delegs) {
             let other = self.stateid_of(*id, 0).other;
-            self.revoked.insert(other, client);
+            self.revoke(other, client);
         }
         for id in delegs {
-            self.delegs.remove(&id);
+            self.remove_deleg(id);
         }
-        self.delegs_changed();
         opens
             .into_iter()
             .filter_map(|id| self.drop_open(id))
@@ -496,13 +514,33 @@ impl V4State {
 
     /// Whether some of the client's state was revoked and not yet freed by it.
     pub fn has_revoked(&self, client: u64) -> bool {
-        self.revoked.values().any(|c| *c == client)
+        self.revoked_by_client.contains_key(&client)
+    }
+
+    fn revoke(&mut self, other: [u8; 12], client: u64) {
+        if self.revoked.insert(other, client).is_none() {
+            *self.revoked_by_client.entry(client).or_insert(0) += 1;
+        }
+    }
+
+    fn unrevoke(&mut self, other: &[u8; 12]) {
+        let Some(client) = self.revoked.remove(other) else {
+            return;
+        };
+        if let std::collections::hash_map::Entry::Occupied(mut n) =
+            self.revoked_by_client.entry(client)
+        {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
     }
 
     /// FREE_STATEID of a revoked stateid: the client has seen that it is gone.
     pub fn free_revoked(&mut self, s: &Stateid, client: u64) -> bool {
         if self.revoked.get(&s.other) == Some(&client) {
-            self.revoked.remove(&s.other);
+            self.unrevoke(&s.other);
             true
         } else {
             false
@@ -629,6 +667,7 @@ impl V4State {
                 access,
                 deny,
                 fs: fs.clone(),
+                locks: Vec::new(),
             },
         );
         self.file(key).opens.push(id);
@@ -639,14 +678,11 @@ impl V4State {
     /// Removes an open and its lock owners; the file is released by the caller.
     fn drop_open(&mut self, id: u64) -> Option<Release> {
         let o = self.opens.remove(&id)?;
-        let locks: Vec<u64> = self
-            .lock_owners
-            .iter()
-            .filter(|(_, l)| l.open == id)
-            .map(|(i, _)| *i)
-            .collect();
-        for l in locks {
-            self.lock_owners.remove(&l);
+        for &l in &o.locks {
+            if let Some(owner) = self.lock_owners.remove(&l) {
+                self.lock_owner_ids
+                    .remove(&(owner.client, owner.owner, owner.file));
+            }
             if let Some(f) = self.files.get_mut(&o.file) {
                 f.ranges.retain(|r| r.lock != l);
             }
@@ -662,14 +698,11 @@ impl V4State {
     }
 
     pub fn close(&mut self, id: u64) -> OpResult<Vec<Release>> {
-        let holds_locks = self.lock_owners.values().any(|l| {
-            l.open == id
-                && self.files.get(&l.file).is_some_and(|f| {
-                    f.ranges
-                        .iter()
-                        .any(|r| self.lock_owners.get(&r.lock).is_some_and(|x| x.open == id))
-                })
-        });
+        let o = self.opens.get(&id).ok_or(Nfs4Error::BadStateId)?;
+        let holds_locks = self
+            .files
+            .get(&o.file)
+            .is_some_and(|f| f.ranges.iter().any(|r| o.locks.contains(&r.lock)));
         if holds_locks {
             return Err(Nfs4Error::LocksHeld);
         }
@@ -705,6 +738,53 @@ impl V4State {
             .store(self.delegs.len(), std::sync::atomic::Ordering::Release);
     }
 
+    fn add_deleg(&mut self, id: u64, d: Deleg) {
+        self.delegs_by_file.entry(d.file).or_default().push(id);
+        *self.delegs_by_client.entry(d.client).or_insert(0) += 1;
+        self.delegs.insert(id, d);
+        self.delegs_changed();
+    }
+
+    fn remove_deleg(&mut self, id: u64) -> Option<Deleg> {
+        let d = self.delegs.remove(&id)?;
+        if let std::collections::hash_map::Entry::Occupied(mut ids) =
+            self.delegs_by_file.entry(d.file)
+        {
+            ids.get_mut().retain(|x| *x != id);
+            if ids.get().is_empty() {
+                ids.remove();
+            }
+        }
+        if let std::collections::hash_map::Entry::Occupied(mut n) =
+            self.delegs_by_client.entry(d.client)
+        {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
+        self.delegs_changed();
+        Some(d)
+    }
+
+    /// The delegations `client` holds (a scan: only when a client goes away).
+    fn delegs_of(&self, client: u64) -> Vec<u64> {
+        self.delegs
+            .iter()
+            .filter(|(_, d)| d.client == client)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The delegations of `file`.
+    fn delegs_on(&self, file: FileKey) -> impl Iterator<Item = (u64, &Deleg)> {
+        self.delegs_by_file
+            .get(&file)
+            .into_iter()
+            .flatten()
+            .map(|id| (*id, &self.delegs[id]))
+    }
+
     /// A client's live back channel, if any of its sessions has one.
     fn back_of(&self, client: u64) -> Option<([u8; 16], &BackChan)> {
         self.sessions.iter().find_map(|(id, s)| {
@@ -716,7 +796,7 @@ impl V4State {
     /// Whether some of the client's delegations cannot be recalled: it holds some and
     /// none of its sessions has a live back channel (SEQUENCE says CB_PATH_DOWN).
     pub fn callback_path_down(&self, client: u64) -> bool {
-        self.delegs.values().any(|d| d.client == client) && self.back_of(client).is_none()
+        self.delegs_by_client.contains_key(&client) && self.back_of(client).is_none()
     }
 
     /// A read delegation for a read-only open, when it is safe: the client can be
@@ -731,14 +811,13 @@ impl V4State {
                 .any(|o| o.access & SHARE_WRITE != 0 || o.deny & SHARE_READ != 0)
         });
         let busy = self
-            .delegs
-            .values()
-            .any(|d| d.file == file && (d.recalled.is_some() || d.client == client));
+            .delegs_on(file)
+            .any(|(_, d)| d.recalled.is_some() || d.client == client);
         if writers || busy || self.delegs.len() >= MAX_DELEGATIONS {
             return None;
         }
         let id = self.next_id();
-        self.delegs.insert(
+        self.add_deleg(
             id,
             Deleg {
                 client,
@@ -747,7 +826,6 @@ impl V4State {
                 recalled: None,
             },
         );
-        self.delegs_changed();
         Some(self.stateid_of(id, 1))
     }
 
@@ -759,11 +837,9 @@ impl V4State {
     pub fn break_delegations(&mut self, file: FileKey, holder: Option<u64>) -> (bool, Vec<Recall>) {
         let now = Instant::now();
         let ids: Vec<u64> = self
-            .delegs
-            .iter()
-            .filter(|(_, d)| d.file == file)
+            .delegs_on(file)
             .filter(|(_, d)| !(d.recalled.is_some() && Some(d.client) == holder))
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         let mut recalls = Vec::new();
         let mut clear = true;
@@ -775,10 +851,9 @@ impl V4State {
             match recalled {
                 Some(at) if now.saturating_duration_since(at) > self.lease => {
                     tracing::info!(client, "delegation not returned within the lease: revoked");
-                    self.delegs.remove(&id);
-                    self.delegs_changed();
+                    self.remove_deleg(id);
                     let other = self.stateid_of(id, 0).other;
-                    self.revoked.insert(other, client);
+                    self.revoke(other, client);
                 }
                 Some(_) => clear = false,
                 None => {
@@ -804,8 +879,7 @@ impl V4State {
     pub fn delegreturn(&mut self, id: u64, client: u64, file: FileKey) -> OpResult<()> {
         match self.delegs.get(&id) {
             Some(d) if d.client == client && d.file == file => {
-                self.delegs.remove(&id);
-                self.delegs_changed();
+                self.remove_deleg(id);
                 Ok(())
             }
             _ => Err(Nfs4Error::BadStateId),
@@ -817,14 +891,17 @@ impl V4State {
     /// The lock owner `owner` of `client` on the open `open`'s file: found or made.
     pub fn lock_owner(&mut self, client: u64, owner: &[u8], open: u64) -> OpResult<u64> {
         let file = self.opens.get(&open).ok_or(Nfs4Error::BadStateId)?.file;
-        if let Some((id, _)) = self
-            .lock_owners
-            .iter()
-            .find(|(_, l)| l.client == client && l.owner == owner && l.file == file)
-        {
-            return Ok(*id);
+        let key = (client, owner.to_vec(), file);
+        if let Some(&id) = self.lock_owner_ids.get(&key) {
+            return Ok(id);
         }
         let id = self.next_id();
+        self.lock_owner_ids.insert(key, id);
+        self.opens
+            .get_mut(&open)
+            .expect("checked above")
+            .locks
+            .push(id);
         self.lock_owners.insert(
             id,
             LockOwner {
@@ -908,16 +985,9 @@ impl V4State {
             // caller's client, which just renewed, but stay safe.
             return (Err(Err(Nfs4Error::BadStateId)), released);
         }
-        let owner_key = {
-            let l = &self.lock_owners[&lock];
-            (l.client, l.owner.clone())
-        };
-        let same_owner: Vec<u64> = self
-            .lock_owners
-            .iter()
-            .filter(|(_, l)| (l.client, &l.owner) == (owner_key.0, &owner_key.1) && l.file == file)
-            .map(|(id, _)| *id)
-            .collect();
+        // An owner has one lock owner id per file (`lock_owner_ids`): its ranges
+        // here are this id's.
+        let same_owner = [lock];
         let f = self.file(file);
         if f.ranges.len() >= MAX_LOCKS_PER_FILE {
             return (Err(Err(Nfs4Error::Delay)), released);
@@ -987,7 +1057,13 @@ impl V4State {
         {
             return Err(Nfs4Error::LocksHeld);
         }
-        self.lock_owners.remove(&lock);
+        if let Some(owner) = self.lock_owners.remove(&lock) {
+            self.lock_owner_ids
+                .remove(&(owner.client, owner.owner, owner.file));
+            if let Some(o) = self.opens.get_mut(&owner.open) {
+                o.locks.retain(|l| *l != lock);
+            }
+        }
         Ok(())
     }
 }

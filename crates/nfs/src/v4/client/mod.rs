@@ -327,11 +327,16 @@ impl Compound {
     /// COMPOUND4args: tag, minor version, operation count, operations.
     pub fn args(&self) -> Vec<u8> {
         let mut e = Encoder::new();
+        self.encode_args(&mut e);
+        e.buf
+    }
+
+    /// `args` appended to `e` (no buffer of its own).
+    pub fn encode_args(&self, e: &mut Encoder) {
         e.opaque(&self.tag)
             .u32(self.minor)
             .u32(self.declared.unwrap_or(self.ops.len() as u32));
         e.buf.extend_from_slice(&self.args.buf);
-        e.buf
     }
 
     /// The whole RPC call: a record as `transport::answer_record` takes it (no

@@ -319,8 +319,6 @@ pub struct OpReply {
     /// resop: the operation's number (OP_ILLEGAL for an illegal one).
     pub op: u32,
     pub status: u32,
-    /// The raw results after the status.
-    pub body: Vec<u8>,
     pub res: Res,
 }
 
@@ -483,7 +481,6 @@ pub fn decode_reply(bytes: &[u8]) -> Result<CompoundReply, ReplyError> {
     for index in 0..n {
         let opnum = d.u32()?;
         let op_status = d.u32()?;
-        let start = d.position();
         let res = decode_result(opnum, op_status, &mut d).map_err(|e| ReplyError::BadResult {
             index,
             op: opnum,
@@ -492,7 +489,6 @@ pub fn decode_reply(bytes: &[u8]) -> Result<CompoundReply, ReplyError> {
         results.push(OpReply {
             op: opnum,
             status: op_status,
-            body: bytes[start..d.position()].to_vec(),
             res,
         });
     }
