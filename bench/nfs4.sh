@@ -9,7 +9,11 @@
 # machine has, Protocols 3 and 4, minor versions 1 and 2), both on loopback.
 # Tests on a file set that fits both servers' caches: cached 128K reads, 8K random
 # reads, 128K streaming writes, and a metadata loop (create, stat, remove of small
-# files), each over v3 and v4.1. Then reads from disk (DISK_MIB, default 4096, of
+# files), each over v3 and v4.1. The metadata loop runs on two shoal datasets: the
+# default (sync=standard: each create and remove is on stable storage when answered,
+# as NFS promises) and one with sync=disabled, which promises what Ganesha gives (it
+# answers creates and removes without any fsync: the host file system commits them
+# later), so one pair compares equal guarantees. Then reads from disk (DISK_MIB, default 4096, of
 # files against a 256 MiB ARC, one stream and four, 128K reads 16 in flight) over v3
 # and v4.1 beside the raw disk (fio, O_DIRECT, 1 MiB, 32 in flight, the file
 # system's best), shoal only, every round after dropping the host's caches.
@@ -54,8 +58,10 @@ mkdir -p "$DIR/shoal" "$DIR/ext4"
 
 "$SHOAL" pool create --dir "$DIR/shoal" --size 2G sbench raidz2 a b c d e f >/dev/null
 "$SHOAL" fs create sbench/fs -o recordsize=128K -o compression=off >/dev/null
+"$SHOAL" fs create sbench/nosync -o recordsize=128K -o compression=off -o sync=disabled >/dev/null
 SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off --arc-max 2G \
-    --share 'sbench/fs=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
+    --share 'sbench/fs=127.0.0.1(rw,no_root_squash,insecure)' \
+    --share 'sbench/nosync=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
 echo $! > "$OUT/shoal.pid"
 
 pgrep -x rpcbind >/dev/null || { rpcbind -w; touch "$OUT/rpcbind.started"; }
@@ -78,11 +84,12 @@ done
 endpoint() { # SERVER VERSION -> shoal bench arguments
     case "$1" in
         shoal) echo "--server 127.0.0.1:$SHOAL_PORT --export /sbench/fs" ;;
+        shoal-nosync) echo "--server 127.0.0.1:$SHOAL_PORT --export /sbench/nosync" ;;
         ganesha) if [ "$2" = 3 ]; then echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/ext4";
                  else echo "--server 127.0.0.1:$GANESHA_PORT --export /ext4"; fi ;;
     esac
 }
-pid_of() { cat "$OUT/$1.pid"; }
+pid_of() { cat "$OUT/${1%-nosync}.pid"; }
 cpu_s() { # PID -> user+system CPU seconds of the process so far
     awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
@@ -131,7 +138,9 @@ TESTS="read_cached_128k randread_8k write_128k metadata"
 for round in $(seq "$REPEAT"); do
     log "round $round of $REPEAT"
     for test in $TESTS; do
-        for server in shoal ganesha; do
+        servers="shoal ganesha"
+        [ "$test" = metadata ] && servers="shoal shoal-nosync ganesha"
+        for server in $servers; do
             for version in 3 4.1; do
                 run "$server" "$version" "$test" | tee -a "$OUT/results.jsonl" >&2
             done
@@ -223,6 +232,8 @@ for t, key in [("read_cached_128k", "mb_per_s"), ("randread_8k", "iops"), ("writ
     ratios[f"{t}: shoal v4.1 / shoal v3"] = ratio(f"shoal v4.1 {t}", f"shoal v3 {t}", key)
     ratios[f"{t}: shoal v4.1 / ganesha v4.1"] = ratio(f"shoal v4.1 {t}", f"ganesha v4.1 {t}", key)
     ratios[f"{t}: ganesha v4.1 / ganesha v3"] = ratio(f"ganesha v4.1 {t}", f"ganesha v3 {t}", key)
+ratios["metadata: shoal-nosync v4.1 / shoal-nosync v3"] = ratio("shoal-nosync v4.1 metadata", "shoal-nosync v3 metadata", "iops")
+ratios["metadata: shoal-nosync v4.1 / ganesha v4.1"] = ratio("shoal-nosync v4.1 metadata", "ganesha v4.1 metadata", "iops")
 print(json.dumps({
     "benchmark": "bench/nfs4.sh", "date": datetime.date.today().isoformat(), "commit": commit,
     "setup": {"rounds": int(repeat), "seconds_per_run": int(seconds), "set_mib": int(set_mib),
@@ -233,8 +244,10 @@ print(json.dumps({
                            "read from disk >= 0.85x raw disk (4 streams)": from_disk["streams 4"]["v41_vs_raw_disk_median"],
                            "read cached >= 1.2x ganesha": ratios["read_cached_128k: shoal v4.1 / ganesha v4.1"],
                            "randread 8K >= 1.5x ganesha": ratios["randread_8k: shoal v4.1 / ganesha v4.1"],
-                           "metadata >= 1.0x own v3": ratios["metadata: shoal v4.1 / shoal v3"],
-                           "metadata >= 1.5x ganesha v4.1": ratios["metadata: shoal v4.1 / ganesha v4.1"]},
+                           "metadata >= 1.0x own v3 (sync=standard)": ratios["metadata: shoal v4.1 / shoal v3"],
+                           "metadata >= 1.0x own v3 (sync=disabled)": ratios["metadata: shoal-nosync v4.1 / shoal-nosync v3"],
+                           "metadata >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=disabled)": ratios["metadata: shoal-nosync v4.1 / ganesha v4.1"],
+                           "metadata, shoal durable (sync=standard) / ganesha v4.1 (not durable)": ratios["metadata: shoal v4.1 / ganesha v4.1"]},
     "from_disk": {"setup": f"shoal with a 256 MiB ARC, {disk_mib} MiB in 8 files, 128K reads 16 in flight, host caches dropped before each run; raw disk: fio O_DIRECT 1 MiB x 32 on the same file system", **from_disk, "runs": disk},
     "ratios": ratios, "figures": figures, "runs": rows}, indent=1))
 PY

@@ -476,6 +476,7 @@ pub mod procs {
     pub const MKDIR: u32 = 9;
     pub const REMOVE: u32 = 12;
     pub const RMDIR: u32 = 13;
+    pub const RENAME: u32 = 14;
     pub const COMMIT: u32 = 21;
 }
 
@@ -615,6 +616,18 @@ impl Nfs {
             Err(e) if NfsStatus::of(&e) == Some(Status::NoEnt as u32) => Ok(false),
             Err(e) => Err(e.context(format!("REMOVE {name}"))),
         }
+    }
+
+    /// RENAME of `from` in `from_dir` to `to` in `to_dir` (replacing a file there).
+    pub fn rename(&self, from_dir: &Fh, from: &str, to_dir: &Fh, to: &str) -> Result<()> {
+        if let Some(s) = &self.v4 {
+            return self.v4_rename(s, from_dir, from, to_dir, to);
+        }
+        let r = self.call(procs::RENAME, |e| {
+            diropargs(e, from_dir, from);
+            diropargs(e, to_dir, to);
+        })?;
+        status(&mut r.decoder()).with_context(|| format!("RENAME {from} {to}"))
     }
 
     pub fn rmdir(&self, dir: &Fh, name: &str) -> Result<bool> {

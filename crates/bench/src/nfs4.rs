@@ -95,7 +95,10 @@ fn unique_owner() -> Vec<u8> {
 
 /// Sends `c` (no SEQUENCE of its own, or one already in it) and decodes the reply.
 fn send(conn: &Connection, c: &Compound) -> Result<CompoundReply> {
-    let r = conn.call(NFS_PROGRAM, NFS_V4, COMPOUND, |e| c.encode_args(e))?;
+    decode(&conn.call(NFS_PROGRAM, NFS_V4, COMPOUND, |e| c.encode_args(e))?)
+}
+
+fn decode(r: &Reply) -> Result<CompoundReply> {
     decode_reply(&r.record).map_err(|e| anyhow!("an NFSv4 reply that does not parse: {e:?}"))
 }
 
@@ -181,15 +184,21 @@ impl Session {
         }
     }
 
-    /// A COMPOUND of SEQUENCE and what `build` adds, waited for.
-    fn call(&self, conn: &Connection, build: impl FnOnce(&mut Compound)) -> Result<CompoundReply> {
+    /// A COMPOUND of SEQUENCE and what `build` adds, waited for: its reply undecoded
+    /// (see `Results`).
+    fn call_raw(&self, conn: &Connection, build: impl FnOnce(&mut Compound)) -> Result<Reply> {
         let (guard, seq) = self.slot();
         let mut c = Compound::new("");
         c.sequence(&self.inner.id, seq, guard.slot, self.inner.highest, false);
         build(&mut c);
-        let r = send(conn, &c);
+        let r = conn.call(NFS_PROGRAM, NFS_V4, COMPOUND, |e| c.encode_args(e));
         drop(guard);
-        let r = r?;
+        r
+    }
+
+    /// `call_raw`, decoded.
+    fn call(&self, conn: &Connection, build: impl FnOnce(&mut Compound)) -> Result<CompoundReply> {
+        let r = decode(&self.call_raw(conn, build)?)?;
         if let Some(s) = status_of(&r, op::SEQUENCE).filter(|s| *s != 0) {
             return Err(anyhow::Error::new(NfsStatus(s)).context("NFSv4 SEQUENCE"));
         }
@@ -227,35 +236,102 @@ fn anonymous(e: &mut Encoder) {
     e.u32(0).fixed(&[0u8; 12]);
 }
 
+/// A COMPOUND reply walked in place, result by result, decoding only what the caller
+/// reads (the hot paths: no allocation per result). `new` checks SEQUENCE's result;
+/// each `next` checks that the next result is of the operation expected and succeeded
+/// (else an `NfsStatus` error naming it), and leaves the decoder at its body.
+struct Results<'a> {
+    d: Decoder<'a>,
+    left: u32,
+    what: &'a str,
+}
+
+impl<'a> Results<'a> {
+    fn new(reply: &'a Reply, what: &'a str) -> Result<Results<'a>> {
+        let mut d = reply.decoder();
+        let _status = d.u32()?;
+        d.opaque(1024)?;
+        let left = d.u32()?;
+        let mut r = Results { d, left, what };
+        r.next(op::SEQUENCE)?.fixed(16 + 5 * 4)?;
+        Ok(r)
+    }
+
+    fn next(&mut self, opnum: u32) -> Result<&mut Decoder<'a>> {
+        if self.left == 0 {
+            bail!("{}: the reply ended before {}", self.what, op::name(opnum));
+        }
+        self.left -= 1;
+        let got = self.d.u32()?;
+        let status = self.d.u32()?;
+        if status != 0 {
+            return Err(anyhow::Error::new(NfsStatus(status)).context(format!(
+                "NFSv4 {} ({})",
+                op::name(got),
+                self.what
+            )));
+        }
+        if got != opnum {
+            bail!(
+                "{}: {} in the reply where {} was sent",
+                self.what,
+                op::name(got),
+                op::name(opnum)
+            );
+        }
+        Ok(&mut self.d)
+    }
+}
+
 /// Skips the COMPOUND header and the results of SEQUENCE and PUTFH of a reply to
 /// `Session::start`, leaving the decoder at the last operation's result body.
-fn last_result<'a>(reply: &'a Reply, what: &str) -> Result<Decoder<'a>> {
-    let mut d = reply.decoder();
-    let _status = d.u32()?;
-    d.opaque(1024)?;
-    let n = d.u32()?;
-    for i in 0..n {
-        let opnum = d.u32()?;
-        let s = d.u32()?;
-        if s != 0 {
-            return Err(anyhow::Error::new(NfsStatus(s))
-                .context(format!("NFSv4 {} ({what})", op::name(opnum))));
-        }
-        match (i, opnum) {
-            (0, op::SEQUENCE) => {
-                d.fixed(16 + 5 * 4)?;
-            }
-            (1, op::PUTFH) => {}
-            (2, _) => return Ok(d),
-            _ => bail!("{what}: unexpected operation {opnum} in the reply"),
+fn last_result<'a>(reply: &'a Reply, what: &'a str, opnum: u32) -> Result<Decoder<'a>> {
+    let mut r = Results::new(reply, what)?;
+    r.next(op::PUTFH)?;
+    r.next(opnum)?;
+    Ok(r.d)
+}
+
+/// OPEN4resok, up to a delegation of none (the load generator's opens are for
+/// writing: no server gives a read delegation for those).
+fn skip_open_result(d: &mut Decoder<'_>) -> Result<()> {
+    d.fixed(16 + 20 + 4)?; // stateid, change_info4, rflags
+    let words = d.u32()? as usize;
+    d.fixed(words.checked_mul(4).ok_or_else(|| anyhow!("attrset"))?)?;
+    match d.u32()? {
+        0 => Ok(()), // OPEN_DELEGATE_NONE
+        other => bail!("OPEN: a delegation of type {other} for a create"),
+    }
+}
+
+/// GETATTR's result for ATTR_TYPE, ATTR_SIZE and ATTR_FILEID, which come in that
+/// order (the attribute numbers' order).
+fn attr_from(d: &mut Decoder<'_>) -> Result<Attr> {
+    let words = d.u32()?;
+    let mut mask = [0u32; 2];
+    for i in 0..words {
+        let w = d.u32()?;
+        if let Some(m) = mask.get_mut(i as usize) {
+            *m = w;
+        } else if w != 0 {
+            bail!("GETATTR: attributes past the ones asked for");
         }
     }
-    bail!("{what}: the reply ended after {n} operations")
+    let asked = (1 << ATTR_TYPE) | (1 << ATTR_SIZE) | (1 << ATTR_FILEID);
+    if mask != [asked, 0] {
+        bail!("GETATTR: attributes {mask:x?} where {asked:x} was asked");
+    }
+    let mut body = Decoder::new(d.opaque(1 << 16)?);
+    Ok(Attr {
+        ftype: body.u32()?,
+        size: body.u64()?,
+        fileid: body.u64()?,
+    })
 }
 
 pub fn finish_read(reply: Reply) -> Result<ReadOk> {
     let (data, eof) = {
-        let mut d = last_result(&reply, "READ")?;
+        let mut d = last_result(&reply, "READ", op::READ)?;
         let eof = d.bool()?;
         let start = d.position() + 4;
         let bytes = d.opaque(usize::MAX)?;
@@ -265,7 +341,7 @@ pub fn finish_read(reply: Reply) -> Result<ReadOk> {
 }
 
 pub fn finish_write(reply: Reply, len: usize, stable: Stable) -> Result<Verifier> {
-    let mut d = last_result(&reply, "WRITE")?;
+    let mut d = last_result(&reply, "WRITE", op::WRITE)?;
     crate::client::write_result(&mut d, len, stable)
 }
 
@@ -307,11 +383,12 @@ impl Nfs {
     }
 
     pub(crate) fn v4_getattr(&self, s: &Session, fh: &Fh) -> Result<Attr> {
-        let r = s.call(&self.conn, |c| {
+        let reply = s.call_raw(&self.conn, |c| {
             c.putfh(&fh.0).getattr(&[ATTR_TYPE, ATTR_SIZE, ATTR_FILEID]);
         })?;
-        check(&r)?;
-        attr_of(&r)
+        let mut r = Results::new(&reply, "GETATTR")?;
+        r.next(op::PUTFH)?;
+        attr_from(r.next(op::GETATTR)?)
     }
 
     pub(crate) fn v4_truncate(&self, s: &Session, fh: &Fh, size: u64) -> Result<()> {
@@ -354,22 +431,27 @@ impl Nfs {
             mode: Some(0o644),
             size: truncate.then_some(0),
         };
-        let (clientid, owner) = (s.inner.clientid, s.inner.owner.clone());
-        let r = s.call(&self.conn, |c| {
+        let (clientid, owner) = (s.inner.clientid, &s.inner.owner);
+        let reply = s.call_raw(&self.conn, |c| {
             c.putfh(&dir.0)
                 .open(
                     3,
                     0,
                     clientid,
-                    &owner,
+                    owner,
                     &OpenHow::Unchecked(attrs),
                     &Claim::Null(name),
                 )
                 .getfh()
                 .close(&Stateid::CURRENT);
         })?;
-        check(&r).with_context(|| format!("OPEN (create) {name}"))?;
-        fh_of(&r)
+        let what = format!("OPEN (create) {name}");
+        let mut r = Results::new(&reply, &what)?;
+        r.next(op::PUTFH)?;
+        skip_open_result(r.next(op::OPEN)?)?;
+        let fh = Fh(r.next(op::GETFH)?.opaque(nfs::v4::FHSIZE4)?.to_vec());
+        r.next(op::CLOSE)?;
+        Ok(fh)
     }
 
     pub(crate) fn v4_mkdir(&self, s: &Session, dir: &Fh, name: &str) -> Result<Fh> {
@@ -387,16 +469,42 @@ impl Nfs {
         fh_of(&r)
     }
 
+    pub(crate) fn v4_rename(
+        &self,
+        s: &Session,
+        from_dir: &Fh,
+        from: &str,
+        to_dir: &Fh,
+        to: &str,
+    ) -> Result<()> {
+        let reply = s.call_raw(&self.conn, |c| {
+            c.putfh(&from_dir.0)
+                .savefh()
+                .putfh(&to_dir.0)
+                .rename(from, to);
+        })?;
+        let what = format!("RENAME {from} {to}");
+        let mut r = Results::new(&reply, &what)?;
+        r.next(op::PUTFH)?;
+        r.next(op::SAVEFH)?;
+        r.next(op::PUTFH)?;
+        r.next(op::RENAME)?;
+        Ok(())
+    }
+
     /// REMOVE of a file or a directory; a missing name is `false`.
     pub(crate) fn v4_remove(&self, s: &Session, dir: &Fh, name: &str) -> Result<bool> {
-        let r = s.call(&self.conn, |c| {
+        let reply = s.call_raw(&self.conn, |c| {
             c.putfh(&dir.0).remove(name);
         })?;
-        if status_of(&r, op::REMOVE) == Some(NOENT) {
-            return Ok(false);
+        let what = format!("REMOVE {name}");
+        let mut r = Results::new(&reply, &what)?;
+        r.next(op::PUTFH)?;
+        match r.next(op::REMOVE) {
+            Ok(_) => Ok(true),
+            Err(e) if NfsStatus::of(&e) == Some(NOENT) => Ok(false),
+            Err(e) => Err(e),
         }
-        check(&r).with_context(|| format!("REMOVE {name}"))?;
-        Ok(true)
     }
 
     pub(crate) fn v4_start_read(
@@ -432,7 +540,7 @@ impl Nfs {
                 e.u64(0).u32(0);
             })?
             .wait()?;
-        let mut d = last_result(&reply, "COMMIT")?;
+        let mut d = last_result(&reply, "COMMIT", op::COMMIT)?;
         Ok(d.fixed(8)?.try_into().unwrap())
     }
 }

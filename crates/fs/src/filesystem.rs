@@ -1013,6 +1013,17 @@ impl Filesystem {
         r
     }
 
+    /// `settle` for protocols whose answer to a namespace or attribute change says it
+    /// is on stable storage (NFS: RFC 1813 section 3.3, RFC 8881 section 18): the
+    /// change is committed before the answer unless sync=disabled. Concurrent callers
+    /// share one log commit (see `IntentLog::commit`).
+    pub fn settle_stable<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_ok() && self.props.read().unwrap().sync != SyncMode::Disabled {
+            self.pool.log_commit()?;
+        }
+        r
+    }
+
     /// Begins a transaction for a change that adds about `bytes`, after the dataset's
     /// quotas and the reservations of others agree (see `space.rs`).
     fn begin_adding(&self, bytes: u64) -> Result<Tx<'_>> {

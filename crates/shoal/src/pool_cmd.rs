@@ -210,7 +210,27 @@ pub(crate) fn enable_fault_injection() {
     FAULT_INJECTION.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
-fn simulated_disk(dev: Arc<dyn Device>) -> Arc<dyn Device> {
+/// Set by `shoal serve --simulate-power-loss SEED`: every device the daemon opens
+/// keeps unflushed writes in a volatile cache (seeded), and with `lying_flush` its
+/// flushes do nothing (the negative control of the power-loss tests).
+static SIMULATED_POWER_LOSS: std::sync::OnceLock<(u64, bool)> = std::sync::OnceLock::new();
+
+pub(crate) fn simulate_power_loss(seed: u64, lying_flush: bool) {
+    let _ = SIMULATED_POWER_LOSS.set((seed, lying_flush));
+}
+
+/// `dev` (opened from `path`) as the simulation options of `shoal serve` make it.
+fn simulated_disk(dev: Arc<dyn Device>, path: &str) -> Arc<dyn Device> {
+    let dev = match SIMULATED_POWER_LOSS.get() {
+        Some(&(seed, lying)) => {
+            // Each device its own choices, the same for the same seed and path.
+            let salt = path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+            });
+            Arc::new(vdev::VolatileCacheDevice::new(dev, seed ^ salt, lying))
+        }
+        None => dev,
+    };
     match SIMULATED_DISK.get() {
         Some(speed) => Arc::new(vdev::ThrottledDevice::new(dev, *speed)),
         None => dev,
@@ -219,7 +239,7 @@ fn simulated_disk(dev: Arc<dyn Device>) -> Arc<dyn Device> {
 
 fn open_device(path: &Path) -> Result<Arc<dyn Device>> {
     let dev = FileDevice::open(path).with_context(|| format!("opening {}", path.display()))?;
-    Ok(simulated_disk(Arc::new(dev)))
+    Ok(simulated_disk(Arc::new(dev), &path.display().to_string()))
 }
 
 pub(crate) fn create(
@@ -358,7 +378,7 @@ fn open_registered_with(name: &str, options: PoolOptions) -> Result<Arc<Pool>> {
     for p in paths {
         match FileDevice::open(Path::new(p)) {
             Ok(d) => {
-                let mut device = simulated_disk(Arc::new(d));
+                let mut device = simulated_disk(Arc::new(d), p);
                 if FAULT_INJECTION.load(std::sync::atomic::Ordering::SeqCst) {
                     device = vdev::fault_injection::register(p, device);
                 }

@@ -50,6 +50,16 @@ pub struct ServeArgs {
     /// for fault testing; never for real service.
     #[arg(long)]
     fault_injection: bool,
+    /// Keep every write the devices have not been told to flush only in this
+    /// process's memory, written back in a random subset and order (seeded by SEED),
+    /// as a disk's volatile write cache does: `kill -9` of the daemon then loses what
+    /// a power cut would. For power-loss tests; never for real service.
+    #[arg(long, value_name = "SEED")]
+    simulate_power_loss: Option<u64>,
+    /// With --simulate-power-loss: device flushes do nothing (the power-loss tests'
+    /// negative control, which must then report losses).
+    #[arg(long, requires = "simulate_power_loss", hide = true)]
+    simulate_lying_flush: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -57,6 +67,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Some(speed) = args.simulate_disk {
         crate::pool_cmd::simulate_disks(speed);
         eprintln!("shoal: every device is a simulated disk of {speed}");
+    }
+    if let Some(seed) = args.simulate_power_loss {
+        crate::pool_cmd::simulate_power_loss(seed, args.simulate_lying_flush);
+        eprintln!(
+            "shoal: SIMULATED POWER LOSS (seed {seed}{}): unflushed writes live only in this \
+             process; not for real service",
+            if args.simulate_lying_flush {
+                ", flushes do nothing"
+            } else {
+                ""
+            }
+        );
     }
     if args.fault_injection {
         crate::pool_cmd::enable_fault_injection();

@@ -12,6 +12,7 @@ pub mod raidz_math;
 pub mod sim_device;
 pub mod throttled_device;
 pub mod tree;
+pub mod volatile_cache;
 
 pub use aligned::AlignedBuf;
 pub use device::{Device, IoMode, SECTOR_SIZE};
@@ -20,3 +21,4 @@ pub use file_device::FileDevice;
 pub use sim_device::{CrashClock, CrashPolicy, Fault, SimDevice, SpeedLimit};
 pub use throttled_device::ThrottledDevice;
 pub use tree::{Health, Layout, Leaf, ReadMode, RepairReport, TopVdev, VdevError};
+pub use volatile_cache::VolatileCacheDevice;

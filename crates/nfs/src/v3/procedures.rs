@@ -234,7 +234,10 @@ impl NfsService {
                 mtime: resolve(s.mtime),
                 ctime: None,
             };
-            let after = t.share.fs.settle(t.share.fs.setattr(t.ino, &set, cred))?;
+            let after = t
+                .share
+                .fs
+                .settle_stable(t.share.fs.setattr(t.ino, &set, cred))?;
             e.u32(0);
             wcc_data(e, Some(&t.attr), Some(&after), t.fsid);
             Ok(())
@@ -548,7 +551,7 @@ impl NfsService {
                     made = fs.setattr(made.ino, &set, cred)?;
                 }
             }
-            fs.settle(Ok(()))?;
+            fs.settle_stable(Ok(()))?;
             dir_after = fs.getattr(t.ino).ok();
             e.u32(0);
             e.bool(true).opaque(&self.file_handle(&t.share, &made));
@@ -621,7 +624,7 @@ impl NfsService {
             } else {
                 fs.unlink(t.ino, name, &t.access.cred)
             };
-            fs.settle(r)?;
+            fs.settle_stable(r)?;
             let after = fs.getattr(t.ino).ok();
             e.u32(0);
             wcc_data(e, Some(&t.attr), after.as_ref(), t.fsid);
@@ -656,7 +659,7 @@ impl NfsService {
                     self.v3_clear_delegations(&from, a.ino)?;
                 }
             }
-            fs.settle(fs.rename(
+            fs.settle_stable(fs.rename(
                 from.ino,
                 from_name,
                 to.ino,
@@ -698,7 +701,7 @@ impl NfsService {
             self.check_dir_change(&dir, name)?;
             self.v3_clear_delegations(&file, file.ino)?;
             let fs = &file.share.fs;
-            let a = fs.settle(fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
+            let a = fs.settle_stable(fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
             let da = fs.getattr(dir.ino).ok();
             e.u32(0);
             post_op_attr(e, Some(&a), file.fsid);

@@ -140,7 +140,9 @@ impl NfsService {
             }
         }
         let set = s.to_setattr();
-        Ok(t.share.fs.settle(t.share.fs.setattr(t.ino, &set, cred))?)
+        Ok(t.share
+            .fs
+            .settle_stable(t.share.fs.setattr(t.ino, &set, cred))?)
     }
 
     pub(crate) fn op_setattr(

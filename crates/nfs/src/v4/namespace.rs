@@ -95,7 +95,7 @@ impl NfsService {
         {
             fs.setattr(made.ino, &rest.to_setattr(), cred)?;
         }
-        fs.settle(Ok(()))?;
+        fs.settle_stable(Ok(()))?;
         let after = fs.getattr(t.ino).ok();
         change_info(e, &t.attr, after.as_ref());
         let mut set = s.given;
@@ -121,7 +121,7 @@ impl NfsService {
             let victim = fs.lookup(t.ino, name)?;
             self.clear_for_change((t.fsid, victim.ino), ctx.client)?;
         }
-        fs.settle(fs.remove_any(t.ino, name, &t.access.cred))?;
+        fs.settle_stable(fs.remove_any(t.ino, name, &t.access.cred))?;
         let after = fs.getattr(t.ino).ok();
         change_info(e, &t.attr, after.as_ref());
         Ok(())
@@ -153,7 +153,7 @@ impl NfsService {
                 self.clear_for_change((from.fsid, a.ino), ctx.client)?;
             }
         }
-        fs.settle(fs.rename(
+        fs.settle_stable(fs.rename(
             from.ino,
             from_name,
             to.ino,
@@ -185,7 +185,7 @@ impl NfsService {
         }
         self.clear_for_change(open_file_key(&file), ctx.client)?;
         let fs = &dir.share.fs;
-        fs.settle(fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
+        fs.settle_stable(fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
         let after = fs.getattr(dir.ino).ok();
         change_info(e, &dir.attr, after.as_ref());
         Ok(())

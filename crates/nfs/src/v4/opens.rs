@@ -341,7 +341,9 @@ impl NfsService {
                 }
             }
         }
-        file.share.fs.settle(Ok(()))?;
+        if created || attrset.has(attrs::SIZE) {
+            file.share.fs.settle_stable(Ok(()))?;
+        }
         encode_stateid(e, &stateid);
         match &dir {
             Some(d) => {

@@ -204,6 +204,43 @@ impl Served {
         self.spawn();
     }
 
+    /// `restart` that reports a daemon which exits, or does not listen within a
+    /// minute, instead of failing the test (a negative control expects that).
+    pub fn try_restart(&mut self) -> Result<(), String> {
+        self.kill9();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{}", self.nfs_port)])
+            .args(["--api", &format!("127.0.0.1:{}", self.api_port)])
+            .args(&self.args)
+            .env("SHOAL_STATE_DIR", &self.state)
+            .env("SHOAL_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let child = self.child.insert(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Err(format!("shoal serve exited ({status}) instead of starting"));
+            }
+            let up = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+            if up(self.nfs_port) && up(self.api_port) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err("shoal serve did not listen within a minute".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGTERM and wait: the daemon must exit cleanly.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

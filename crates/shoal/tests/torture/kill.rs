@@ -116,16 +116,101 @@ fn kill_test_writer(
     acked
 }
 
-#[test]
-fn kill_9_under_load_loses_no_acknowledged_write() {
-    let kills = std::env::var("SHOAL_TORTURE_KILLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if soak() { 50 } else { 5 });
-    let writers = 4;
+/// Namespace changes the server answered: names that must exist (created, or renamed
+/// to) and names that must not (removed, or renamed from). A change whose answer was
+/// lost with its connection counts in neither.
+#[derive(Default)]
+struct Names {
+    exist: std::collections::BTreeSet<String>,
+    gone: std::collections::BTreeSet<String>,
+}
+
+/// Creates `n{k}` in `dir`, renames every third to `m{k}` and removes every third
+/// (CREATE, RENAME and REMOVE answer only once their change is stable), reconnecting
+/// whenever the daemon dies, until `stop`.
+fn namespace_worker(t: &Target, dir: &Fh, stop: &AtomicBool) -> Names {
+    let mut names = Names::default();
+    let mut conn: Option<Nfs> = None;
+    let mut k = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let c = match &conn {
+            Some(c) => c,
+            None => match Nfs::connect(t, root_credential("torture")) {
+                Ok(c) => conn.insert(c),
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            },
+        };
+        k += 1;
+        let (n, m) = (format!("n{k}"), format!("m{k}"));
+        // An NFS error fails the test; a dead connection leaves the change unknown.
+        let dead = |r: anyhow::Result<()>, what: &str| match r {
+            Ok(()) => false,
+            Err(e) if NfsStatus::of(&e).is_some() => panic!("{what}: {e:#}"),
+            Err(_) => true,
+        };
+        if dead(c.create(dir, &n, false).map(|_| ()), "CREATE") {
+            conn = None;
+            continue;
+        }
+        names.exist.insert(n.clone());
+        let changed = match k % 3 {
+            1 => {
+                names.exist.remove(&n);
+                let lost = dead(c.rename(dir, &n, dir, &m), "RENAME");
+                if !lost {
+                    names.gone.insert(n);
+                    names.exist.insert(m);
+                }
+                !lost
+            }
+            2 => {
+                names.exist.remove(&n);
+                let lost = dead(c.remove(dir, &n).map(|_| ()), "REMOVE");
+                if !lost {
+                    names.gone.insert(n);
+                }
+                !lost
+            }
+            _ => true,
+        };
+        if !changed {
+            conn = None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    names
+}
+
+/// What a run of `kill_under_load` found.
+pub(super) struct KillRun {
+    pub kills: usize,
+    pub writers: usize,
+    pub acked_writes: usize,
+    pub acked_bytes: u64,
+    /// Namespace changes answered (and checked after the last kill).
+    pub names_checked: usize,
+    pub per_generation: BTreeMap<u64, u64>,
+    /// Acknowledged writes that read back differently (or not at all), described.
+    pub lost: Vec<String>,
+    /// Why the daemon did not come back after the last kill, if it did not.
+    pub not_back: Option<String>,
+    /// The pool, its log and the daemon's log, kept when something was lost.
+    pub kept: Option<std::path::PathBuf>,
+}
+
+/// `writers` clients append to their own files of a raidz1 pool served by `shoal
+/// serve EXTRA`, writing FILE_SYNC, DATA_SYNC and UNSTABLE+COMMIT; the daemon is
+/// killed with SIGKILL `kills` times at random moments (each time after the last
+/// instance acknowledged something) and restarted, then, once the writers stopped,
+/// once more; then every write acknowledged as stable is read back through the same
+/// handles, byte for byte.
+pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size: &str) -> KillRun {
     let dir = tempfile::tempdir().unwrap();
-    let size = if soak() { "4G" } else { "1G" };
-    let (mut served, t, root) = serve_share(dir.path(), size, &["raidz1", "a", "b", "c"], "k", &[]);
+    let (mut served, t, root) =
+        serve_share(dir.path(), size, &["raidz1", "a", "b", "c"], "k", extra);
     let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     let files: Vec<Fh> = (0..writers)
         .map(|i| nfs.create(&root, &format!("w{i}"), true).unwrap())
@@ -137,7 +222,11 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
     let stop = AtomicBool::new(false);
     let restarts = AtomicU64::new(0);
     let per_generation = Mutex::new(BTreeMap::new());
-    let acked: Vec<Acked> = std::thread::scope(|s| {
+    let (acked, names): (Vec<Acked>, Names) = std::thread::scope(|s| {
+        let namer = {
+            let (t, root, stop) = (&t, &root, &stop);
+            s.spawn(move || namespace_worker(t, root, stop))
+        };
         let handles: Vec<_> = files
             .iter()
             .enumerate()
@@ -156,9 +245,6 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
                 })
             })
             .collect();
-        if kills == 0 {
-            std::thread::sleep(Duration::from_secs(8));
-        }
         // The writers stop however this thread leaves the scope: a panic here (a
         // restart that fails) would otherwise wait on them forever.
         struct StopOnDrop<'a>(&'a AtomicBool);
@@ -201,17 +287,18 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
         }
         // Clients carry on after the last restart, then stop.
         if acked_every_generation && wait_for_ack(restarts.load(Ordering::SeqCst)) {
-            std::thread::sleep(Duration::from_millis(1500));
+            std::thread::sleep(Duration::from_millis(1500 + rng.below(1500)));
         }
         stop.store(true, Ordering::Relaxed);
-        handles
+        let acked = handles
             .into_iter()
             .flat_map(|h| h.join().unwrap())
-            .collect()
+            .collect();
+        (acked, namer.join().unwrap())
     });
-    // Kill once more so what is read back comes from the pool and its log, not memory.
-    served.kill9();
-    served.restart();
+    // Kill once more, right after the writers stopped, so what is read back comes
+    // from the pool and its log, not memory.
+    let not_back = served.try_restart().err();
 
     let per_generation = per_generation.into_inner().unwrap();
     for g in 0..=kills as u64 {
@@ -221,41 +308,101 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
         );
     }
     // The same handles, never looked up again, read back every acknowledged byte.
-    let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
+    let mut lost = Vec::new();
     let mut bytes = 0u64;
+    let nfs = if not_back.is_none() {
+        Nfs::connect(&t, root_credential("torture")).ok()
+    } else {
+        None
+    };
     for a in &acked {
-        let want = pattern(base ^ ((a.file as u64 + 1) << 48), a.offset, a.len);
-        let got = read_all(&nfs, &files[a.file], a.offset, a.len);
-        if got != want {
-            let first = got.iter().zip(&want).position(|(g, w)| g != w);
-            let size = nfs.getattr(&files[a.file]).unwrap().size;
-            let zeros = got.iter().filter(|&&b| b == 0).count();
-            let kept = dir.keep();
-            panic!(
-                "file w{} bytes {}..{} ({:?}, after restart {}) acknowledged as stable read back differently: \
-                 {} bytes read, first difference at +{first:?}, {zeros} zero bytes, file size \
-                 {size}; pool and log kept in {}",
-                a.file,
-                a.offset,
-                a.offset + a.len as u64,
-                a.stable,
-                a.generation,
-                got.len(),
-                kept.display()
-            );
-        }
         bytes += a.len as u64;
+        let want = pattern(base ^ ((a.file as u64 + 1) << 48), a.offset, a.len);
+        let got = nfs
+            .as_ref()
+            .map(|n| try_read_all(n, &files[a.file], a.offset, a.len));
+        let what = match got {
+            None => "unreadable: the daemon is not back".to_string(),
+            Some(Err(e)) => format!("READ failed: {e:#}"),
+            Some(Ok(got)) if got == want => continue,
+            Some(Ok(got)) => {
+                let first = got.iter().zip(&want).position(|(g, w)| g != w);
+                let zeros = got.iter().filter(|&&b| b == 0).count();
+                format!(
+                    "{} bytes read, first difference at +{first:?}, {zeros} zero bytes",
+                    got.len()
+                )
+            }
+        };
+        lost.push(format!(
+            "file w{} bytes {}..{} ({:?}, after restart {}): {what}",
+            a.file,
+            a.offset,
+            a.offset + a.len as u64,
+            a.stable,
+            a.generation,
+        ));
     }
-    served.stop();
-    save_figures(
-        "kill9",
-        &json!({
-            "kills": kills,
-            "writers": writers,
-            "acknowledged_writes": acked.len(),
-            "acknowledged_bytes": bytes,
-            "acknowledged_per_server_instance": per_generation,
-            "lost": 0,
-        }),
-    );
+    for (name, must_exist) in names
+        .exist
+        .iter()
+        .map(|n| (n, true))
+        .chain(names.gone.iter().map(|n| (n, false)))
+    {
+        let found = nfs.as_ref().map(|n| n.lookup(&root, name));
+        let wrong = match found {
+            None => "unknown: the daemon is not back".to_string(),
+            Some(Err(e)) => format!("LOOKUP failed: {e:#}"),
+            Some(Ok(f)) if f.is_some() == must_exist => continue,
+            Some(Ok(_)) if must_exist => "created, then missing".to_string(),
+            Some(Ok(_)) => "removed or renamed, then back".to_string(),
+        };
+        lost.push(format!("name {name}: {wrong}"));
+    }
+    drop(nfs);
+    if not_back.is_none() {
+        served.stop();
+    }
+    let kept = (!lost.is_empty()).then(|| dir.keep());
+    KillRun {
+        kills,
+        writers,
+        acked_writes: acked.len(),
+        acked_bytes: bytes,
+        names_checked: names.exist.len() + names.gone.len(),
+        per_generation,
+        lost,
+        not_back,
+        kept,
+    }
+}
+
+/// The figures of a run, and its first losses when there are any.
+pub(super) fn report(r: &KillRun) -> Value {
+    json!({
+        "kills": r.kills,
+        "writers": r.writers,
+        "acknowledged_writes": r.acked_writes,
+        "acknowledged_bytes": r.acked_bytes,
+        "acknowledged_namespace_changes_checked": r.names_checked,
+        "acknowledged_per_server_instance": r.per_generation,
+        "lost": r.lost.len(),
+        "first_losses": r.lost.iter().take(5).collect::<Vec<_>>(),
+        "not_back_after_the_last_kill": r.not_back,
+        "kept": r.kept,
+    })
+}
+
+#[test]
+fn kill_9_under_load_loses_no_acknowledged_write() {
+    let kills = std::env::var("SHOAL_TORTURE_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if soak() { 50 } else { 5 });
+    let size = if soak() { "4G" } else { "1G" };
+    let r = kill_under_load(&[], kills, 4, size);
+    let figures = report(&r);
+    save_figures("kill9", &figures);
+    assert!(r.not_back.is_none(), "{figures:#}");
+    assert!(r.lost.is_empty(), "acknowledged writes lost: {figures:#}");
 }

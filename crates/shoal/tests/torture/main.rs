@@ -1,6 +1,7 @@
 //! Torture: the running daemon (`shoal serve`, a real process) under many pipelined
-//! clients, killed with SIGKILL at random moments, with corrupted blocks under it, on
-//! a full pool, and facing clients its exports refuse. Every test checks that nothing
+//! clients, killed with SIGKILL at random moments (also behind a simulated volatile
+//! write cache, so a kill is a power cut), with corrupted blocks under it, on a full
+//! pool, and facing clients its exports refuse. Every test checks that nothing
 //! acknowledged is lost, byte for byte.
 //!
 //! CI runs the short forms; `SHOAL_SOAK=1` runs the soak: 10 minutes of load and 50
@@ -126,18 +127,23 @@ fn write_files(
 
 /// Reads `len` bytes at `offset` whole (several READs if need be).
 fn read_all(nfs: &Nfs, fh: &Fh, offset: u64, len: usize) -> Vec<u8> {
+    try_read_all(nfs, fh, offset, len).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// `read_all` that reports a failed READ instead of failing the test.
+fn try_read_all(nfs: &Nfs, fh: &Fh, offset: u64, len: usize) -> anyhow::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
-        let want = (len - out.len()).min(1 << 20) as u32;
+        let at = offset + out.len() as u64;
         let r = nfs
-            .read(fh, offset + out.len() as u64, want)
-            .unwrap_or_else(|e| panic!("READ at {}: {e:#}", offset + out.len() as u64));
+            .read(fh, at, (len - out.len()).min(1 << 20) as u32)
+            .map_err(|e| e.context(format!("READ at {at}")))?;
         if r.bytes().is_empty() {
             break;
         }
         out.extend_from_slice(r.bytes());
     }
-    out
+    Ok(out)
 }
 
 /// Pool `tank` from `layout` devices of `size`, with each dataset of `datasets` made.
@@ -193,4 +199,5 @@ mod faults;
 mod full_pool;
 mod kill;
 mod load;
+mod power_loss;
 mod refusals;
