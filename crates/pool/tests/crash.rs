@@ -1,10 +1,12 @@
 //! Crash tests on the simulated device: a seeded workload runs until a crash clock fires
-//! at a chosen write or flush; every unflushed write is then kept, dropped or torn; the
+//! at a chosen write or flush; every unflushed write is then kept, dropped, torn, or
+//! mangled (sectors of garbage, tears inside a sector: `CrashPolicy::Hostile`); the
 //! pool is imported and must (1) check clean, (2) hold exactly the contents of the last
 //! acknowledged sync or of the sync that was in flight, never anything else, and (3) keep
 //! working. Every crash point of each workload is tried, so a run covers thousands.
 //!
-//! `SHOAL_CRASH_SEEDS=N` runs N workloads per layout (default 6) for a longer soak;
+//! `SHOAL_CRASH_SEEDS=N` runs N workloads per layout (default 32: over 15,000 crash points
+//! in all) for a longer soak;
 //! `SHOAL_CRASH_SHOW_OPS=1` prints how many device operations each workload issued.
 
 mod common;
@@ -168,8 +170,8 @@ fn run_layout_with(layout: Layout, ndev: usize, seeds: u64, deterministic: bool)
             drop(pool);
             let policy = [
                 CrashPolicy::Random,
-                CrashPolicy::Random,
-                CrashPolicy::Random,
+                CrashPolicy::Hostile,
+                CrashPolicy::Hostile,
                 CrashPolicy::DropAll,
                 CrashPolicy::KeepAll,
             ][(point % 5) as usize];
@@ -215,7 +217,7 @@ fn seeds() -> u64 {
     std::env::var("SHOAL_CRASH_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(6)
+        .unwrap_or(32)
 }
 
 #[test]

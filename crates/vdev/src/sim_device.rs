@@ -89,6 +89,11 @@ pub enum CrashPolicy {
     DropAll,
     /// Each unflushed write independently kept, dropped or torn.
     Random,
+    /// What `Random` does, and what a disk losing power in the middle of writing can
+    /// leave besides: a write whose sectors each hold the new data, the old, seeded
+    /// garbage, or a tear inside the sector (a 512-byte-aligned prefix of the new data
+    /// over the old data or over garbage).
+    Hostile,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,6 +262,13 @@ fn put(map: &mut Sectors, offset: u64, data: &[u8]) {
     }
 }
 
+fn fill_garbage(rng: &mut SplitMix, buf: &mut [u8]) {
+    for chunk in buf.chunks_mut(8) {
+        let x = rng.next().to_le_bytes();
+        chunk.copy_from_slice(&x[..chunk.len()]);
+    }
+}
+
 fn get(map: &Sectors, offset: u64, buf: &mut [u8]) {
     for (i, chunk) in buf.chunks_mut(SECTOR_SIZE).enumerate() {
         let sector = offset / SECTOR_SIZE as u64 + i as u64;
@@ -335,10 +347,30 @@ impl SimDevice {
                 CrashPolicy::KeepAll => 0,
                 CrashPolicy::DropAll => 1,
                 CrashPolicy::Random => st.rng.below(3),
+                CrashPolicy::Hostile => st.rng.below(4),
             };
             match choice {
                 0 => put(&mut durable, offset, &data),
                 1 => {}
+                3 => {
+                    for (i, new) in data.chunks(SECTOR_SIZE).enumerate() {
+                        let at = offset + (i * SECTOR_SIZE) as u64;
+                        let mut sector = vec![0u8; SECTOR_SIZE];
+                        get(&durable, at, &mut sector);
+                        let cut = 512 * (1 + st.rng.below(7) as usize);
+                        match st.rng.below(5) {
+                            0 => sector.copy_from_slice(new),
+                            1 => continue,
+                            2 => fill_garbage(&mut st.rng, &mut sector),
+                            3 => sector[..cut].copy_from_slice(&new[..cut]),
+                            _ => {
+                                fill_garbage(&mut st.rng, &mut sector);
+                                sector[..cut].copy_from_slice(&new[..cut]);
+                            }
+                        }
+                        put(&mut durable, at, &sector);
+                    }
+                }
                 _ => {
                     for (i, chunk) in data.chunks(SECTOR_SIZE).enumerate() {
                         if st.rng.below(2) == 0 {
@@ -574,6 +606,30 @@ mod tests {
         assert!(outcome.iter().any(|&(a, b)| a != b), "some write torn");
         assert!(outcome.contains(&(true, true)));
         assert!(outcome.contains(&(false, false)));
+    }
+
+    #[test]
+    fn hostile_policy_leaves_garbage_and_tears_inside_sectors() {
+        // One unflushed write of 64 sectors over flushed ones: it is kept, dropped,
+        // torn by sector or mangled; over the seeds that mangle it, some sector is
+        // torn inside (new prefix, old suffix) and some holds bytes never written.
+        let mangled = (1..64u64).any(|seed| {
+            let d = SimDevice::new(4 * MB, seed);
+            d.write_at(0, &vec![0xaa; 64 * SECTOR_SIZE]).unwrap();
+            d.flush().unwrap();
+            d.write_at(0, &vec![0xbb; 64 * SECTOR_SIZE]).unwrap();
+            let after = d.restart(CrashPolicy::Hostile);
+            let mut all = vec![0u8; 64 * SECTOR_SIZE];
+            after.read_at(0, &mut all).unwrap();
+            let torn = all.chunks(SECTOR_SIZE).any(|s| {
+                s[0] == 0xbb && s[SECTOR_SIZE - 1] == 0xaa
+            });
+            let junk = all
+                .chunks(SECTOR_SIZE)
+                .any(|s| s.iter().any(|&b| b != 0xaa && b != 0xbb));
+            torn && junk
+        });
+        assert!(mangled, "no seed left both a torn sector and garbage");
     }
 
     #[test]

@@ -117,7 +117,8 @@ pub fn new_file(pool: &Pool, os: u64, block_size: u32, compression: Compression)
 pub fn crash_policy(point: u64) -> CrashPolicy {
     [
         CrashPolicy::Random,
+        CrashPolicy::Hostile,
         CrashPolicy::DropAll,
         CrashPolicy::KeepAll,
-    ][(point % 3) as usize]
+    ][(point % 4) as usize]
 }
