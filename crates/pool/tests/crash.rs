@@ -119,12 +119,19 @@ struct Outcome {
 }
 
 fn run_layout(layout: Layout, ndev: usize, seeds: u64) -> Outcome {
-    run_layout_with(layout, ndev, seeds, true)
+    run_layout_with(layout, ndev, seeds, true, &[])
 }
 
 /// `deterministic` false runs the production sync path (parallel compression and
 /// per-leaf writers): crash points then differ run to run, and every one must hold.
-fn run_layout_with(layout: Layout, ndev: usize, seeds: u64, deterministic: bool) -> Outcome {
+/// `liars`: devices whose flushes report success and make nothing durable.
+fn run_layout_with(
+    layout: Layout,
+    ndev: usize,
+    seeds: u64,
+    deterministic: bool,
+    liars: &[usize],
+) -> Outcome {
     let mut o = opts();
     o.deterministic_io = deterministic;
     let create = |devs: &[Arc<SimDevice>]| {
@@ -151,6 +158,10 @@ fn run_layout_with(layout: Layout, ndev: usize, seeds: u64, deterministic: bool)
         let pool = create(&devs);
         let os = pool.create_objset("tank/crash", "{}").unwrap();
         pool.sync().unwrap();
+        // Liars lie from here on: the pool and its labels exist.
+        for &i in liars {
+            devs[i].inject(vdev::Fault::LyingFlush);
+        }
         let start = clock.ops();
         workload(&pool, os, seed);
         let total = clock.ops() - start;
@@ -165,6 +176,10 @@ fn run_layout_with(layout: Layout, ndev: usize, seeds: u64, deterministic: bool)
             let pool = create(&devs);
             let os = pool.create_objset("tank/crash", "{}").unwrap();
             pool.sync().unwrap();
+            // Liars lie from here on: the pool and its labels exist.
+            for &i in liars {
+                devs[i].inject(vdev::Fault::LyingFlush);
+            }
             clock.arm(point);
             let (acked, inflight) = workload(&pool, os, seed);
             drop(pool);
@@ -252,10 +267,51 @@ fn crash_at_every_point_single_disk() {
 
 #[test]
 fn crash_at_every_point_parallel_sync_raidz1() {
-    let o = run_layout_with(Layout::RaidZ { nparity: 1 }, 3, seeds().div_ceil(3), false);
+    let o = run_layout_with(
+        Layout::RaidZ { nparity: 1 },
+        3,
+        seeds().div_ceil(3),
+        false,
+        &[],
+    );
     println!(
         "raidz1, parallel sync: {} crash points tested, {} committed the in-flight txg",
         o.points, o.inflight_won
     );
     assert!(o.points > 100);
+}
+
+#[test]
+fn crash_at_every_point_mirror_with_one_device_ignoring_flushes() {
+    let o = run_layout_with(Layout::Mirror, 2, seeds().div_ceil(4), true, &[1]);
+    println!(
+        "mirror, one side ignoring flushes: {} crash points tested, {} committed the in-flight txg",
+        o.points, o.inflight_won
+    );
+    assert!(o.points > 100);
+}
+
+#[test]
+fn crash_at_every_point_raidz1_with_one_device_ignoring_flushes() {
+    let o = run_layout_with(
+        Layout::RaidZ { nparity: 1 },
+        3,
+        seeds().div_ceil(4),
+        true,
+        &[0],
+    );
+    println!(
+        "raidz1, one device ignoring flushes: {} crash points tested, {} committed the in-flight txg",
+        o.points, o.inflight_won
+    );
+    assert!(o.points > 100);
+}
+
+/// The negative control of the two above: when every device ignores flushes, nothing
+/// is durable, and the same harness must find a crash point that loses what was
+/// acknowledged (or a pool that does not come back).
+#[test]
+#[should_panic(expected = "neither the acknowledged nor the in-flight state")]
+fn crash_with_every_device_ignoring_flushes_is_caught() {
+    run_layout_with(Layout::Mirror, 2, 2, true, &[0, 1]);
 }

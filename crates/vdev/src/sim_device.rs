@@ -120,6 +120,9 @@ pub enum Fault {
     },
     /// Every operation fails until `revive`.
     Dead,
+    /// Flushes report success and make nothing durable (a device whose cache ignores
+    /// flushes): what it was told to flush stays subject to the crash policy.
+    LyingFlush,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,6 +232,7 @@ struct State {
     read_faults: Vec<(u64, u64, u32)>,
     write_faults: Vec<(u64, u64, u32)>,
     misdirect: Option<i64>,
+    lying_flush: bool,
     speed: Option<SpeedLimit>,
     head: u64,
     stats: SimStats,
@@ -321,6 +325,7 @@ impl SimDevice {
                 read_faults: Vec::new(),
                 write_faults: Vec::new(),
                 misdirect: None,
+                lying_flush: false,
                 speed: None,
                 head: 0,
                 stats: SimStats::default(),
@@ -397,6 +402,7 @@ impl SimDevice {
             }
             Fault::MisdirectNextWrite { delta_bytes } => st.misdirect = Some(delta_bytes),
             Fault::Dead => st.dead = true,
+            Fault::LyingFlush => st.lying_flush = true,
         }
     }
 
@@ -532,11 +538,14 @@ impl Device for SimDevice {
     fn flush(&self) -> io::Result<()> {
         let mut st = self.state.lock().unwrap();
         self.alive(&mut st, true)?;
+        st.stats.flushes += 1;
+        if st.lying_flush {
+            return Ok(());
+        }
         let unflushed = std::mem::take(&mut st.unflushed);
         for (offset, data) in unflushed {
             put(&mut st.durable, offset, &data);
         }
-        st.stats.flushes += 1;
         Ok(())
     }
 
@@ -621,9 +630,9 @@ mod tests {
             let after = d.restart(CrashPolicy::Hostile);
             let mut all = vec![0u8; 64 * SECTOR_SIZE];
             after.read_at(0, &mut all).unwrap();
-            let torn = all.chunks(SECTOR_SIZE).any(|s| {
-                s[0] == 0xbb && s[SECTOR_SIZE - 1] == 0xaa
-            });
+            let torn = all
+                .chunks(SECTOR_SIZE)
+                .any(|s| s[0] == 0xbb && s[SECTOR_SIZE - 1] == 0xaa);
             let junk = all
                 .chunks(SECTOR_SIZE)
                 .any(|s| s.iter().any(|&b| b != 0xaa && b != 0xbb));
