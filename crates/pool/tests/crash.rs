@@ -315,3 +315,126 @@ fn crash_at_every_point_raidz1_with_one_device_ignoring_flushes() {
 fn crash_with_every_device_ignoring_flushes_is_caught() {
     run_layout_with(Layout::Mirror, 2, 2, true, &[0, 1]);
 }
+
+/// Crash, then crash again while the pool is being imported (recovery part way), then
+/// import: the pool must still check clean and hold the acknowledged or the in-flight
+/// state of the first crash, and keep working. Every `stride`-th first crash point,
+/// and at each of those every device operation of the import.
+fn run_crash_during_import(layout: Layout, ndev: usize, seeds: u64, stride: u64) -> Outcome {
+    let o = opts();
+    let create = |devs: &[Arc<SimDevice>]| {
+        pool::Pool::create(
+            "tank",
+            vec![pool::pool::TopArg {
+                layout,
+                devices: args(devs),
+            }],
+            vec![],
+            vec![],
+            o.clone(),
+        )
+        .expect("create pool")
+    };
+    // The state a first crash at `point` leaves (deterministic), on devices whose
+    // operations count on `clock`.
+    let first_crash = |seed: u64, point: u64, clock: &Arc<CrashClock>| {
+        let c1 = CrashClock::new();
+        let devs = sim_devices(ndev, seed, Some(c1.clone()));
+        let pool = create(&devs);
+        let os = pool.create_objset("tank/crash", "{}").unwrap();
+        pool.sync().unwrap();
+        c1.arm(point);
+        let (acked, inflight) = workload(&pool, os, seed);
+        drop(pool);
+        let policy = [
+            CrashPolicy::Random,
+            CrashPolicy::Hostile,
+            CrashPolicy::DropAll,
+        ][(point % 3) as usize];
+        let after: Vec<Arc<SimDevice>> = devs
+            .iter()
+            .map(|d| d.restart_with_clock(policy, Some(clock.clone())))
+            .collect();
+        (after, os, acked, inflight)
+    };
+    let mut out = Outcome {
+        points: 0,
+        inflight_won: 0,
+    };
+    for seed in 0..seeds {
+        let clock = CrashClock::new();
+        let devs = sim_devices(ndev, seed, Some(clock.clone()));
+        let pool = create(&devs);
+        let os = pool.create_objset("tank/crash", "{}").unwrap();
+        pool.sync().unwrap();
+        let start = clock.ops();
+        workload(&pool, os, seed);
+        let total = clock.ops() - start;
+        drop(pool);
+        for point in (1..=total).step_by(stride as usize) {
+            // Crash the import at its 1st, 2nd, ... device operation until an import
+            // runs to the end before its crash point.
+            for j in 1.. {
+                let clock = CrashClock::new();
+                let (devs, os, acked, inflight) = first_crash(seed, point, &clock);
+                clock.arm(j);
+                let imported = pool::Pool::import(args(&devs), Some("tank"), o.clone());
+                let crashed = clock.crashed();
+                drop(imported);
+                let policy = [
+                    CrashPolicy::Hostile,
+                    CrashPolicy::KeepAll,
+                    CrashPolicy::DropAll,
+                ][(j % 3) as usize];
+                let again: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
+                let pool = pool::Pool::import(args(&again), Some("tank"), o.clone())
+                    .unwrap_or_else(|e| {
+                        panic!("{layout:?} seed {seed} point {point}, import crash {j}: {e}")
+                    });
+                let report = pool.check().unwrap();
+                assert!(
+                    report.problems.is_empty(),
+                    "{layout:?} seed {seed} point {point}, import crash {j}: check found {:?}",
+                    report.problems
+                );
+                let is_acked = contents_match(&pool, os, &acked, &inflight);
+                let is_inflight = contents_match(&pool, os, &inflight, &acked);
+                assert!(
+                    is_acked || is_inflight,
+                    "{layout:?} seed {seed} point {point}, import crash {j}: contents are neither the acknowledged nor the in-flight state"
+                );
+                if !is_acked {
+                    out.inflight_won += 1;
+                }
+                let obj = pool
+                    .create_object(
+                        os,
+                        19,
+                        4096,
+                        Compression::Off,
+                        pool::checksum::ChecksumKind::Blake3,
+                    )
+                    .unwrap();
+                pool.write(os, obj, 0, b"after two crashes").unwrap();
+                pool.sync().unwrap();
+                assert_eq!(pool.read(os, obj, 0, 17).unwrap(), b"after two crashes");
+                out.points += 1;
+                if !crashed {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn crash_during_import_after_a_crash_mirror_and_raidz1() {
+    let m = run_crash_during_import(Layout::Mirror, 2, 2, 7);
+    let r = run_crash_during_import(Layout::RaidZ { nparity: 1 }, 3, 2, 7);
+    println!(
+        "crash during import: {} points (mirror) and {} (raidz1), {} and {} committed the in-flight txg",
+        m.points, r.points, m.inflight_won, r.inflight_won
+    );
+    assert!(m.points > 50 && r.points > 50);
+}
