@@ -134,19 +134,7 @@ fn run_layout_with(
 ) -> Outcome {
     let mut o = opts();
     o.deterministic_io = deterministic;
-    let create = |devs: &[Arc<SimDevice>]| {
-        pool::Pool::create(
-            "tank",
-            vec![pool::pool::TopArg {
-                layout,
-                devices: args(devs),
-            }],
-            vec![],
-            vec![],
-            o.clone(),
-        )
-        .expect("create pool")
-    };
+    let create = |devs: &[Arc<SimDevice>]| create_pool(layout, devs, &o);
     let mut out = Outcome {
         points: 0,
         inflight_won: 0,
@@ -191,41 +179,80 @@ fn run_layout_with(
                 CrashPolicy::KeepAll,
             ][(point % 5) as usize];
             let after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
-            let pool =
-                pool::Pool::import(args(&after), Some("tank"), o.clone()).expect("import pool");
-            let report = pool.check().unwrap();
-            assert!(
-                report.problems.is_empty(),
-                "{layout:?} seed {seed} point {point}: check found {:?}",
-                report.problems
-            );
-            let is_acked = contents_match(&pool, os, &acked, &inflight);
-            let is_inflight = contents_match(&pool, os, &inflight, &acked);
-            assert!(
-                is_acked || is_inflight,
-                "{layout:?} seed {seed} crash point {point}/{total}: contents are neither the acknowledged nor the in-flight state"
-            );
-            if !is_acked {
-                out.inflight_won += 1;
-            }
-            // The pool keeps working after the crash.
-            let obj = pool
-                .create_object(
-                    os,
-                    19,
-                    4096,
-                    Compression::Off,
-                    pool::checksum::ChecksumKind::Blake3,
-                )
-                .unwrap();
-            pool.write(os, obj, 0, b"after the crash").unwrap();
-            pool.sync().unwrap();
-            assert_eq!(pool.read(os, obj, 0, 15).unwrap(), b"after the crash");
-            assert!(pool.check().unwrap().problems.is_empty());
-            out.points += 1;
+            let what = format!("{layout:?} seed {seed} crash point {point}/{total}");
+            check_recovered(&after, &o, os, &acked, &inflight, &what, &mut out);
         }
     }
     out
+}
+
+fn create_pool(layout: Layout, devs: &[Arc<SimDevice>], o: &pool::PoolOptions) -> Arc<pool::Pool> {
+    pool::Pool::create(
+        "tank",
+        vec![pool::pool::TopArg {
+            layout,
+            devices: args(devs),
+        }],
+        vec![],
+        vec![],
+        o.clone(),
+    )
+    .expect("create pool")
+}
+
+/// Imports `devs` after a crash and checks what every crash point must hold: the
+/// pool imports and checks clean, its contents are the acknowledged or the in-flight
+/// state, and it keeps working; counts the point in `out`.
+fn check_recovered(
+    devs: &[Arc<SimDevice>],
+    o: &pool::PoolOptions,
+    os: u64,
+    acked: &Model,
+    inflight: &Model,
+    what: &str,
+    out: &mut Outcome,
+) {
+    let pool = pool::Pool::import(args(devs), Some("tank"), o.clone())
+        .unwrap_or_else(|e| panic!("{what}: import: {e}"));
+    let report = pool.check().unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "{what}: check found {:?}",
+        report.problems
+    );
+    let is_acked = contents_match(&pool, os, acked, inflight);
+    let is_inflight = contents_match(&pool, os, inflight, acked);
+    assert!(
+        is_acked || is_inflight,
+        "{what}: contents are neither the acknowledged nor the in-flight state"
+    );
+    if !is_acked {
+        out.inflight_won += 1;
+    }
+    // The pool keeps working after the crash.
+    let obj = pool
+        .create_object(
+            os,
+            19,
+            4096,
+            Compression::Off,
+            pool::checksum::ChecksumKind::Blake3,
+        )
+        .unwrap();
+    pool.write(os, obj, 0, b"after the crash").unwrap();
+    pool.sync().unwrap();
+    assert_eq!(pool.read(os, obj, 0, 15).unwrap(), b"after the crash");
+    assert!(pool.check().unwrap().problems.is_empty());
+    out.points += 1;
+}
+
+/// Prints what a crash test tried and fails it if that is fewer points than `min`.
+fn tested(what: &str, o: &Outcome, min: u64) {
+    println!(
+        "{what}: {} crash points tested, {} committed the in-flight txg",
+        o.points, o.inflight_won
+    );
+    assert!(o.points > min, "{what}: only {} crash points", o.points);
 }
 
 fn seeds() -> u64 {
@@ -238,31 +265,19 @@ fn seeds() -> u64 {
 #[test]
 fn crash_at_every_point_raidz2() {
     let o = run_layout(Layout::RaidZ { nparity: 2 }, 4, seeds());
-    println!(
-        "raidz2: {} crash points tested, {} committed the in-flight txg",
-        o.points, o.inflight_won
-    );
-    assert!(o.points > 500);
+    tested("raidz2", &o, 500);
 }
 
 #[test]
 fn crash_at_every_point_mirror() {
     let o = run_layout(Layout::Mirror, 2, seeds());
-    println!(
-        "mirror: {} crash points tested, {} committed the in-flight txg",
-        o.points, o.inflight_won
-    );
-    assert!(o.points > 200);
+    tested("mirror", &o, 200);
 }
 
 #[test]
 fn crash_at_every_point_single_disk() {
     let o = run_layout(Layout::Disk, 1, seeds());
-    println!(
-        "disk: {} crash points tested, {} committed the in-flight txg",
-        o.points, o.inflight_won
-    );
-    assert!(o.points > 100);
+    tested("disk", &o, 100);
 }
 
 #[test]
@@ -274,21 +289,13 @@ fn crash_at_every_point_parallel_sync_raidz1() {
         false,
         &[],
     );
-    println!(
-        "raidz1, parallel sync: {} crash points tested, {} committed the in-flight txg",
-        o.points, o.inflight_won
-    );
-    assert!(o.points > 100);
+    tested("raidz1, parallel sync", &o, 100);
 }
 
 #[test]
 fn crash_at_every_point_mirror_with_one_device_ignoring_flushes() {
     let o = run_layout_with(Layout::Mirror, 2, seeds().div_ceil(4), true, &[1]);
-    println!(
-        "mirror, one side ignoring flushes: {} crash points tested, {} committed the in-flight txg",
-        o.points, o.inflight_won
-    );
-    assert!(o.points > 100);
+    tested("mirror, one side ignoring flushes", &o, 100);
 }
 
 #[test]
@@ -300,11 +307,7 @@ fn crash_at_every_point_raidz1_with_one_device_ignoring_flushes() {
         true,
         &[0],
     );
-    println!(
-        "raidz1, one device ignoring flushes: {} crash points tested, {} committed the in-flight txg",
-        o.points, o.inflight_won
-    );
-    assert!(o.points > 100);
+    tested("raidz1, one device ignoring flushes", &o, 100);
 }
 
 /// The negative control of the two above: when every device ignores flushes, nothing
@@ -322,19 +325,7 @@ fn crash_with_every_device_ignoring_flushes_is_caught() {
 /// and at each of those every device operation of the import.
 fn run_crash_during_import(layout: Layout, ndev: usize, seeds: u64, stride: u64) -> Outcome {
     let o = opts();
-    let create = |devs: &[Arc<SimDevice>]| {
-        pool::Pool::create(
-            "tank",
-            vec![pool::pool::TopArg {
-                layout,
-                devices: args(devs),
-            }],
-            vec![],
-            vec![],
-            o.clone(),
-        )
-        .expect("create pool")
-    };
+    let create = |devs: &[Arc<SimDevice>]| create_pool(layout, devs, &o);
     // The state a first crash at `point` leaves (deterministic), on devices whose
     // operations count on `clock`.
     let first_crash = |seed: u64, point: u64, clock: &Arc<CrashClock>| {
@@ -387,38 +378,8 @@ fn run_crash_during_import(layout: Layout, ndev: usize, seeds: u64, stride: u64)
                     CrashPolicy::DropAll,
                 ][(j % 3) as usize];
                 let again: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
-                let pool = pool::Pool::import(args(&again), Some("tank"), o.clone())
-                    .unwrap_or_else(|e| {
-                        panic!("{layout:?} seed {seed} point {point}, import crash {j}: {e}")
-                    });
-                let report = pool.check().unwrap();
-                assert!(
-                    report.problems.is_empty(),
-                    "{layout:?} seed {seed} point {point}, import crash {j}: check found {:?}",
-                    report.problems
-                );
-                let is_acked = contents_match(&pool, os, &acked, &inflight);
-                let is_inflight = contents_match(&pool, os, &inflight, &acked);
-                assert!(
-                    is_acked || is_inflight,
-                    "{layout:?} seed {seed} point {point}, import crash {j}: contents are neither the acknowledged nor the in-flight state"
-                );
-                if !is_acked {
-                    out.inflight_won += 1;
-                }
-                let obj = pool
-                    .create_object(
-                        os,
-                        19,
-                        4096,
-                        Compression::Off,
-                        pool::checksum::ChecksumKind::Blake3,
-                    )
-                    .unwrap();
-                pool.write(os, obj, 0, b"after two crashes").unwrap();
-                pool.sync().unwrap();
-                assert_eq!(pool.read(os, obj, 0, 17).unwrap(), b"after two crashes");
-                out.points += 1;
+                let what = format!("{layout:?} seed {seed} point {point}, import crash {j}");
+                check_recovered(&again, &o, os, &acked, &inflight, &what, &mut out);
                 if !crashed {
                     break;
                 }

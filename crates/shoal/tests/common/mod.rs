@@ -156,27 +156,26 @@ impl Served {
         s
     }
 
-    fn spawn(&mut self) {
+    /// `shoal serve` on this daemon's ports, state and log.
+    fn serve_command(&self) -> Command {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{}", self.nfs_port),
-                "--api",
-                &format!("127.0.0.1:{}", self.api_port),
-            ])
+        let mut c = Command::new(env!("CARGO_BIN_EXE_shoal"));
+        c.args(["serve", "--listen", &format!("127.0.0.1:{}", self.nfs_port)])
+            .args(["--api", &format!("127.0.0.1:{}", self.api_port)])
             .args(&self.args)
             .env("SHOAL_STATE_DIR", &self.state)
             .env("SHOAL_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+            .stderr(log);
+        c
+    }
+
+    fn spawn(&mut self) {
+        let child = self.serve_command().spawn().unwrap();
         let child = self.child.insert(child);
         if self.nfs_port == 0 {
             let (nfs, api) = daemon_addrs(&self.state, child, Some(&self.log));
@@ -208,21 +207,7 @@ impl Served {
     /// minute, instead of failing the test (a negative control expects that).
     pub fn try_restart(&mut self) -> Result<(), String> {
         self.kill9();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{}", self.nfs_port)])
-            .args(["--api", &format!("127.0.0.1:{}", self.api_port)])
-            .args(&self.args)
-            .env("SHOAL_STATE_DIR", &self.state)
-            .env("SHOAL_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = self.serve_command().spawn().unwrap();
         let child = self.child.insert(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {

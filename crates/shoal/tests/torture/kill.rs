@@ -14,6 +14,21 @@ struct Acked {
     len: usize,
 }
 
+/// The connection of a client that reconnects whenever the daemon dies: the open
+/// one, or a new one; `None` (after a pause) while the daemon does not answer.
+fn connected<'a>(conn: &'a mut Option<Nfs>, t: &Target) -> Option<&'a Nfs> {
+    if conn.is_none() {
+        match Nfs::connect(t, root_credential("torture")) {
+            Ok(c) => *conn = Some(c),
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                return None;
+            }
+        }
+    }
+    conn.as_ref()
+}
+
 /// A writer of the kill test: appends blocks of varied, unaligned sizes to its own
 /// file, 8 in flight, never writing any byte twice; reconnects with the same handle
 /// whenever the daemon dies. Returns the writes acknowledged as stable and how many
@@ -32,15 +47,8 @@ fn kill_test_writer(
     let mut offset = 0u64;
     let mut conn: Option<Nfs> = None;
     while !stop.load(Ordering::Relaxed) {
-        let c = match &conn {
-            Some(c) => c,
-            None => match Nfs::connect(t, root_credential("torture")) {
-                Ok(c) => conn.insert(c),
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(50));
-                    continue;
-                }
-            },
+        let Some(c) = connected(&mut conn, t) else {
+            continue;
         };
         let generation = restarts.load(Ordering::SeqCst);
         let stable = match rng.below(3) {
@@ -133,15 +141,8 @@ fn namespace_worker(t: &Target, dir: &Fh, stop: &AtomicBool) -> Names {
     let mut conn: Option<Nfs> = None;
     let mut k = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let c = match &conn {
-            Some(c) => c,
-            None => match Nfs::connect(t, root_credential("torture")) {
-                Ok(c) => conn.insert(c),
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(50));
-                    continue;
-                }
-            },
+        let Some(c) = connected(&mut conn, t) else {
+            continue;
         };
         k += 1;
         let (n, m) = (format!("n{k}"), format!("m{k}"));
