@@ -178,7 +178,17 @@ fn run_layout_with(
                 CrashPolicy::DropAll,
                 CrashPolicy::KeepAll,
             ][(point % 5) as usize];
-            let after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
+            // With redundancy, every seventh crash also misdirects unflushed writes of
+            // one device (a single device's firmware fault): the others must cover it.
+            let misdirect = layout != Layout::Disk && point % 7 == 0;
+            let after: Vec<Arc<SimDevice>> = devs
+                .iter()
+                .enumerate()
+                .map(|(i, d)| match (misdirect, i) {
+                    (true, 0) => d.restart(CrashPolicy::Misdirected),
+                    _ => d.restart(policy),
+                })
+                .collect();
             let what = format!("{layout:?} seed {seed} crash point {point}/{total}");
             check_recovered(&after, &o, os, &acked, &inflight, &what, &mut out);
         }

@@ -94,6 +94,10 @@ pub enum CrashPolicy {
     /// garbage, or a tear inside the sector (a 512-byte-aligned prefix of the new data
     /// over the old data or over garbage).
     Hostile,
+    /// Each unflushed write kept, dropped, or landed whole at a wrong offset (1 to 16
+    /// sectors away, inside the device), as a disk that misdirects a write in its
+    /// cache when the power goes.
+    Misdirected,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -353,10 +357,22 @@ impl SimDevice {
                 CrashPolicy::DropAll => 1,
                 CrashPolicy::Random => st.rng.below(3),
                 CrashPolicy::Hostile => st.rng.below(4),
+                CrashPolicy::Misdirected => [0, 1, 4][st.rng.below(3) as usize],
             };
             match choice {
                 0 => put(&mut durable, offset, &data),
                 1 => {}
+                4 => {
+                    let sectors = 1 + st.rng.below(16);
+                    let delta = sectors * SECTOR_SIZE as u64;
+                    let last = self.size - data.len() as u64;
+                    let to = if st.rng.below(2) == 0 && offset >= delta {
+                        offset - delta
+                    } else {
+                        (offset + delta).min(last)
+                    };
+                    put(&mut durable, to, &data);
+                }
                 3 => {
                     for (i, new) in data.chunks(SECTOR_SIZE).enumerate() {
                         let at = offset + (i * SECTOR_SIZE) as u64;
@@ -639,6 +655,22 @@ mod tests {
             torn && junk
         });
         assert!(mangled, "no seed left both a torn sector and garbage");
+    }
+
+    #[test]
+    fn misdirected_policy_lands_writes_elsewhere() {
+        let landed_elsewhere = (1..64u64).any(|seed| {
+            let d = SimDevice::new(4 * MB, seed);
+            let at = 64 * SECTOR_SIZE as u64;
+            d.write_at(at, &pattern(7)).unwrap();
+            let after = d.restart(CrashPolicy::Misdirected);
+            let mut all = vec![0u8; 256 * SECTOR_SIZE];
+            after.read_at(0, &mut all).unwrap();
+            let here = all[at as usize] == 7;
+            let sectors_with_it = all.chunks(SECTOR_SIZE).filter(|c| c[0] == 7).count();
+            !here && sectors_with_it == 2
+        });
+        assert!(landed_elsewhere, "no seed misdirected the write");
     }
 
     #[test]
