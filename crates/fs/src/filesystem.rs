@@ -26,8 +26,10 @@ use crate::{FsError, Result};
 use pool::checksum::ChecksumKind;
 use pool::compress::Compression;
 use pool::{Pool, ReadBuf, Tx};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+mod open_files;
+use open_files::OpenFiles;
 
 pub const ROOT_INO: u64 = 1;
 pub const UNLINKED_INO: u64 = 2;
@@ -96,15 +98,6 @@ impl DirStore for ObjStore<'_> {
             .expect("directory writes happen inside a transaction");
         Ok(tx.write(self.os, self.obj, blk * DIR_BLOCK as u64, data)?)
     }
-}
-
-/// Files held open (FUSE handles, NFSv4 opens) and, of those, the orphans: unlinked
-/// while open, kept (listed in the unlinked directory) until their last close.
-/// One lock for both, so a removal and a last close never miss each other.
-#[derive(Default)]
-struct OpenFiles {
-    counts: HashMap<u64, u32>,
-    orphans: std::collections::HashSet<u64>,
 }
 
 pub struct Filesystem {
@@ -600,25 +593,8 @@ impl Filesystem {
         if a.nlink > 0 {
             return self.put_attr(tx, a);
         }
-        let orphaned = {
-            let mut of = self.open_files.lock().unwrap();
-            let open = of.counts.get(&a.ino).is_some_and(|&n| n > 0);
-            if open {
-                of.orphans.insert(a.ino);
-            }
-            open
-        };
-        if orphaned {
-            self.put_attr(tx, a)?;
-            let name = format!("{:x}", a.ino);
-            return match Directory::new(&self.store(Some(tx), UNLINKED_INO)).insert(
-                name.as_bytes(),
-                a.ino,
-                a.kind as u8,
-            ) {
-                Ok(_) | Err(FsError::Exists) => Ok(()),
-                Err(e) => Err(e),
-            };
+        if self.keep_while_open(tx, a)? {
+            return Ok(());
         }
         self.free_object(tx, a)
     }
@@ -1051,85 +1027,6 @@ impl Filesystem {
             free_files: avail / 512,
             name_max: dir::NAME_MAX as u32,
         })
-    }
-
-    // ---- open files ----
-
-    pub fn opened(&self, ino: u64) {
-        *self
-            .open_files
-            .lock()
-            .unwrap()
-            .counts
-            .entry(ino)
-            .or_insert(0) += 1;
-    }
-
-    fn is_open(&self, ino: u64) -> bool {
-        self.open_files
-            .lock()
-            .unwrap()
-            .counts
-            .get(&ino)
-            .is_some_and(|&n| n > 0)
-    }
-
-    /// Last close of an unlinked file frees it.
-    pub fn released(&self, ino: u64) -> Result<()> {
-        {
-            let mut of = self.open_files.lock().unwrap();
-            let Some(n) = of.counts.get_mut(&ino) else {
-                return Ok(());
-            };
-            *n -= 1;
-            if *n > 0 {
-                return Ok(());
-            }
-            of.counts.remove(&ino);
-            // Almost every close is of a file that still has a name: known here,
-            // without reading the object or taking the namespace lock.
-            if !of.orphans.remove(&ino) {
-                return Ok(());
-            }
-        }
-        let _ns = self.namespace.write().unwrap();
-        let _l = self.lock_attrs(&[ino]);
-        let Ok(info) = self.pool.object_info(self.os, ino) else {
-            return Ok(());
-        };
-        let a = Attr::decode(ino, info.generation, &info.bonus)?;
-        debug_assert_eq!(
-            a.nlink, 0,
-            "an orphan is never linked again (`link` refuses)"
-        );
-        {
-            let mut of = self.open_files.lock().unwrap();
-            if of.counts.get(&ino).is_some_and(|&n| n > 0) {
-                // Opened again by its handle meanwhile: the next last close frees it.
-                of.orphans.insert(ino);
-                return Ok(());
-            }
-        }
-        let tx = self.pool.begin(0)?;
-        let name = format!("{ino:x}");
-        let _ = Directory::new(&self.store(Some(&tx), UNLINKED_INO)).remove(name.as_bytes());
-        self.free_object(&tx, &a)
-    }
-
-    fn drain_unlinked(&self) -> Result<()> {
-        let _ns = self.namespace.write().unwrap();
-        let list = Directory::new(&self.store(None, UNLINKED_INO)).list(0, usize::MAX)?;
-        if list.is_empty() {
-            return Ok(());
-        }
-        let tx = self.pool.begin(0)?;
-        for e in list {
-            Directory::new(&self.store(Some(&tx), UNLINKED_INO)).remove(&e.name)?;
-            let info = self.pool.object_info(self.os, e.object)?;
-            let a = Attr::decode(e.object, info.generation, &info.bonus)?;
-            self.free_object(&tx, &a)?;
-        }
-        Ok(())
     }
 
     // ---- extended attributes ----

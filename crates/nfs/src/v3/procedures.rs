@@ -614,10 +614,8 @@ impl NfsService {
             }
             self.check_dir_change(&t, name)?;
             let fs = &t.share.fs;
-            if self.delegations_exist() {
-                if let Ok(victim) = fs.lookup(t.ino, name) {
-                    self.v3_clear_delegations(&t, victim.ino)?;
-                }
+            if !self.break_delegations_of_names(fs, t.fsid, &[(t.ino, name)], None) {
+                return Err(Status::Jukebox.into());
             }
             let r = if dir {
                 fs.rmdir(t.ino, name, &t.access.cred)
@@ -654,10 +652,9 @@ impl NfsService {
             self.check_dir_change(&from, from_name)?;
             self.check_dir_change(&to, to_name)?;
             let fs = &from.share.fs;
-            for (dir, name) in [(from.ino, from_name), (to.ino, to_name)] {
-                if let Ok(a) = fs.lookup(dir, name) {
-                    self.v3_clear_delegations(&from, a.ino)?;
-                }
+            let names = [(from.ino, from_name), (to.ino, to_name)];
+            if !self.break_delegations_of_names(fs, from.fsid, &names, None) {
+                return Err(Status::Jukebox.into());
             }
             fs.settle_stable(fs.rename(
                 from.ino,

@@ -49,6 +49,25 @@ impl NfsService {
             != 0
     }
 
+    /// `break_delegations` of the files `names` (directory, name) lead to in `fs`, the
+    /// ones a REMOVE or RENAME takes a name from: the names are looked up only while
+    /// some delegation exists; a name that leads nowhere is in nobody's way.
+    pub(crate) fn break_delegations_of_names(
+        &self,
+        fs: &fs::Filesystem,
+        fsid: u64,
+        names: &[(u64, &[u8])],
+        holder: Option<u64>,
+    ) -> bool {
+        if !self.delegations_exist() {
+            return true;
+        }
+        names
+            .iter()
+            .filter_map(|(dir, name)| fs.lookup(*dir, name).ok())
+            .all(|a| self.break_delegations((fsid, a.ino), holder))
+    }
+
     /// Clears the way for a change to `file` (or a lock on it): `true` when no
     /// delegation is in the way; otherwise the ones not yet recalled are, and the
     /// caller answers DELAY (JUKEBOX). `holder`: the client making the change, whose

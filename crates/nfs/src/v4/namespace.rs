@@ -116,10 +116,9 @@ impl NfsService {
         let t = self.dir_for_change(ctx)?;
         self.refuse_in_grace()?;
         let fs = &t.share.fs;
-        if self.delegations_exist() {
-            // A delegation of the file goes back before its name does.
-            let victim = fs.lookup(t.ino, name)?;
-            self.clear_for_change((t.fsid, victim.ino), ctx.client)?;
+        // A delegation of the file goes back before its name does.
+        if !self.break_delegations_of_names(fs, t.fsid, &[(t.ino, name)], ctx.client) {
+            return Err(Nfs4Error::Delay.into());
         }
         fs.settle_stable(fs.remove_any(t.ino, name, &t.access.cred))?;
         let after = fs.getattr(t.ino).ok();
@@ -148,10 +147,9 @@ impl NfsService {
             return Err(Nfs4Error::Access.into());
         }
         let fs = &from.share.fs;
-        for (dir, name) in [(from.ino, from_name), (to.ino, to_name)] {
-            if let Ok(a) = fs.lookup(dir, name) {
-                self.clear_for_change((from.fsid, a.ino), ctx.client)?;
-            }
+        let names = [(from.ino, from_name), (to.ino, to_name)];
+        if !self.break_delegations_of_names(fs, from.fsid, &names, ctx.client) {
+            return Err(Nfs4Error::Delay.into());
         }
         fs.settle_stable(fs.rename(
             from.ino,
