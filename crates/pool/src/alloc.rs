@@ -156,6 +156,16 @@ impl VdevSpace {
         }
     }
 
+    /// True if any byte of `[start, start+len)` is allocated (free extents are kept
+    /// merged, so a wholly free range lies inside one of them).
+    pub fn overlaps_allocated(&self, start: u64, len: u64) -> bool {
+        let end = start + len;
+        if end > self.capacity {
+            return true;
+        }
+        !matches!(self.free.range(..=start).next_back(), Some((_, &fe)) if fe >= end)
+    }
+
     /// Allocated extents (the complement of the free map).
     pub fn allocated_extents(&self) -> Vec<(u64, u64)> {
         let mut out = Vec::new();

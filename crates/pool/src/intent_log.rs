@@ -952,6 +952,25 @@ impl IntentLog {
         self.set_stats_ring(&ring);
     }
 
+    /// For `pool check`: the chain's guid and the (ring position, sequence number,
+    /// highest txg) of every block the log has acknowledged durable, taken when no
+    /// batch is in flight (so every block listed was written and flushed). Must not be
+    /// called under the pool's sync lock: a batch that falls back to a txg commit
+    /// needs it before it ends.
+    pub fn acknowledged_blocks(&self) -> (u64, RingKind, Vec<(u64, u64, u64)>) {
+        let mut st = self.state.lock().unwrap();
+        while st.writing.is_some() {
+            st = self.cv.wait(st).unwrap();
+        }
+        let len = self.ring(st.kind).map_or(1, |r| r.len);
+        let blocks = st
+            .live
+            .iter()
+            .map(|b| (b.v % len, b.seq, b.max_txg))
+            .collect();
+        (st.guid, st.kind, blocks)
+    }
+
     fn set_stats_ring(&self, ring: &Ring) {
         let mut stats = self.stats.lock().unwrap();
         stats.ring = match ring.kind {

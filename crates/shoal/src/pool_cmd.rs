@@ -545,11 +545,26 @@ fn check(name: &str, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "checked {} blocks: {} referenced, {} allocated, {} awaiting free",
+            "checked {} blocks (checksums, allocated space, overlaps): {} referenced, {} \
+             allocated, {} awaiting free",
             report.blocks,
             human(report.referenced_bytes),
             human(report.allocated_bytes),
             human(report.deferred_bytes)
+        );
+        println!(
+            "recounted {} datasets and snapshots: referenced bytes and dead lists",
+            report.datasets
+        );
+        println!(
+            "replayed {} space map blocks: {} allocated on disk, compared range by range \
+             with the block tree",
+            report.space_map_blocks,
+            human(report.space_map_bytes)
+        );
+        println!(
+            "read the intent log chain as import would: {} blocks, {} records, {} to replay",
+            report.log_blocks, report.log_records, report.log_records_to_replay
         );
         for p in &report.problems {
             println!("problem: {p}");
