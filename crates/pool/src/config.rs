@@ -68,6 +68,9 @@ impl PoolConfig {
 pub fn new_guid() -> u64 {
     use std::collections::hash_map::RandomState;
     use std::hash::{BuildHasher, Hasher};
+    if let Some(id) = vdev::sim_time::seeded_id().filter(|&g| g != 0) {
+        return id;
+    }
     let mut h = RandomState::new().build_hasher();
     h.write_u128(
         std::time::SystemTime::now()

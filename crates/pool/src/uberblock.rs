@@ -117,10 +117,7 @@ pub fn candidates(slots: &[Vec<u8>], pool_guid: u64) -> Vec<Uberblock> {
 }
 
 pub fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
+    vdev::sim_time::since_epoch().as_nanos() as u64
 }
 
 #[allow(dead_code)]

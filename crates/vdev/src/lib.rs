@@ -10,6 +10,7 @@ pub mod label;
 pub mod raidz_map;
 pub mod raidz_math;
 pub mod sim_device;
+pub mod sim_time;
 pub mod throttled_device;
 pub mod tree;
 pub mod volatile_cache;
