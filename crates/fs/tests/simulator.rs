@@ -29,11 +29,15 @@
 //!
 //! Determinism: the pool runs without its sync thread or read-ahead and with device
 //! I/O in a fixed order, time and identifiers are simulated (`vdev::sim_time`), and
-//! the clients are interleaved by the seed on one thread, so a seed replays exactly. The first seed of every run is run twice and must count the same device
-//! operations. A failure prints its seed and the command that replays it.
+//! the clients are interleaved by the seed on one thread, so a seed replays exactly.
+//! The first seed of every run is run twice and must end with the same counts (device
+//! operations, power cuts, faults). Every fifth seed is concurrent instead: the
+//! background txg sync thread and the parallel log replica writers run, so power cuts
+//! also land in their work; such a seed replays its operations and faults, not always
+//! its crash points. A failure prints its seed and the command that replays it.
 //!
-//! `SHOAL_SIM_SEEDS=N` (default 12) and `SHOAL_SIM_OPS=N` operations a seed (default
-//! 2,500); `SHOAL_SIM_SECONDS=N` runs seeds from a time-drawn start for N seconds
+//! `SHOAL_SIM_SEEDS=N` (default 6) and `SHOAL_SIM_OPS=N` operations a seed (default
+//! 10,000: enough for space map condensing and log ring wraps); `SHOAL_SIM_SECONDS=N` runs seeds from a time-drawn start for N seconds
 //! instead; `SHOAL_SIM_SEED=S` runs seed S alone.
 
 #[path = "../../pool/tests/common/mod.rs"]
@@ -51,8 +55,8 @@ use vdev::{CrashClock, CrashPolicy, Fault, Layout, SimDevice};
 const DEV_BYTES: u64 = 64 << 20;
 const LOG_DEV_BYTES: u64 = 64 << 20;
 /// Operations per epoch at most (an epoch ends in a power cut).
-const EPOCH_OPS: u64 = 400;
-const MAX_FILE: u64 = 96 << 10;
+const EPOCH_OPS: u64 = 1_500;
+const MAX_FILE: u64 = 128 << 10;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Node {
@@ -194,15 +198,25 @@ fn split(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
 }
 
-fn options() -> PoolOptions {
+/// Pool options of a seed. Concurrent seeds run the background txg sync thread (every
+/// 10 ms) and write log replicas in parallel, so crash points fall in the middle of
+/// those threads' work; they replay the same operations and faults, but the device
+/// operation a crash lands on may differ from run to run.
+fn options(concurrent: bool) -> PoolOptions {
     PoolOptions {
         arc_max_bytes: Some(4 << 20),
-        sync_thread: false,
-        deterministic_io: true,
+        sync_thread: concurrent,
+        txg_interval: Duration::from_millis(10),
+        deterministic_io: !concurrent,
         // Read-ahead decides by the real clock; reads consume injected read errors.
         prefetch: false,
         ..PoolOptions::default()
     }
+}
+
+/// Every fifth seed is concurrent (see `options`).
+fn concurrent(seed: u64) -> bool {
+    seed % 5 == 4
 }
 
 /// One data device position of the pool and the device there now.
@@ -218,6 +232,11 @@ struct Stats {
     acks: u64,
     crashes: u64,
     crashes_in_recovery: u64,
+    /// Of those, cuts of an import that had a log to replay (the import writes nothing
+    /// before its replay's txg, so the cut fell in the replay), and cuts in the middle
+    /// of a resilver.
+    cuts_in_replay: u64,
+    cuts_in_resilver: u64,
     logs_replayed: u64,
     corruptions: u64,
     read_faults: u64,
@@ -229,6 +248,14 @@ struct Stats {
     checksum_errors: u64,
     read_errors: u64,
     device_ops: u64,
+    /// Transaction groups committed; intent log bytes written and the rings' size
+    /// (their ratio: how many times the logs went round); space map chains found
+    /// shorter than at the check before (condensed at least once in between).
+    txgs: u64,
+    log_bytes: u64,
+    log_ring_bytes: u64,
+    space_map_condenses: u64,
+    concurrent_seeds: u64,
 }
 
 impl Stats {
@@ -238,6 +265,8 @@ impl Stats {
         self.acks += o.acks;
         self.crashes += o.crashes;
         self.crashes_in_recovery += o.crashes_in_recovery;
+        self.cuts_in_replay += o.cuts_in_replay;
+        self.cuts_in_resilver += o.cuts_in_resilver;
         self.logs_replayed += o.logs_replayed;
         self.corruptions += o.corruptions;
         self.read_faults += o.read_faults;
@@ -248,6 +277,11 @@ impl Stats {
         self.checksum_errors += o.checksum_errors;
         self.read_errors += o.read_errors;
         self.device_ops += o.device_ops;
+        self.txgs += o.txgs;
+        self.log_bytes += o.log_bytes;
+        self.log_ring_bytes = self.log_ring_bytes.max(o.log_ring_bytes);
+        self.space_map_condenses += o.space_map_condenses;
+        self.concurrent_seeds += o.concurrent_seeds;
     }
 }
 
@@ -294,6 +328,10 @@ struct Sim {
     dead: BTreeSet<usize>,
     read_faulted: BTreeSet<usize>,
     stats: Stats,
+    /// The committed txg when this pool life began; the space map chain's length at
+    /// the last check.
+    first_txg: u64,
+    space_map_blocks: u64,
 }
 
 impl Sim {
@@ -324,7 +362,7 @@ impl Sim {
             }],
             log_dev.iter().map(arg).collect(),
             vec![],
-            options(),
+            options(concurrent(seed)),
         )
         .map_err(|e| format!("create: {e}"))?;
         let recordsize = ["4K", "16K", "128K"][rng.below(3) as usize];
@@ -376,7 +414,12 @@ impl Sim {
             damaged: BTreeSet::new(),
             dead: BTreeSet::new(),
             read_faulted: BTreeSet::new(),
-            stats: Stats::default(),
+            stats: Stats {
+                concurrent_seeds: u64::from(concurrent(seed)),
+                ..Stats::default()
+            },
+            first_txg: 0,
+            space_map_blocks: 0,
         })
     }
 
@@ -434,7 +477,14 @@ impl Sim {
             match (pick, exists) {
                 (0..=29, _) => {
                     let off = self.rng.below(MAX_FILE);
-                    let len = 1 + self.rng.below(24 << 10) as usize;
+                    // Mostly small writes; one in eight up to 64 KiB, so the log rings
+                    // go round.
+                    let max = if self.rng.below(8) == 0 {
+                        64 << 10
+                    } else {
+                        24 << 10
+                    };
+                    let len = 1 + self.rng.below(max) as usize;
                     let data = self.rng.mixed(len);
                     let ino = match exists {
                         Some(_) => fs.lookup(dino, name.as_bytes()).map(|a| a.ino),
@@ -583,7 +633,12 @@ impl Sim {
                 self.changed();
                 Ok(Step::Crashed)
             }
-            Err(e) => Err(e),
+            Err(e) => Err(format!(
+                "{e}; damage budget {:?} of {}; devices: {}",
+                self.damaged,
+                self.redundancy,
+                self.devices()
+            )),
         }
     }
 
@@ -703,6 +758,7 @@ impl Sim {
         match self.pool().replace(&old, arg(&new), &|_| {}) {
             _ if self.clock.crashed() => {
                 self.replacing = Some((slot, new));
+                self.stats.cuts_in_resilver += 1;
                 Ok(Step::Crashed)
             }
             Ok(summary) => {
@@ -713,6 +769,7 @@ impl Sim {
                         new.path, summary.errors
                     ));
                 }
+                trace(format_args!("replaced slot {slot} by {}", new.path));
                 self.slots[slot] = new;
                 self.damaged.remove(&slot);
                 self.dead.remove(&slot);
@@ -722,6 +779,7 @@ impl Sim {
             }
             Err(_) if self.clock.crashed() => {
                 self.replacing = Some((slot, new));
+                self.stats.cuts_in_resilver += 1;
                 Ok(Step::Crashed)
             }
             Err(e) => Err(format!("replace {old}: {e}")),
@@ -771,10 +829,11 @@ impl Sim {
 
     /// One epoch: operations until the power goes (clock or between operations).
     fn epoch(&mut self, budget: u64) -> SimResult<u64> {
-        let fire_at = 1 + self.rng.below(6000);
+        let fire_at = 1 + self.rng.below(20_000);
         self.clock.arm(fire_at);
+        let length = 50 + self.rng.below(EPOCH_OPS);
         let mut done = 0;
-        while done < budget.min(EPOCH_OPS) {
+        while done < budget.min(length) {
             done += 1;
             let step = if self.rng.below(100) < 2 {
                 self.fault()?
@@ -798,6 +857,7 @@ impl Sim {
         self.fs = None;
         self.pool = None;
         let mut attempt = 0u64;
+        let mut cut_before = false;
         loop {
             let policy = [
                 CrashPolicy::Random,
@@ -849,23 +909,29 @@ impl Sim {
             let mut devices: Vec<DeviceArg> = self.slots.iter().map(arg).collect();
             devices.extend(self.log_dev.iter().map(arg));
             devices.extend(self.replacing.iter().map(|(_, s)| arg(s)));
-            let opened = Pool::import(devices, Some("tank"), options()).and_then(|pool| {
-                let replayed = pool.intent_log_stats().records_replayed > 0;
-                let fs = Datasets::new(pool.clone())
-                    .and_then(|ds| ds.open("tank/fs"))
-                    .map_err(|e| pool::PoolError::Io(e.to_string()))?;
-                Ok((pool, fs, replayed))
-            });
+            let opened = Pool::import(devices, Some("tank"), options(concurrent(self.seed)))
+                .and_then(|pool| {
+                    let replayed = pool.intent_log_stats().records_replayed > 0;
+                    let fs = Datasets::new(pool.clone())
+                        .and_then(|ds| ds.open("tank/fs"))
+                        .map_err(|e| pool::PoolError::Io(e.to_string()))?;
+                    Ok((pool, fs, replayed))
+                });
             match opened {
                 Ok(_) | Err(_) if self.clock.crashed() => {
                     self.stats.crashes_in_recovery += 1;
+                    cut_before = true;
                     continue;
                 }
                 Ok((pool, fs, replayed)) => {
                     self.clock.disarm();
                     if replayed {
                         self.stats.logs_replayed += 1;
+                        if cut_before {
+                            self.stats.cuts_in_replay += 1;
+                        }
                     }
+                    self.first_txg = pool.synced_txg();
                     self.pool = Some(pool);
                     self.fs = Some(fs);
                     break;
@@ -897,6 +963,10 @@ impl Sim {
     fn count_errors(&mut self) {
         self.stats.device_ops += self.clock.ops();
         if let Some(pool) = &self.pool {
+            self.stats.txgs += pool.synced_txg() - self.first_txg;
+            let log = pool.intent_log_stats();
+            self.stats.log_bytes += log.bytes_written;
+            self.stats.log_ring_bytes = self.stats.log_ring_bytes.max(log.ring_bytes);
             for leaf in pool.status().vdevs.iter().flat_map(|t| t.children.iter()) {
                 self.stats.checksum_errors += leaf.cksum_errors;
                 self.stats.read_errors += leaf.read_errors;
@@ -917,6 +987,9 @@ impl Sim {
             .iter()
             .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
             .collect();
+        trace(format_args!(
+            "after the cut in the resilver of slot {slot}, the pool holds {paths:?}"
+        ));
         if paths.contains(&new.path) {
             self.slots[slot] = new;
             self.damaged.remove(&slot);
@@ -951,6 +1024,10 @@ impl Sim {
         if !report.problems.is_empty() {
             return Err(format!("pool check: {:?}", report.problems));
         }
+        if report.space_map_blocks < self.space_map_blocks {
+            self.stats.space_map_condenses += 1;
+        }
+        self.space_map_blocks = report.space_map_blocks;
         Ok(())
     }
 
@@ -992,7 +1069,7 @@ fn env(name: &str) -> Option<u64> {
 
 #[test]
 fn simulated_clients_faults_and_power_cuts_lose_nothing_acknowledged() {
-    let ops = env("SHOAL_SIM_OPS").unwrap_or(2_500);
+    let ops = env("SHOAL_SIM_OPS").unwrap_or(10_000);
     let started = Instant::now();
     let (first, deadline, count) = match (env("SHOAL_SIM_SEED"), env("SHOAL_SIM_SECONDS")) {
         (Some(seed), _) => (seed, None, 1),
@@ -1007,7 +1084,7 @@ fn simulated_clients_faults_and_power_cuts_lose_nothing_acknowledged() {
                 u64::MAX,
             )
         }
-        (None, None) => (0, None, env("SHOAL_SIM_SEEDS").unwrap_or(12)),
+        (None, None) => (0, None, env("SHOAL_SIM_SEEDS").unwrap_or(6)),
     };
     let mut total = Stats::default();
     let mut failures = Vec::new();
@@ -1018,7 +1095,7 @@ fn simulated_clients_faults_and_power_cuts_lose_nothing_acknowledged() {
         }
         match run_seed(seed, ops, Control::Honest) {
             Ok(s) => {
-                if seed == first {
+                if seed == first && !concurrent(seed) {
                     // The same seed again must do exactly the same device operations.
                     let again = run_seed(seed, ops, Control::Honest).expect("the same seed again");
                     assert_eq!(again, s, "seed {seed} does not replay exactly");
@@ -1026,8 +1103,14 @@ fn simulated_clients_faults_and_power_cuts_lose_nothing_acknowledged() {
                 total.add(&s);
             }
             Err(e) => {
+                let how = if concurrent(seed) {
+                    " (a concurrent seed: the replay repeats its operations and faults; \
+                     the crash points may fall elsewhere)"
+                } else {
+                    ""
+                };
                 eprintln!(
-                    "simulator: seed {seed} failed: {e}\n  replay: SHOAL_SIM_SEED={seed} \
+                    "simulator: seed {seed} failed: {e}\n  replay{how}: SHOAL_SIM_SEED={seed} \
                      SHOAL_SIM_OPS={ops} cargo test --release -p fs --test simulator"
                 );
                 failures.push(seed);
@@ -1037,15 +1120,19 @@ fn simulated_clients_faults_and_power_cuts_lose_nothing_acknowledged() {
     }
     println!(
         "simulator: {seeds} seeds, {} operations ({} reads verified, {} acknowledgements), \
-         {} power cuts ({} more during recovery, {} intent log replays), {} device \
+         {} power cuts ({} more during recovery, of which {} in a log replay; {} during a \
+         resilver; {} intent log replays), {} device \
          operations; faults: {} corruptions, {} read-error ranges, {} device deaths, {} \
          replacements, {} scrubs ({} bytes repaired); the pool read around {} bad copies \
-         and {} read errors; {:.1} s",
+         and {} read errors; {} txgs, the intent logs went round their rings {:.1} times, \
+         space maps condensed {} times or more; {} seeds concurrent; {:.1} s",
         total.ops,
         total.reads_verified,
         total.acks,
         total.crashes,
         total.crashes_in_recovery,
+        total.cuts_in_replay,
+        total.cuts_in_resilver,
         total.logs_replayed,
         total.device_ops,
         total.corruptions,
@@ -1056,6 +1143,10 @@ fn simulated_clients_faults_and_power_cuts_lose_nothing_acknowledged() {
         total.repaired_bytes,
         total.checksum_errors,
         total.read_errors,
+        total.txgs,
+        total.log_bytes as f64 / total.log_ring_bytes.max(1) as f64,
+        total.space_map_condenses,
+        total.concurrent_seeds,
         started.elapsed().as_secs_f64()
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");

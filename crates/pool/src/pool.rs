@@ -748,8 +748,22 @@ impl Pool {
     }
 
     fn write_labels(&self) -> Result<(), PoolError> {
+        self.write_labels_first(None)
+    }
+
+    /// Writes every usable leaf's labels, `first`'s before any other's. A config that
+    /// names a new device must be durable on that device before any other label names
+    /// it: a crash in between would otherwise leave labels that name a device import
+    /// cannot find, while the device it replaced no longer belongs to the pool.
+    /// (`write_config` flushes each device before returning.)
+    fn write_labels_first(&self, first: Option<&Arc<Leaf>>) -> Result<(), PoolError> {
         let cfg = self.config.lock().unwrap().clone();
-        for leaf in self.all_leaves() {
+        let mut leaves = self.all_leaves();
+        if let Some(first) = first {
+            leaves.retain(|l| !Arc::ptr_eq(l, first));
+            leaves.insert(0, first.clone());
+        }
+        for leaf in leaves {
             if !leaf.is_usable() {
                 continue;
             }
@@ -2180,7 +2194,8 @@ impl Pool {
         Ok(())
     }
 
-    /// Reads and verifies every copy of every allocated block, repairing what is bad.
+    /// Reads and verifies every copy of every allocated block, repairing what is bad;
+    /// the repairs are flushed (durable) before it returns.
     pub fn scrub(&self, progress: &dyn Fn(ScrubProgress)) -> Result<ScrubSummary, PoolError> {
         if self.scrub_running.swap(true, Ordering::SeqCst) {
             return Err(PoolError::InvalidArgument(
@@ -2215,6 +2230,14 @@ impl Pool {
                 ticker.tick(done);
             }
             ticker.finish();
+            // Repairs are writes like any other: until flushed they may vanish with
+            // the power, and the damage with them would come back unseen after the
+            // scrub said it was repaired.
+            if summary.repaired_bytes > 0 && !self.storage.flush_all() {
+                return Err(PoolError::Io(
+                    "flushing the scrub's repairs failed on too many devices".into(),
+                ));
+            }
             summary.seconds = started.elapsed().as_secs_f64();
             summary.finished_at_txg = self.committed.lock().unwrap().txg;
             Ok(summary)
@@ -2316,7 +2339,7 @@ impl Pool {
             return Err(PoolError::Io(format!("flushing {} failed", new.path)));
         }
         leaf.finish_resilver();
-        self.write_labels()?;
+        self.write_labels_first(Some(&leaf))?;
         // The old device no longer belongs to the pool.
         if let Some(dev) = old_device {
             if old_path != new.path {

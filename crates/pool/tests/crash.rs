@@ -409,3 +409,87 @@ fn crash_during_import_after_a_crash_mirror_and_raidz1() {
     );
     assert!(m.points > 50 && r.points > 50);
 }
+
+/// A crash at every device operation of a replace (the resilver, the new labels, the
+/// old device's labels cleared, the txg after): whatever survives, import finds every
+/// position of the vdev filled, by the old device or by the new one, and the data
+/// whole. (Labels naming the new device were once written to the other devices before
+/// the new device's own: a crash in between left a position import could fill with
+/// neither.)
+fn run_crash_during_replace(layout: Layout, ndev: usize) -> Outcome {
+    let setup = |clock: &Arc<CrashClock>| {
+        let devs = sim_devices(ndev, 61, Some(clock.clone()));
+        let pool = create_pool(layout, &devs, &opts());
+        let os = pool.create_objset("tank/data", "{}").unwrap();
+        let mut model = Model::new();
+        let mut rng = Rng(61);
+        for len in [300_000usize, 70_000, 5_000] {
+            let obj = new_file(&pool, os, 16384, Compression::Lz4);
+            let data = rng.mixed(len);
+            pool.write(os, obj, 0, &data).unwrap();
+            model.insert(obj, data);
+        }
+        pool.sync().unwrap();
+        let fresh = SimDevice::with_clock(DEV_SIZE, 777, clock.clone());
+        (devs, pool, os, model, fresh)
+    };
+    let replace = |pool: &pool::Pool, fresh: &Arc<SimDevice>| {
+        let arg = pool::pool::DeviceArg {
+            path: "fresh".into(),
+            device: fresh.clone(),
+        };
+        pool.replace("sim1", arg, &|_| {})
+    };
+    let clock = CrashClock::new();
+    let (_devs, pool, _, _, fresh) = setup(&clock);
+    let start = clock.ops();
+    replace(&pool, &fresh).expect("replace without a crash");
+    let total = clock.ops() - start;
+    drop(pool);
+    let mut out = Outcome {
+        points: 0,
+        inflight_won: 0,
+    };
+    for point in 1..=total {
+        let clock = CrashClock::new();
+        let (devs, pool, os, model, fresh) = setup(&clock);
+        clock.arm(point);
+        let _ = replace(&pool, &fresh);
+        drop(pool);
+        let policy = crash_policy(point);
+        let mut after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
+        after.push(fresh.restart(policy));
+        let mut candidates = args(&after[..ndev]);
+        candidates.push(pool::pool::DeviceArg {
+            path: "fresh".into(),
+            device: after[ndev].clone(),
+        });
+        let what = format!("{layout:?} replace, crash point {point}/{total}");
+        let pool = pool::Pool::import(candidates, Some("tank"), opts())
+            .unwrap_or_else(|e| panic!("{what}: import: {e}"));
+        let st = pool.status();
+        for leaf in st.vdevs.iter().flat_map(|t| t.children.iter()) {
+            assert_eq!(
+                leaf.health, "ONLINE",
+                "{what}: {} is {} after the crash",
+                leaf.path, leaf.health
+            );
+        }
+        let report = pool.check().unwrap();
+        assert!(report.problems.is_empty(), "{what}: {:?}", report.problems);
+        assert!(
+            contents_match(&pool, os, &model, &model),
+            "{what}: contents"
+        );
+        out.points += 1;
+    }
+    out
+}
+
+#[test]
+fn crash_during_a_replace_leaves_every_device_position_filled() {
+    for (layout, ndev) in [(Layout::Mirror, 2), (Layout::RaidZ { nparity: 1 }, 3)] {
+        let o = run_crash_during_replace(layout, ndev);
+        tested(&format!("replace on {layout:?}"), &o, 20);
+    }
+}

@@ -18,7 +18,10 @@ fn power_loss_seed() -> String {
 
 #[test]
 fn power_loss_under_load_loses_no_acknowledged_write() {
-    let kills = if soak() { 30 } else { 4 };
+    let kills = std::env::var("SHOAL_TORTURE_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if soak() { 200 } else { 4 });
     let size = if soak() { "4G" } else { "1G" };
     let seed = power_loss_seed();
     let r = kill_under_load(&["--simulate-power-loss", &seed], kills, 4, size);
