@@ -200,6 +200,28 @@ pub(super) struct KillRun {
     pub not_back: Option<String>,
     /// The pool, its log and the daemon's log, kept when something was lost.
     pub kept: Option<std::path::PathBuf>,
+    /// Imports checked (`pool check` through the API right after each restart), and
+    /// what the checks found wrong.
+    pub imports_checked: usize,
+    pub import_problems: Vec<String>,
+}
+
+/// `pool check` of the restarted daemon's pool: its problems, or why it could not run.
+fn check_after_import(served: &Served, restart: usize) -> Vec<String> {
+    let (code, body) = served.get("/api/v1/pools/tank/check");
+    if code != 200 {
+        return vec![format!(
+            "after restart {restart}: check answered {code}: {body}"
+        )];
+    }
+    let report: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    match report["problems"].as_array() {
+        Some(problems) => problems
+            .iter()
+            .map(|p| format!("after restart {restart}: {p}"))
+            .collect(),
+        None => vec![format!("after restart {restart}: no report: {body}")],
+    }
 }
 
 /// `writers` clients append to their own files of a raidz1 pool served by `shoal
@@ -223,6 +245,8 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
     let stop = AtomicBool::new(false);
     let restarts = AtomicU64::new(0);
     let per_generation = Mutex::new(BTreeMap::new());
+    let mut import_problems = Vec::new();
+    let mut imports_checked = 0;
     let (acked, names): (Vec<Acked>, Names) = std::thread::scope(|s| {
         let namer = {
             let (t, root, stop) = (&t, &root, &stop);
@@ -283,8 +307,10 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
             }
             std::thread::sleep(Duration::from_millis(300 + rng.below(2500)));
             served.kill9();
-            restarts.fetch_add(1, Ordering::SeqCst);
+            let restart = restarts.fetch_add(1, Ordering::SeqCst) as usize + 1;
             served.restart();
+            import_problems.extend(check_after_import(&served, restart));
+            imports_checked += 1;
         }
         // Clients carry on after the last restart, then stop.
         if acked_every_generation && wait_for_ack(restarts.load(Ordering::SeqCst)) {
@@ -300,6 +326,10 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
     // Kill once more, right after the writers stopped, so what is read back comes
     // from the pool and its log, not memory.
     let not_back = served.try_restart().err();
+    if not_back.is_none() {
+        import_problems.extend(check_after_import(&served, kills + 1));
+        imports_checked += 1;
+    }
 
     let per_generation = per_generation.into_inner().unwrap();
     for g in 0..=kills as u64 {
@@ -364,7 +394,7 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
     if not_back.is_none() {
         served.stop();
     }
-    let kept = (!lost.is_empty()).then(|| dir.keep());
+    let kept = (!lost.is_empty() || !import_problems.is_empty()).then(|| dir.keep());
     KillRun {
         kills,
         writers,
@@ -375,6 +405,8 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
         lost,
         not_back,
         kept,
+        imports_checked,
+        import_problems,
     }
 }
 
@@ -390,6 +422,8 @@ pub(super) fn report(r: &KillRun) -> Value {
         "lost": r.lost.len(),
         "first_losses": r.lost.iter().take(5).collect::<Vec<_>>(),
         "not_back_after_the_last_kill": r.not_back,
+        "imports_checked": r.imports_checked,
+        "import_problems": r.import_problems.iter().take(5).collect::<Vec<_>>(),
         "kept": r.kept,
     })
 }
@@ -406,4 +440,5 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
     save_figures("kill9", &figures);
     assert!(r.not_back.is_none(), "{figures:#}");
     assert!(r.lost.is_empty(), "acknowledged writes lost: {figures:#}");
+    assert!(r.import_problems.is_empty(), "{figures:#}");
 }

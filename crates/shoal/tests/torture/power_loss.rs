@@ -29,6 +29,8 @@ fn power_loss_under_load_loses_no_acknowledged_write() {
     save_figures("power_loss", &figures);
     assert!(r.not_back.is_none(), "{figures:#}");
     assert!(r.lost.is_empty(), "acknowledged writes lost: {figures:#}");
+    assert!(r.import_problems.is_empty(), "{figures:#}");
+    assert_eq!(r.imports_checked, kills + 1, "{figures:#}");
 }
 
 #[test]
