@@ -129,6 +129,12 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// The whole reply record (RPC header included), for callers that decode it
+    /// themselves (an NFSv4 COMPOUND reply through `nfs::v4::client::decode_reply`).
+    pub fn record(&self) -> &[u8] {
+        &self.record
+    }
+
     fn parse(record: Vec<u8>) -> Result<Reply> {
         let mut d = Decoder::new(&record);
         let _xid = d.u32()?;

@@ -200,6 +200,11 @@ pub(super) struct KillRun {
     pub not_back: Option<String>,
     /// The pool, its log and the daemon's log, kept when something was lost.
     pub kept: Option<std::path::PathBuf>,
+    /// Files the NFSv4.1 client created and wrote FILE_SYNC (checked after the last
+    /// kill), and the opens and locks it reclaimed after restarts.
+    pub v4_files: usize,
+    pub v4_reclaimed_opens: u64,
+    pub v4_reclaimed_locks: u64,
     /// Imports checked (`pool check` through the API right after each restart), and
     /// what the checks found wrong.
     pub imports_checked: usize,
@@ -247,10 +252,16 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
     let per_generation = Mutex::new(BTreeMap::new());
     let mut import_problems = Vec::new();
     let mut imports_checked = 0;
-    let (acked, names): (Vec<Acked>, Names) = std::thread::scope(|s| {
+    let (acked, names, v4): (Vec<Acked>, Names, super::v4_state::V4Run) = std::thread::scope(|s| {
         let namer = {
             let (t, root, stop) = (&t, &root, &stop);
             s.spawn(move || namespace_worker(t, root, stop))
+        };
+        let v4 = {
+            let (t, stop, restarts) = (&t, &stop, &restarts);
+            s.spawn(move || {
+                super::v4_state::v4_state_worker(t, "tank/k", base ^ 0x4411, stop, restarts)
+            })
         };
         let handles: Vec<_> = files
             .iter()
@@ -321,7 +332,7 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
             .into_iter()
             .flat_map(|h| h.join().unwrap())
             .collect();
-        (acked, namer.join().unwrap())
+        (acked, namer.join().unwrap(), v4.join().unwrap())
     });
     // Kill once more, right after the writers stopped, so what is read back comes
     // from the pool and its log, not memory.
@@ -390,6 +401,22 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
         };
         lost.push(format!("name {name}: {wrong}"));
     }
+    for (name, seed) in &v4.created {
+        let want = pattern(*seed, 0, 4096);
+        let got = nfs.as_ref().map(|n| {
+            n.lookup(&root, name)
+                .and_then(|f| f.ok_or_else(|| anyhow::anyhow!("missing")))
+                .and_then(|(fh, _)| try_read_all(n, &fh, 0, want.len()))
+        });
+        let wrong = match got {
+            None => "unknown: the daemon is not back".to_string(),
+            Some(Ok(got)) if got == want => continue,
+            Some(Ok(_)) => "created by NFSv4.1 OPEN and written FILE_SYNC, then different".into(),
+            Some(Err(e)) => format!("created by NFSv4.1 OPEN and written FILE_SYNC, then {e:#}"),
+        };
+        lost.push(format!("v4 file {name}: {wrong}"));
+    }
+    lost.extend(v4.refused.iter().map(|r| format!("NFSv4.1 reclaim: {r}")));
     drop(nfs);
     if not_back.is_none() {
         served.stop();
@@ -407,6 +434,9 @@ pub(super) fn kill_under_load(extra: &[&str], kills: usize, writers: usize, size
         kept,
         imports_checked,
         import_problems,
+        v4_files: v4.created.len(),
+        v4_reclaimed_opens: v4.reclaimed_opens,
+        v4_reclaimed_locks: v4.reclaimed_locks,
     }
 }
 
@@ -423,6 +453,9 @@ pub(super) fn report(r: &KillRun) -> Value {
         "first_losses": r.lost.iter().take(5).collect::<Vec<_>>(),
         "not_back_after_the_last_kill": r.not_back,
         "imports_checked": r.imports_checked,
+        "nfs4_files_created_and_checked": r.v4_files,
+        "nfs4_opens_reclaimed": r.v4_reclaimed_opens,
+        "nfs4_locks_reclaimed": r.v4_reclaimed_locks,
         "import_problems": r.import_problems.iter().take(5).collect::<Vec<_>>(),
         "kept": r.kept,
     })

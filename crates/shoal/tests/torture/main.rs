@@ -201,3 +201,4 @@ mod kill;
 mod load;
 mod power_loss;
 mod refusals;
+mod v4_state;
