@@ -204,7 +204,7 @@ fn split(path: &str) -> (&str, &str) {
 /// operation a crash lands on may differ from run to run.
 fn options(concurrent: bool) -> PoolOptions {
     PoolOptions {
-        arc_max_bytes: Some(4 << 20),
+        arc_max_bytes: Some(32 << 20),
         sync_thread: concurrent,
         txg_interval: Duration::from_millis(10),
         deterministic_io: !concurrent,

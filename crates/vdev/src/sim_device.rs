@@ -223,7 +223,10 @@ pub struct SimStats {
     pub simulated_busy: Duration,
 }
 
-type Sectors = HashMap<u64, Box<[u8]>>;
+/// Sector contents, shared between the current and the durable view and between a
+/// device and the one a restart returns: a restart copies pointers, not data, and a
+/// bit flip copies the one sector it changes (`Arc::make_mut`).
+type Sectors = HashMap<u64, Arc<[u8; SECTOR_SIZE]>>;
 
 #[derive(Debug)]
 struct State {
@@ -265,7 +268,14 @@ fn put(map: &mut Sectors, offset: u64, data: &[u8]) {
         if chunk.iter().all(|&b| b == 0) {
             map.remove(&sector);
         } else {
-            map.insert(sector, chunk.to_vec().into_boxed_slice());
+            let mut s = [0u8; SECTOR_SIZE];
+            assert_eq!(
+                chunk.len(),
+                SECTOR_SIZE,
+                "simulated writes are whole sectors"
+            );
+            s.copy_from_slice(chunk);
+            map.insert(sector, Arc::new(s));
         }
     }
 }
@@ -281,7 +291,7 @@ fn get(map: &Sectors, offset: u64, buf: &mut [u8]) {
     for (i, chunk) in buf.chunks_mut(SECTOR_SIZE).enumerate() {
         let sector = offset / SECTOR_SIZE as u64 + i as u64;
         match map.get(&sector) {
-            Some(s) => chunk.copy_from_slice(s),
+            Some(s) => chunk.copy_from_slice(&s[..]),
             None => chunk.fill(0),
         }
     }
@@ -291,7 +301,8 @@ fn flip(map: &mut Sectors, offset: u64, bit: u8) {
     let sector = offset / SECTOR_SIZE as u64;
     let s = map
         .entry(sector)
-        .or_insert_with(|| vec![0u8; SECTOR_SIZE].into_boxed_slice());
+        .or_insert_with(|| Arc::new([0u8; SECTOR_SIZE]));
+    let s = Arc::make_mut(s);
     s[(offset % SECTOR_SIZE as u64) as usize] ^= 1 << (bit % 8);
 }
 
