@@ -1,0 +1,285 @@
+//! Object sets (datasets and their properties) and the objects in them: create,
+//! write, read, free; what a dataset's space figures count.
+
+use super::*;
+
+impl Pool {
+    pub(super) fn validate_objset_name(name: &str) -> Result<(), PoolError> {
+        let ok = !name.is_empty()
+            && name.len() <= 255
+            && name.split('/').all(|c| {
+                !c.is_empty()
+                    && c.chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || "_-.:".contains(ch))
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(PoolError::InvalidArgument(format!(
+                "invalid object set name '{name}'"
+            )))
+        }
+    }
+
+    pub fn create_objset(&self, name: &str, props: &str) -> Result<u64, PoolError> {
+        self.begin(0)?.create_objset(name, props)
+    }
+
+    pub fn destroy_objset(&self, id: u64) -> Result<(), PoolError> {
+        self.admit(0)?;
+        // No sync may be writing this object set while it goes away.
+        let _no_sync = self.sync_lock.lock().unwrap();
+        let _g = self.gate.read().unwrap();
+        let entry = {
+            let mut ds = self.datasets.write().unwrap();
+            match ds.get(&id) {
+                None => return Err(PoolError::NotFound(format!("object set {id}"))),
+                Some(d) if d.snapshot_of.is_some() => {
+                    return Err(PoolError::InvalidArgument(format!(
+                        "'{}' is a snapshot: destroy it as one",
+                        d.name
+                    )))
+                }
+                Some(d) if ds.values().any(|s| s.snapshot_of == Some(id)) => {
+                    return Err(PoolError::InvalidArgument(format!(
+                        "'{}' has snapshots: destroy them first",
+                        d.name
+                    )))
+                }
+                Some(_) => ds.remove(&id).unwrap(),
+            }
+        };
+        // Its committed blocks are freed by the sync that commits the removal; changes
+        // still open in it never got space and are dropped with it.
+        self.pending_destroy
+            .lock()
+            .unwrap()
+            .push((entry.objset.root_bp(), entry.deadlist));
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        let txg = self.txg.lock().unwrap().open_txg;
+        self.intent_log
+            .append(txg, vec![LogOp::DestroyObjset { id }]);
+        Ok(())
+    }
+
+    /// Datasets (not snapshots): (id, name, properties).
+    pub fn list_objsets(&self) -> Vec<(u64, String, String)> {
+        self.datasets
+            .read()
+            .unwrap()
+            .iter()
+            .filter(|(_, d)| d.snapshot_of.is_none())
+            .map(|(id, d)| (*id, d.name.clone(), d.props.clone()))
+            .collect()
+    }
+
+    pub fn objset_id(&self, name: &str) -> Option<u64> {
+        self.datasets
+            .read()
+            .unwrap()
+            .iter()
+            .find(|(_, d)| d.name == name)
+            .map(|(id, _)| *id)
+    }
+
+    pub fn set_objset_props(&self, id: u64, props: &str) -> Result<(), PoolError> {
+        self.begin(0)?.set_objset_props(id, props)
+    }
+
+    /// An object set that changes may go to: not a snapshot.
+    pub(super) fn writable_objset(&self, id: u64) -> Result<Arc<Objset>, PoolError> {
+        let ds = self.datasets.read().unwrap();
+        let d = ds
+            .get(&id)
+            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))?;
+        if d.snapshot_of.is_some() {
+            return Err(PoolError::ReadOnly(d.name.clone()));
+        }
+        Ok(d.objset.clone())
+    }
+
+    pub(super) fn objset(&self, id: u64) -> Result<Arc<Objset>, PoolError> {
+        self.datasets
+            .read()
+            .unwrap()
+            .get(&id)
+            .map(|d| d.objset.clone())
+            .ok_or_else(|| PoolError::NotFound(format!("object set {id}")))
+    }
+
+    // ---- objects ----
+
+    pub fn create_object(
+        &self,
+        os: u64,
+        object_type: u8,
+        block_size: u32,
+        compression: Compression,
+        checksum: ChecksumKind,
+    ) -> Result<u64, PoolError> {
+        self.begin(crate::dnode::DNODE_SIZE as u64)?.create_object(
+            os,
+            object_type,
+            block_size,
+            compression,
+            checksum,
+        )
+    }
+
+    pub fn write(&self, os: u64, obj: u64, offset: u64, data: &[u8]) -> Result<(), PoolError> {
+        self.begin(data.len() as u64)?.write(os, obj, offset, data)
+    }
+
+    /// Starts a group of changes that land in one transaction group, so a crash keeps
+    /// all of them or none. `bytes` is about how much the changes add (0 for changes
+    /// that only free or rename); the write throttle and the space check run here,
+    /// before the group holds the txg open. Keep a `Tx` short and never call the
+    /// pool's own change methods while holding one: a sync waits for every open `Tx`.
+    pub fn begin(&self, bytes: u64) -> Result<Tx<'_>, PoolError> {
+        self.admit(bytes)?;
+        Ok(self.begin_admitted())
+    }
+
+    /// A `Tx` without admission (replay: its changes were admitted before the crash).
+    pub(super) fn begin_admitted(&self) -> Tx<'_> {
+        let gate = self.gate.read().unwrap();
+        let txg = self.txg.lock().unwrap().open_txg;
+        Tx {
+            pool: self,
+            txg,
+            log: Mutex::new(Vec::new()),
+            _gate: gate,
+        }
+    }
+
+    pub fn read(&self, os: u64, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
+        Ok(self.read_parts(os, obj, offset, len)?.to_vec())
+    }
+
+    /// Reads into a caller's buffer (holes as zeros), feeding read-ahead.
+    pub fn read_into(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), PoolError> {
+        self.read_parts(os, obj, offset, data.len())?.copy_to(data);
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `offset` as slices of the cache's own buffers (holes as
+    /// zeros), feeding read-ahead: what a server sends without copying.
+    pub fn read_parts(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<ReadBuf, PoolError> {
+        let read = self.read_parts_with(os, obj, offset, len, Fetch::Any)?;
+        Ok(read.expect("Fetch::Any always reads"))
+    }
+
+    /// `read_parts` answered from memory alone (the ARC, dirty data, cached dnodes):
+    /// `None`, having read nothing from the devices and counted nothing, when any part
+    /// of it is not there. For a server thread that must not wait on a disk.
+    pub fn read_parts_cached(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<ReadBuf>, PoolError> {
+        self.read_parts_with(os, obj, offset, len, Fetch::CachedOnly)
+    }
+
+    pub(super) fn read_parts_with(
+        &self,
+        os: u64,
+        obj: u64,
+        offset: u64,
+        len: usize,
+        fetch: Fetch,
+    ) -> Result<Option<ReadBuf>, PoolError> {
+        if len > 64 << 20 {
+            return Err(PoolError::InvalidArgument(
+                "read of more than 64 MiB at once".into(),
+            ));
+        }
+        let objset = self.objset(os)?;
+        let Some((bs, bytes)) = objset.read_parts(&self.storage, obj, offset, len, fetch)? else {
+            return Ok(None);
+        };
+        if self.opts.prefetch {
+            let ahead = objset.note_read(obj, offset, len as u64, bs);
+            let ahead = if ahead.is_empty() {
+                ahead
+            } else {
+                objset.uncached_part(&self.storage, obj, ahead)
+            };
+            if !ahead.is_empty() {
+                let tx = self.prefetcher();
+                let job_blocks = (PREFETCH_JOB_BYTES / bs.max(1)).max(1);
+                let mut start = ahead.start;
+                while start < ahead.end {
+                    let end = (start + job_blocks).min(ahead.end);
+                    // A full queue drops read-ahead, never blocks a reader.
+                    if tx.try_send((objset.clone(), obj, start..end)).is_err() {
+                        break;
+                    }
+                    start = end;
+                }
+            }
+        }
+        Ok(Some(bytes))
+    }
+
+    /// The read-ahead workers' queue; the workers start on first use and end when the
+    /// pool (and so the queue's sender) is dropped.
+    pub(super) fn prefetcher(&self) -> &crossbeam_channel::Sender<PrefetchJob> {
+        self.prefetch_tx.get_or_init(|| self.start_prefetchers())
+    }
+
+    pub(super) fn start_prefetchers(&self) -> crossbeam_channel::Sender<PrefetchJob> {
+        // A multi-consumer channel: the workers take jobs without sharing a lock.
+        let (tx, rx) = crossbeam_channel::bounded::<PrefetchJob>(PREFETCH_QUEUE);
+        for i in 0..PREFETCH_WORKERS {
+            let rx = rx.clone();
+            let storage = self.storage.clone();
+            std::thread::Builder::new()
+                .name(format!("prefetch-{i}"))
+                .spawn(move || loop {
+                    match rx.recv() {
+                        Ok((objset, obj, range)) => objset.prefetch_range(&storage, obj, range),
+                        Err(_) => return, // the pool is gone
+                    }
+                })
+                .expect("spawn prefetch worker");
+        }
+        tx
+    }
+
+    pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {
+        self.begin(0)?.free_range(os, obj, offset, len)
+    }
+
+    pub fn free_object(&self, os: u64, obj: u64) -> Result<(), PoolError> {
+        self.begin(0)?.free_object(os, obj)
+    }
+
+    pub fn set_bonus(
+        &self,
+        os: u64,
+        obj: u64,
+        bonus: &[u8],
+        generation: Option<u64>,
+    ) -> Result<(), PoolError> {
+        self.begin(bonus.len() as u64)?
+            .set_bonus(os, obj, bonus, generation)
+    }
+
+    pub fn object_info(&self, os: u64, obj: u64) -> Result<ObjectInfo, PoolError> {
+        self.objset(os)?.info(&self.storage, obj)
+    }
+}

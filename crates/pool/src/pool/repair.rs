@@ -1,0 +1,603 @@
+//! Health and status, scrub, resilver (replace) and check: the walks over every
+//! committed block, and the checks that compare the on-disk state with itself.
+
+use super::*;
+
+impl Pool {
+    pub fn health(&self) -> Health {
+        let mut worst = Health::Online;
+        for t in &self.storage.tops {
+            match t.health() {
+                Health::Faulted | Health::Unavail => return Health::Faulted,
+                Health::Degraded | Health::Resilvering => worst = Health::Degraded,
+                Health::Online => {}
+            }
+        }
+        if self.is_suspended() {
+            return Health::Faulted;
+        }
+        worst
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        let (capacity, free, per_vdev_free) = {
+            let a = self.storage.alloc.lock().unwrap();
+            (
+                a.capacity(),
+                a.free_bytes(),
+                a.vdevs.iter().map(|v| v.free_bytes()).collect::<Vec<_>>(),
+            )
+        };
+        PoolStatus {
+            name: self.name.clone(),
+            guid: self.guid,
+            health: self.health().name().into(),
+            txg: self.synced_txg(),
+            capacity_bytes: capacity,
+            allocated_bytes: capacity - free,
+            free_bytes: free,
+            vdevs: self
+                .storage
+                .tops
+                .iter()
+                .map(|t| TopStatus {
+                    id: t.id,
+                    layout: t.layout.name(),
+                    health: t.health().name().into(),
+                    capacity_bytes: t.capacity_bytes(),
+                    free_bytes: per_vdev_free[t.id as usize],
+                    children: t.leaves.iter().map(|l| leaf_status(l)).collect(),
+                })
+                .collect(),
+            intent_log: self.intent_log.stats(),
+            log: self.log_leaves.iter().map(|l| leaf_status(l)).collect(),
+            cache: self.cache_leaves.iter().map(|l| leaf_status(l)).collect(),
+            arc: self.storage.arc.stats().into(),
+            l2arc: self.storage.l2.get().map(|l| l.stats()),
+            suspended: self.suspended.lock().unwrap().clone(),
+            last_scrub: self.last_scrub.lock().unwrap().clone(),
+            unrecoverable_reads: self
+                .storage
+                .counters
+                .unrecoverable_reads
+                .load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every block pointer of the committed state: directory, space log, object sets
+    /// (for scrub, check, and tests that aim faults at real blocks).
+    pub fn committed_blocks(&self) -> Result<Vec<BlockPointer>, PoolError> {
+        let st = &self.storage;
+        let c = *self.committed.lock().unwrap();
+        let mut out = Vec::new();
+        if !c.directory.is_hole() {
+            out.push(c.directory);
+            let block = st.read_block(&c.directory)?;
+            let (entries, _, _) = decode_directory(block.bytes())?;
+            // Snapshots share blocks with their dataset and each other: list each once.
+            let mut seen = std::collections::HashSet::new();
+            for r in entries {
+                visit_objset(st, r.root, &mut |bp| {
+                    if seen.insert(*bp) {
+                        out.push(*bp);
+                    }
+                    Ok(())
+                })?;
+                out.extend(deadlist::chain_blocks(st, r.deadlist)?);
+            }
+        }
+        out.extend(spacelog::chain_blocks(st, c.spacelog_head)?);
+        Ok(out)
+    }
+
+    /// Compares each committed object set's stored referenced bytes and each dead
+    /// list's stored size with a count of the blocks themselves.
+    pub(super) fn check_space_figures(&self, problems: &mut Vec<String>) -> Result<(), PoolError> {
+        let st = &self.storage;
+        let c = *self.committed.lock().unwrap();
+        if c.directory.is_hole() {
+            return Ok(());
+        }
+        let block = st.read_block(&c.directory)?;
+        let (entries, _, sizes_stored) = decode_directory(block.bytes())?;
+        for r in entries {
+            if let Some(stored) = crate::objset::stored_referenced(st, r.root)? {
+                let mut counted = 0u64;
+                visit_objset(st, r.root, &mut |bp| {
+                    counted += st.dsize(bp);
+                    Ok(())
+                })?;
+                counted -= st.dsize(&r.root);
+                if stored != counted {
+                    problems.push(format!(
+                        "object set '{}': root says {stored} bytes referenced, its tree holds {counted}",
+                        r.name
+                    ));
+                }
+            }
+            if sizes_stored {
+                let counted = deadlist::count_bytes(st, r.deadlist)?;
+                if counted != r.deadlist.bytes {
+                    problems.push(format!(
+                        "dead list of '{}': directory says {} bytes, the list holds {counted}",
+                        r.name, r.deadlist.bytes
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and verifies every copy of every allocated block, repairing what is bad;
+    /// the repairs are flushed (durable) before it returns.
+    pub fn scrub(&self, progress: &dyn Fn(ScrubProgress)) -> Result<ScrubSummary, PoolError> {
+        if self.scrub_running.swap(true, Ordering::SeqCst) {
+            return Err(PoolError::InvalidArgument(
+                "a scrub is already running".into(),
+            ));
+        }
+        let started = Instant::now();
+        // The block list is taken under the sync lock, so it names one committed txg;
+        // the walk then runs while syncs go on, and holding frees keeps every listed
+        // block's space from being reused until it ends.
+        let (listed, _frees) = {
+            let _one_txg = self.sync_lock.lock().unwrap();
+            (self.committed_blocks(), FreeHold::new(&self.storage))
+        };
+        let result = (|| {
+            let blocks = listed?;
+            let total: u64 = blocks.iter().map(|b| b.asize_total()).sum();
+            let mut summary = ScrubSummary::default();
+            let mut done = 0u64;
+            let mut ticker = Ticker::new(progress, total, &self.repair, SCRUB);
+            for bp in &blocks {
+                match self.storage.read_uncached(bp, ReadMode::Scrub) {
+                    Ok((_, report)) => {
+                        summary.repaired_bytes += report.repaired_bytes;
+                        summary.bad_copies += report.bad_copies;
+                    }
+                    Err(_) => summary.errors += 1,
+                }
+                summary.blocks += 1;
+                summary.bytes += bp.lsize as u64;
+                done += bp.asize_total();
+                ticker.tick(done);
+            }
+            ticker.finish();
+            // Repairs are writes like any other: until flushed they may vanish with
+            // the power, and the damage with them would come back unseen after the
+            // scrub said it was repaired.
+            if summary.repaired_bytes > 0 && !self.storage.flush_all() {
+                return Err(PoolError::Io(
+                    "flushing the scrub's repairs failed on too many devices".into(),
+                ));
+            }
+            summary.seconds = started.elapsed().as_secs_f64();
+            summary.finished_at_txg = self.committed.lock().unwrap().txg;
+            Ok(summary)
+        })();
+        self.scrub_running.store(false, Ordering::SeqCst);
+        if let Ok(s) = &result {
+            *self.last_scrub.lock().unwrap() = Some(s.clone());
+        }
+        result
+    }
+
+    /// Replaces the data device `old` (its path or guid) with `new`, then resilvers:
+    /// every allocated block touching that vdev is read through redundancy and the
+    /// replaced device's part of it written. Only allocated space is copied.
+    pub fn replace(
+        &self,
+        old: &str,
+        new: DeviceArg,
+        progress: &dyn Fn(ScrubProgress),
+    ) -> Result<ResilverSummary, PoolError> {
+        self.check_writable()?;
+        check_device_free(&new)?;
+        let (top_index, leaf_index) = self
+            .storage
+            .tops
+            .iter()
+            .enumerate()
+            .find_map(|(t, top)| {
+                top.leaves
+                    .iter()
+                    .position(|l| l.path() == old || l.guid().to_string() == old)
+                    .map(|i| (t, i))
+            })
+            .ok_or_else(|| {
+                PoolError::NotFound(format!("no data device '{old}' in pool '{}'", self.name))
+            })?;
+        let top = self.storage.tops[top_index].clone();
+        if top.layout == Layout::Disk {
+            return Err(PoolError::InvalidArgument(
+                "a plain disk has no redundancy to resilver from; use a mirror or raidz".into(),
+            ));
+        }
+        let (_, new_len) = label::data_area(new.device.size_bytes());
+        let per_child = match top.layout {
+            Layout::RaidZ { .. } => top.capacity_bytes() / top.leaves.len() as u64,
+            _ => top.capacity_bytes(),
+        };
+        if new_len < per_child {
+            return Err(PoolError::InvalidArgument(format!(
+                "device {} is too small: its data area is {new_len} bytes, the vdev needs {per_child}",
+                new.path
+            )));
+        }
+        let started = Instant::now();
+        // Swap the device and list the blocks under the sync lock (no sync is writing
+        // meanwhile, and the list names one committed txg); then walk while syncs go
+        // on: the new device takes their writes, and held frees keep listed blocks.
+        let hold = self.sync_lock.lock().unwrap();
+        let leaf = top.leaves[leaf_index].clone();
+        let old_device = leaf.device();
+        let old_path = leaf.path();
+        let guid = new_guid();
+        leaf.replace_device(guid, new.path.clone(), new.device.clone());
+        {
+            let mut cfg = self.config.lock().unwrap();
+            let child = &mut cfg.vdevs[top_index].children[leaf_index];
+            child.guid = guid;
+            child.path = new.path.clone();
+            cfg.config_txg += 1;
+        }
+        let blocks = self.committed_blocks()?;
+        let _frees = FreeHold::new(&self.storage);
+        drop(hold);
+        let total: u64 = blocks
+            .iter()
+            .flat_map(|b| {
+                b.copies()
+                    .filter(|d| d.vdev as usize == top_index)
+                    .map(|d| d.asize())
+            })
+            .sum();
+        let mut summary = ResilverSummary::default();
+        let mut done = 0;
+        let mut ticker = Ticker::new(progress, total, &self.repair, RESILVER);
+        for bp in &blocks {
+            let verify = |buf: &[u8]| bp.verifies(buf);
+            for d in bp.copies().filter(|d| d.vdev as usize == top_index) {
+                match top.resilver_block(d.offset, bp.io_size(), leaf_index, &verify) {
+                    Ok(bytes) => summary.bytes_written += bytes,
+                    Err(_) => summary.errors += 1,
+                }
+                summary.blocks += 1;
+                done += d.asize();
+            }
+            ticker.tick(done);
+        }
+        ticker.finish();
+        if !leaf.flush() {
+            return Err(PoolError::Io(format!("flushing {} failed", new.path)));
+        }
+        leaf.finish_resilver();
+        self.write_labels_first(Some(&leaf))?;
+        // The old device no longer belongs to the pool.
+        if let Some(dev) = old_device {
+            if old_path != new.path {
+                let _ = label::clear_labels(&*dev);
+            }
+        }
+        // Commit a txg so the new device carries a current uberblock in its labels.
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        self.sync()?;
+        summary.seconds = started.elapsed().as_secs_f64();
+        Ok(summary)
+    }
+
+    /// Walks every block of the committed state: each must verify, lie in allocated
+    /// space, and not overlap another; allocated space nobody references is a leak.
+    pub fn check(&self) -> Result<CheckReport, PoolError> {
+        // Before the sync lock: waiting for a log batch under it could deadlock.
+        let acknowledged = self.intent_log.acknowledged_blocks();
+        let _hold = self.sync_lock.lock().unwrap();
+        let mut report = CheckReport::default();
+        let blocks = match self.committed_blocks() {
+            Ok(b) => b,
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("cannot walk the block tree: {e}"));
+                return Ok(report);
+            }
+        };
+        let mut extents: Vec<Extent> = Vec::new();
+        for bp in &blocks {
+            report.blocks += 1;
+            if let Err(e) = self.storage.read_uncached(bp, ReadMode::Normal) {
+                report
+                    .problems
+                    .push(format!("block of txg {}: {e}", bp.birth_txg));
+            }
+            for d in bp.copies() {
+                extents.push(d.extent());
+            }
+        }
+        let (area_offset, area_len) = *self.log_area.lock().unwrap();
+        if area_len > 0 {
+            extents.push(Extent {
+                vdev: 0,
+                offset: area_offset,
+                len: area_len,
+            });
+        }
+        extents.sort();
+        for w in extents.windows(2) {
+            if w[0].vdev == w[1].vdev && w[0].offset + w[0].len > w[1].offset {
+                report
+                    .problems
+                    .push(format!("blocks overlap: {:?} and {:?}", w[0], w[1]));
+            }
+        }
+        let alloc = self.storage.alloc.lock().unwrap();
+        for e in &extents {
+            match alloc.vdevs.get(e.vdev as usize) {
+                None => report
+                    .problems
+                    .push(format!("block on missing vdev {}", e.vdev)),
+                Some(v) if v.overlaps_free(e.offset, e.len) => report
+                    .problems
+                    .push(format!("block {e:?} lies in free space")),
+                _ => {}
+            }
+        }
+        drop(alloc);
+        if let Err(e) = self.check_space_figures(&mut report.problems) {
+            report
+                .problems
+                .push(format!("cannot check space figures: {e}"));
+        }
+        let c = *self.committed.lock().unwrap();
+        let on_disk = match self.check_space_maps(&c, &extents, &mut report) {
+            Ok(map) => Some(map),
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("cannot replay the space maps: {e}"));
+                None
+            }
+        };
+        self.check_intent_log(&c, &acknowledged, on_disk.as_ref(), &mut report);
+        report.datasets = self.datasets.read().unwrap().len() as u64;
+        let alloc = self.storage.alloc.lock().unwrap();
+        report.referenced_bytes = extents.iter().map(|e| e.len).sum();
+        report.allocated_bytes = alloc.capacity() - alloc.free_bytes();
+        report.deferred_bytes = alloc.deferred_bytes();
+        if report.referenced_bytes + report.deferred_bytes != report.allocated_bytes {
+            report.problems.push(format!(
+                "space accounting: {} referenced + {} awaiting free != {} allocated",
+                report.referenced_bytes, report.deferred_bytes, report.allocated_bytes
+            ));
+        }
+        Ok(report)
+    }
+}
+
+/// Sorted extents of one vdev merged where they touch: a set of byte ranges.
+pub(super) fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (offset, len) in ranges {
+        match out.last_mut() {
+            Some((o, l)) if *o + *l >= offset => *l = (*l).max(offset + len - *o),
+            _ => out.push((offset, len)),
+        }
+    }
+    out
+}
+
+/// The first byte range in exactly one of two merged range sets, for a report.
+pub(super) fn first_difference(a: &[(u64, u64)], b: &[(u64, u64)]) -> Option<(u64, u64, bool)> {
+    let mut i = 0;
+    while i < a.len() && i < b.len() && a[i] == b[i] {
+        i += 1;
+    }
+    match (a.get(i), b.get(i)) {
+        (None, None) => None,
+        (Some(&(o, l)), None) => Some((o, l, true)),
+        (None, Some(&(o, l))) => Some((o, l, false)),
+        (Some(&(ao, al)), Some(&(bo, bl))) => Some(if ao < bo || (ao == bo && al > bl) {
+            (ao, al, true)
+        } else {
+            (bo, bl, false)
+        }),
+    }
+}
+
+impl Pool {
+    /// Replays the committed space maps (the space log chain) into a fresh allocator,
+    /// as import would, and compares what they call allocated with what the committed
+    /// block tree and the log area occupy, vdev by vdev: space allocated on disk that
+    /// nothing references leaks after the next import; referenced space the maps call
+    /// free would be handed out again and overwritten. Returns the replayed maps.
+    pub(super) fn check_space_maps(
+        &self,
+        c: &Committed,
+        referenced: &[Extent],
+        report: &mut CheckReport,
+    ) -> Result<Allocator, PoolError> {
+        let capacities: Vec<u64> = self
+            .storage
+            .alloc
+            .lock()
+            .unwrap()
+            .vdevs
+            .iter()
+            .map(|v| v.capacity)
+            .collect();
+        let mut maps = Allocator::new(&capacities);
+        spacelog::replay(&self.storage, c.spacelog_head, &mut maps)?;
+        report.space_map_blocks =
+            spacelog::chain_blocks(&self.storage, c.spacelog_head)?.len() as u64;
+        for (v, space) in maps.vdevs.iter().enumerate() {
+            let on_disk = merged(space.allocated_extents());
+            let in_tree = merged(
+                referenced
+                    .iter()
+                    .filter(|e| e.vdev as usize == v)
+                    .map(|e| (e.offset, e.len))
+                    .collect(),
+            );
+            report.space_map_bytes += on_disk.iter().map(|r| r.1).sum::<u64>();
+            if let Some((offset, len, only_on_disk)) = first_difference(&on_disk, &in_tree) {
+                report.problems.push(if only_on_disk {
+                    format!(
+                        "space maps of vdev {v}: {len} bytes at {offset} allocated that no \
+                         block references"
+                    )
+                } else {
+                    format!(
+                        "space maps of vdev {v}: {len} bytes at {offset} referenced but free \
+                         in the maps"
+                    )
+                });
+            }
+        }
+        Ok(maps)
+    }
+
+    /// Reads the committed intent log chain as import would: every block the log
+    /// acknowledged that still holds records newer than the committed txg must be on
+    /// the chain (same position, same sequence number, verified), the records must
+    /// parse and come in txg order, and every block written ahead of its txg that a
+    /// record to replay names must verify and lie where the space maps leave room for
+    /// replay to claim it.
+    pub(super) fn check_intent_log(
+        &self,
+        c: &Committed,
+        acknowledged: &(u64, RingKind, Vec<(u64, u64, u64)>),
+        maps: Option<&Allocator>,
+        report: &mut CheckReport,
+    ) {
+        let Some(ring) = self.intent_log.ring(c.log.kind) else {
+            return;
+        };
+        let read = crate::intent_log::read_chain(&ring, &c.log);
+        report.log_blocks = read.blocks.len() as u64;
+        report.log_records = read.records.len() as u64;
+        let (guid, kind, blocks) = acknowledged;
+        if *guid == c.log.guid && *kind == c.log.kind {
+            for &(pos, seq, max_txg) in blocks.iter().filter(|b| b.2 > c.txg) {
+                let index = seq.checked_sub(c.log.seq).map(|i| i as usize);
+                let on_chain = index
+                    .and_then(|i| read.blocks.get(i))
+                    .is_some_and(|b| b.0 == pos && b.2 == max_txg);
+                if !on_chain {
+                    report.problems.push(format!(
+                        "intent log: acknowledged block {seq} at ring position {pos} is not \
+                         on the chain import reads ({} blocks from {})",
+                        read.blocks.len(),
+                        c.log.start
+                    ));
+                    break;
+                }
+            }
+        }
+        let mut last_txg = 0;
+        for (txg, op) in &read.records {
+            if *txg < last_txg {
+                report.problems.push(format!(
+                    "intent log: record of txg {txg} after txg {last_txg}"
+                ));
+                break;
+            }
+            last_txg = *txg;
+            if *txg <= c.txg {
+                continue;
+            }
+            report.log_records_to_replay += 1;
+            if let LogOp::WriteBlock { bp, .. } = op {
+                if let Err(e) = self.storage.read_uncached(bp, ReadMode::Normal) {
+                    report.problems.push(format!(
+                        "intent log: block written ahead of txg {txg} does not verify: {e}"
+                    ));
+                }
+                if let Some(maps) = maps {
+                    for d in bp.copies() {
+                        let e = d.extent();
+                        let free = maps
+                            .vdevs
+                            .get(e.vdev as usize)
+                            .is_some_and(|v| !v.overlaps_allocated(e.offset, e.len));
+                        if !free {
+                            report.problems.push(format!(
+                                "intent log: block written ahead of txg {txg} at {e:?} \
+                                 overlaps space the maps call allocated"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reports a walk's progress at most every 200 ms, and once more at the end.
+pub(super) struct Ticker<'a> {
+    progress: &'a dyn Fn(ScrubProgress),
+    total: u64,
+    last: Instant,
+    shared: &'a RepairProgress,
+}
+
+impl<'a> Ticker<'a> {
+    /// `kind`: `SCRUB` or `RESILVER` (as `RepairProgress` shows it until dropped).
+    pub(super) fn new(
+        progress: &'a dyn Fn(ScrubProgress),
+        total: u64,
+        shared: &'a RepairProgress,
+        kind: u8,
+    ) -> Ticker<'a> {
+        shared.done.store(0, Ordering::Relaxed);
+        shared.total.store(total, Ordering::Relaxed);
+        shared.kind.store(kind, Ordering::Release);
+        Ticker {
+            progress,
+            total,
+            last: Instant::now(),
+            shared,
+        }
+    }
+
+    pub(super) fn tick(&mut self, done: u64) {
+        self.shared.done.store(done, Ordering::Relaxed);
+        if self.last.elapsed() > Duration::from_millis(200) {
+            (self.progress)(ScrubProgress {
+                bytes_done: done,
+                bytes_total: self.total,
+            });
+            self.last = Instant::now();
+        }
+    }
+
+    pub(super) fn finish(&self) {
+        (self.progress)(ScrubProgress {
+            bytes_done: self.total,
+            bytes_total: self.total,
+        });
+    }
+}
+
+impl Drop for Ticker<'_> {
+    fn drop(&mut self) {
+        self.shared.kind.store(NO_REPAIR, Ordering::Release);
+    }
+}
+
+/// Keeps freed space deferred for as long as it lives (see `Allocator::hold_frees`).
+pub(super) struct FreeHold<'a>(&'a Storage);
+
+impl<'a> FreeHold<'a> {
+    pub(super) fn new(st: &'a Storage) -> FreeHold<'a> {
+        st.alloc.lock().unwrap().hold_frees();
+        FreeHold(st)
+    }
+}
+
+impl Drop for FreeHold<'_> {
+    fn drop(&mut self) {
+        self.0.alloc.lock().unwrap().release_frees();
+    }
+}

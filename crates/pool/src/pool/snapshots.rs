@@ -1,0 +1,284 @@
+//! Snapshots: taken, destroyed, rolled back and listed in syncing context (see the
+//! module doc of `pool`).
+
+use super::*;
+
+impl Pool {
+    /// Takes snapshot `name` of dataset `dataset`: everything changed before this call
+    /// is in it. O(1): one directory entry naming the root the dataset's sync wrote.
+    pub fn snapshot_create(&self, dataset: u64, name: &str) -> Result<u64, PoolError> {
+        Self::validate_objset_name(name)?;
+        if name.contains('/') {
+            return Err(PoolError::InvalidArgument(format!(
+                "invalid snapshot name '{name}'"
+            )));
+        }
+        self.run_snapshot_op(SnapOp::Create {
+            dataset,
+            name: name.to_string(),
+        })
+    }
+
+    /// Destroys a snapshot, freeing the blocks only it held.
+    pub fn snapshot_destroy(&self, id: u64) -> Result<(), PoolError> {
+        self.run_snapshot_op(SnapOp::Destroy { id }).map(|_| ())
+    }
+
+    /// Rolls a dataset back to its latest snapshot `id`: later changes are discarded
+    /// and their blocks freed. The dataset must not be in use (mounted or shared).
+    pub fn snapshot_rollback(&self, id: u64) -> Result<(), PoolError> {
+        self.run_snapshot_op(SnapOp::Rollback { id }).map(|_| ())
+    }
+
+    pub(super) fn run_snapshot_op(&self, op: SnapOp) -> Result<u64, PoolError> {
+        self.check_writable()?;
+        let slot: SnapSlot = Arc::new(Mutex::new(None));
+        self.snap_ops.lock().unwrap().push((op, slot.clone()));
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        self.sync()?;
+        let outcome = slot.lock().unwrap().take();
+        outcome.unwrap_or_else(|| Err(PoolError::Io("snapshot operation did not run".into())))
+    }
+
+    /// (id, `dataset@name`) of a dataset's snapshots, oldest first: the cheap listing
+    /// (no dead list is read) for lookups.
+    pub fn snapshot_names(&self, dataset: u64) -> Vec<(u64, String)> {
+        let ds = self.datasets.read().unwrap();
+        let mut v: Vec<(u64, u64, String)> = ds
+            .iter()
+            .filter(|(_, d)| d.snapshot_of == Some(dataset))
+            .map(|(id, d)| (d.snap_txg, *id, d.name.clone()))
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, id, name)| (id, name)).collect()
+    }
+
+    /// Snapshots, oldest first, with the space each alone holds (reads dead lists);
+    /// of one dataset when given.
+    pub fn list_snapshots(&self, dataset: Option<u64>) -> Result<Vec<SnapshotInfo>, PoolError> {
+        let ds = self.datasets.read().unwrap();
+        let mut snaps: Vec<(u64, &DatasetEntry)> = ds
+            .iter()
+            .filter(|(_, d)| d.snapshot_of.is_some())
+            .filter(|(_, d)| dataset.is_none_or(|want| d.snapshot_of == Some(want)))
+            .map(|(id, d)| (*id, d))
+            .collect();
+        snaps.sort_by_key(|(_, d)| (d.snapshot_of, d.snap_txg));
+        let mut out = Vec::with_capacity(snaps.len());
+        for (id, d) in snaps {
+            let origin = d.snapshot_of.unwrap();
+            let (prev, next) = Self::neighbours(&ds, origin, d.snap_txg);
+            let next_list = ds[&next].deadlist;
+            let unique = deadlist::entries(&self.storage, next_list)?
+                .iter()
+                .filter(|bp| bp.birth_txg > prev && bp.birth_txg <= d.snap_txg)
+                .map(|bp| self.storage.dsize(bp))
+                .sum();
+            out.push(SnapshotInfo {
+                id,
+                name: d.name.clone(),
+                dataset: origin,
+                txg: d.snap_txg,
+                unique_bytes: unique,
+            });
+        }
+        Ok(out)
+    }
+
+    /// (id, name, space) of every dataset (snapshots are counted in their dataset).
+    pub fn dataset_spaces(&self) -> Vec<(u64, String, DatasetSpace)> {
+        let ds = self.datasets.read().unwrap();
+        let mut out: BTreeMap<u64, (String, DatasetSpace)> = BTreeMap::new();
+        for (id, d) in ds.iter().filter(|(_, d)| d.snapshot_of.is_none()) {
+            let c = d.objset.space();
+            let space = DatasetSpace {
+                referenced: c.referenced,
+                pending: c.open_charge + c.syncing_charge,
+                snapshots: d.deadlist.bytes,
+            };
+            out.insert(*id, (d.name.clone(), space));
+        }
+        for d in ds.values() {
+            if let Some(origin) = d.snapshot_of {
+                if let Some((_, space)) = out.get_mut(&origin) {
+                    space.snapshots += d.deadlist.bytes;
+                }
+            }
+        }
+        out.into_iter().map(|(id, (n, s))| (id, n, s)).collect()
+    }
+
+    /// For a snapshot of `origin` at `txg`: the previous snapshot's txg (0 if none) and
+    /// the id of the next snapshot, or of the dataset itself when it is the newest.
+    pub(super) fn neighbours(
+        ds: &BTreeMap<u64, DatasetEntry>,
+        origin: u64,
+        txg: u64,
+    ) -> (u64, u64) {
+        let of_origin = || {
+            ds.iter()
+                .filter(move |(_, d)| d.snapshot_of == Some(origin))
+        };
+        let prev = of_origin()
+            .map(|(_, d)| d.snap_txg)
+            .filter(|&t| t < txg)
+            .max()
+            .unwrap_or(0);
+        let next = of_origin()
+            .filter(|(_, d)| d.snap_txg > txg)
+            .min_by_key(|(_, d)| d.snap_txg)
+            .map_or(origin, |(id, _)| *id);
+        (prev, next)
+    }
+
+    /// Runs queued snapshot operations in syncing context (after every object set of
+    /// `txg` synced and dead lists were appended).
+    pub(super) fn apply_snapshot_ops(&self, txg: u64) -> Result<(), PoolError> {
+        let ops = std::mem::take(&mut *self.snap_ops.lock().unwrap());
+        for (op, slot) in ops {
+            let r = match op {
+                SnapOp::Create { dataset, name } => self.snapshot_in_sync(txg, dataset, &name),
+                SnapOp::Destroy { id } => self.destroy_snapshot_in_sync(txg, id).map(|_| id),
+                SnapOp::Rollback { id } => self.rollback_in_sync(txg, id).map(|_| id),
+            };
+            // I/O failures fail the txg; a refused request only fails its caller.
+            let r = match r {
+                Err(e @ (PoolError::Io(_) | PoolError::Checksum(_) | PoolError::Corrupt(_))) => {
+                    *slot.lock().unwrap() = Some(Err(PoolError::Io(e.to_string())));
+                    return Err(e);
+                }
+                r => r,
+            };
+            *slot.lock().unwrap() = Some(r);
+        }
+        Ok(())
+    }
+
+    pub(super) fn snapshot_in_sync(
+        &self,
+        txg: u64,
+        dataset: u64,
+        name: &str,
+    ) -> Result<u64, PoolError> {
+        let st = &self.storage;
+        let mut ds = self.datasets.write().unwrap();
+        let d = ds
+            .get(&dataset)
+            .ok_or_else(|| PoolError::NotFound(format!("dataset {dataset}")))?;
+        if d.snapshot_of.is_some() {
+            return Err(PoolError::InvalidArgument(
+                "cannot snapshot a snapshot".into(),
+            ));
+        }
+        let full = format!("{}@{name}", d.name);
+        if ds.values().any(|e| e.name == full) {
+            return Err(PoolError::Exists(format!("snapshot '{full}'")));
+        }
+        let root = d.objset.root_bp();
+        let props = d.props.clone();
+        let handed_over = d.deadlist;
+        let mut next = self.next_objset_id.lock().unwrap();
+        let id = *next;
+        *next += 1;
+        drop(next);
+        let objset = Arc::new(Objset::open(st, id, root)?);
+        let d = ds.get_mut(&dataset).unwrap();
+        // From now on blocks born up to this txg are shared with the snapshot.
+        d.objset.set_keep_upto(txg);
+        d.snap_txg = txg;
+        d.deadlist = Deadlist::EMPTY;
+        ds.insert(
+            id,
+            DatasetEntry {
+                name: full,
+                props,
+                objset,
+                snapshot_of: Some(dataset),
+                snap_txg: txg,
+                deadlist: handed_over,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Snapshot `id` and the dataset it was taken of.
+    pub(super) fn snapshot_entry(
+        ds: &BTreeMap<u64, DatasetEntry>,
+        id: u64,
+    ) -> Result<(&DatasetEntry, u64), PoolError> {
+        let s = ds
+            .get(&id)
+            .ok_or_else(|| PoolError::NotFound(format!("snapshot {id}")))?;
+        match s.snapshot_of {
+            Some(origin) => Ok((s, origin)),
+            None => Err(PoolError::InvalidArgument(format!(
+                "'{}' is not a snapshot",
+                s.name
+            ))),
+        }
+    }
+
+    pub(super) fn destroy_snapshot_in_sync(&self, txg: u64, id: u64) -> Result<(), PoolError> {
+        let st = &self.storage;
+        let mut ds = self.datasets.write().unwrap();
+        let (s, origin) = Self::snapshot_entry(&ds, id)?;
+        let s_txg = s.snap_txg;
+        let s_list = s.deadlist;
+        let (prev, next) = Self::neighbours(&ds, origin, s_txg);
+        let n_list = ds[&next].deadlist;
+        let mut keep = Vec::new();
+        for bp in deadlist::entries(st, n_list)? {
+            if bp.birth_txg > prev && bp.birth_txg <= s_txg {
+                st.free_block(&bp, txg); // only this snapshot held it
+            } else {
+                keep.push(bp);
+            }
+        }
+        keep.extend(deadlist::entries(st, s_list)?);
+        deadlist::free_chain(st, n_list, txg)?;
+        deadlist::free_chain(st, s_list, txg)?;
+        let merged = deadlist::append(st, txg, Deadlist::EMPTY, &keep)?;
+        ds.get_mut(&next).unwrap().deadlist = merged;
+        if next == origin {
+            // It was the newest: the dataset now shares only with the one before.
+            let d = ds.get_mut(&origin).unwrap();
+            d.snap_txg = prev;
+            d.objset.set_keep_upto(prev);
+        }
+        ds.remove(&id);
+        Ok(())
+    }
+
+    pub(super) fn rollback_in_sync(&self, txg: u64, id: u64) -> Result<(), PoolError> {
+        let st = &self.storage;
+        let mut ds = self.datasets.write().unwrap();
+        let (s, origin) = Self::snapshot_entry(&ds, id)?;
+        let (s_txg, s_root) = (s.snap_txg, s.objset.root_bp());
+        if Self::neighbours(&ds, origin, s_txg).1 != origin {
+            return Err(PoolError::InvalidArgument(format!(
+                "'{}' is not the latest snapshot: destroy the later ones first",
+                s.name
+            )));
+        }
+        let d = &ds[&origin];
+        // Everything born after the snapshot is the dataset's alone; what died since
+        // is still the snapshot's, so the dead list is dropped, not freed.
+        let mut doomed = Vec::new();
+        visit_objset(st, d.objset.root_bp(), &mut |bp| {
+            if bp.birth_txg > s_txg {
+                doomed.push(*bp);
+            }
+            Ok(())
+        })?;
+        for bp in doomed {
+            st.free_block(&bp, txg);
+        }
+        deadlist::free_chain(st, d.deadlist, txg)?;
+        let objset = Arc::new(Objset::open(st, origin, s_root)?);
+        objset.set_keep_upto(s_txg);
+        let d = ds.get_mut(&origin).unwrap();
+        d.objset = objset;
+        d.deadlist = Deadlist::EMPTY;
+        Ok(())
+    }
+}
