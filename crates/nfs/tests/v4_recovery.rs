@@ -5,7 +5,6 @@ use nfs::v4::client::{
     WRITE_LT,
 };
 use nfs::v4::{op, Nfs4Error};
-use nfs::xdr::Encoder;
 
 mod common;
 use common::harness::*;
@@ -14,15 +13,14 @@ use common::harness::*;
 
 /// OPEN of the current file handle with CLAIM_PREVIOUS (a reclaim after a restart).
 fn open_previous(c: &mut Compound, clientid: u64, owner: &[u8]) {
-    let mut e = Encoder::new();
-    e.u32(0)
-        .u32(SHARE_ACCESS_BOTH)
-        .u32(SHARE_DENY_NONE)
-        .u64(clientid)
-        .opaque(owner);
-    e.u32(0); // OPEN4_NOCREATE
-    e.u32(1).u32(0); // CLAIM_PREVIOUS, no delegation held
-    c.raw_op(op::OPEN, &e.buf);
+    c.open(
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+        clientid,
+        owner,
+        &OpenHow::NoCreate,
+        &Claim::Previous,
+    );
 }
 
 /// LOCK with `reclaim` set, for a new lock owner of the open `open`.
@@ -34,12 +32,7 @@ fn lock_reclaim(
     offset: u64,
     length: u64,
 ) {
-    let mut e = Encoder::new();
-    e.u32(WRITE_LT).bool(true).u64(offset).u64(length);
-    e.bool(true).u32(0);
-    open.encode(&mut e);
-    e.u32(0).u64(clientid).opaque(owner);
-    c.raw_op(op::LOCK, &e.buf);
+    c.lock_reclaim(WRITE_LT, offset, length, open, clientid, owner);
 }
 
 /// After a restart, the clients of the client list reclaim their opens and locks in

@@ -12,7 +12,6 @@ use nfs::v4::client::{
     Stateid, SHARE_ACCESS_BOTH, SHARE_DENY_NONE, WRITE_LT,
 };
 use nfs::v4::{op, Nfs4Error};
-use nfs::xdr::Encoder;
 
 const OWNER: &[u8] = b"shoal-torture-v4-client";
 const OPEN_OWNER: &[u8] = b"torture-open";
@@ -77,27 +76,6 @@ fn connect(t: &Target) -> Option<Client> {
     })
 }
 
-fn open_previous(c: &mut Compound, clientid: u64) {
-    let mut e = Encoder::new();
-    e.u32(0)
-        .u32(SHARE_ACCESS_BOTH)
-        .u32(SHARE_DENY_NONE)
-        .u64(clientid)
-        .opaque(OPEN_OWNER);
-    e.u32(0); // OPEN4_NOCREATE
-    e.u32(1).u32(0); // CLAIM_PREVIOUS, no delegation held
-    c.raw_op(op::OPEN, &e.buf);
-}
-
-fn lock_reclaim(c: &mut Compound, open: &Stateid, clientid: u64, owner: &[u8]) {
-    let mut e = Encoder::new();
-    e.u32(WRITE_LT).bool(true).u64(0).u64(FILE_BYTES as u64);
-    e.bool(true).u32(0);
-    open.encode(&mut e);
-    e.u32(0).u64(clientid).opaque(owner);
-    c.raw_op(op::LOCK, &e.buf);
-}
-
 /// The status of the first failed operation.
 fn failure(r: &CompoundReply) -> u32 {
     r.results
@@ -112,8 +90,14 @@ fn reclaim(client: &mut Client, held: &mut [Held], run: &mut V4Run, restart: u64
     let clientid = client.session.clientid;
     for h in held.iter_mut() {
         let mut c = client.session.compound();
-        c.putfh(&h.fh);
-        open_previous(&mut c, clientid);
+        c.putfh(&h.fh).open(
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE,
+            clientid,
+            OPEN_OWNER,
+            &OpenHow::NoCreate,
+            &Claim::Previous,
+        );
         let r = send(&client.conn, &c)?;
         if !ok(&r) {
             run.refused.push(format!(
@@ -127,8 +111,14 @@ fn reclaim(client: &mut Client, held: &mut [Held], run: &mut V4Run, restart: u64
         run.reclaimed_opens += 1;
         if h.lock.is_some() {
             let mut c = client.session.compound();
-            c.putfh(&h.fh);
-            lock_reclaim(&mut c, &h.open, clientid, &h.lock_owner);
+            c.putfh(&h.fh).lock_reclaim(
+                WRITE_LT,
+                0,
+                FILE_BYTES as u64,
+                &h.open,
+                clientid,
+                &h.lock_owner,
+            );
             let r = send(&client.conn, &c)?;
             if !ok(&r) {
                 run.refused.push(format!(

@@ -215,6 +215,9 @@ pub enum Claim<'a> {
     Null(&'a str),
     /// CLAIM_FH: the current file handle itself.
     Fh,
+    /// CLAIM_PREVIOUS: the current file handle, reclaimed after a server restart (no
+    /// delegation held).
+    Previous,
 }
 
 /// channel_attrs4 of CREATE_SESSION.
@@ -598,6 +601,9 @@ impl Compound {
             Claim::Fh => {
                 e.u32(4);
             }
+            Claim::Previous => {
+                e.u32(1).u32(0);
+            }
         }
         self
     }
@@ -658,9 +664,37 @@ impl Compound {
         clientid: u64,
         owner: &[u8],
     ) -> &mut Self {
+        self.lock_new_with(false, locktype, offset, length, open, clientid, owner)
+    }
+
+    /// As `lock_new`, reclaiming a lock held before a server restart (grace period).
+    #[allow(clippy::too_many_arguments)]
+    pub fn lock_reclaim(
+        &mut self,
+        locktype: u32,
+        offset: u64,
+        length: u64,
+        open: &Stateid,
+        clientid: u64,
+        owner: &[u8],
+    ) -> &mut Self {
+        self.lock_new_with(true, locktype, offset, length, open, clientid, owner)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn lock_new_with(
+        &mut self,
+        reclaim: bool,
+        locktype: u32,
+        offset: u64,
+        length: u64,
+        open: &Stateid,
+        clientid: u64,
+        owner: &[u8],
+    ) -> &mut Self {
         let e = self.op(op::LOCK);
         e.u32(locktype)
-            .bool(false)
+            .bool(reclaim)
             .u64(offset)
             .u64(length)
             .bool(true);
