@@ -4,8 +4,8 @@
 //! pool, and facing clients its exports refuse. Every test checks that nothing
 //! acknowledged is lost, byte for byte.
 //!
-//! CI runs the short forms; `SHOAL_SOAK=1` runs the soak: 10 minutes of load and 50
-//! kills (`docs/reliability.md` has the commands and the figures).
+//! CI runs the short forms; `SHOAL_SOAK=1` runs the soak: 10 minutes of load, 50
+//! kills and 200 power cuts (`docs/reliability.md` has the commands and the figures).
 
 #[path = "../common/mod.rs"]
 mod common;
