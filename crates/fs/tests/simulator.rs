@@ -917,6 +917,9 @@ impl Sim {
                         .map_err(|e| pool::PoolError::Io(e.to_string()))?;
                     Ok((pool, fs, replayed))
                 });
+            // Disarmed before the check: a concurrent seed's sync thread may reach the
+            // armed point just after the import returned; after this no cut can come.
+            self.clock.disarm();
             match opened {
                 Ok(_) | Err(_) if self.clock.crashed() => {
                     self.stats.crashes_in_recovery += 1;
@@ -924,7 +927,6 @@ impl Sim {
                     continue;
                 }
                 Ok((pool, fs, replayed)) => {
-                    self.clock.disarm();
                     if replayed {
                         self.stats.logs_replayed += 1;
                         if cut_before {
