@@ -38,7 +38,8 @@
 //!
 //! `SHOAL_SIM_SEEDS=N` (default 6) and `SHOAL_SIM_OPS=N` operations a seed (default
 //! 10,000: enough for space map condensing and log ring wraps); `SHOAL_SIM_SECONDS=N` runs seeds from a time-drawn start for N seconds
-//! instead; `SHOAL_SIM_SEED=S` runs seed S alone.
+//! instead; `SHOAL_SIM_SEED=S` runs seed S alone; `SHOAL_SIM_ARC_MIB=N` sizes the ARC
+//! (default 32; a small one sends more reads to the devices, and so more repairs).
 
 #[path = "../../pool/tests/common/mod.rs"]
 mod common;
@@ -204,7 +205,13 @@ fn split(path: &str) -> (&str, &str) {
 /// operation a crash lands on may differ from run to run.
 fn options(concurrent: bool) -> PoolOptions {
     PoolOptions {
-        arc_max_bytes: Some(32 << 20),
+        arc_max_bytes: Some(
+            std::env::var("SHOAL_SIM_ARC_MIB")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(32u64)
+                << 20,
+        ),
         sync_thread: concurrent,
         txg_interval: Duration::from_millis(10),
         deterministic_io: !concurrent,
