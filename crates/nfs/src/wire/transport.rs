@@ -36,13 +36,6 @@
 //! Written on std threads rather than an async runtime: every call ends in blocking
 //! filesystem and pool work, so a worker pool is what an async server would need
 //! anyway, and the path stays short.
-//!
-//! The workers wait on a plain queue (`JobQueue`: a mutex, a condition variable and a
-//! count of idle workers) rather than a channel: the channel's receivers spun and then
-//! yielded before they slept, about three `sched_yield` calls a request measured with
-//! strace on the metadata loop, CPU that on a small machine the clients and the pool's
-//! own threads need. A worker that finds no job sleeps at once; a reader wakes one
-//! only when one sleeps.
 
 use crate::rpc::{self, Accept, AuthStat, CallHeader, HeaderError};
 use crate::xdr::{Decoder, Encoder};
@@ -292,70 +285,6 @@ struct Claimed {
     _claim: Option<Claim>,
 }
 
-/// Calls read and waiting for a worker. Invariant: a job is never left queued while
-/// a worker sleeps (a push wakes one when any is idle; a worker looks at the queue
-/// before it sleeps, under the same lock).
-struct JobQueue {
-    state: Mutex<QueueState>,
-    ready: Condvar,
-}
-
-struct QueueState {
-    jobs: std::collections::VecDeque<Job>,
-    idle: usize,
-    closed: bool,
-}
-
-impl JobQueue {
-    fn new() -> JobQueue {
-        JobQueue {
-            state: Mutex::new(QueueState {
-                jobs: std::collections::VecDeque::new(),
-                idle: 0,
-                closed: false,
-            }),
-            ready: Condvar::new(),
-        }
-    }
-
-    /// Queues a job; false (the job dropped) once the queue is closed.
-    fn push(&self, job: Job) -> bool {
-        let mut s = self.state.lock().unwrap();
-        if s.closed {
-            return false;
-        }
-        s.jobs.push_back(job);
-        let wake = s.idle > 0;
-        drop(s);
-        if wake {
-            self.ready.notify_one();
-        }
-        true
-    }
-
-    /// The next job; `None` once the queue is closed and empty.
-    fn pop(&self) -> Option<Job> {
-        let mut s = self.state.lock().unwrap();
-        loop {
-            if let Some(job) = s.jobs.pop_front() {
-                return Some(job);
-            }
-            if s.closed {
-                return None;
-            }
-            s.idle += 1;
-            s = self.ready.wait(s).unwrap();
-            s.idle -= 1;
-        }
-    }
-
-    /// No more jobs: workers finish what is queued, then stop.
-    fn close(&self) {
-        self.state.lock().unwrap().closed = true;
-        self.ready.notify_all();
-    }
-}
-
 /// A running RPC server; dropping it does not stop it, `stop` does.
 pub struct RpcServer {
     addrs: Vec<SocketAddr>,
@@ -363,7 +292,7 @@ pub struct RpcServer {
     acceptors: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     conns: Arc<Mutex<Vec<Arc<Conn>>>>,
-    queue: Arc<JobQueue>,
+    sender: Option<crossbeam_channel::Sender<Job>>,
     readers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -374,17 +303,17 @@ impl RpcServer {
         service: Arc<dyn Service>,
         workers: usize,
     ) -> std::io::Result<RpcServer> {
-        let queue = Arc::new(JobQueue::new());
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let budget = Arc::new(Budget::default());
         let mut worker_threads = Vec::new();
         for i in 0..workers.max(1) {
-            let queue = queue.clone();
+            let rx = rx.clone();
             let service = service.clone();
             worker_threads.push(
                 std::thread::Builder::new()
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
-                        while let Some(job) = queue.pop() {
+                        while let Ok(job) = rx.recv() {
                             let call = Call {
                                 peer: job.conn.peer,
                                 received: job.received,
@@ -410,14 +339,14 @@ impl RpcServer {
             let stopping = stopping.clone();
             let conns = conns.clone();
             let readers = readers.clone();
-            let queue = queue.clone();
+            let tx = tx.clone();
             let budget = budget.clone();
             let service = service.clone();
             acceptors.push(
                 std::thread::Builder::new()
                     .name("rpc-accept".into())
                     .spawn(move || {
-                        accept_loop(listener, stopping, conns, readers, queue, budget, service)
+                        accept_loop(listener, stopping, conns, readers, tx, budget, service)
                     })?,
             );
         }
@@ -427,7 +356,7 @@ impl RpcServer {
             acceptors,
             workers: worker_threads,
             conns,
-            queue,
+            sender: Some(tx),
             readers,
         })
     }
@@ -455,7 +384,7 @@ impl RpcServer {
         for h in readers {
             let _ = h.join();
         }
-        self.queue.close();
+        self.sender.take();
         for h in self.workers.drain(..) {
             let _ = h.join();
         }
@@ -482,7 +411,7 @@ fn accept_loop(
     stopping: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<Arc<Conn>>>>,
     readers: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    queue: Arc<JobQueue>,
+    tx: crossbeam_channel::Sender<Job>,
     budget: Arc<Budget>,
     service: Arc<dyn Service>,
 ) {
@@ -521,7 +450,7 @@ fn accept_loop(
             all.push(conn.clone());
         }
         live.fetch_add(1, Ordering::SeqCst);
-        let queue = queue.clone();
+        let tx = tx.clone();
         let live = live.clone();
         let budget = budget.clone();
         let service = service.clone();
@@ -529,7 +458,7 @@ fn accept_loop(
             .name("rpc-conn".into())
             .spawn(move || {
                 tracing::debug!(%peer, "connected");
-                if let Err(e) = read_loop(stream, &conn, &queue, &budget, &*service) {
+                if let Err(e) = read_loop(stream, &conn, &tx, &budget, &*service) {
                     tracing::debug!(%peer, "connection closed: {e}");
                 }
                 // Replies to calls already read still go out; wait for them.
@@ -577,7 +506,7 @@ impl std::fmt::Display for ReadEnd {
 fn read_loop(
     mut stream: TcpStream,
     conn: &Arc<Conn>,
-    queue: &JobQueue,
+    tx: &crossbeam_channel::Sender<Job>,
     budget: &Arc<Budget>,
     service: &dyn Service,
 ) -> Result<(), ReadEnd> {
@@ -620,13 +549,15 @@ fn read_loop(
             }
             *n += 1;
         }
-        let queued = queue.push(Job {
-            conn: conn.clone(),
-            record,
-            header,
-            received,
-        });
-        if !queued {
+        if tx
+            .send(Job {
+                conn: conn.clone(),
+                record,
+                header,
+                received,
+            })
+            .is_err()
+        {
             conn.finished_one();
             return Ok(());
         }
