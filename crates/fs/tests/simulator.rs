@@ -315,7 +315,7 @@ struct Sim {
     seed: u64,
     control: Control,
     rng: Rng,
-    redundancy_layout: Layout,
+    layout: Layout,
     /// Devices the layout can lose and still read everything.
     redundancy: usize,
     clients: u64,
@@ -406,7 +406,7 @@ impl Sim {
             seed,
             control,
             rng,
-            redundancy_layout: layout,
+            layout,
             redundancy,
             clients,
             slots,
@@ -667,7 +667,7 @@ impl Sim {
         let blocks = self.pool().committed_blocks().ok()?;
         let bp = blocks.get(self.rng.below(blocks.len() as u64) as usize)?;
         let dva = bp.copies().next()?;
-        let n = match self.redundancy_layout {
+        let n = match self.layout {
             Layout::RaidZ { .. } => self.slots.len() as u64,
             _ => 1,
         };

@@ -184,6 +184,22 @@ use ring::seal_block;
 use ring::verify_block;
 pub use ring::{read_chain, ChainRead, ReplicaJob, Ring};
 
+/// The chain as the log knows it (`IntentLog::acknowledged_blocks`).
+pub struct AcknowledgedChain {
+    pub guid: u64,
+    pub kind: RingKind,
+    pub blocks: Vec<AcknowledgedBlock>,
+}
+
+/// A block the log wrote and flushed: its ring position, sequence number and highest
+/// record txg.
+#[derive(Debug, Clone, Copy)]
+pub struct AcknowledgedBlock {
+    pub pos: u64,
+    pub seq: u64,
+    pub max_txg: u64,
+}
+
 #[derive(Debug)]
 struct Pending {
     id: u64,
@@ -376,7 +392,7 @@ impl IntentLog {
     /// batch is in flight (so every block listed was written and flushed). Must not be
     /// called under the pool's sync lock: a batch that falls back to a txg commit
     /// needs it before it ends.
-    pub fn acknowledged_blocks(&self) -> (u64, RingKind, Vec<(u64, u64, u64)>) {
+    pub fn acknowledged_blocks(&self) -> AcknowledgedChain {
         let mut st = self.state.lock().unwrap();
         while st.writing.is_some() {
             st = self.cv.wait(st).unwrap();
@@ -385,9 +401,17 @@ impl IntentLog {
         let blocks = st
             .live
             .iter()
-            .map(|b| (b.v % len, b.seq, b.max_txg))
+            .map(|b| AcknowledgedBlock {
+                pos: b.v % len,
+                seq: b.seq,
+                max_txg: b.max_txg,
+            })
             .collect();
-        (st.guid, st.kind, blocks)
+        AcknowledgedChain {
+            guid: st.guid,
+            kind: st.kind,
+            blocks,
+        }
     }
 
     fn set_stats_ring(&self, ring: &Ring) {

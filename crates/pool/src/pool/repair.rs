@@ -429,8 +429,8 @@ impl Pool {
             .collect();
         let mut maps = Allocator::new(&capacities);
         spacelog::replay(&self.storage, c.spacelog_head, &mut maps)?;
-        report.space_map_blocks =
-            spacelog::chain_blocks(&self.storage, c.spacelog_head)?.len() as u64;
+        // The chain's length is kept beside its head; `replay` just walked it.
+        report.space_map_blocks = c.spacelog_len;
         for (v, space) in maps.vdevs.iter().enumerate() {
             let on_disk = merged(space.allocated_extents());
             let in_tree = merged(
@@ -467,7 +467,7 @@ impl Pool {
     pub(super) fn check_intent_log(
         &self,
         c: &Committed,
-        acknowledged: &(u64, RingKind, Vec<(u64, u64, u64)>),
+        acknowledged: &crate::intent_log::AcknowledgedChain,
         maps: Option<&Allocator>,
         report: &mut CheckReport,
     ) {
@@ -477,9 +477,9 @@ impl Pool {
         let read = crate::intent_log::read_chain(&ring, &c.log);
         report.log_blocks = read.blocks.len() as u64;
         report.log_records = read.records.len() as u64;
-        let (guid, kind, blocks) = acknowledged;
-        if *guid == c.log.guid && *kind == c.log.kind {
-            for &(pos, seq, max_txg) in blocks.iter().filter(|b| b.2 > c.txg) {
+        if acknowledged.guid == c.log.guid && acknowledged.kind == c.log.kind {
+            let live = acknowledged.blocks.iter().filter(|b| b.max_txg > c.txg);
+            for &crate::intent_log::AcknowledgedBlock { pos, seq, max_txg } in live {
                 let index = seq.checked_sub(c.log.seq).map(|i| i as usize);
                 let on_chain = index
                     .and_then(|i| read.blocks.get(i))
