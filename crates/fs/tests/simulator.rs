@@ -39,7 +39,10 @@
 //! `SHOAL_SIM_SEEDS=N` (default 6) and `SHOAL_SIM_OPS=N` operations a seed (default
 //! 10,000: enough for space map condensing and log ring wraps); `SHOAL_SIM_SECONDS=N` runs seeds from a time-drawn start for N seconds
 //! instead; `SHOAL_SIM_SEED=S` runs seed S alone; `SHOAL_SIM_ARC_MIB=N` sizes the ARC
-//! (default 32; a small one sends more reads to the devices, and so more repairs).
+//! (default 32; a small one sends more reads to the devices, and so more repairs);
+//! `SHOAL_SIM_PIN_READS=0` turns off read pins (`Storage::pin_reads`) and the simulator's
+//! hold on freed space while it aims damage, to show what they prevent; `SHOAL_SIM_TXG_MS=N` sets the concurrent seeds'
+//! txg interval (default 10 ms; shorter makes races with the sync thread likelier).
 
 #[path = "../../pool/tests/common/mod.rs"]
 mod common;
@@ -213,12 +216,24 @@ fn options(concurrent: bool) -> PoolOptions {
                 << 20,
         ),
         sync_thread: concurrent,
-        txg_interval: Duration::from_millis(10),
+        txg_interval: Duration::from_millis(
+            std::env::var("SHOAL_SIM_TXG_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(10),
+        ),
         deterministic_io: !concurrent,
         // Read-ahead decides by the real clock; reads consume injected read errors.
         prefetch: false,
+        pin_reads: pins_on(),
         ..PoolOptions::default()
     }
+}
+
+/// Read pins, and holds of freed space while damage is aimed at listed blocks; off
+/// (`SHOAL_SIM_PIN_READS=0`) only to show what they prevent.
+fn pins_on() -> bool {
+    std::env::var("SHOAL_SIM_PIN_READS").as_deref() != Ok("0")
 }
 
 /// Every fifth seed is concurrent (see `options`).
@@ -678,8 +693,14 @@ impl Sim {
 
     /// One fault or repair action, drawn by the seed.
     fn fault(&mut self) -> SimResult<Step> {
+        // Damage aimed at a listed block lands on it only while its space cannot be
+        // reused: with the sync thread running, a block freed after the list was taken
+        // could otherwise be another, newer block by the time the damage lands (one
+        // a scrub that began before it was committed would not see).
+        let pool = self.pool().clone();
         match self.rng.below(6) {
             0 | 1 => {
+                let _frees = pins_on().then(|| pool.hold_frees());
                 // Silent corruption: a range of the data area, whatever it holds.
                 let Some(slot) = self.damageable_slot() else {
                     return Ok(Step::Done);
@@ -698,6 +719,7 @@ impl Sim {
                 self.stats.corruptions += 1;
             }
             2 => {
+                let _frees = pins_on().then(|| pool.hold_frees());
                 let Some(slot) = self.damageable_slot() else {
                     return Ok(Step::Done);
                 };

@@ -364,13 +364,16 @@ impl Allocator {
         self.holds -= 1;
     }
 
-    /// Called after `txg` committed: frees of `txg - DEFER_TXGS` and older become usable.
-    pub fn txg_committed(&mut self, txg: u64) {
+    /// Called after `txg` committed: frees of `txg - DEFER_TXGS` and older become usable,
+    /// except those of txgs after `oldest_pin`, the committed txg when the oldest reader
+    /// still running began (`Storage::pin_reads`): that reader may hold a pointer to a
+    /// block freed in any later txg, and is about to read it or repair a copy of it.
+    pub fn txg_committed(&mut self, txg: u64, oldest_pin: Option<u64>) {
         if self.holds > 0 {
             return;
         }
         while let Some((t, _)) = self.deferred.front() {
-            if *t + DEFER_TXGS > txg {
+            if *t + DEFER_TXGS > txg || oldest_pin.is_some_and(|pin| *t > pin) {
                 break;
             }
             let (_, extents) = self.deferred.pop_front().unwrap();
@@ -450,9 +453,24 @@ mod tests {
         assert_ne!(ex[0].vdev, ex[1].vdev);
         let before = a.free_bytes();
         a.free(ex[0], 5, true);
-        a.txg_committed(6);
+        a.txg_committed(6, None);
         assert_eq!(a.free_bytes(), before);
-        a.txg_committed(7);
+        a.txg_committed(7, None);
+        assert_eq!(a.free_bytes(), before + 4096);
+    }
+
+    #[test]
+    fn a_reader_pinned_before_a_free_keeps_its_space_from_reuse() {
+        let mut a = Allocator::new(&[1 << 20]);
+        let ex = a.allocate(1, &|_| 4096, true).unwrap();
+        let before = a.free_bytes();
+        a.free(ex[0], 5, true);
+        // A reader began when txg 4 was the last committed: it may hold the pointer.
+        a.txg_committed(7, Some(4));
+        a.txg_committed(8, Some(4));
+        assert_eq!(a.free_bytes(), before);
+        // A reader that began after txg 5 committed cannot have taken it.
+        a.txg_committed(9, Some(5));
         assert_eq!(a.free_bytes(), before + 4096);
     }
 
@@ -481,7 +499,7 @@ mod tests {
                     live.push(ex[0]);
                 }
                 txg += 1;
-                a.txg_committed(txg);
+                a.txg_committed(txg, None);
                 let used: u64 = live.iter().map(|e| e.len).sum();
                 prop_assert_eq!(a.free_bytes() + used + a.deferred_bytes(), cap);
             }

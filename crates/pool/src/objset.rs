@@ -402,6 +402,9 @@ impl Objset {
         if obj == 0 || obj >= inner.next_object || inner.objects.contains_key(&obj) {
             return inner;
         }
+        drop(inner);
+        let _pin = st.pin_reads();
+        let inner = self.inner.lock().unwrap();
         let meta = inner.meta.clone();
         drop(inner);
         let _ = read_tree_block(
@@ -592,6 +595,9 @@ impl Objset {
         len: usize,
         fetch: Fetch,
     ) -> Result<Option<(u64, ReadBuf)>, PoolError> {
+        // The tree's pointers are read below with the lock released. Nothing is read
+        // from the devices with `CachedOnly`, so nothing can be repaired there either.
+        let _pin = (fetch == Fetch::Any).then(|| st.pin_reads());
         let (bs, plan) = {
             let mut inner = match fetch {
                 Fetch::CachedOnly => {
@@ -754,6 +760,7 @@ impl Objset {
     }
 
     pub fn prefetch_range(&self, st: &Storage, obj: u64, range: std::ops::Range<u64>) {
+        let _pin = st.pin_reads();
         let sources: Vec<(u64, Source)> = {
             let mut inner = self.lock_loaded(st, obj);
             match Self::load(st, &mut inner, obj) {

@@ -3,7 +3,12 @@
 //!
 //! Invariants:
 //! - A block is written only to freshly allocated space (copy-on-write); nothing
-//!   written here overwrites live data. Only `label.rs` writes in place.
+//!   written here overwrites live data. The only writes in place are a read's repair
+//!   of a bad copy with the block's own verified bytes, and those land in space that
+//!   still belongs to that block: a reader pins freed space before it takes pointers
+//!   from a tree (`pin_reads`), so the block cannot have been freed and its space
+//!   reused under the repair. (Labels and the intent log's rings write in place too,
+//!   in areas of their own.)
 //! - Every read is verified against the checksum in its pointer before anything
 //!   else looks at it; data that fails is never returned (the vdev layer tries every
 //!   copy and RAID-Z combination, then the next DVA is tried).
@@ -196,6 +201,36 @@ pub struct Storage {
     /// One thread issues every device operation of a sync in a fixed order (tests that
     /// replay crashes from a seed); otherwise syncs use several threads.
     pub deterministic: std::sync::atomic::AtomicBool,
+    read_pins: Mutex<ReadPins>,
+    /// Off only in the test that shows what pins prevent (`PoolOptions::pin_reads`).
+    pub pins_enabled: std::sync::atomic::AtomicBool,
+}
+
+/// Readers that may go to the devices with block pointers taken from a tree without
+/// holding a lock the sync needs (`Storage::pin_reads`), by the committed txg when
+/// each began.
+#[derive(Default)]
+struct ReadPins {
+    committed: u64,
+    running: std::collections::BTreeMap<u64, usize>,
+}
+
+/// A reader's pin; see `Storage::pin_reads`.
+pub struct ReadPin<'a> {
+    st: &'a Storage,
+    since: Option<u64>,
+}
+
+impl Drop for ReadPin<'_> {
+    fn drop(&mut self) {
+        let Some(since) = self.since else { return };
+        let mut pins = self.st.read_pins.lock().unwrap();
+        let n = pins.running.get_mut(&since).expect("pin registered");
+        *n -= 1;
+        if *n == 0 {
+            pins.running.remove(&since);
+        }
+    }
 }
 
 fn sector_round(n: u64) -> u64 {
@@ -213,7 +248,49 @@ impl Storage {
             placed_tops: Mutex::new(Default::default()),
             l2: std::sync::OnceLock::new(),
             deterministic: std::sync::atomic::AtomicBool::new(false),
+            read_pins: Mutex::new(ReadPins::default()),
+            pins_enabled: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Pins freed space for a reader that takes block pointers from a tree and then
+    /// reads them with no lock the sync needs: a read that finds a bad copy writes the
+    /// good data over it, and if the block had been freed and its space reused in the
+    /// meantime (a reader stalled across a few quick txgs, a slow disk), that repair
+    /// would overwrite the new block's copy: damage the pool made itself. While the
+    /// pin lives, no space freed after the txg committed when it began returns to the
+    /// allocator (see `Allocator::txg_committed`), so every pointer the reader takes
+    /// names its own block until the reader is done. Take it before the pointers.
+    pub fn pin_reads(&self) -> ReadPin<'_> {
+        if !self.pins_enabled.load(Ordering::Relaxed) {
+            return ReadPin {
+                st: self,
+                since: None,
+            };
+        }
+        let mut pins = self.read_pins.lock().unwrap();
+        let since = pins.committed;
+        *pins.running.entry(since).or_default() += 1;
+        ReadPin {
+            st: self,
+            since: Some(since),
+        }
+    }
+
+    /// `txg` committed: deferred frees become usable that no running reader can name.
+    pub fn txg_committed(&self, txg: u64) {
+        let oldest_pin = {
+            let mut pins = self.read_pins.lock().unwrap();
+            pins.committed = pins.committed.max(txg);
+            pins.running.keys().next().copied()
+        };
+        self.alloc.lock().unwrap().txg_committed(txg, oldest_pin);
+    }
+
+    /// The committed txg at import, before any reader pins.
+    pub fn set_committed_txg(&self, txg: u64) {
+        let mut pins = self.read_pins.lock().unwrap();
+        pins.committed = pins.committed.max(txg);
     }
 
     /// Compresses, checksums, allocates and writes `data` as one block of `txg`.

@@ -454,3 +454,182 @@ fn scrub_repairs_survive_a_power_cut_right_after_the_scrub() {
         assert!(got == *data, "object {obj} differs after the power cut");
     }
 }
+
+/// A device that stops the first write overlapping an armed range until released, so a
+/// test can hold a read repair in mid-flight.
+#[derive(Debug)]
+struct GatedDevice {
+    inner: Arc<SimDevice>,
+    armed: std::sync::Mutex<Option<(u64, u64)>>,
+    reached: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    go: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl GatedDevice {
+    fn new(inner: Arc<SimDevice>) -> Arc<GatedDevice> {
+        Arc::new(GatedDevice {
+            inner,
+            armed: Default::default(),
+            reached: Default::default(),
+            go: Default::default(),
+        })
+    }
+
+    /// Returns (the write has arrived, let it go on).
+    fn arm(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+        let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel();
+        *self.reached.lock().unwrap() = Some(reached_tx);
+        *self.go.lock().unwrap() = Some(go_rx);
+        *self.armed.lock().unwrap() = Some((offset, len));
+        (reached_rx, go_tx)
+    }
+
+    fn gate(&self, offset: u64, len: usize) {
+        let hit = {
+            let mut armed = self.armed.lock().unwrap();
+            match *armed {
+                Some((o, l)) if offset < o + l && o < offset + len as u64 => armed.take(),
+                _ => None,
+            }
+        };
+        if hit.is_some() {
+            let _ = self.reached.lock().unwrap().take().unwrap().send(());
+            let go = self.go.lock().unwrap().take().unwrap();
+            let _ = go.recv();
+        }
+    }
+}
+
+impl Device for GatedDevice {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.gate(offset, buf.len());
+        self.inner.write_at(offset, buf)
+    }
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> std::io::Result<()> {
+        self.gate(offset, bufs.iter().map(|b| b.len()).sum());
+        self.inner.write_vectored_at(offset, bufs)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn io_mode(&self) -> vdev::IoMode {
+        self.inner.io_mode()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// What `stale_repair` saw: whether the freed space was reused while the repair was
+/// held, what the held read returned, and the bad copies a scrub found afterwards.
+struct StaleRepair {
+    reused: bool,
+    read_back_right: bool,
+    bad_copies: u64,
+}
+
+/// A read finds a bad copy of a block and stops just before writing the good data
+/// over it; meanwhile the block is rewritten (freed) and txgs commit until its old
+/// space is reused or the pool is two-thirds full; then the repair goes on.
+fn stale_repair(pin_reads: bool) -> StaleRepair {
+    const BS: usize = 131072;
+    let sims = sim_devices(2, 61, None);
+    let gated: Vec<Arc<GatedDevice>> = sims.iter().map(|d| GatedDevice::new(d.clone())).collect();
+    let args: Vec<pool::pool::DeviceArg> = gated
+        .iter()
+        .enumerate()
+        .map(|(i, d)| pool::pool::DeviceArg {
+            path: format!("sim{i}"),
+            device: d.clone(),
+        })
+        .collect();
+    let options = pool::PoolOptions {
+        pin_reads,
+        ..opts()
+    };
+    let p = create_pool_with(Layout::Mirror, &sims, options.clone());
+    let os = p.create_objset("tank/data", "{}").unwrap();
+    let obj = new_file(&p, os, BS as u32, Compression::Off);
+    let mut rng = Rng(61);
+    let old = rng.bytes(BS);
+    p.write(os, obj, 0, &old).unwrap();
+    p.sync().unwrap();
+    let bp = p
+        .committed_blocks()
+        .unwrap()
+        .into_iter()
+        .find(|b| b.level == 0 && b.lsize as usize == BS)
+        .expect("the file's block");
+    p.export().unwrap();
+    let at = data_start(&sims[0]) + bp.dvas[0].offset;
+    // The side a read tries first (`read_copies`) holds the damage.
+    let first = ((bp.dvas[0].offset >> 20) % 2) as usize;
+    let second = 1 - first;
+    sims[first].corrupt_range(at, SECTOR_SIZE as u64, 7);
+    let p = pool::Pool::import(args, Some("tank"), options).unwrap();
+    let (reached, go) = gated[first].arm(at, BS as u64);
+    let mut reused = false;
+    let read = std::thread::scope(|s| {
+        // Lets the repair go on however this scope ends, so a failure cannot hang it.
+        struct Release(std::sync::mpsc::Sender<()>);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                let _ = self.0.send(());
+            }
+        }
+        let release = Release(go);
+        let reader = s.spawn(|| p.read(os, obj, 0, BS));
+        reached.recv().expect("the read repairs the damaged side");
+        // Until the pool is full (with the pin, nothing freed since is reusable).
+        while p.write(os, obj, 0, &rng.bytes(BS)).is_ok() {
+            p.sync().unwrap();
+            let mut now = vec![0u8; BS];
+            sims[second].read_at(at, &mut now).unwrap();
+            if now != old {
+                reused = true;
+                break;
+            }
+        }
+        drop(release);
+        reader.join().unwrap()
+    });
+    let read_back_right = read.as_deref().ok() == Some(&old[..]);
+    let bad_copies = p.scrub(&|_| {}).unwrap().bad_copies;
+    StaleRepair {
+        reused,
+        read_back_right,
+        bad_copies,
+    }
+}
+
+/// A reader that found a bad copy keeps the block's space from reuse until its repair
+/// is written: with read pins the freed space is not reused under the held repair and
+/// the pool stays whole; without them (the negative control) the space is reused and
+/// the late repair damages the new block, which a scrub then finds.
+#[test]
+fn a_late_read_repair_never_overwrites_reused_space() {
+    let pinned = stale_repair(true);
+    assert!(pinned.read_back_right, "the held read returns its block");
+    assert!(
+        !pinned.reused,
+        "space freed after the read began was reused"
+    );
+    assert_eq!(pinned.bad_copies, 0, "the repair damaged a live block");
+    let unpinned = stale_repair(false);
+    assert!(unpinned.reused, "control: the freed space was never reused");
+    assert!(
+        unpinned.bad_copies > 0,
+        "control: the late repair over reused space went unnoticed"
+    );
+}

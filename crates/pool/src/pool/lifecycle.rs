@@ -153,6 +153,9 @@ impl Pool {
         storage
             .deterministic
             .store(opts.deterministic_io, Ordering::Relaxed);
+        storage
+            .pins_enabled
+            .store(opts.pin_reads, Ordering::Relaxed);
         let log_device_ring = device_ring(&log_leaves);
         Pool {
             name: name.to_string(),
@@ -422,6 +425,7 @@ impl Pool {
     /// Loads the state named by one uberblock; fails if anything does not verify.
     pub(super) fn load(&self, ub: &Uberblock) -> Result<(), PoolError> {
         let st = &self.storage;
+        st.set_committed_txg(ub.txg);
         let mut datasets = BTreeMap::new();
         let mut next_id = 1;
         if !ub.directory.is_hole() {

@@ -93,6 +93,9 @@ pub struct PoolOptions {
     /// least `MIN_OBJECTS_PER_SET` a set (or all of a smaller bound); objects with
     /// changes are always kept.
     pub object_cache_max: usize,
+    /// Readers pin freed space until they finish (`Storage::pin_reads`). Off only in
+    /// the test that shows the damage a read repair does without it.
+    pub pin_reads: bool,
 }
 
 /// The smallest share of `object_cache_max` an object set gets.
@@ -109,6 +112,7 @@ impl Default for PoolOptions {
             prefetch: true,
             deterministic_io: false,
             object_cache_max: 128 * 1024,
+            pin_reads: true,
         }
     }
 }

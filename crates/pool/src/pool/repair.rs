@@ -68,6 +68,9 @@ impl Pool {
     /// (for scrub, check, and tests that aim faults at real blocks).
     pub fn committed_blocks(&self) -> Result<Vec<BlockPointer>, PoolError> {
         let st = &self.storage;
+        // The walk reads the trees of `c` while txgs commit: a read pin taken before
+        // `c` is read keeps every block of them where its pointer says until it ends.
+        let _pin = st.pin_reads();
         let c = *self.committed.lock().unwrap();
         let mut out = Vec::new();
         if !c.directory.is_hole() {
@@ -587,7 +590,17 @@ impl Drop for Ticker<'_> {
 }
 
 /// Keeps freed space deferred for as long as it lives (see `Allocator::hold_frees`).
-pub(super) struct FreeHold<'a>(&'a Storage);
+pub struct FreeHold<'a>(&'a Storage);
+
+impl Pool {
+    /// Keeps every block of the committed state where its pointer says for as long as
+    /// the hold lives (freed space is not reused meanwhile), so a caller can list
+    /// blocks (`committed_blocks`) and then act on their places: a fault test aiming
+    /// damage at real blocks while the sync thread runs.
+    pub fn hold_frees(&self) -> FreeHold<'_> {
+        FreeHold::new(&self.storage)
+    }
+}
 
 impl<'a> FreeHold<'a> {
     pub(super) fn new(st: &'a Storage) -> FreeHold<'a> {

@@ -79,7 +79,7 @@ impl Pool {
             Ok(()) => {
                 t.synced_txg = txg;
                 drop(t);
-                self.storage.alloc.lock().unwrap().txg_committed(txg);
+                self.storage.txg_committed(txg);
             }
             Err(e) => {
                 drop(t);
