@@ -16,6 +16,7 @@ pub mod objset;
 pub mod pool;
 pub mod prefetch;
 pub mod read_buf;
+pub mod send;
 pub mod spacelog;
 pub mod storage;
 pub mod uberblock;

@@ -140,7 +140,7 @@ enum Source {
 }
 
 /// Public facts about one object.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
     pub object_type: u8,
     pub block_size: u32,
@@ -345,6 +345,17 @@ impl Objset {
     /// The blocks syncs moved to the dead list since the last call.
     pub fn take_dead(&self) -> Vec<BlockPointer> {
         std::mem::take(&mut *self.dead.lock().unwrap())
+    }
+
+    /// The id the next new object gets.
+    pub(crate) fn next_object(&self) -> u64 {
+        self.inner.lock().unwrap().next_object
+    }
+
+    /// The next new object gets at least `next` (see `Pool::raise_next_object`).
+    pub(crate) fn raise_next_object(&self, next: u64) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.next_object = inner.next_object.max(next);
     }
 
     pub fn root_bp(&self) -> BlockPointer {
@@ -1374,12 +1385,12 @@ fn write_parallel(
     Ok(out)
 }
 
-fn bp_at(block: &[u8], index: u64) -> Result<BlockPointer, PoolError> {
+pub(crate) fn bp_at(block: &[u8], index: u64) -> Result<BlockPointer, PoolError> {
     let o = index as usize * BLKPTR_SIZE;
     BlockPointer::decode(&block[o..o + BLKPTR_SIZE])
 }
 
-fn check_child(parent_level: u8, bp: &BlockPointer) -> Result<(), PoolError> {
+pub(crate) fn check_child(parent_level: u8, bp: &BlockPointer) -> Result<(), PoolError> {
     if !bp.is_hole() && bp.level + 1 != parent_level {
         return Err(PoolError::Corrupt(format!(
             "indirect block at level {parent_level} points to a level {} block",
@@ -1684,6 +1695,19 @@ pub fn stored_referenced(st: &Storage, root_bp: BlockPointer) -> Result<Option<u
     }
     let version = u32::from_le_bytes(b[520..524].try_into().unwrap());
     Ok((version >= 2).then(|| u64::from_le_bytes(b[536..544].try_into().unwrap())))
+}
+
+/// The meta-dnode (the dnode array's dnode) and the next object id of an object set
+/// root block.
+pub fn read_root(st: &Storage, root_bp: BlockPointer) -> Result<(Dnode, u64), PoolError> {
+    let block = st.read_block(&root_bp)?;
+    let b = block.bytes();
+    if b.len() != OBJSET_ROOT_SIZE || &b[512..520] != OBJSET_MAGIC {
+        return Err(PoolError::Corrupt("object set root: bad magic".into()));
+    }
+    let meta = Dnode::decode(&b[0..512])?;
+    let next_object = u64::from_le_bytes(b[528..536].try_into().unwrap());
+    Ok((meta, next_object))
 }
 
 /// Every block pointer reachable from an object set root, for scrub and check.

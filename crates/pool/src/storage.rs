@@ -723,8 +723,29 @@ impl Storage {
         bp: &BlockPointer,
         mode: ReadMode,
     ) -> Result<(CachedBlock, RepairReport), PoolError> {
-        self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+        let (io, report) = self.read_stored(bp, mode)?;
         let psize = bp.psize as usize;
+        let lsize = bp.lsize as usize;
+        let block = if bp.compression == Compression::Off {
+            CachedBlock(Arc::new(BlockBytes::Aligned(io, lsize)))
+        } else {
+            let mut out = vec![0u8; lsize];
+            compress::decompress(bp.compression, &io[..psize], &mut out).map_err(|e| {
+                PoolError::Corrupt(format!("block verified but does not decompress: {e}"))
+            })?;
+            CachedBlock::from_vec(out)
+        };
+        Ok((block, report))
+    }
+
+    /// The block as stored (compressed, sector-rounded: its first `psize` bytes are the
+    /// payload), verified against its pointer, bad copies healed; not through the ARC.
+    pub fn read_stored(
+        &self,
+        bp: &BlockPointer,
+        mode: ReadMode,
+    ) -> Result<(AlignedBuf, RepairReport), PoolError> {
+        self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
         let io_size = bp.io_size();
         let verify = |buf: &[u8]| bp.verifies(buf);
         let mut report = RepairReport::default();
@@ -779,17 +800,7 @@ impl Storage {
                 .healed_copies
                 .fetch_add(report.bad_copies, Ordering::Relaxed);
         }
-        let lsize = bp.lsize as usize;
-        let block = if bp.compression == Compression::Off {
-            CachedBlock(Arc::new(BlockBytes::Aligned(io, lsize)))
-        } else {
-            let mut out = vec![0u8; lsize];
-            compress::decompress(bp.compression, &io[..psize], &mut out).map_err(|e| {
-                PoolError::Corrupt(format!("block verified but does not decompress: {e}"))
-            })?;
-            CachedBlock::from_vec(out)
-        };
-        Ok((block, report))
+        Ok((io, report))
     }
 
     /// Flushes every top-level vdev; false if one lost more leaves than it tolerates.

@@ -22,6 +22,7 @@ pub(super) fn encode_directory(entries: &[DirRecord], next_id: u64) -> Result<Ve
         b.extend_from_slice(&r.deadlist.head.to_bytes());
         b.extend_from_slice(&r.deadlist.count.to_le_bytes());
         b.extend_from_slice(&r.deadlist.bytes.to_le_bytes());
+        b.extend_from_slice(&r.guid.to_le_bytes());
     }
     if b.len() > DIR_MAX_BYTES {
         return Err(PoolError::NoSpace);
@@ -69,6 +70,7 @@ pub(super) fn decode_directory(b: &[u8]) -> Result<(Vec<DirRecord>, u64, bool), 
             snapshot_of: None,
             snap_txg: 0,
             deadlist: Deadlist::EMPTY,
+            guid: 0,
         };
         if version >= 2 {
             let kind = take(1)?[0];
@@ -84,6 +86,9 @@ pub(super) fn decode_directory(b: &[u8]) -> Result<(Vec<DirRecord>, u64, bool), 
         }
         if version >= 3 {
             r.deadlist.bytes = u64::from_le_bytes(take(8)?.try_into().unwrap());
+        }
+        if version >= 4 {
+            r.guid = u64::from_le_bytes(take(8)?.try_into().unwrap());
         }
         out.push(r);
     }

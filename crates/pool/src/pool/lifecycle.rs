@@ -449,6 +449,13 @@ impl Pool {
                         snapshot_of: r.snapshot_of,
                         snap_txg: r.snap_txg,
                         deadlist: r.deadlist,
+                        // Written before version 4: derived, so stable from now on.
+                        guid: match (r.guid, r.snapshot_of) {
+                            (0, Some(_)) => {
+                                super::snapshots::snapshot_guid(self.guid, r.id, r.snap_txg)
+                            }
+                            (g, _) => g,
+                        },
                     },
                 );
             }

@@ -3,7 +3,8 @@
 //! (create, import with log replay, export, destroy, labels, admission of dirty data),
 //! `txg.rs` (quiesce and sync, the sync thread), `tx.rs` (`Tx`), `objects.rs` (object
 //! sets and objects), `snapshots.rs`, `directory.rs` (the directory block's encoding),
-//! `repair.rs` (status, scrub, resilver, check). This file keeps the types they share.
+//! `repair.rs` (status, scrub, resilver, check), `streams.rs` (what snapshot streams,
+//! `crate::send`, need of the pool). This file keeps the types they share.
 //!
 //! Transaction groups: every change joins the *open* txg while holding the txg gate
 //! shared. The sync thread (every `txg_interval`, when dirty data passes
@@ -17,13 +18,14 @@
 //! previous trees stay intact. After a crash, import finds the newest uberblock whose
 //! directory, object sets and space log all verify, and is exactly that txg.
 //!
-//! Directory block (logical, little-endian): 0..8 magic `SHOALDIR`; 8..12 version (2;
-//! 1 is read too); 12..16 entry count u32; 16..24 next object set id u64; then per
+//! Directory block (logical, little-endian): 0..8 magic `SHOALDIR`; 8..12 version (4;
+//! 1 to 3 are read too); 12..16 entry count u32; 16..24 next object set id u64; then per
 //! entry: id u64, root block pointer (128), name length u16, name (UTF-8), properties
 //! length u32, properties (UTF-8 JSON, owned by the file system layer); version 2 adds
 //! kind u8 (0 dataset, 1 snapshot), origin u64 (a snapshot's dataset id, else 0),
 //! snapshot txg u64 (a snapshot's own txg, or a dataset's latest snapshot txg, 0 for
-//! none), dead list head block pointer (128) and dead list entry count u64.
+//! none), dead list head block pointer (128) and dead list entry count u64; version 3
+//! the dead list's size u64; version 4 a snapshot's guid u64 (see `docs/format.md`).
 //!
 //! Snapshots (see `deadlist.rs`): taking one costs a directory entry naming the root the
 //! dataset's sync just wrote; blocks born at or before it are then released to the
@@ -54,7 +56,7 @@ use vdev::label;
 use vdev::{Device, Health, Layout, Leaf, ReadMode, TopVdev};
 
 const DIR_MAGIC: &[u8; 8] = b"SHOALDIR";
-const DIR_VERSION: u32 = 3;
+const DIR_VERSION: u32 = 4;
 const DIR_MAX_BYTES: usize = 1024 * 1024;
 /// Read-ahead threads. Each runs one job (one aggregated read per leaf) at a time, so
 /// this is also the device queue depth read-ahead can reach: 16 keeps a 32 MiB window
@@ -157,6 +159,9 @@ struct DatasetEntry {
     /// A snapshot's txg, or a dataset's latest snapshot's txg (0: none).
     snap_txg: u64,
     deadlist: Deadlist,
+    /// A snapshot's identity, the same in every pool a stream carries it to (0 for a
+    /// dataset): an incremental stream names the snapshot it applies on top of by it.
+    guid: u64,
 }
 
 impl DatasetEntry {
@@ -168,6 +173,7 @@ impl DatasetEntry {
             snapshot_of: None,
             snap_txg: 0,
             deadlist: Deadlist::EMPTY,
+            guid: 0,
         }
     }
 }
@@ -182,15 +188,25 @@ struct DirRecord {
     snapshot_of: Option<u64>,
     snap_txg: u64,
     deadlist: Deadlist,
+    guid: u64,
 }
 
 /// Snapshot work done in syncing context; the caller waits for the sync and reads the
 /// outcome from the slot.
 #[derive(Debug)]
 enum SnapOp {
-    Create { dataset: u64, name: String },
-    Destroy { id: u64 },
-    Rollback { id: u64 },
+    /// `guid`: the snapshot's identity when a received stream gives it.
+    Create {
+        dataset: u64,
+        name: String,
+        guid: Option<u64>,
+    },
+    Destroy {
+        id: u64,
+    },
+    Rollback {
+        id: u64,
+    },
 }
 
 type SnapSlot = Arc<Mutex<Option<Result<u64, PoolError>>>>;
@@ -521,10 +537,12 @@ mod lifecycle;
 mod objects;
 mod repair;
 mod snapshots;
+mod streams;
 mod tx;
 mod txg;
 
 use directory::{decode_directory, encode_directory};
+pub use streams::SnapshotSource;
 pub use tx::Tx;
 
 impl Drop for Pool {

@@ -16,6 +16,7 @@ impl Pool {
         self.run_snapshot_op(SnapOp::Create {
             dataset,
             name: name.to_string(),
+            guid: None,
         })
     }
 
@@ -137,7 +138,11 @@ impl Pool {
         let ops = std::mem::take(&mut *self.snap_ops.lock().unwrap());
         for (op, slot) in ops {
             let r = match op {
-                SnapOp::Create { dataset, name } => self.snapshot_in_sync(txg, dataset, &name),
+                SnapOp::Create {
+                    dataset,
+                    name,
+                    guid,
+                } => self.snapshot_in_sync(txg, dataset, &name, guid),
                 SnapOp::Destroy { id } => self.destroy_snapshot_in_sync(txg, id).map(|_| id),
                 SnapOp::Rollback { id } => self.rollback_in_sync(txg, id).map(|_| id),
             };
@@ -159,6 +164,7 @@ impl Pool {
         txg: u64,
         dataset: u64,
         name: &str,
+        guid: Option<u64>,
     ) -> Result<u64, PoolError> {
         let st = &self.storage;
         let mut ds = self.datasets.write().unwrap();
@@ -196,6 +202,7 @@ impl Pool {
                 snapshot_of: Some(dataset),
                 snap_txg: txg,
                 deadlist: handed_over,
+                guid: guid.unwrap_or_else(|| snapshot_guid(self.guid, id, txg)),
             },
         );
         Ok(id)
@@ -281,4 +288,15 @@ impl Pool {
         d.deadlist = Deadlist::EMPTY;
         Ok(())
     }
+}
+
+/// A snapshot's identity where none is given: from the pool's guid, its object set id
+/// and its txg, which no other snapshot of any pool shares (pool guids are random).
+pub(super) fn snapshot_guid(pool_guid: u64, id: u64, txg: u64) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"shoal snapshot guid");
+    for v in [pool_guid, id, txg] {
+        h.update(&v.to_le_bytes());
+    }
+    u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap()).max(1)
 }

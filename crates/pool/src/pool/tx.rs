@@ -102,8 +102,8 @@ impl Tx<'_> {
         self.create_object_as(os, None, object_type, block_size, compression, checksum)
     }
 
-    /// `obj` is given only when replaying the intent log.
-    pub(super) fn create_object_as(
+    /// `obj` is given only when replaying the intent log or receiving a stream.
+    pub(crate) fn create_object_as(
         &self,
         os: u64,
         obj: Option<u64>,

@@ -171,6 +171,7 @@ impl Pool {
                 snapshot_of: d.snapshot_of,
                 snap_txg: d.snap_txg,
                 deadlist: d.deadlist,
+                guid: d.guid,
             })
             .collect();
         let next_id = *self.next_objset_id.lock().unwrap();

@@ -1,0 +1,397 @@
+//! Snapshot streams: a snapshot of a dataset, or the changes between two snapshots of
+//! it, as a self-describing byte stream that another pool receives (`shoal send |
+//! shoal receive`, and replication between daemons).
+//!
+//! A stream carries objects, not blocks: each object's dnode fields and bonus, and its
+//! data blocks as stored (compressed blocks travel compressed), keyed by object id and
+//! block id, so the receiving pool lays them out as it likes while every object keeps
+//! its id (and so every NFS file handle stays the same on a replica). An incremental
+//! stream carries only what was born after its base snapshot: the walk skips every
+//! subtree whose pointer's birth txg is not after the base's txg.
+//!
+//! Integrity: every byte before the end record is hashed (blake3) and the end record
+//! holds the hash, so a damaged stream is refused at its end and a truncated one has
+//! none; the receiver applies records as they come and undoes everything when the end
+//! does not verify (`receiver.rs`). Layout byte by byte in `docs/format.md`
+//! ("Snapshot streams"); little-endian throughout.
+
+pub mod receiver;
+pub mod writer;
+
+use crate::PoolError;
+
+pub const STREAM_MAGIC: &[u8; 8] = b"SHOALSND";
+pub const STREAM_VERSION: u32 = 1;
+/// Header flag: the stream applies on top of the snapshot `from_guid` names.
+pub const FLAG_INCREMENTAL: u32 = 1;
+
+const REC_OBJECT: u8 = 1;
+const REC_FREE_OBJECTS: u8 = 2;
+const REC_DATA: u8 = 3;
+const REC_FREE: u8 = 4;
+const REC_END: u8 = 5;
+
+/// The longest name or property string a header may carry.
+const MAX_HEADER_STRING: usize = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamHeader {
+    pub flags: u32,
+    /// The snapshot this stream recreates.
+    pub to_guid: u64,
+    /// The snapshot an incremental applies on top of (0 for a full stream).
+    pub from_guid: u64,
+    /// The snapshot's own name (after the `@`).
+    pub snapshot: String,
+    /// The dataset's properties (JSON) as of the snapshot.
+    pub props: String,
+}
+
+/// One record after the header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// An object as of the snapshot: created on the receiver if new, else updated.
+    Object {
+        obj: u64,
+        object_type: u8,
+        checksum: u8,
+        compression: u8,
+        block_size: u32,
+        nblocks: u64,
+        generation: u64,
+        bonus: Vec<u8>,
+    },
+    /// Objects `[first, first + count)` do not exist in the snapshot.
+    FreeObjects { first: u64, count: u64 },
+    /// Block `blkid` of `obj` as stored: `payload` is `psize` bytes in `compression`,
+    /// `lsize` bytes once decompressed.
+    Data {
+        obj: u64,
+        blkid: u64,
+        lsize: u32,
+        compression: u8,
+        payload: Vec<u8>,
+    },
+    /// Blocks `[first, first + count)` of `obj` are holes in the snapshot.
+    Free { obj: u64, first: u64, count: u64 },
+    /// The end: the object id the next new object gets, and the blake3 hash of every
+    /// byte of the stream before the hash itself.
+    End { next_object: u64, hash: [u8; 32] },
+}
+
+fn corrupt(what: impl std::fmt::Display) -> PoolError {
+    PoolError::InvalidArgument(format!("stream refused: {what}"))
+}
+
+impl StreamHeader {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(64 + self.snapshot.len() + self.props.len());
+        b.extend_from_slice(STREAM_MAGIC);
+        b.extend_from_slice(&STREAM_VERSION.to_le_bytes());
+        b.extend_from_slice(&self.flags.to_le_bytes());
+        b.extend_from_slice(&self.to_guid.to_le_bytes());
+        b.extend_from_slice(&self.from_guid.to_le_bytes());
+        b.extend_from_slice(&(self.snapshot.len() as u32).to_le_bytes());
+        b.extend_from_slice(self.snapshot.as_bytes());
+        b.extend_from_slice(&(self.props.len() as u32).to_le_bytes());
+        b.extend_from_slice(self.props.as_bytes());
+        b
+    }
+
+    pub fn read(r: &mut HashingReader<'_>) -> Result<StreamHeader, PoolError> {
+        let mut fixed = [0u8; 32];
+        r.read_exact(&mut fixed)?;
+        if &fixed[0..8] != STREAM_MAGIC {
+            return Err(corrupt("not a shoal snapshot stream (bad magic)"));
+        }
+        let version = u32::from_le_bytes(fixed[8..12].try_into().unwrap());
+        if version != STREAM_VERSION {
+            return Err(corrupt(format!(
+                "stream version {version}; this shoal reads version {STREAM_VERSION}"
+            )));
+        }
+        let flags = u32::from_le_bytes(fixed[12..16].try_into().unwrap());
+        if flags & !FLAG_INCREMENTAL != 0 {
+            return Err(corrupt(format!("unknown stream flags {flags:#x}")));
+        }
+        let to_guid = u64::from_le_bytes(fixed[16..24].try_into().unwrap());
+        let from_guid = u64::from_le_bytes(fixed[24..32].try_into().unwrap());
+        if (flags & FLAG_INCREMENTAL != 0) != (from_guid != 0) || to_guid == 0 {
+            return Err(corrupt("snapshot identities do not match the stream kind"));
+        }
+        let snapshot = r.read_string()?;
+        let props = r.read_string()?;
+        Ok(StreamHeader {
+            flags,
+            to_guid,
+            from_guid,
+            snapshot,
+            props,
+        })
+    }
+
+    pub fn incremental(&self) -> bool {
+        self.flags & FLAG_INCREMENTAL != 0
+    }
+}
+
+impl Record {
+    pub fn encode(&self, b: &mut Vec<u8>) {
+        match self {
+            Record::Object {
+                obj,
+                object_type,
+                checksum,
+                compression,
+                block_size,
+                nblocks,
+                generation,
+                bonus,
+            } => {
+                b.push(REC_OBJECT);
+                b.extend_from_slice(&obj.to_le_bytes());
+                b.extend_from_slice(&[*object_type, *checksum, *compression]);
+                b.extend_from_slice(&block_size.to_le_bytes());
+                b.extend_from_slice(&nblocks.to_le_bytes());
+                b.extend_from_slice(&generation.to_le_bytes());
+                b.extend_from_slice(&(bonus.len() as u16).to_le_bytes());
+                b.extend_from_slice(bonus);
+            }
+            Record::FreeObjects { first, count } => {
+                b.push(REC_FREE_OBJECTS);
+                b.extend_from_slice(&first.to_le_bytes());
+                b.extend_from_slice(&count.to_le_bytes());
+            }
+            Record::Data {
+                obj,
+                blkid,
+                lsize,
+                compression,
+                payload,
+            } => {
+                b.push(REC_DATA);
+                b.extend_from_slice(&obj.to_le_bytes());
+                b.extend_from_slice(&blkid.to_le_bytes());
+                b.extend_from_slice(&lsize.to_le_bytes());
+                b.push(*compression);
+                b.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+                b.extend_from_slice(payload);
+            }
+            Record::Free { obj, first, count } => {
+                b.push(REC_FREE);
+                b.extend_from_slice(&obj.to_le_bytes());
+                b.extend_from_slice(&first.to_le_bytes());
+                b.extend_from_slice(&count.to_le_bytes());
+            }
+            Record::End { next_object, hash } => {
+                b.push(REC_END);
+                b.extend_from_slice(&next_object.to_le_bytes());
+                b.extend_from_slice(hash);
+            }
+        }
+    }
+
+    /// The next record; the end record's hash is checked against what was read
+    /// before it.
+    pub fn read(r: &mut HashingReader<'_>) -> Result<Record, PoolError> {
+        let kind = r.read_u8()?;
+        Ok(match kind {
+            REC_OBJECT => {
+                let obj = r.read_u64()?;
+                let (object_type, checksum, compression) =
+                    (r.read_u8()?, r.read_u8()?, r.read_u8()?);
+                let block_size = r.read_u32()?;
+                let nblocks = r.read_u64()?;
+                let generation = r.read_u64()?;
+                let len = r.read_u16()? as usize;
+                if len > crate::dnode::BONUS_MAX {
+                    return Err(corrupt(format!("object {obj}: bonus of {len} bytes")));
+                }
+                let mut bonus = vec![0u8; len];
+                r.read_exact(&mut bonus)?;
+                Record::Object {
+                    obj,
+                    object_type,
+                    checksum,
+                    compression,
+                    block_size,
+                    nblocks,
+                    generation,
+                    bonus,
+                }
+            }
+            REC_FREE_OBJECTS => Record::FreeObjects {
+                first: r.read_u64()?,
+                count: r.read_u64()?,
+            },
+            REC_DATA => {
+                let obj = r.read_u64()?;
+                let blkid = r.read_u64()?;
+                let lsize = r.read_u32()?;
+                let compression = r.read_u8()?;
+                let psize = r.read_u32()? as usize;
+                if lsize > crate::dnode::MAX_BLOCK_SIZE || psize > lsize as usize {
+                    return Err(corrupt(format!(
+                        "object {obj} block {blkid}: {psize} bytes stored for {lsize}"
+                    )));
+                }
+                let mut payload = vec![0u8; psize];
+                r.read_exact(&mut payload)?;
+                Record::Data {
+                    obj,
+                    blkid,
+                    lsize,
+                    compression,
+                    payload,
+                }
+            }
+            REC_FREE => Record::Free {
+                obj: r.read_u64()?,
+                first: r.read_u64()?,
+                count: r.read_u64()?,
+            },
+            REC_END => {
+                let next_object = r.read_u64()?;
+                let expected = r.hash();
+                let mut hash = [0u8; 32];
+                r.read_exact(&mut hash)?;
+                if hash != expected {
+                    return Err(corrupt("the stream's checksum does not match (damaged)"));
+                }
+                Record::End { next_object, hash }
+            }
+            k => return Err(corrupt(format!("unknown record kind {k}"))),
+        })
+    }
+}
+
+/// Reads a stream, hashing every byte; a stream that ends early is refused as
+/// truncated.
+pub struct HashingReader<'a> {
+    inner: &'a mut dyn std::io::Read,
+    hasher: blake3::Hasher,
+    pub bytes: u64,
+}
+
+impl<'a> HashingReader<'a> {
+    pub fn new(inner: &'a mut dyn std::io::Read) -> HashingReader<'a> {
+        HashingReader {
+            inner,
+            hasher: blake3::Hasher::new(),
+            bytes: 0,
+        }
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), PoolError> {
+        self.inner.read_exact(buf).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => {
+                corrupt(format!("truncated after {} bytes", self.bytes))
+            }
+            _ => PoolError::Io(format!("reading the stream: {e}")),
+        })?;
+        self.hasher.update(buf);
+        self.bytes += buf.len() as u64;
+        Ok(())
+    }
+
+    fn hash(&self) -> [u8; 32] {
+        *self.hasher.finalize().as_bytes()
+    }
+
+    fn read_u8(&mut self) -> Result<u8, PoolError> {
+        let mut b = [0u8; 1];
+        self.read_exact(&mut b)?;
+        Ok(b[0])
+    }
+
+    fn read_u16(&mut self) -> Result<u16, PoolError> {
+        let mut b = [0u8; 2];
+        self.read_exact(&mut b)?;
+        Ok(u16::from_le_bytes(b))
+    }
+
+    fn read_u32(&mut self) -> Result<u32, PoolError> {
+        let mut b = [0u8; 4];
+        self.read_exact(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn read_u64(&mut self) -> Result<u64, PoolError> {
+        let mut b = [0u8; 8];
+        self.read_exact(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn read_string(&mut self) -> Result<String, PoolError> {
+        let len = self.read_u32()? as usize;
+        if len > MAX_HEADER_STRING {
+            return Err(corrupt(format!("a header string of {len} bytes")));
+        }
+        let mut b = vec![0u8; len];
+        self.read_exact(&mut b)?;
+        String::from_utf8(b).map_err(|_| corrupt("a header string is not UTF-8"))
+    }
+}
+
+/// Writes a stream, hashing every byte for the end record.
+pub struct HashingWriter<'a> {
+    inner: &'a mut dyn std::io::Write,
+    hasher: blake3::Hasher,
+    buf: Vec<u8>,
+    pub bytes: u64,
+}
+
+impl<'a> HashingWriter<'a> {
+    pub fn new(inner: &'a mut dyn std::io::Write) -> HashingWriter<'a> {
+        HashingWriter {
+            inner,
+            hasher: blake3::Hasher::new(),
+            buf: Vec::with_capacity(1 << 20),
+            bytes: 0,
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(), PoolError> {
+        self.hasher.update(bytes);
+        self.bytes += bytes.len() as u64;
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= 1 << 20 {
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> Result<(), PoolError> {
+        self.inner
+            .write_all(&self.buf)
+            .map_err(|e| PoolError::Io(format!("writing the stream: {e}")))?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    pub fn header(&mut self, h: &StreamHeader) -> Result<(), PoolError> {
+        self.put(&h.encode())
+    }
+
+    pub fn record(&mut self, r: &Record) -> Result<(), PoolError> {
+        let mut b = Vec::new();
+        r.encode(&mut b);
+        self.put(&b)
+    }
+
+    /// Writes the end record and flushes.
+    pub fn finish(mut self, next_object: u64) -> Result<u64, PoolError> {
+        let mut b = vec![REC_END];
+        b.extend_from_slice(&next_object.to_le_bytes());
+        self.put(&b)?;
+        // The hash covers everything before it, the end record's own fields included.
+        let hash = *self.hasher.finalize().as_bytes();
+        self.bytes += hash.len() as u64;
+        self.buf.extend_from_slice(&hash);
+        self.drain()?;
+        self.inner
+            .flush()
+            .map_err(|e| PoolError::Io(format!("writing the stream: {e}")))?;
+        Ok(self.bytes)
+    }
+}

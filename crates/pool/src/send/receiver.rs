@@ -1,0 +1,233 @@
+//! Receives a snapshot stream into a dataset: a full stream creates the dataset, an
+//! incremental one applies on top of the dataset's latest snapshot, which must be the
+//! stream's base (the same snapshot identity). The records are applied as ordinary
+//! changes as they arrive; the snapshot is taken only after the end record verified.
+//!
+//! A stream that is damaged, truncated, or does not apply leaves the target as it
+//! was: a full receive destroys the dataset it created, an incremental rolls the
+//! dataset back to the base snapshot. A crash in the middle leaves a partial dataset
+//! (full) or changes after the base (incremental) without the new snapshot; receiving
+//! the same stream again after destroying or rolling back repeats the work (resuming
+//! from a token is not built yet). Like `zfs receive -F`, an incremental first rolls
+//! the dataset back to the base, discarding changes made on the replica since.
+//!
+//! Blocks arrive as stored and are decompressed here, then compressed again by the
+//! sync with the object's compression (a raw write path that stores them as they came
+//! is not built yet).
+
+use super::{HashingReader, Record, StreamHeader};
+use crate::checksum::ChecksumKind;
+use crate::compress::{self, Compression};
+use crate::{Pool, PoolError};
+use serde::Serialize;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReceiveSummary {
+    pub dataset: u64,
+    pub snapshot: u64,
+    /// `dataset@snapshot`
+    pub name: String,
+    pub bytes: u64,
+    pub objects: u64,
+    pub freed_objects: u64,
+    pub data_blocks: u64,
+    pub incremental: bool,
+}
+
+fn refused(what: impl std::fmt::Display) -> PoolError {
+    PoolError::InvalidArgument(format!("stream refused: {what}"))
+}
+
+/// Receives the stream on `input` into dataset `target` (see the module doc).
+pub fn receive(
+    pool: &Pool,
+    target: &str,
+    input: &mut dyn std::io::Read,
+) -> Result<ReceiveSummary, PoolError> {
+    let mut r = HashingReader::new(input);
+    let header = StreamHeader::read(&mut r)?;
+    if header.snapshot.is_empty() || header.snapshot.contains(['/', '@']) {
+        return Err(refused(format!("snapshot name '{}'", header.snapshot)));
+    }
+    let mut summary = ReceiveSummary {
+        incremental: header.incremental(),
+        name: format!("{target}@{}", header.snapshot),
+        ..ReceiveSummary::default()
+    };
+    let (os, undo) = if header.incremental() {
+        let os = pool
+            .objset_id(target)
+            .ok_or_else(|| PoolError::NotFound(format!("dataset '{target}'")))?;
+        let Some((base, _)) = pool.snapshot_names(os).last().cloned() else {
+            return Err(refused(format!(
+                "'{target}' has no snapshot to apply an incremental stream on"
+            )));
+        };
+        if pool.snapshot_guid(base) != Some(header.from_guid) {
+            return Err(refused(format!(
+                "the latest snapshot of '{target}' is not the stream's base"
+            )));
+        }
+        pool.snapshot_rollback(base)?;
+        (os, Undo::RollBack(base))
+    } else {
+        if pool.objset_id(target).is_some() {
+            return Err(PoolError::Exists(format!(
+                "dataset '{target}' (a full stream creates it)"
+            )));
+        }
+        let os = pool.create_objset(target, &header.props)?;
+        (os, Undo::Destroy(os))
+    };
+    summary.dataset = os;
+    match apply(pool, os, &header, &mut r, &mut summary) {
+        Ok(()) => {
+            summary.bytes = r.bytes;
+            Ok(summary)
+        }
+        Err(e) => {
+            // Leave the target as it was; the stream's error is the one to report.
+            let _ = match undo {
+                Undo::Destroy(os) => pool.sync().and_then(|_| pool.destroy_objset(os)),
+                Undo::RollBack(base) => pool.snapshot_rollback(base),
+            };
+            let _ = pool.sync();
+            Err(e)
+        }
+    }
+}
+
+enum Undo {
+    Destroy(u64),
+    RollBack(u64),
+}
+
+fn apply(
+    pool: &Pool,
+    os: u64,
+    header: &StreamHeader,
+    r: &mut HashingReader<'_>,
+    summary: &mut ReceiveSummary,
+) -> Result<(), PoolError> {
+    // Block size of each object seen, for block ids to offsets.
+    let mut block_sizes: HashMap<u64, u32> = HashMap::new();
+    loop {
+        match Record::read(r)? {
+            Record::Object {
+                obj,
+                object_type,
+                checksum,
+                compression,
+                block_size,
+                nblocks,
+                generation,
+                bonus,
+            } => {
+                let checksum = ChecksumKind::from_code(checksum)
+                    .ok_or_else(|| refused(format!("object {obj}: checksum code {checksum}")))?;
+                let compression = Compression::from_code(compression).ok_or_else(|| {
+                    refused(format!("object {obj}: compression code {compression}"))
+                })?;
+                if obj == 0 || object_type == 0 {
+                    return Err(refused(format!("object {obj} of type {object_type}")));
+                }
+                match pool.object_info(os, obj) {
+                    Ok(info) => {
+                        if info.block_size != block_size {
+                            pool.begin(0)?.grow_block_size(os, obj, block_size)?;
+                        }
+                        if info.nblocks > nblocks {
+                            let bs = block_size as u64;
+                            pool.free_range(os, obj, nblocks * bs, (info.nblocks - nblocks) * bs)?;
+                        }
+                    }
+                    Err(PoolError::NotFound(_)) => {
+                        pool.begin(0)?.create_object_as(
+                            os,
+                            Some(obj),
+                            object_type,
+                            block_size,
+                            compression,
+                            checksum,
+                        )?;
+                    }
+                    Err(e) => return Err(e),
+                }
+                pool.set_bonus(os, obj, &bonus, Some(generation))?;
+                block_sizes.insert(obj, block_size);
+                summary.objects += 1;
+            }
+            Record::FreeObjects { first, count } => {
+                let end = first.saturating_add(count).min(pool.next_object(os)?);
+                for obj in first.max(1)..end {
+                    match pool.free_object(os, obj) {
+                        Ok(()) => summary.freed_objects += 1,
+                        Err(PoolError::NotFound(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            Record::Data {
+                obj,
+                blkid,
+                lsize,
+                compression,
+                payload,
+            } => {
+                let bs = *block_sizes
+                    .get(&obj)
+                    .ok_or_else(|| refused(format!("data for object {obj} before the object")))?;
+                if lsize != bs {
+                    return Err(refused(format!(
+                        "object {obj} block {blkid}: {lsize} bytes in {bs}-byte blocks"
+                    )));
+                }
+                let alg = Compression::from_code(compression)
+                    .ok_or_else(|| refused(format!("compression code {compression}")))?;
+                let data = if alg == Compression::Off {
+                    if payload.len() < lsize as usize {
+                        return Err(refused(format!("object {obj} block {blkid}: short")));
+                    }
+                    payload[..lsize as usize].to_vec()
+                } else {
+                    let mut out = vec![0u8; lsize as usize];
+                    compress::decompress(alg, &payload, &mut out).map_err(|e| {
+                        refused(format!(
+                            "object {obj} block {blkid} does not decompress: {e}"
+                        ))
+                    })?;
+                    out
+                };
+                let offset = blkid
+                    .checked_mul(bs as u64)
+                    .ok_or_else(|| refused(format!("object {obj}: block id {blkid}")))?;
+                pool.write(os, obj, offset, &data)?;
+                summary.data_blocks += 1;
+            }
+            Record::Free { obj, first, count } => {
+                let bs = *block_sizes
+                    .get(&obj)
+                    .ok_or_else(|| refused(format!("holes in object {obj} before the object")))?
+                    as u64;
+                // Whole blocks only, however far the range reaches.
+                let max_blocks = u64::MAX / bs;
+                if first >= max_blocks {
+                    continue;
+                }
+                let count = count.min(max_blocks - first);
+                pool.free_range(os, obj, first * bs, count * bs)?;
+            }
+            Record::End { next_object, .. } => {
+                pool.raise_next_object(os, next_object)?;
+                if header.incremental() {
+                    pool.set_objset_props(os, &header.props)?;
+                }
+                pool.sync()?;
+                summary.snapshot =
+                    pool.snapshot_create_received(os, &header.snapshot, header.to_guid)?;
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Snapshot streams between two pools: a full stream and an incremental one recreate
+//! every object with its id, attributes and bytes (holes, truncations, deletions and
+//! block size growth included); a damaged, truncated or misapplied stream is refused
+//! and leaves the target as it was.
+
+mod common;
+
+use common::*;
+use pool::compress::Compression;
+use pool::send::{receiver::receive, writer::send};
+use pool::{Pool, PoolError};
+use std::collections::BTreeMap;
+use vdev::Layout;
+
+/// Objects the source holds, for comparison: id -> (info, bytes).
+type Snapshot = BTreeMap<u64, (pool::objset::ObjectInfo, Vec<u8>)>;
+
+fn state(p: &Pool, os: u64, ids: &[u64]) -> Snapshot {
+    let mut out = BTreeMap::new();
+    for &obj in ids {
+        match p.object_info(os, obj) {
+            Ok(info) => {
+                let len = (info.nblocks * info.block_size as u64) as usize;
+                let bytes = p.read(os, obj, 0, len).unwrap();
+                out.insert(obj, (info, bytes));
+            }
+            Err(PoolError::NotFound(_)) => {}
+            Err(e) => panic!("object {obj}: {e}"),
+        }
+    }
+    out
+}
+
+/// A source pool (a mirror) and a target pool (raidz1) and the target's devices.
+fn pools(
+    seed: u64,
+) -> (
+    std::sync::Arc<Pool>,
+    std::sync::Arc<Pool>,
+    Vec<std::sync::Arc<vdev::SimDevice>>,
+) {
+    let a = create_pool(Layout::Mirror, &sim_devices(2, seed, None));
+    let b_devs = sim_devices(3, seed + 1, None);
+    let b = create_pool(Layout::RaidZ { nparity: 1 }, &b_devs);
+    (a, b, b_devs)
+}
+
+/// The source's first state: files of several block sizes and compressions, with
+/// holes, bonus buffers and generations. Returns the object ids.
+fn first_state(a: &Pool, os: u64, rng: &mut Rng) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for (bs, comp, len, at) in [
+        (131072u32, Compression::Off, 600_000usize, 0u64),
+        (16384, Compression::Lz4, 200_000, 0),
+        (4096, Compression::Zstd(3), 50_000, 10_000_000), // a hole before its data
+        (512, Compression::Off, 300, 0),
+        (131072, Compression::Gzip(6), 300_000, 0),
+    ] {
+        let obj = new_file(a, os, bs, comp);
+        let data = if comp == Compression::Off {
+            rng.bytes(len)
+        } else {
+            rng.mixed(len)
+        };
+        a.write(os, obj, at, &data).unwrap();
+        a.set_bonus(os, obj, &rng.bytes(40 + obj as usize), Some(obj * 7))
+            .unwrap();
+        ids.push(obj);
+    }
+    // An object with no blocks, only attributes.
+    let empty = new_file(a, os, 4096, Compression::Off);
+    a.set_bonus(os, empty, b"attributes only", Some(3)).unwrap();
+    ids.push(empty);
+    ids
+}
+
+/// Changes after the first snapshot: rewrites, a punched hole, a truncation, a
+/// deletion, a grown block size, new objects.
+fn change(a: &Pool, os: u64, ids: &mut Vec<u64>, rng: &mut Rng) {
+    a.write(os, ids[0], 131072, &rng.bytes(131072)).unwrap();
+    a.free_range(os, ids[1], 16384, 3 * 16384).unwrap();
+    a.free_range(os, ids[4], 131072, 300_000 - 131072).unwrap(); // a truncation
+    a.free_object(os, ids[2]).unwrap();
+    a.begin(0)
+        .unwrap()
+        .grow_block_size(os, ids[3], 8192)
+        .unwrap();
+    a.write(os, ids[3], 0, &rng.bytes(8192)).unwrap();
+    a.set_bonus(os, ids[5], b"changed", Some(4)).unwrap();
+    for _ in 0..3 {
+        let obj = new_file(a, os, 65536, Compression::Lz4);
+        a.write(os, obj, 0, &rng.mixed(150_000)).unwrap();
+        ids.push(obj);
+    }
+}
+
+fn send_bytes(p: &Pool, snap: u64, from: Option<u64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let summary = send(p, snap, from, &mut out).unwrap();
+    assert_eq!(
+        summary.bytes,
+        out.len() as u64,
+        "the summary counts the stream"
+    );
+    out
+}
+
+#[test]
+fn full_then_incremental_streams_recreate_every_object() {
+    let (a, b, b_devs) = pools(71);
+    let mut rng = Rng(71);
+    let os = a
+        .create_objset("tank/src", r#"{"recordsize":131072}"#)
+        .unwrap();
+    let mut ids = first_state(&a, os, &mut rng);
+    let s1 = a.snapshot_create(os, "one").unwrap();
+    let one = state(&a, s1, &ids);
+    change(&a, os, &mut ids, &mut rng);
+    let s2 = a.snapshot_create(os, "two").unwrap();
+    let two = state(&a, s2, &ids);
+    assert_ne!(one, two);
+
+    let full = send_bytes(&a, s1, None);
+    let got = receive(&b, "tank/replica", &mut full.as_slice()).unwrap();
+    assert_eq!(got.name, "tank/replica@one");
+    assert_eq!(
+        state(&b, got.snapshot, &ids),
+        one,
+        "the full stream's snapshot"
+    );
+    assert_eq!(
+        state(&b, got.dataset, &ids),
+        one,
+        "the dataset after a full stream"
+    );
+    assert_eq!(b.snapshot_guid(got.snapshot), a.snapshot_guid(s1));
+    let props = b
+        .list_objsets()
+        .into_iter()
+        .find(|(id, ..)| *id == got.dataset)
+        .unwrap()
+        .2;
+    assert_eq!(props, r#"{"recordsize":131072}"#);
+
+    let incr = send_bytes(&a, s2, Some(s1));
+    assert!(
+        incr.len() * 2 < full.len(),
+        "the incremental ({} bytes) carries only changes (full: {})",
+        incr.len(),
+        full.len()
+    );
+    let got2 = receive(&b, "tank/replica", &mut incr.as_slice()).unwrap();
+    assert!(got2.incremental);
+    assert_eq!(
+        state(&b, got2.snapshot, &ids),
+        two,
+        "the incremental's snapshot"
+    );
+    assert_eq!(
+        state(&b, got.snapshot, &ids),
+        one,
+        "the first snapshot stays"
+    );
+    // New objects on the replica never take an id the source used.
+    let next = b
+        .create_object(
+            got2.dataset,
+            19,
+            4096,
+            Compression::Off,
+            pool::checksum::ChecksumKind::Fletcher4,
+        )
+        .unwrap();
+    assert!(next > *ids.iter().max().unwrap());
+
+    // Both pools stay whole.
+    for p in [&a, &b] {
+        assert!(p.check().unwrap().problems.is_empty());
+    }
+    // The replica, its snapshots and their identities survive an export and import.
+    let guid2 = b.snapshot_guid(got2.snapshot);
+    b.export().unwrap();
+    let b = import(&b_devs);
+    assert_eq!(state(&b, got.snapshot, &ids), one);
+    assert_eq!(state(&b, got2.snapshot, &ids), two);
+    assert_eq!(b.snapshot_guid(got2.snapshot), guid2);
+    assert_eq!(guid2, a.snapshot_guid(s2));
+}
+
+#[test]
+fn damaged_truncated_or_misapplied_streams_leave_the_target_as_it_was() {
+    let (a, b, _) = pools(81);
+    let mut rng = Rng(81);
+    let os = a.create_objset("tank/src", "{}").unwrap();
+    let mut ids = first_state(&a, os, &mut rng);
+    let s1 = a.snapshot_create(os, "one").unwrap();
+    change(&a, os, &mut ids, &mut rng);
+    let s2 = a.snapshot_create(os, "two").unwrap();
+    let full = send_bytes(&a, s1, None);
+    let incr = send_bytes(&a, s2, Some(s1));
+
+    // Full streams: damaged in the middle, truncated, or not a stream at all.
+    let mut damaged = full.clone();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0x40;
+    let truncated = &full[..full.len() - 100];
+    for (what, bytes) in [
+        ("damaged", &damaged[..]),
+        ("truncated", truncated),
+        ("garbage", &b"not a stream at all, just bytes"[..]),
+    ] {
+        let e = receive(&b, "tank/replica", &mut &bytes[..]).unwrap_err();
+        assert!(e.to_string().contains("stream refused"), "{what}: {e}");
+        assert!(
+            b.objset_id("tank/replica").is_none(),
+            "{what}: the dataset is gone"
+        );
+    }
+
+    // The good full stream, then a damaged and a truncated incremental.
+    let got = receive(&b, "tank/replica", &mut full.as_slice()).unwrap();
+    let one = state(&b, got.dataset, &ids);
+    let mut damaged = incr.clone();
+    let mid = damaged.len() * 2 / 3;
+    damaged[mid] ^= 1;
+    for (what, bytes) in [
+        ("damaged", &damaged[..]),
+        ("truncated", &incr[..incr.len() / 2]),
+    ] {
+        let e = receive(&b, "tank/replica", &mut &bytes[..]).unwrap_err();
+        assert!(e.to_string().contains("stream refused"), "{what}: {e}");
+        assert_eq!(
+            state(&b, got.dataset, &ids),
+            one,
+            "{what}: the replica is as it was"
+        );
+        assert_eq!(
+            b.snapshot_names(got.dataset).len(),
+            1,
+            "{what}: no new snapshot"
+        );
+    }
+
+    // A full stream onto an existing dataset, and an incremental whose base the
+    // target does not have, are refused.
+    assert!(matches!(
+        receive(&b, "tank/replica", &mut full.as_slice()),
+        Err(PoolError::Exists(_))
+    ));
+    let other = b.create_objset("tank/other", "{}").unwrap();
+    b.snapshot_create(other, "unrelated").unwrap();
+    let e = receive(&b, "tank/other", &mut incr.as_slice()).unwrap_err();
+    assert!(e.to_string().contains("not the stream's base"), "{e}");
+
+    // The good incremental still applies.
+    receive(&b, "tank/replica", &mut incr.as_slice()).unwrap();
+    assert_eq!(state(&b, got.dataset, &ids), state(&a, s2, &ids));
+    assert!(b.check().unwrap().problems.is_empty());
+}
