@@ -280,6 +280,65 @@ impl Datasets {
         Ok(self.pool.snapshot_names(id))
     }
 
+    /// Writes snapshot `full` (`pool/fs@name`) as a stream: in full, or with `from`
+    /// (an older snapshot of the same filesystem, `pool/fs@older` or `@older`) only
+    /// the changes since it. See `pool::send`.
+    pub fn send(
+        &self,
+        full: &str,
+        from: Option<&str>,
+        out: &mut dyn std::io::Write,
+    ) -> Result<pool::send::writer::SendSummary> {
+        let id = self.snapshot_id(full)?;
+        let from_id = match from {
+            None => None,
+            Some(f) => {
+                let (dataset, _) = self.split_snapshot(full)?;
+                let f = match f.strip_prefix('@') {
+                    Some(short) => format!("{dataset}@{short}"),
+                    None => f.to_string(),
+                };
+                Some(self.snapshot_id(&f)?)
+            }
+        };
+        Ok(pool::send::writer::send(&self.pool, id, from_id, out)?)
+    }
+
+    /// Receives a stream into filesystem `name`: a full stream creates it (its parent
+    /// must exist), an incremental applies on its latest snapshot, which must be the
+    /// stream's base; the filesystem must not be open here (mounted or shared), as an
+    /// incremental first rolls it back to that snapshot.
+    pub fn receive(
+        &self,
+        name: &str,
+        input: &mut dyn std::io::Read,
+    ) -> Result<pool::send::receiver::ReceiveSummary> {
+        self.check_name(name)?;
+        if name == self.pool.name {
+            return Err(FsError::Invalid(
+                "a stream is received into a filesystem below the pool's own".into(),
+            ));
+        }
+        let parent = name.rsplit_once('/').map(|p| p.0).unwrap_or("");
+        if self.pool.objset_id(parent).is_none() {
+            return Err(FsError::NotFound(format!(": parent dataset '{parent}'")));
+        }
+        if let Some(id) = self.pool.objset_id(name) {
+            if self.open.lock().unwrap().contains_key(&id) {
+                return Err(FsError::Invalid(format!(
+                    "'{name}' is in use; unmount or unshare it before receiving into it"
+                )));
+            }
+        }
+        let summary = pool::send::receiver::receive(&self.pool, name, input, &|json| {
+            Props::from_json(json)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })?;
+        self.limits.refresh(&self.pool)?;
+        Ok(summary)
+    }
+
     /// Destroys a snapshot; the space only it held comes back.
     pub fn destroy_snapshot(&self, full: &str) -> Result<()> {
         let id = self.snapshot_id(full)?;

@@ -8,7 +8,6 @@ mod common;
 use common::*;
 
 use fs::{Attr, Cred, Datasets, Filesystem, Kind};
-use pool::send::{receiver::receive, writer::send};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vdev::Layout;
@@ -111,7 +110,8 @@ fn modify(fs: &Filesystem, rng: &mut Rng) {
         fs.unlink(deep.ino, format!("f{i}").as_bytes(), &root)
             .unwrap();
     }
-    fs.rename(deep.ino, b"f10", 1, b"moved", false, &root).unwrap();
+    fs.rename(deep.ino, b"f10", 1, b"moved", false, &root)
+        .unwrap();
     let new = fs
         .create(docs.ino, b"new", Kind::File, 0o640, 0, &root)
         .unwrap();
@@ -127,16 +127,9 @@ fn datasets(seed: u64, layout: Layout, n: usize) -> Datasets {
 }
 
 fn stream(ds: &Datasets, snap: &str, from: Option<&str>) -> Vec<u8> {
-    let id = |name: &str| {
-        ds.snapshots(None)
-            .unwrap()
-            .into_iter()
-            .find(|s| s.name == name)
-            .unwrap()
-            .id
-    };
     let mut out = Vec::new();
-    send(ds.pool(), id(snap), from.map(id), &mut out).unwrap();
+    let summary = ds.send(snap, from, &mut out).unwrap();
+    assert_eq!(summary.bytes, out.len() as u64);
     out
 }
 
@@ -154,23 +147,43 @@ fn a_filesystem_and_its_changes_arrive_whole() {
     src.snapshot("tank/home@two").unwrap();
     let one = tree(&src.open("tank/home@one").unwrap());
     let two = tree(&src.open("tank/home@two").unwrap());
-    assert_ne!(one, two);
+    assert!(one != two, "the changes changed the tree");
 
-    receive(
-        dst.pool(),
+    dst.receive(
         "tank/home",
         &mut stream(&src, "tank/home@one", None).as_slice(),
     )
     .unwrap();
-    assert_eq!(tree(&dst.open("tank/home@one").unwrap()), one);
+    assert!(
+        tree(&dst.open("tank/home@one").unwrap()) == one,
+        "tank/home@one differs from the sender's one"
+    );
     assert_eq!(
         dst.info("tank/home").unwrap().prop("compression"),
         Some("lz4")
     );
 
-    let incr = stream(&src, "tank/home@two", Some("tank/home@one"));
-    receive(dst.pool(), "tank/home", &mut incr.as_slice()).unwrap();
-    assert_eq!(tree(&dst.open("tank/home@two").unwrap()), two);
-    assert_eq!(tree(&dst.open("tank/home").unwrap()), two);
-    assert_eq!(tree(&dst.open("tank/home@one").unwrap()), one);
+    let incr = stream(&src, "tank/home@two", Some("@one"));
+    dst.receive("tank/home", &mut incr.as_slice()).unwrap();
+    assert!(
+        tree(&dst.open("tank/home@two").unwrap()) == two,
+        "tank/home@two differs from the sender's two"
+    );
+    assert!(
+        tree(&dst.open("tank/home").unwrap()) == two,
+        "tank/home differs from the sender's two"
+    );
+    assert!(
+        tree(&dst.open("tank/home@one").unwrap()) == one,
+        "tank/home@one differs from the sender's one"
+    );
+
+    // Not into a filesystem open here (mounted or shared): an incremental rolls it back.
+    fs.write(fs.lookup(1, b"big").unwrap().ino, 0, b"third")
+        .unwrap();
+    src.snapshot("tank/home@three").unwrap();
+    let third = stream(&src, "tank/home@three", Some("@two"));
+    let e = dst.receive("tank/home", &mut third.as_slice()).unwrap_err();
+    assert!(e.to_string().contains("in use"), "{e}");
+    assert_eq!(dst.snapshot_names("tank/home").unwrap().len(), 2);
 }

@@ -121,7 +121,7 @@ fn full_then_incremental_streams_recreate_every_object() {
     assert_ne!(one, two);
 
     let full = send_bytes(&a, s1, None);
-    let got = receive(&b, "tank/replica", &mut full.as_slice()).unwrap();
+    let got = receive(&b, "tank/replica", &mut full.as_slice(), &|_| Ok(())).unwrap();
     assert_eq!(got.name, "tank/replica@one");
     assert_eq!(
         state(&b, got.snapshot, &ids),
@@ -149,7 +149,7 @@ fn full_then_incremental_streams_recreate_every_object() {
         incr.len(),
         full.len()
     );
-    let got2 = receive(&b, "tank/replica", &mut incr.as_slice()).unwrap();
+    let got2 = receive(&b, "tank/replica", &mut incr.as_slice(), &|_| Ok(())).unwrap();
     assert!(got2.incremental);
     assert_eq!(
         state(&b, got2.snapshot, &ids),
@@ -209,7 +209,7 @@ fn damaged_truncated_or_misapplied_streams_leave_the_target_as_it_was() {
         ("truncated", truncated),
         ("garbage", &b"not a stream at all, just bytes"[..]),
     ] {
-        let e = receive(&b, "tank/replica", &mut &bytes[..]).unwrap_err();
+        let e = receive(&b, "tank/replica", &mut &bytes[..], &|_| Ok(())).unwrap_err();
         assert!(e.to_string().contains("stream refused"), "{what}: {e}");
         assert!(
             b.objset_id("tank/replica").is_none(),
@@ -218,7 +218,7 @@ fn damaged_truncated_or_misapplied_streams_leave_the_target_as_it_was() {
     }
 
     // The good full stream, then a damaged and a truncated incremental.
-    let got = receive(&b, "tank/replica", &mut full.as_slice()).unwrap();
+    let got = receive(&b, "tank/replica", &mut full.as_slice(), &|_| Ok(())).unwrap();
     let one = state(&b, got.dataset, &ids);
     let mut damaged = incr.clone();
     let mid = damaged.len() * 2 / 3;
@@ -227,7 +227,7 @@ fn damaged_truncated_or_misapplied_streams_leave_the_target_as_it_was() {
         ("damaged", &damaged[..]),
         ("truncated", &incr[..incr.len() / 2]),
     ] {
-        let e = receive(&b, "tank/replica", &mut &bytes[..]).unwrap_err();
+        let e = receive(&b, "tank/replica", &mut &bytes[..], &|_| Ok(())).unwrap_err();
         assert!(e.to_string().contains("stream refused"), "{what}: {e}");
         assert_eq!(
             state(&b, got.dataset, &ids),
@@ -244,16 +244,16 @@ fn damaged_truncated_or_misapplied_streams_leave_the_target_as_it_was() {
     // A full stream onto an existing dataset, and an incremental whose base the
     // target does not have, are refused.
     assert!(matches!(
-        receive(&b, "tank/replica", &mut full.as_slice()),
+        receive(&b, "tank/replica", &mut full.as_slice(), &|_| Ok(())),
         Err(PoolError::Exists(_))
     ));
     let other = b.create_objset("tank/other", "{}").unwrap();
     b.snapshot_create(other, "unrelated").unwrap();
-    let e = receive(&b, "tank/other", &mut incr.as_slice()).unwrap_err();
+    let e = receive(&b, "tank/other", &mut incr.as_slice(), &|_| Ok(())).unwrap_err();
     assert!(e.to_string().contains("not the stream's base"), "{e}");
 
     // The good incremental still applies.
-    receive(&b, "tank/replica", &mut incr.as_slice()).unwrap();
+    receive(&b, "tank/replica", &mut incr.as_slice(), &|_| Ok(())).unwrap();
     assert_eq!(state(&b, got.dataset, &ids), state(&a, s2, &ids));
     assert!(b.check().unwrap().problems.is_empty());
 }

@@ -40,13 +40,17 @@ fn refused(what: impl std::fmt::Display) -> PoolError {
 }
 
 /// Receives the stream on `input` into dataset `target` (see the module doc).
+/// `check_props` vets the stream's dataset properties (owned by the layer above)
+/// before anything changes.
 pub fn receive(
     pool: &Pool,
     target: &str,
     input: &mut dyn std::io::Read,
+    check_props: &dyn Fn(&str) -> Result<(), String>,
 ) -> Result<ReceiveSummary, PoolError> {
     let mut r = HashingReader::new(input);
     let header = StreamHeader::read(&mut r)?;
+    check_props(&header.props).map_err(|e| refused(format!("its properties: {e}")))?;
     if header.snapshot.is_empty() || header.snapshot.contains(['/', '@']) {
         return Err(refused(format!("snapshot name '{}'", header.snapshot)));
     }
