@@ -289,6 +289,12 @@ impl Datasets {
         from: Option<&str>,
         out: &mut dyn std::io::Write,
     ) -> Result<pool::send::writer::SendSummary> {
+        let (id, from_id) = self.send_ids(full, from)?;
+        Ok(pool::send::writer::send(&self.pool, id, from_id, out)?)
+    }
+
+    /// The object set ids `send` would send: the snapshot's and its base's.
+    pub fn send_ids(&self, full: &str, from: Option<&str>) -> Result<(u64, Option<u64>)> {
         let id = self.snapshot_id(full)?;
         let from_id = match from {
             None => None,
@@ -301,7 +307,7 @@ impl Datasets {
                 Some(self.snapshot_id(&f)?)
             }
         };
-        Ok(pool::send::writer::send(&self.pool, id, from_id, out)?)
+        Ok((id, from_id))
     }
 
     /// Receives a stream into filesystem `name`: a full stream creates it (its parent

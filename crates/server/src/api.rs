@@ -50,6 +50,11 @@ pub fn router(state: Shared) -> Router {
             axum::routing::delete(destroy_snapshot),
         )
         .route("/api/v1/rollback", post(rollback))
+        .route("/api/v1/send/{*snapshot}", get(crate::streams_api::send))
+        .route(
+            "/api/v1/receive/{*dataset}",
+            post(crate::streams_api::receive).layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .route("/api/v1/shares", get(shares))
         .route(
             "/api/v1/shares/{*dataset}",
@@ -240,7 +245,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl DaemonState {
-    fn datasets_of(&self, name: &str) -> Result<Arc<fs::Datasets>, ApiError> {
+    pub(crate) fn datasets_of(&self, name: &str) -> Result<Arc<fs::Datasets>, ApiError> {
         let pool = fs::pool_of(name);
         self.datasets
             .get(pool)
@@ -263,7 +268,7 @@ impl DaemonState {
 
     /// 409 if `dataset` is shared: destroying or rolling it back would pull it from
     /// under its clients.
-    fn refuse_if_shared(&self, dataset: &str, what: &str) -> Result<(), ApiError> {
+    pub(crate) fn refuse_if_shared(&self, dataset: &str, what: &str) -> Result<(), ApiError> {
         if self.service.is_shared(dataset) {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,

@@ -21,6 +21,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod samplers;
+pub mod streams_api;
 pub mod ui;
 pub mod worksheets;
 

@@ -161,6 +161,31 @@ impl Api {
         self.send(path, self.agent.patch(self.url(path)), body)
     }
 
+    /// GETs `path` and copies its body (a stream) to `out`; the bytes copied.
+    pub fn get_to(&self, path: &str, out: &mut dyn std::io::Write) -> Result<u64> {
+        let r = self.authorized(self.agent.get(self.url(path))).call();
+        let mut resp =
+            r.with_context(|| format!("asking the daemon at {} for {path}", self.base))?;
+        if !resp.status().is_success() {
+            return self.answer::<serde_json::Value>(path, Ok(resp)).map(|_| 0);
+        }
+        let mut reader = resp.body_mut().as_reader();
+        std::io::copy(&mut reader, out).with_context(|| format!("copying {path}"))
+    }
+
+    /// POSTs the stream `input` as the body of `path`.
+    pub fn post_from<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        input: &mut dyn std::io::Read,
+    ) -> Result<T> {
+        let r = self
+            .authorized(self.agent.post(self.url(path)))
+            .header("content-type", "application/octet-stream")
+            .send(ureq::SendBody::from_reader(input));
+        self.answer(path, r)
+    }
+
     pub fn delete(&self, path: &str) -> Result<()> {
         let r = self.authorized(self.agent.delete(self.url(path))).call();
         self.answer::<serde_json::Value>(path, r).map(|_| ())
@@ -324,7 +349,7 @@ pub fn share_set(api: &Api, dataset: &str, rules: &str) -> Result<nfs::ShareInfo
 }
 
 /// Percent-encodes what a dataset name may hold that a URL path may not.
-fn encode(s: &str) -> String {
+pub(crate) fn encode(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {
         match b {

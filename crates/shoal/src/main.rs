@@ -13,6 +13,7 @@ mod registry;
 mod serve;
 mod share_cmd;
 mod snapshot_cmd;
+mod stream_cmd;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +40,24 @@ enum Command {
     /// Take, list, destroy and roll back to snapshots (`pool/fs@name`).
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
+    /// Write a snapshot as a stream to standard output: `shoal send tank/home@mon`, or
+    /// only the changes since an older snapshot with `--from @sun`.
+    Send {
+        /// pool/filesystem@snapshot
+        snapshot: String,
+        /// The base of an incremental stream: an older snapshot of the same filesystem
+        /// (`@name` or `pool/fs@name`), which the receiver must hold as its latest.
+        #[arg(long, short = 'i')]
+        from: Option<String>,
+    },
+    /// Receive a stream from standard input into a filesystem: a full stream creates
+    /// it, an incremental applies on its latest snapshot (rolled back to first).
+    Receive {
+        /// pool/filesystem
+        dataset: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Mount a filesystem on a local directory (FUSE); runs until unmounted.
     Mount {
         /// pool/filesystem
@@ -108,6 +127,8 @@ fn main() {
         Command::Pool(cmd) => pool_cmd::run(cmd),
         Command::Fs(cmd) => fs_cmd::run(cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(cmd),
+        Command::Send { snapshot, from } => stream_cmd::send(&snapshot, from.as_deref()),
+        Command::Receive { dataset, json } => stream_cmd::receive(&dataset, json),
         Command::Mount {
             dataset,
             mountpoint,

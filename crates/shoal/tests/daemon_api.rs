@@ -325,6 +325,7 @@ fn every_documented_operation_is_served() {
         201
     );
     let mut operations = 0;
+    let mut stream: Option<Vec<u8>> = None;
     // Deletions last, so the other calls find what they name.
     let order = ["get", "post", "put", "patch", "delete"];
     for method in order {
@@ -343,6 +344,37 @@ fn every_documented_operation_is_served() {
                     },
                 )
                 .replace("{dataset}", "tank/home");
+            // Streams are bytes, not JSON: the send's answer is the receive's body.
+            if path.starts_with("/api/v1/send/") {
+                let url = format!("http://{}/api/v1/send/tank/home@monday", d.api);
+                let mut r = ureq::get(&url).call().unwrap();
+                assert_eq!(r.status().as_u16(), 200);
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut r.body_mut().as_reader(), &mut bytes).unwrap();
+                assert!(bytes.starts_with(b"SHOALSND"), "a snapshot stream");
+                assert!(
+                    documented_ok(op, 200),
+                    "{method} {path}: 200 not documented"
+                );
+                stream = Some(bytes);
+                operations += 1;
+                continue;
+            }
+            if path.starts_with("/api/v1/receive/") {
+                let bytes = stream.take().expect("the send ran first");
+                let url = format!("http://{}/api/v1/receive/tank/copy", d.api);
+                let r = ureq::post(&url)
+                    .header("content-type", "application/octet-stream")
+                    .send(&bytes[..])
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 201);
+                assert!(
+                    documented_ok(op, 201),
+                    "{method} {path}: 201 not documented"
+                );
+                operations += 1;
+                continue;
+            }
             let Some(rel) = concrete.strip_prefix("/api/v1") else {
                 // Outside the JSON API: /metrics, in Prometheus's text format.
                 assert_eq!(concrete, "/metrics");
@@ -422,6 +454,166 @@ fn every_documented_operation_is_served() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 33, "docs/openapi.json has 33 operations");
+    assert_eq!(operations, 35, "docs/openapi.json has 35 operations");
     d.stop(&state);
+}
+
+/// Runs `shoal` with `input` on its standard input; returns its output.
+fn shoal_with_input(state: &Path, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .env("SHOAL_STATE_DIR", state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run shoal");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    out
+}
+
+/// `shoal send` and `shoal receive`, through the daemon and without it: a file written
+/// over NFS arrives in the copy, an incremental carries a change, and damaged,
+/// truncated or misdirected streams are refused with the target as it was.
+#[test]
+fn send_and_receive_through_the_daemon_and_without_it() {
+    let t = tempfile::tempdir().unwrap();
+    let state = make_pool(t.path());
+    let d = Daemon::start(&state);
+    ok(
+        &state,
+        &[
+            "share",
+            "set",
+            "tank/a",
+            "127.0.0.1(rw,no_root_squash,insecure)",
+        ],
+    );
+    let nfs = |verb: &str, args: &[&str]| {
+        let out = Command::new(verb)
+            .args(args)
+            .output()
+            .expect("libnfs-utils");
+        assert!(
+            out.status.success(),
+            "{verb} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let url = |export: &str, file: &str| {
+        format!(
+            "nfs://127.0.0.1{export}/{file}?version=3&nfsport={p}&mountport={p}",
+            p = d.nfs.port()
+        )
+    };
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let local = t.path().join("data");
+    std::fs::write(&local, &data).unwrap();
+    nfs(
+        "nfs-cp",
+        &[local.to_str().unwrap(), &url("/tank/a", "data")],
+    );
+    ok(&state, &["snapshot", "create", "tank/a@one"]);
+
+    // Through the daemon: the stream goes to a file, then into a new filesystem.
+    let full = shoal(&state, &["send", "tank/a@one"]);
+    assert!(
+        full.status.success(),
+        "{}",
+        String::from_utf8_lossy(&full.stderr)
+    );
+    assert!(full.stdout.starts_with(b"SHOALSND") && full.stdout.len() > data.len());
+    let got = shoal_with_input(&state, &["receive", "tank/copy", "--json"], &full.stdout);
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert_eq!(summary["name"], "tank/copy@one");
+
+    // An incremental: a rewritten file.
+    let changed: Vec<u8> = data.iter().map(|b| b.wrapping_add(1)).collect();
+    std::fs::write(&local, &changed).unwrap();
+    nfs(
+        "nfs-cp",
+        &[local.to_str().unwrap(), &url("/tank/a", "data2")],
+    );
+    ok(&state, &["snapshot", "create", "tank/a@two"]);
+    let incr = shoal(&state, &["send", "tank/a@two", "--from", "@one"]);
+    assert!(
+        incr.status.success(),
+        "{}",
+        String::from_utf8_lossy(&incr.stderr)
+    );
+    assert!(incr.stdout.len() < full.stdout.len() * 2);
+
+    // Refused: damaged, truncated, into a shared filesystem.
+    let mut damaged = incr.stdout.clone();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0x20;
+    for (what, bytes) in [
+        ("damaged", &damaged[..]),
+        ("truncated", &incr.stdout[..incr.stdout.len() - 10]),
+    ] {
+        let out = shoal_with_input(&state, &["receive", "tank/copy"], bytes);
+        assert!(!out.status.success(), "{what} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("stream refused"), "{what}: {err}");
+    }
+    let out = shoal_with_input(&state, &["receive", "tank/a"], &incr.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("shared over NFS"), "{err}");
+    assert_eq!(
+        ok(&state, &["snapshot", "list", "tank/copy"])
+            .matches("tank/copy@")
+            .count(),
+        1,
+        "no snapshot from a refused stream"
+    );
+    let got = shoal_with_input(&state, &["receive", "tank/copy"], &incr.stdout);
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(String::from_utf8_lossy(&got.stdout).contains("tank/copy@two (incremental)"));
+    ok(
+        &state,
+        &[
+            "share",
+            "set",
+            "tank/copy",
+            "127.0.0.1(ro,no_root_squash,insecure)",
+        ],
+    );
+    assert_eq!(nfs("nfs-cat", &[&url("/tank/copy", "data2")]), changed);
+    assert_eq!(nfs("nfs-cat", &[&url("/tank/copy", "data")]), data);
+    ok(&state, &["share", "remove", "tank/copy"]);
+    d.stop(&state);
+
+    // Without the daemon: the same commands on the pool directly.
+    let again = shoal(&state, &["send", "tank/copy@two"]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let got = shoal_with_input(&state, &["receive", "tank/third"], &again.stdout);
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let err = fails(&state, &["send", "tank/copy"]);
+    assert!(err.contains("not a snapshot"), "{err}");
+    assert!(ok(&state, &["pool", "check", "tank"]).contains("no problems found"));
 }

@@ -19,10 +19,10 @@ use super::{HashingReader, Record, StreamHeader};
 use crate::checksum::ChecksumKind;
 use crate::compress::{self, Compression};
 use crate::{Pool, PoolError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ReceiveSummary {
     pub dataset: u64,
     pub snapshot: u64,

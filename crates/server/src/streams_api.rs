@@ -1,0 +1,139 @@
+//! Snapshot streams over the admin API: `GET /api/v1/send/{snapshot}` answers with the
+//! stream (`application/octet-stream`, produced while it is sent), `POST
+//! /api/v1/receive/{filesystem}` takes one as its body and answers with what arrived.
+//! `shoal send` and `shoal receive` use them while the daemon runs.
+//!
+//! The stream is produced and consumed on blocking threads and crosses to the HTTP
+//! side through bounded channels (a few 1 MiB chunks), so a multi-GiB stream never sits
+//! in memory. A send that fails part way aborts the response, so the receiver sees a
+//! truncated stream and refuses it.
+
+use crate::api::{ApiError, Params, Shared};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use axum::Json;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+/// `GET /send/{snapshot}?from=...`: the base of an incremental, `pool/fs@name` or
+/// `@name`.
+#[derive(Debug, Deserialize)]
+pub struct SendQuery {
+    from: Option<String>,
+}
+
+type Chunk = Result<Bytes, std::io::Error>;
+
+/// Writes into the response body's channel.
+struct ChannelWriter(mpsc::Sender<Chunk>);
+
+impl std::io::Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client went away"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub async fn send(
+    State(s): State<Shared>,
+    Path(snapshot): Path<String>,
+    Params(q): Params<SendQuery>,
+) -> Result<Response, ApiError> {
+    let ds = s.datasets_of(&snapshot)?;
+    // Names first, so a wrong one is a 404 rather than an empty stream.
+    let (id, from_id) = ds.send_ids(&snapshot, q.from.as_deref())?;
+    let (tx, rx) = mpsc::channel::<Chunk>(4);
+    tokio::task::spawn_blocking(move || {
+        let mut w = ChannelWriter(tx.clone());
+        if let Err(e) = pool::send::writer::send(ds.pool(), id, from_id, &mut w) {
+            tracing::warn!("send of {snapshot} failed part way: {e}");
+            let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .body(Body::from_stream(body))
+        .expect("a valid response"))
+}
+
+/// Reads the request body's chunks from a channel.
+struct ChannelReader {
+    rx: mpsc::Receiver<Chunk>,
+    current: Bytes,
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(chunk) => self.current = chunk?,
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        let _ = self.current.split_to(n);
+        Ok(n)
+    }
+}
+
+pub async fn receive(
+    State(s): State<Shared>,
+    Path(dataset): Path<String>,
+    body: Body,
+) -> Result<(StatusCode, Json<pool::send::receiver::ReceiveSummary>), ApiError> {
+    let (tx, rx) = mpsc::channel::<Chunk>(4);
+    // Once nothing reads the stream any more (refused before or during the receive),
+    // the rest of the body is read and dropped, so the client, still sending, gets
+    // the answer rather than a reset connection.
+    let pump = tokio::spawn(async move {
+        let mut frames = body.into_data_stream();
+        let mut forwarding = true;
+        while let Some(frame) = frames.next().await {
+            let chunk = frame.map_err(std::io::Error::other);
+            let failed = chunk.is_err();
+            if forwarding && tx.send(chunk).await.is_err() {
+                forwarding = false;
+            }
+            if failed {
+                break;
+            }
+        }
+    });
+    let received = receive_from(&s, dataset, rx).await;
+    let _ = pump.await;
+    Ok((StatusCode::CREATED, Json(received?)))
+}
+
+async fn receive_from(
+    s: &Shared,
+    dataset: String,
+    rx: mpsc::Receiver<Chunk>,
+) -> Result<pool::send::receiver::ReceiveSummary, ApiError> {
+    let ds = s.datasets_of(&dataset)?;
+    s.refuse_if_shared(&dataset, "before receiving into it")?;
+    tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+        let mut reader = ChannelReader {
+            rx,
+            current: Bytes::new(),
+        };
+        let summary = ds.receive(&dataset, &mut reader)?;
+        ds.pool().sync()?;
+        Ok(summary)
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+}

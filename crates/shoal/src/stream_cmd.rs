@@ -1,0 +1,99 @@
+//! `shoal send` and `shoal receive`: a snapshot as a stream on standard output, and a
+//! stream from standard input into a filesystem, so `shoal send tank/home@mon | ssh
+//! other shoal receive tank/home` copies a filesystem to another appliance. Through
+//! the daemon when it runs (`/api/v1/send`, `/api/v1/receive`), else on the pool
+//! directly under its lock. The stream format is in `docs/format.md`.
+
+use crate::admin::{encode, with_datasets, Admin};
+use crate::units::human;
+use anyhow::{bail, Result};
+use pool::send::receiver::ReceiveSummary;
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+/// Counts the bytes that pass.
+struct Counting<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+pub fn send(snapshot: &str, from: Option<&str>) -> Result<()> {
+    if !snapshot.contains('@') {
+        bail!("'{snapshot}' is not a snapshot: name one as pool/fs@name");
+    }
+    let stdout = std::io::stdout();
+    if stdout.is_terminal() {
+        bail!("the stream is binary: send it into a pipe or a file, not a terminal");
+    }
+    let started = Instant::now();
+    let mut out = Counting {
+        inner: std::io::BufWriter::with_capacity(1 << 20, stdout.lock()),
+        bytes: 0,
+    };
+    match Admin::connect()? {
+        Admin::Daemon(api) => {
+            let mut path = format!("/send/{}", encode(snapshot));
+            if let Some(f) = from {
+                path.push_str(&format!("?from={}", encode(f)));
+            }
+            api.get_to(&path, &mut out)?;
+        }
+        Admin::Local => {
+            with_datasets(snapshot, |ds| Ok(ds.send(snapshot, from, &mut out)?))?;
+        }
+    }
+    out.flush()?;
+    eprintln!(
+        "sent {snapshot}{}: {} in {:.1} s",
+        from.map(|f| format!(" (changes since {f})"))
+            .unwrap_or_default(),
+        human(out.bytes),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+pub fn receive(dataset: &str, json: bool) -> Result<()> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        bail!("pipe a stream from `shoal send` into `shoal receive`");
+    }
+    let started = Instant::now();
+    let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
+    let summary: ReceiveSummary = match Admin::connect()? {
+        Admin::Daemon(api) => {
+            api.post_from(&format!("/receive/{}", encode(dataset)), &mut input)?
+        }
+        Admin::Local => with_datasets(dataset, |ds| Ok(ds.receive(dataset, &mut input)?))?,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "received {}{}: {} objects, {} data blocks, {} in {:.1} s",
+            summary.name,
+            if summary.incremental {
+                " (incremental)"
+            } else {
+                ""
+            },
+            summary.objects,
+            summary.data_blocks,
+            human(summary.bytes),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
