@@ -1064,11 +1064,47 @@ impl Sim {
 
     fn run(mut self, ops: u64) -> SimResult<Stats> {
         while self.stats.ops < ops {
-            self.epoch(ops - self.stats.ops)?;
-            self.recover()?;
+            if let Err(e) = self
+                .epoch(ops - self.stats.ops)
+                .and_then(|_| self.recover())
+            {
+                self.explain(&e);
+                return Err(e);
+            }
         }
         self.count_errors();
         Ok(self.stats)
+    }
+
+    /// With `SHOAL_SIM_TRACE`, what happened to the sectors of a block a failure names
+    /// ("at offset N" of vdev 0), on every data device: who wrote them last, whether a
+    /// flush made them durable, and what a power cut did to them.
+    fn explain(&self, failure: &str) {
+        if std::env::var_os("SHOAL_SIM_TRACE").is_none() {
+            return;
+        }
+        let Some(offset) = failure
+            .split("at offset ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            return;
+        };
+        let (start, _) = vdev::label::data_area(DEV_BYTES);
+        let n = match self.layout {
+            Layout::RaidZ { .. } => self.slots.len() as u64,
+            _ => 1,
+        };
+        let first = (start + offset / n) / 4096;
+        for (i, slot) in self.slots.iter().enumerate() {
+            for (sector, events) in vdev::sim_device::history::of(slot.dev.lineage(), first, 8) {
+                eprintln!("history: slot {i} ({}) sector {sector}:", slot.path);
+                for e in events {
+                    eprintln!("    {e}");
+                }
+            }
+        }
     }
 }
 
@@ -1082,6 +1118,7 @@ fn arg(s: &Slot) -> DeviceArg {
 /// Runs one seed; a panic anywhere below is a failure of that seed too.
 fn run_seed(seed: u64, ops: u64, control: Control) -> SimResult<Stats> {
     vdev::sim_time::simulate(seed);
+    vdev::sim_device::history::record_history(std::env::var_os("SHOAL_SIM_TRACE").is_some());
     let r = std::panic::catch_unwind(|| Sim::new(seed, control).and_then(|s| s.run(ops)));
     vdev::sim_time::stop();
     match r {

@@ -228,6 +228,63 @@ pub struct SimStats {
 /// bit flip copies the one sector it changes (`Arc::make_mut`).
 type Sectors = HashMap<u64, Arc<[u8; SECTOR_SIZE]>>;
 
+/// What happened to each sector of each simulated device (across restarts), for
+/// finding out after a failure who last wrote a bad sector and whether a power cut
+/// mangled it. Off unless `record_history(true)`; the last few events a sector.
+pub mod history {
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    static ON: AtomicBool = AtomicBool::new(false);
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    type Log = HashMap<(u64, u64), VecDeque<String>>;
+    static LOG: Mutex<Option<Log>> = Mutex::new(None);
+    const KEEP: usize = 12;
+
+    pub fn record_history(on: bool) {
+        ON.store(on, Ordering::SeqCst);
+    }
+
+    pub(super) fn on() -> bool {
+        ON.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn note(lineage: u64, first_sector: u64, sectors: u64, what: &str) {
+        if !on() {
+            return;
+        }
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        let mut log = LOG.lock().unwrap();
+        let log = log.get_or_insert_with(HashMap::new);
+        for s in first_sector..first_sector + sectors {
+            let e = log.entry((lineage, s)).or_default();
+            if e.len() == KEEP {
+                e.pop_front();
+            }
+            e.push_back(format!("#{seq} {what} ({thread})"));
+        }
+    }
+
+    /// The events of sectors `[first, first + n)` of the device of `lineage`.
+    pub fn of(lineage: u64, first: u64, n: u64) -> Vec<(u64, Vec<String>)> {
+        let log = LOG.lock().unwrap();
+        let Some(log) = log.as_ref() else {
+            return Vec::new();
+        };
+        (first..first + n)
+            .filter_map(|s| {
+                log.get(&(lineage, s))
+                    .map(|e| (s, e.iter().cloned().collect()))
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug)]
 struct State {
     current: Sectors,
@@ -248,6 +305,8 @@ struct State {
 #[derive(Debug)]
 pub struct SimDevice {
     id: u64,
+    /// The same across restarts of one device (`history`).
+    lineage: u64,
     size: u64,
 
     clock: Option<Arc<CrashClock>>,
@@ -308,16 +367,22 @@ fn flip(map: &mut Sectors, offset: u64, bit: u8) {
 
 impl SimDevice {
     pub fn new(size_bytes: u64, seed: u64) -> Arc<SimDevice> {
-        Self::build(size_bytes, seed, None, Sectors::new())
+        Self::build(size_bytes, seed, seed, None, Sectors::new())
     }
 
     pub fn with_clock(size_bytes: u64, seed: u64, clock: Arc<CrashClock>) -> Arc<SimDevice> {
-        Self::build(size_bytes, seed, Some(clock), Sectors::new())
+        Self::build(size_bytes, seed, seed, Some(clock), Sectors::new())
+    }
+
+    /// The identity `history` knows this device (and its restarts) by.
+    pub fn lineage(&self) -> u64 {
+        self.lineage
     }
 
     fn build(
         size_bytes: u64,
         seed: u64,
+        lineage: u64,
         clock: Option<Arc<CrashClock>>,
         content: Sectors,
     ) -> Arc<SimDevice> {
@@ -327,6 +392,7 @@ impl SimDevice {
         );
         Arc::new(SimDevice {
             id: seed,
+            lineage,
             size: size_bytes,
 
             clock,
@@ -370,6 +436,14 @@ impl SimDevice {
                 CrashPolicy::Hostile => st.rng.below(4),
                 CrashPolicy::Misdirected => [0, 1, 4][st.rng.below(3) as usize],
             };
+            let sectors = (data.len() / SECTOR_SIZE) as u64;
+            let first = offset / SECTOR_SIZE as u64;
+            history::note(
+                self.lineage,
+                first,
+                sectors,
+                &format!("power cut: unflushed write {policy:?} choice {choice}"),
+            );
             match choice {
                 0 => put(&mut durable, offset, &data),
                 1 => {}
@@ -414,7 +488,7 @@ impl SimDevice {
         }
         let seed = st.rng.next();
         drop(st);
-        Self::build(self.size, seed, clock, durable)
+        Self::build(self.size, seed, self.lineage, clock, durable)
     }
 
     pub fn inject(&self, fault: Fault) {
@@ -453,6 +527,12 @@ impl SimDevice {
         let mut st = self.state.lock().unwrap();
         put(&mut st.current, offset, &data);
         put(&mut st.durable, offset, &data);
+        history::note(
+            self.lineage,
+            offset / SECTOR_SIZE as u64,
+            len / SECTOR_SIZE as u64,
+            "corrupted",
+        );
     }
 
     pub fn set_speed(&self, speed: Option<SpeedLimit>) {
@@ -553,6 +633,23 @@ impl Device for SimDevice {
         }
         put(&mut st.current, target, buf);
         st.unflushed.push((target, buf.to_vec()));
+        if history::on() {
+            let head: [u8; 8] = buf[..8].try_into().unwrap();
+            history::note(
+                self.lineage,
+                target / SECTOR_SIZE as u64,
+                (buf.len() / SECTOR_SIZE) as u64,
+                &format!(
+                    "write of {} at {target}{} starting {head:02x?}",
+                    buf.len(),
+                    if target != offset {
+                        " (misdirected)"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
         st.stats.writes += 1;
         st.stats.bytes_written += buf.len() as u64;
         drop(st);
@@ -572,6 +669,12 @@ impl Device for SimDevice {
         let unflushed = std::mem::take(&mut st.unflushed);
         for (offset, data) in unflushed {
             put(&mut st.durable, offset, &data);
+            history::note(
+                self.lineage,
+                offset / SECTOR_SIZE as u64,
+                (data.len() / SECTOR_SIZE) as u64,
+                "flushed",
+            );
         }
         Ok(())
     }
