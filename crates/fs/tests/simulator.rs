@@ -1091,6 +1091,9 @@ impl Sim {
         else {
             return;
         };
+        for e in vdev::sim_device::history::events() {
+            eprintln!("event: {e}");
+        }
         let (start, _) = vdev::label::data_area(DEV_BYTES);
         let n = match self.layout {
             Layout::RaidZ { .. } => self.slots.len() as u64,

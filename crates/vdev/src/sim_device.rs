@@ -270,6 +270,30 @@ pub mod history {
         }
     }
 
+    static EVENTS: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+
+    /// An event not tied to sectors (a leaf's health changing), kept in order.
+    pub fn event(what: impl FnOnce() -> String) {
+        if !on() {
+            return;
+        }
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        let mut events = EVENTS.lock().unwrap();
+        if events.len() == 2000 {
+            events.pop_front();
+        }
+        events.push_back(format!("#{seq} {} ({thread})", what()));
+    }
+
+    /// The last events (`event`), oldest first.
+    pub fn events() -> Vec<String> {
+        EVENTS.lock().unwrap().iter().cloned().collect()
+    }
+
     /// The events of sectors `[first, first + n)` of the device of `lineage`.
     pub fn of(lineage: u64, first: u64, n: u64) -> Vec<(u64, Vec<String>)> {
         let log = LOG.lock().unwrap();

@@ -258,7 +258,12 @@ impl Leaf {
     }
 
     pub fn set_health(&self, health: Health) {
-        *self.health.lock().unwrap() = health;
+        let old = std::mem::replace(&mut *self.health.lock().unwrap(), health);
+        if old != health {
+            crate::sim_device::history::event(|| {
+                format!("leaf {} {old:?} -> {health:?}", self.path())
+            });
+        }
     }
 
     pub fn io_mode(&self) -> Option<crate::device::IoMode> {
@@ -367,9 +372,19 @@ impl Leaf {
     /// may now be stale.
     fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> bool {
         let Some(dev) = self.device() else {
+            crate::sim_device::history::event(|| {
+                format!("leaf {} skips a write at {offset}: no device", self.path())
+            });
             return false;
         };
         if !matches!(self.health(), Health::Online | Health::Resilvering) {
+            crate::sim_device::history::event(|| {
+                format!(
+                    "leaf {} skips a write at {offset}: {:?}",
+                    self.path(),
+                    self.health()
+                )
+            });
             return false;
         }
         let total: usize = bufs.iter().map(|b| b.len()).sum();

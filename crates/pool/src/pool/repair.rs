@@ -229,9 +229,8 @@ impl Pool {
             )));
         }
         let started = Instant::now();
-        // Swap the device and list the blocks under the sync lock (no sync is writing
-        // meanwhile, and the list names one committed txg); then walk while syncs go
-        // on: the new device takes their writes, and held frees keep listed blocks.
+        // Swap the device under the sync lock (no sync is writing meanwhile), from
+        // which on the new device takes every write.
         let hold = self.sync_lock.lock().unwrap();
         let leaf = top.leaves[leaf_index].clone();
         let old_device = leaf.device();
@@ -245,6 +244,15 @@ impl Pool {
             child.path = new.path.clone();
             cfg.config_txg += 1;
         }
+        drop(hold);
+        // Blocks the intent log placed before the swap (large sync writes) went to the
+        // old device only, and join the tree with the txg open now: commit it, so the
+        // list below holds them (and no log record from before the swap, whose ring
+        // blocks the new device lacks too, is needed any more).
+        self.sync()?;
+        // List the blocks under the sync lock (the list names one committed txg); then
+        // walk while syncs go on: held frees keep every listed block where it is.
+        let hold = self.sync_lock.lock().unwrap();
         let blocks = self.committed_blocks()?;
         let _frees = FreeHold::new(&self.storage);
         drop(hold);
