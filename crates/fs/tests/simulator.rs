@@ -1083,17 +1083,37 @@ impl Sim {
         if std::env::var_os("SHOAL_SIM_TRACE").is_none() {
             return;
         }
-        let Some(offset) = failure
-            .split("at offset ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            return;
-        };
         for e in vdev::sim_device::history::events() {
             eprintln!("event: {e}");
         }
+        let named = failure
+            .split("at offset ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        // A resilver names no block: find the ones no copy of verifies.
+        let offsets: Vec<u64> = match (named, &self.pool) {
+            (Some(o), _) => vec![o],
+            (None, Some(pool)) => pool
+                .committed_blocks()
+                .unwrap_or_default()
+                .iter()
+                .filter(|bp| {
+                    pool.storage
+                        .read_uncached(bp, vdev::ReadMode::Normal)
+                        .is_err()
+                })
+                .filter_map(|bp| bp.copies().next().map(|d| d.offset))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for offset in offsets {
+            eprintln!("unreadable block at offset {offset}:");
+            self.explain_offset(offset);
+        }
+    }
+
+    fn explain_offset(&self, offset: u64) {
         let (start, _) = vdev::label::data_area(DEV_BYTES);
         let n = match self.layout {
             Layout::RaidZ { .. } => self.slots.len() as u64,

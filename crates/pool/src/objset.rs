@@ -347,6 +347,23 @@ impl Objset {
         std::mem::take(&mut *self.dead.lock().unwrap())
     }
 
+    /// Blocks the intent log placed for changes not yet synced (their txg adopts or
+    /// releases them).
+    pub(crate) fn placed_blocks(&self) -> Vec<BlockPointer> {
+        let inner = self.inner.lock().unwrap();
+        inner
+            .objects
+            .values()
+            .flat_map(|s| {
+                s.open
+                    .placed
+                    .values()
+                    .chain(s.syncing.iter().flat_map(|d| d.placed.values()))
+            })
+            .map(|(_, bp)| *bp)
+            .collect()
+    }
+
     /// The id the next new object gets.
     pub(crate) fn next_object(&self) -> u64 {
         self.inner.lock().unwrap().next_object

@@ -250,15 +250,18 @@ pub mod history {
         ON.load(Ordering::Relaxed)
     }
 
+    /// `what`, numbered in the order of all events, with the thread that did it.
+    fn stamped(what: &str) -> String {
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let thread = std::thread::current();
+        format!("#{seq} {what} ({})", thread.name().unwrap_or("unnamed"))
+    }
+
     pub(super) fn note(lineage: u64, first_sector: u64, sectors: u64, what: &str) {
         if !on() {
             return;
         }
-        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let thread = std::thread::current()
-            .name()
-            .unwrap_or("unnamed")
-            .to_string();
+        let line = stamped(what);
         let mut log = LOG.lock().unwrap();
         let log = log.get_or_insert_with(HashMap::new);
         for s in first_sector..first_sector + sectors {
@@ -266,7 +269,7 @@ pub mod history {
             if e.len() == KEEP {
                 e.pop_front();
             }
-            e.push_back(format!("#{seq} {what} ({thread})"));
+            e.push_back(line.clone());
         }
     }
 
@@ -277,16 +280,12 @@ pub mod history {
         if !on() {
             return;
         }
-        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let thread = std::thread::current()
-            .name()
-            .unwrap_or("unnamed")
-            .to_string();
+        let line = stamped(&what());
         let mut events = EVENTS.lock().unwrap();
         if events.len() == 2000 {
             events.pop_front();
         }
-        events.push_back(format!("#{seq} {} ({thread})", what()));
+        events.push_back(line);
     }
 
     /// The last events (`event`), oldest first.

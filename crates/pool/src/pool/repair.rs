@@ -229,9 +229,12 @@ impl Pool {
             )));
         }
         let started = Instant::now();
-        // Swap the device under the sync lock (no sync is writing meanwhile), from
-        // which on the new device takes every write.
+        // Swap the device and list the blocks under the sync lock (no sync is writing
+        // meanwhile, and the list names one committed txg) and the txg gate (no block
+        // is being placed by the intent log); then walk while syncs go on: the new
+        // device takes their writes, and held frees keep listed blocks.
         let hold = self.sync_lock.lock().unwrap();
+        let gate = self.gate.write().unwrap();
         let leaf = top.leaves[leaf_index].clone();
         let old_device = leaf.device();
         let old_path = leaf.path();
@@ -244,16 +247,14 @@ impl Pool {
             child.path = new.path.clone();
             cfg.config_txg += 1;
         }
-        drop(hold);
-        // Blocks the intent log placed before the swap (large sync writes) went to the
-        // old device only, and join the tree with the txg open now: commit it, so the
-        // list below holds them (and no log record from before the swap, whose ring
-        // blocks the new device lacks too, is needed any more).
-        self.sync()?;
-        // List the blocks under the sync lock (the list names one committed txg); then
-        // walk while syncs go on: held frees keep every listed block where it is.
-        let hold = self.sync_lock.lock().unwrap();
-        let blocks = self.committed_blocks()?;
+        let mut blocks = self.committed_blocks()?;
+        // Blocks the intent log placed ahead of their txg (large sync writes) went to
+        // the old device only and join the tree with a txg that commits after this
+        // list: copy them too.
+        for os in self.all_objsets() {
+            blocks.extend(os.placed_blocks());
+        }
+        drop(gate);
         let _frees = FreeHold::new(&self.storage);
         drop(hold);
         let total: u64 = blocks
