@@ -257,3 +257,60 @@ fn damaged_truncated_or_misapplied_streams_leave_the_target_as_it_was() {
     assert_eq!(state(&b, got.dataset, &ids), state(&a, s2, &ids));
     assert!(b.check().unwrap().problems.is_empty());
 }
+
+/// A writer that stops at its first write until told to go on.
+struct Held {
+    reached: Option<std::sync::mpsc::Sender<()>>,
+    go: std::sync::mpsc::Receiver<()>,
+    bytes: Vec<u8>,
+}
+
+impl std::io::Write for Held {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(reached) = self.reached.take() {
+            let _ = reached.send(());
+            let _ = self.go.recv();
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_snapshot_being_sent_cannot_be_destroyed() {
+    let (a, b, _) = pools(85);
+    let mut rng = Rng(85);
+    let os = a.create_objset("tank/src", "{}").unwrap();
+    let ids = first_state(&a, os, &mut rng);
+    let s1 = a.snapshot_create(os, "one").unwrap();
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let mut out = Held {
+        reached: Some(reached_tx),
+        go: go_rx,
+        bytes: Vec::new(),
+    };
+    std::thread::scope(|s| {
+        // Lets the send go on however this scope ends, so a failure cannot hang it.
+        struct Go(std::sync::mpsc::Sender<()>);
+        impl Drop for Go {
+            fn drop(&mut self) {
+                let _ = self.0.send(());
+            }
+        }
+        let go = Go(go);
+        let sender = s.spawn(|| send(&a, s1, None, &mut out).map(|_| ()));
+        reached.recv().unwrap();
+        let destroyed = a.snapshot_destroy(s1);
+        drop(go);
+        let e = destroyed.expect_err("a snapshot being sent was destroyed");
+        assert!(e.to_string().contains("being sent"), "{e}");
+        sender.join().unwrap().unwrap();
+    });
+    let got = receive(&b, "tank/copy", &mut out.bytes.as_slice(), &|_| Ok(())).unwrap();
+    assert_eq!(state(&b, got.snapshot, &ids), state(&a, s1, &ids));
+    a.snapshot_destroy(s1).unwrap();
+}

@@ -168,6 +168,7 @@ impl Pool {
             next_objset_id: Mutex::new(1),
             pending_destroy: Mutex::new(Vec::new()),
             snap_ops: Mutex::new(Vec::new()),
+            sending: Mutex::new(Default::default()),
             directory_dirty: AtomicBool::new(false),
             committed: Mutex::new(Committed {
                 txg: 0,

@@ -400,6 +400,8 @@ pub struct Pool {
     next_objset_id: Mutex<u64>,
     pending_destroy: Mutex<Vec<(BlockPointer, Deadlist)>>,
     snap_ops: Mutex<Vec<(SnapOp, SnapSlot)>>,
+    /// Snapshots being sent (`streams.rs`), which cannot be destroyed meanwhile.
+    sending: Mutex<std::collections::HashMap<u64, usize>>,
     directory_dirty: AtomicBool,
     committed: Mutex<Committed>,
     txg: Mutex<TxgState>,
@@ -542,7 +544,7 @@ mod tx;
 mod txg;
 
 use directory::{decode_directory, encode_directory};
-pub use streams::SnapshotSource;
+pub use streams::{SnapshotHold, SnapshotSource};
 pub use tx::Tx;
 
 impl Drop for Pool {

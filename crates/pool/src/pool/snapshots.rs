@@ -229,6 +229,12 @@ impl Pool {
         let st = &self.storage;
         let mut ds = self.datasets.write().unwrap();
         let (s, origin) = Self::snapshot_entry(&ds, id)?;
+        if self.sending.lock().unwrap().contains_key(&id) {
+            return Err(PoolError::InvalidArgument(format!(
+                "'{}' is being sent: destroy it when the send has ended",
+                s.name
+            )));
+        }
         let s_txg = s.snap_txg;
         let s_list = s.deadlist;
         let (prev, next) = Self::neighbours(&ds, origin, s_txg);

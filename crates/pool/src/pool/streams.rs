@@ -15,7 +15,33 @@ pub struct SnapshotSource {
     pub props: String,
 }
 
+/// Keeps a snapshot from being destroyed while a stream is written from it.
+pub struct SnapshotHold<'a> {
+    pool: &'a Pool,
+    id: u64,
+}
+
+impl Drop for SnapshotHold<'_> {
+    fn drop(&mut self) {
+        let mut sending = self.pool.sending.lock().unwrap();
+        let n = sending.get_mut(&self.id).expect("held");
+        *n -= 1;
+        if *n == 0 {
+            sending.remove(&self.id);
+        }
+    }
+}
+
 impl Pool {
+    /// Holds snapshot `id` against destruction until the hold is dropped (checked
+    /// under the same lock the destroy takes, so one or the other goes first).
+    pub fn hold_snapshot(&self, id: u64) -> Result<SnapshotHold<'_>, PoolError> {
+        let ds = self.datasets.read().unwrap();
+        Self::snapshot_entry(&ds, id)?;
+        *self.sending.lock().unwrap().entry(id).or_default() += 1;
+        Ok(SnapshotHold { pool: self, id })
+    }
+
     /// Snapshot `id` for sending.
     pub fn snapshot_source(&self, id: u64) -> Result<SnapshotSource, PoolError> {
         let ds = self.datasets.read().unwrap();

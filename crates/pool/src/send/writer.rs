@@ -3,9 +3,9 @@
 //! the base's is skipped without being read).
 //!
 //! Reads only the snapshot's blocks, which the snapshot keeps from being freed, so the
-//! walk needs no lock while the dataset changes on. Destroying the snapshot during a
-//! send is not prevented yet (the walk would then fail on a block that no longer
-//! verifies, and the stream would end without its end record).
+//! walk needs no lock while the dataset changes on; the snapshot itself is held
+//! against destruction until the stream is written (`Pool::hold_snapshot`). The base
+//! of an incremental needs no hold: only its txg and guid are read.
 
 use super::{HashingWriter, Record, StreamHeader, FLAG_INCREMENTAL};
 use crate::blkptr::BlockPointer;
@@ -43,6 +43,7 @@ pub fn send(
     from: Option<u64>,
     out: &mut dyn std::io::Write,
 ) -> Result<SendSummary, PoolError> {
+    let _held = pool.hold_snapshot(snapshot)?;
     let to = pool.snapshot_source(snapshot)?;
     let (from_txg, from_guid) = match from {
         None => (0, 0),
