@@ -46,7 +46,12 @@
 
 #[path = "../../pool/tests/common/mod.rs"]
 mod common;
+#[path = "simulator/diagnose.rs"]
+mod diagnose;
+#[path = "simulator/stats.rs"]
+mod stats;
 use common::Rng;
+use stats::Stats;
 
 use fs::{Cred, Datasets, Filesystem, Kind, SetAttr};
 use pool::pool::{DeviceArg, TopArg};
@@ -245,66 +250,6 @@ fn concurrent(seed: u64) -> bool {
 struct Slot {
     path: String,
     dev: Arc<SimDevice>,
-}
-
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-struct Stats {
-    ops: u64,
-    reads_verified: u64,
-    acks: u64,
-    crashes: u64,
-    crashes_in_recovery: u64,
-    /// Of those, cuts of an import that had a log to replay (the import writes nothing
-    /// before its replay's txg, so the cut fell in the replay), and cuts in the middle
-    /// of a resilver.
-    cuts_in_replay: u64,
-    cuts_in_resilver: u64,
-    logs_replayed: u64,
-    corruptions: u64,
-    read_faults: u64,
-    deaths: u64,
-    replaces: u64,
-    scrubs: u64,
-    repaired_bytes: u64,
-    /// Bad copies and failed reads the pool met (and read around).
-    checksum_errors: u64,
-    read_errors: u64,
-    device_ops: u64,
-    /// Transaction groups committed; intent log bytes written and the rings' size
-    /// (their ratio: how many times the logs went round); space map chains found
-    /// shorter than at the check before (condensed at least once in between).
-    txgs: u64,
-    log_bytes: u64,
-    log_ring_bytes: u64,
-    space_map_condenses: u64,
-    concurrent_seeds: u64,
-}
-
-impl Stats {
-    fn add(&mut self, o: &Stats) {
-        self.ops += o.ops;
-        self.reads_verified += o.reads_verified;
-        self.acks += o.acks;
-        self.crashes += o.crashes;
-        self.crashes_in_recovery += o.crashes_in_recovery;
-        self.cuts_in_replay += o.cuts_in_replay;
-        self.cuts_in_resilver += o.cuts_in_resilver;
-        self.logs_replayed += o.logs_replayed;
-        self.corruptions += o.corruptions;
-        self.read_faults += o.read_faults;
-        self.deaths += o.deaths;
-        self.replaces += o.replaces;
-        self.scrubs += o.scrubs;
-        self.repaired_bytes += o.repaired_bytes;
-        self.checksum_errors += o.checksum_errors;
-        self.read_errors += o.read_errors;
-        self.device_ops += o.device_ops;
-        self.txgs += o.txgs;
-        self.log_bytes += o.log_bytes;
-        self.log_ring_bytes = self.log_ring_bytes.max(o.log_ring_bytes);
-        self.space_map_condenses += o.space_map_condenses;
-        self.concurrent_seeds += o.concurrent_seeds;
-    }
 }
 
 /// The protections a run keeps. The negative controls switch one off and must see
@@ -1074,60 +1019,6 @@ impl Sim {
         }
         self.count_errors();
         Ok(self.stats)
-    }
-
-    /// With `SHOAL_SIM_TRACE`, what happened to the sectors of a block a failure names
-    /// ("at offset N" of vdev 0), on every data device: who wrote them last, whether a
-    /// flush made them durable, and what a power cut did to them.
-    fn explain(&self, failure: &str) {
-        if std::env::var_os("SHOAL_SIM_TRACE").is_none() {
-            return;
-        }
-        for e in vdev::sim_device::history::events() {
-            eprintln!("event: {e}");
-        }
-        let named = failure
-            .split("at offset ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse::<u64>().ok());
-        // A resilver names no block: find the ones no copy of verifies.
-        let offsets: Vec<u64> = match (named, &self.pool) {
-            (Some(o), _) => vec![o],
-            (None, Some(pool)) => pool
-                .committed_blocks()
-                .unwrap_or_default()
-                .iter()
-                .filter(|bp| {
-                    pool.storage
-                        .read_uncached(bp, vdev::ReadMode::Normal)
-                        .is_err()
-                })
-                .filter_map(|bp| bp.copies().next().map(|d| d.offset))
-                .collect(),
-            _ => Vec::new(),
-        };
-        for offset in offsets {
-            eprintln!("unreadable block at offset {offset}:");
-            self.explain_offset(offset);
-        }
-    }
-
-    fn explain_offset(&self, offset: u64) {
-        let (start, _) = vdev::label::data_area(DEV_BYTES);
-        let n = match self.layout {
-            Layout::RaidZ { .. } => self.slots.len() as u64,
-            _ => 1,
-        };
-        let first = (start + offset / n) / 4096;
-        for (i, slot) in self.slots.iter().enumerate() {
-            for (sector, events) in vdev::sim_device::history::of(slot.dev.lineage(), first, 8) {
-                eprintln!("history: slot {i} ({}) sector {sector}:", slot.path);
-                for e in events {
-                    eprintln!("    {e}");
-                }
-            }
-        }
     }
 }
 
