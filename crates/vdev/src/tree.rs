@@ -237,13 +237,20 @@ impl Leaf {
 
     /// Puts a new device in this slot. It takes writes at once but serves no reads
     /// until `finish_resilver`, because it holds none of the existing blocks yet.
+    ///
+    /// The swap waits for every I/O in flight on the old device: each leaf I/O holds
+    /// the device slot shared from its health check to its last health change, so none
+    /// can write to the old device after the swap (a write the new device would miss)
+    /// or fault the new device for an error of the old one.
     pub fn replace_device(&self, guid: u64, path: String, device: Arc<dyn Device>) {
         let (_, data_len) = label::data_area(device.size_bytes());
+        let mut slot = self.device.write().unwrap();
         *self.identity.lock().unwrap() = (guid, path);
-        *self.device.write().unwrap() = Some(device);
+        *slot = Some(device);
         self.data_len.store(data_len, Ordering::Relaxed);
         self.clear_counters();
         self.set_health(Health::Resilvering);
+        drop(slot);
     }
 
     pub fn finish_resilver(&self) {
@@ -331,7 +338,9 @@ impl Leaf {
 
     /// Reads adjacent pieces as one I/O, straight into their buffers.
     fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> bool {
-        let Some(dev) = self.device() else {
+        // Held to the end: see `replace_device`.
+        let slot = self.device.read().unwrap();
+        let Some(dev) = slot.as_ref() else {
             return false;
         };
         if self.health() != Health::Online {
@@ -371,7 +380,9 @@ impl Leaf {
     /// Writes adjacent pieces as one I/O. A failed write faults the leaf: what it holds
     /// may now be stale.
     fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> bool {
-        let Some(dev) = self.device() else {
+        // Held to the end: see `replace_device`.
+        let slot = self.device.read().unwrap();
+        let Some(dev) = slot.as_ref() else {
             crate::sim_device::history::event(|| {
                 format!("leaf {} skips a write at {offset}: no device", self.path())
             });
@@ -426,7 +437,9 @@ impl Leaf {
 
     /// Flush the device; a failure faults the leaf.
     pub fn flush(&self) -> bool {
-        let Some(dev) = self.device() else {
+        // Held to the end: see `replace_device`.
+        let slot = self.device.read().unwrap();
+        let Some(dev) = slot.as_ref() else {
             return false;
         };
         if !matches!(self.health(), Health::Online | Health::Resilvering) {
@@ -1127,5 +1140,100 @@ mod tests {
             }
         }
         assert!(outs.iter().any(|o| o.is_none()) && outs.iter().any(|o| o.is_some()));
+    }
+
+    /// A dying disk whose writes hang until released, then fail.
+    #[derive(Debug)]
+    struct HangingDisk {
+        inner: Arc<SimDevice>,
+        started: std::sync::mpsc::SyncSender<()>,
+        release: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl Device for HangingDisk {
+        fn size_bytes(&self) -> u64 {
+            self.inner.size_bytes()
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.inner.read_at(offset, buf)
+        }
+        fn write_at(&self, _offset: u64, _buf: &[u8]) -> std::io::Result<()> {
+            let _ = self.started.send(());
+            let _ = self.release.lock().unwrap().recv();
+            Err(std::io::Error::other("the disk died under the write"))
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn io_mode(&self) -> crate::device::IoMode {
+            crate::device::IoMode::Memory
+        }
+        fn describe(&self) -> String {
+            "hanging disk".into()
+        }
+    }
+
+    /// A write still in flight on a dying disk when the disk is replaced must neither
+    /// land after the swap nor, failing, fault the new disk: a faulted replacement takes
+    /// no more writes, while everything above counts it as whole.
+    #[test]
+    fn an_io_in_flight_on_the_old_disk_never_touches_its_replacement() {
+        let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
+        let (release_tx, release_rx) = std::sync::mpsc::channel();
+        let dying = Arc::new(HangingDisk {
+            inner: SimDevice::new(label::MIN_DEVICE_BYTES, 1),
+            started: started_tx,
+            release: Mutex::new(release_rx),
+        });
+        let other = SimDevice::new(label::MIN_DEVICE_BYTES, 2);
+        let leaves = vec![
+            Arc::new(Leaf::new(1, "dying".into(), dying)),
+            Arc::new(Leaf::new(2, "other".into(), other)),
+        ];
+        let top = Arc::new(TopVdev::new(0, Layout::Mirror, leaves));
+        let replacement = SimDevice::new(label::MIN_DEVICE_BYTES, 3);
+
+        let writer = {
+            let top = top.clone();
+            std::thread::spawn(move || top.write(0, &pattern(1, 4096)))
+        };
+        started_rx.recv().unwrap();
+        let (swapped_tx, swapped_rx) = std::sync::mpsc::channel();
+        let swapper = {
+            let top = top.clone();
+            let replacement = replacement.clone();
+            std::thread::spawn(move || {
+                top.leaves[0].replace_device(3, "replacement".into(), replacement);
+                let _ = swapped_tx.send(());
+            })
+        };
+        // The swap must wait for the write on the old disk: had it finished while that
+        // write hangs, the write's failure would land on the new disk.
+        let swapped_during_the_write = swapped_rx
+            .recv_timeout(std::time::Duration::from_millis(300))
+            .is_ok();
+        release_tx.send(()).unwrap();
+        writer
+            .join()
+            .unwrap()
+            .expect("the other side took the write");
+        swapper.join().unwrap();
+        assert_eq!(
+            top.leaves[0].health(),
+            Health::Resilvering,
+            "the old disk's failure landed on its replacement"
+        );
+        assert!(
+            !swapped_during_the_write,
+            "the disk was swapped under a write in flight on it"
+        );
+
+        // The replacement takes the next write.
+        top.write(8192, &pattern(2, 4096)).unwrap();
+        let mut back = vec![0u8; 4096];
+        replacement
+            .read_at(label::DATA_AREA_START + 8192, &mut back)
+            .unwrap();
+        assert_eq!(back, pattern(2, 4096));
     }
 }
