@@ -290,10 +290,12 @@ struct Sim {
     model: Model,
     /// Models since the last acknowledgement (index 0 is acknowledged).
     states: Vec<Model>,
-    /// Slots that may hold bad data, and the dead and read-faulted among them.
+    /// Slots that may hold bad data, and the dead, read-faulted and (by the pool, at
+    /// import: it missed writes) FAULTED among them.
     damaged: BTreeSet<usize>,
     dead: BTreeSet<usize>,
     read_faulted: BTreeSet<usize>,
+    faulted: BTreeSet<usize>,
     stats: Stats,
     /// The committed txg when this pool life began; the space map chain's length at
     /// the last check.
@@ -381,6 +383,7 @@ impl Sim {
             damaged: BTreeSet::new(),
             dead: BTreeSet::new(),
             read_faulted: BTreeSet::new(),
+            faulted: BTreeSet::new(),
             stats: Stats {
                 concurrent_seeds: u64::from(concurrent(seed)),
                 ..Stats::default()
@@ -698,11 +701,18 @@ impl Sim {
                 }
             }
             4 => {
-                // Replace a dead device, else any damaged one.
+                // Clear a FAULTED device now and then, as an operator would once the
+                // cause is fixed; else replace a dead device, else any damaged one.
+                if let Some(&slot) = self.faulted.iter().next() {
+                    if self.rng.below(2) == 0 {
+                        return self.clear(slot);
+                    }
+                }
                 let Some(&slot) = self
                     .dead
                     .iter()
                     .next()
+                    .or_else(|| self.faulted.iter().next())
                     .or_else(|| self.damaged.iter().next())
                 else {
                     return Ok(Step::Done);
@@ -712,6 +722,35 @@ impl Sim {
             _ => return self.scrub(),
         }
         Ok(Step::Done)
+    }
+
+    /// `Pool::clear` of a slot the pool holds FAULTED: resilvered in place, it is
+    /// whole again.
+    fn clear(&mut self, slot: usize) -> SimResult<Step> {
+        let path = self.slots[slot].path.clone();
+        trace(format_args!(
+            "clear slot {slot} ({path}), damaged {:?}",
+            self.damaged
+        ));
+        match self.pool().clear(&path, &|_| {}) {
+            _ if self.clock.crashed() => Ok(Step::Crashed),
+            Ok(summary) if summary.errors > 0 => Err(format!(
+                "clear of {path}: {} blocks unreadable within the damage budget, the first \
+                 at offset {}",
+                summary.errors,
+                summary.unreadable.first().map_or(0, |u| u.1)
+            )),
+            Ok(_) => {
+                trace(format_args!("cleared slot {slot}"));
+                self.damaged.remove(&slot);
+                self.faulted.remove(&slot);
+                self.stats.clears += 1;
+                Ok(Step::Done)
+            }
+            // A device that died again fails its resilver and stays FAULTED.
+            Err(_) if self.dead.contains(&slot) => Ok(Step::Done),
+            Err(e) => Err(format!("clear {path}: {e}")),
+        }
     }
 
     fn replace(&mut self, slot: usize) -> SimResult<Step> {
@@ -739,8 +778,10 @@ impl Sim {
                 if summary.errors > 0 {
                     return Err(format!(
                         "resilver of {old} onto {}: {} blocks unreadable within the damage \
-                         budget",
-                        new.path, summary.errors
+                         budget, the first at offset {}",
+                        new.path,
+                        summary.errors,
+                        summary.unreadable.first().map_or(0, |u| u.1)
                     ));
                 }
                 trace(format_args!("replaced slot {slot} by {}", new.path));
@@ -748,6 +789,7 @@ impl Sim {
                 self.damaged.remove(&slot);
                 self.dead.remove(&slot);
                 self.read_faulted.remove(&slot);
+                self.faulted.remove(&slot);
                 self.stats.replaces += 1;
                 Ok(Step::Done)
             }
@@ -795,7 +837,9 @@ impl Sim {
             .damaged
             .iter()
             .copied()
-            .filter(|s| self.dead.contains(s) || self.read_faulted.contains(s))
+            .filter(|s| {
+                self.dead.contains(s) || self.read_faulted.contains(s) || self.faulted.contains(s)
+            })
             .collect();
         self.damaged = keep;
         Ok(Step::Done)
@@ -916,7 +960,26 @@ impl Sim {
             }
         }
         self.settle_replacement();
+        self.note_faulted();
         self.verify()
+    }
+
+    /// The slots the imported pool holds FAULTED (they missed writes before the cut):
+    /// damaged until cleared or replaced.
+    fn note_faulted(&mut self) {
+        let st = self.pool().status();
+        self.faulted = st
+            .vdevs
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .enumerate()
+            .filter(|(_, l)| l.health == "FAULTED")
+            .map(|(i, _)| i)
+            .collect();
+        if !self.faulted.is_empty() {
+            self.damaged.extend(self.faulted.iter().copied());
+            trace(format_args!("faulted at import: slots {:?}", self.faulted));
+        }
     }
 
     /// The data devices as the pool sees them, for a failure report.
@@ -1105,7 +1168,7 @@ fn simulated_clients_faults_and_power_cuts_lose_nothing_acknowledged() {
          {} power cuts ({} more during recovery, of which {} in a log replay; {} during a \
          resilver; {} intent log replays), {} device \
          operations; faults: {} corruptions, {} read-error ranges, {} device deaths, {} \
-         replacements, {} scrubs ({} bytes repaired); the pool read around {} bad copies \
+         replacements, {} faulted devices cleared, {} scrubs ({} bytes repaired); the pool read around {} bad copies \
          and {} read errors; {} txgs, the intent logs went round their rings {:.1} times, \
          space maps condensed {} times or more; {} seeds concurrent; {:.1} s",
         total.ops,
@@ -1121,6 +1184,7 @@ fn simulated_clients_faults_and_power_cuts_lose_nothing_acknowledged() {
         total.read_faults,
         total.deaths,
         total.replaces,
+        total.clears,
         total.scrubs,
         total.repaired_bytes,
         total.checksum_errors,

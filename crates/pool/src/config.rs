@@ -1,7 +1,7 @@
 //! The pool configuration kept in every device label: which devices form the pool and
 //! how. Stored as UTF-8 JSON in the label's config area (see `vdev::label` and
 //! `docs/format.md`). It changes only when the topology or the pool state does
-//! (create, export, import, replace, destroy).
+//! (create, export, import, replace, destroy) or a device faults or is cleared.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,11 @@ pub enum PoolState {
 pub struct LeafConfig {
     pub guid: u64,
     pub path: String,
+    /// The device missed writes the pool went on without (it faulted, or it was
+    /// missing): import keeps it FAULTED, never reading what it holds, until
+    /// `Pool::clear` resilvers it or it is replaced. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub faulted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -689,3 +689,92 @@ fn blocks_placed_by_the_log_before_a_replace_reach_the_new_device() {
         "read from the new device alone"
     );
 }
+
+/// What became of a mirror side that died, missed writes, and came back for the next
+/// import, and of the data once the other side then died.
+struct ComeBack {
+    /// Pool and device health right after the import.
+    pool_health: Health,
+    device_health: String,
+    /// Whether the harness found the device FAULTED and cleared it, as an operator would.
+    cleared: bool,
+    /// Files (of those written while the device was dead) lost with the other side.
+    lost: usize,
+}
+
+fn device_back_after_missed_writes(record_faults: bool) -> ComeBack {
+    let devs = sim_devices(2, 67, None);
+    let options = pool::PoolOptions {
+        record_faults,
+        ..opts()
+    };
+    let p = create_pool_with(Layout::Mirror, &devs, options.clone());
+    let os = p.create_objset("tank/data", "{}").unwrap();
+    let before = fill(&p, os, 67);
+    devs[1].inject(Fault::Dead);
+    let during = fill(&p, os, 68);
+    assert_eq!(p.health(), Health::Degraded, "the dead side faulted");
+    // Power off (no export); the disk is back when it comes on.
+    drop(p);
+    devs[1].revive();
+    let p = pool::Pool::import(args(&devs), Some("tank"), options).unwrap();
+    let pool_health = p.health();
+    let device_health = p.status().vdevs[0].children[1].health.clone();
+    let cleared = device_health == "FAULTED";
+    if cleared {
+        let summary = p.clear("sim1", &|_| {}).unwrap();
+        assert_eq!(summary.errors, 0);
+        assert_eq!(p.health(), Health::Online);
+    }
+    p.export().unwrap();
+    drop(p);
+    devs[0].inject(Fault::Dead);
+    let p = import(&devs);
+    verify_files(&p, os, &before);
+    let lost = during
+        .iter()
+        .filter(|(obj, data)| p.read(os, *obj, 0, data.len()).ok().as_ref() != Some(data))
+        .count();
+    ComeBack {
+        pool_health,
+        device_health,
+        cleared,
+        lost,
+    }
+}
+
+/// A device that missed writes stays FAULTED across import, so the pool reports the
+/// redundancy it lacks and `clear` restores it: with the other side dead afterwards,
+/// nothing is lost. Negative control: without the fault recorded, the device comes
+/// back ONLINE, the pool claims full redundancy, nothing prompts a repair, and the
+/// files written while it was dead die with the other side.
+#[test]
+fn a_device_that_missed_writes_stays_faulted_until_cleared() {
+    let recorded = device_back_after_missed_writes(true);
+    assert_eq!(recorded.pool_health, Health::Degraded);
+    assert_eq!(recorded.device_health, "FAULTED");
+    assert!(recorded.cleared);
+    assert_eq!(recorded.lost, 0, "files lost after clear and resilver");
+    let unrecorded = device_back_after_missed_writes(false);
+    assert_eq!(
+        unrecorded.pool_health,
+        Health::Online,
+        "control: the stale device was not trusted"
+    );
+    assert!(!unrecorded.cleared);
+    assert!(
+        unrecorded.lost > 0,
+        "control: the stale device held everything"
+    );
+}
+
+/// `clear` refuses what it cannot do, with the reason.
+#[test]
+fn clear_refuses_a_healthy_or_unknown_device() {
+    let devs = sim_devices(2, 69, None);
+    let p = create_pool(Layout::Mirror, &devs);
+    let healthy = p.clear("sim1", &|_| {}).unwrap_err().to_string();
+    assert!(healthy.contains("not FAULTED"), "{healthy}");
+    let unknown = p.clear("nope", &|_| {}).unwrap_err().to_string();
+    assert!(unknown.contains("no data device 'nope'"), "{unknown}");
+}

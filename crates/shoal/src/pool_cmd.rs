@@ -1,4 +1,5 @@
-//! `shoal pool ...`: create, status, scrub, check, export, import, destroy.
+//! `shoal pool ...`: create, status, scrub, check, export, import, destroy, replace,
+//! clear.
 //!
 //! Every command validates all of its arguments before it writes anything, and
 //! `create` removes the files it made if anything fails, so a wrong argument never
@@ -72,6 +73,15 @@ pub enum PoolCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Bring a FAULTED data device (by path or guid) back: resilver it in place from
+    /// the rest of its vdev. A device that faulted missed writes and stays FAULTED
+    /// across restarts until cleared or replaced.
+    Clear {
+        name: String,
+        device: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(cmd: PoolCommand) -> Result<()> {
@@ -95,6 +105,7 @@ pub fn run(cmd: PoolCommand) -> Result<()> {
             size,
             json,
         } => replace(&name, &old, &new, size, json),
+        PoolCommand::Clear { name, device, json } => clear(&name, &device, json),
     }
 }
 
@@ -400,6 +411,20 @@ fn print_status(st: &PoolStatus) {
         println!("status: SUSPENDED: {s}");
     }
     println!("   txg: {}", st.txg);
+    let faulted: Vec<&str> = st
+        .vdevs
+        .iter()
+        .flat_map(|t| t.children.iter())
+        .filter(|l| l.health == "FAULTED")
+        .map(|l| l.path.as_str())
+        .collect();
+    for path in faulted {
+        println!(
+            "action: {path} missed writes; `shoal pool clear {} {path}` resilvers it in \
+             place, `shoal pool replace` swaps it",
+            st.name
+        );
+    }
     println!(
         "  size: {}  allocated: {}  free: {}",
         human(st.capacity_bytes),
@@ -715,8 +740,25 @@ fn replace(name: &str, old: &str, new: &Path, size: Option<String>, json: bool) 
     let paths = device_paths(&st);
     registry.pools.insert(name.to_string(), paths);
     registry.save()?;
+    report_resilver(&summary, json)
+}
+
+fn clear(name: &str, device: &str, json: bool) -> Result<()> {
+    let _lock = lock_pool(name)?;
+    let pool = open_registered(name)?;
+    let bar = progress_bar(json, "resilver");
+    let result = pool.clear(device, &|p| {
+        bar.set_length(p.bytes_total);
+        bar.set_position(p.bytes_done);
+    });
+    bar.finish_and_clear();
+    let summary = result?;
+    report_resilver(&summary, json)
+}
+
+fn report_resilver(summary: &pool::pool::ResilverSummary, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        println!("{}", serde_json::to_string_pretty(summary)?);
     } else {
         println!(
             "resilvered {} in {:.1}s with {} errors ({} blocks)",

@@ -141,3 +141,45 @@ fn wrong_arguments_fail_cleanly() {
     let out = shoal(&state, &["pool", "frobnicate"]);
     assert!(!out.status.success());
 }
+
+/// A mirror side that was missing while the pool went on comes back FAULTED (it missed
+/// writes), `pool status` says how to fix it, and `pool clear` resilvers it.
+#[test]
+fn a_device_back_from_missing_stays_faulted_until_cleared() {
+    let t = tmp();
+    let state = t.path().join("state");
+    let dir = t.path().join("devs");
+    let d = dir.to_str().unwrap();
+    ok(
+        &state,
+        &[
+            "pool", "create", "--dir", d, "--size", "64M", "tank", "mirror", "a", "b",
+        ],
+    );
+    let b = std::fs::canonicalize(dir.join("b")).unwrap();
+    let b = b.to_str().unwrap();
+    let healthy = fails(&state, &["pool", "clear", "tank", b]);
+    assert!(healthy.contains("not FAULTED"), "{healthy}");
+    // The disk is pulled; the pool commits a change without it.
+    std::fs::rename(dir.join("b"), t.path().join("b.away")).unwrap();
+    ok(&state, &["fs", "create", "tank/made-without-b"]);
+    ok(&state, &["pool", "export", "tank"]);
+    std::fs::rename(t.path().join("b.away"), dir.join("b")).unwrap();
+    ok(&state, &["pool", "import", "--dir", d, "tank"]);
+    let status = ok(&state, &["pool", "status", "tank"]);
+    assert!(
+        status.contains("DEGRADED") && status.contains("FAULTED"),
+        "{status}"
+    );
+    assert!(status.contains("shoal pool clear tank"), "{status}");
+    let cleared: serde_json::Value =
+        serde_json::from_str(&ok(&state, &["pool", "clear", "tank", b, "--json"])).unwrap();
+    assert_eq!(cleared["errors"], 0);
+    assert!(cleared["bytes_written"].as_u64().unwrap() > 0);
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&state, &["pool", "status", "tank", "--json"])).unwrap();
+    assert_eq!(json[0]["health"], "ONLINE", "{json}");
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&state, &["pool", "check", "tank", "--json"])).unwrap();
+    assert_eq!(check["problems"].as_array().unwrap().len(), 0);
+}

@@ -363,9 +363,12 @@ impl Leaf {
                     .fetch_add(total as u64, Ordering::Relaxed);
                 true
             }
-            Err(_) => {
+            Err(e) => {
                 let n = self.counters.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
                 if n >= LEAF_ERROR_LIMIT {
+                    crate::sim_device::history::event(|| {
+                        format!("leaf {}: read error {n} at {offset}: {e}", self.path())
+                    });
                     self.set_health(Health::Faulted);
                 }
                 false
@@ -415,7 +418,13 @@ impl Leaf {
                     .fetch_add(total as u64, Ordering::Relaxed);
                 true
             }
-            Err(_) => {
+            Err(e) => {
+                crate::sim_device::history::event(|| {
+                    format!(
+                        "leaf {}: write of {total} at {offset} failed: {e}",
+                        self.path()
+                    )
+                });
                 self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
                 self.set_health(Health::Faulted);
                 false
@@ -447,7 +456,10 @@ impl Leaf {
         }
         match dev.flush() {
             Ok(()) => true,
-            Err(_) => {
+            Err(e) => {
+                crate::sim_device::history::event(|| {
+                    format!("leaf {}: flush failed: {e}", self.path())
+                });
                 self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
                 self.set_health(Health::Faulted);
                 false

@@ -18,6 +18,8 @@ pub(super) struct Stats {
     pub(super) read_faults: u64,
     pub(super) deaths: u64,
     pub(super) replaces: u64,
+    /// FAULTED devices (they missed writes) cleared: resilvered in place.
+    pub(super) clears: u64,
     pub(super) scrubs: u64,
     pub(super) repaired_bytes: u64,
     /// Bad copies and failed reads the pool met (and read around).
@@ -48,6 +50,7 @@ impl Stats {
         self.read_faults += o.read_faults;
         self.deaths += o.deaths;
         self.replaces += o.replaces;
+        self.clears += o.clears;
         self.scrubs += o.scrubs;
         self.repaired_bytes += o.repaired_bytes;
         self.checksum_errors += o.checksum_errors;

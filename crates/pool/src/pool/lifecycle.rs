@@ -72,6 +72,7 @@ impl Pool {
                     .map(|l| LeafConfig {
                         guid: l.guid(),
                         path: l.path(),
+                        faulted: false,
                     })
                     .collect(),
             });
@@ -91,6 +92,7 @@ impl Pool {
                 .map(|l| LeafConfig {
                     guid: l.guid(),
                     path: l.path(),
+                    faulted: false,
                 })
                 .collect(),
             cache: cache_leaves
@@ -98,6 +100,7 @@ impl Pool {
                 .map(|l| LeafConfig {
                     guid: l.guid(),
                     path: l.path(),
+                    faulted: false,
                 })
                 .collect(),
             this_guid: 0,
@@ -326,7 +329,15 @@ impl Pool {
         };
         let leaf_of = |lc: &LeafConfig, data_len: u64| -> Arc<Leaf> {
             match by_leaf.get(&lc.guid) {
-                Some(d) => Arc::new(Leaf::new(lc.guid, d.path.clone(), d.device.clone())),
+                Some(d) => {
+                    let leaf = Leaf::new(lc.guid, d.path.clone(), d.device.clone());
+                    // It missed writes: what it holds may be stale, even where its
+                    // checksums would pass (a block rewritten in place by a repair).
+                    if lc.faulted {
+                        leaf.set_health(Health::Faulted);
+                    }
+                    Arc::new(leaf)
+                }
                 None => Arc::new(Leaf::missing(lc.guid, lc.path.clone(), data_len)),
             }
         };
@@ -349,7 +360,10 @@ impl Pool {
                     .leaves
                     .iter()
                     .filter(|l| !l.is_usable())
-                    .map(|l| l.path())
+                    .map(|l| match l.device() {
+                        None => format!("{}: missing", l.path()),
+                        Some(_) => format!("{}: faulted, it missed writes", l.path()),
+                    })
                     .collect();
                 return Err(PoolError::Io(format!(
                     "cannot import '{}': {} vdev {} is missing too many devices ({})",

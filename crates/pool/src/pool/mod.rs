@@ -98,6 +98,10 @@ pub struct PoolOptions {
     /// Readers pin freed space until they finish (`Storage::pin_reads`). Off only in
     /// the test that shows the damage a read repair does without it.
     pub pin_reads: bool,
+    /// A device that faults is recorded as faulted in the labels, so import does not
+    /// trust it (`Pool::record_faults`). Off only in the test that shows what a stale
+    /// device does without it.
+    pub record_faults: bool,
 }
 
 /// The smallest share of `object_cache_max` an object set gets.
@@ -115,6 +119,7 @@ impl Default for PoolOptions {
             deterministic_io: false,
             object_cache_max: 128 * 1024,
             pin_reads: true,
+            record_faults: true,
         }
     }
 }
@@ -278,7 +283,13 @@ pub struct ResilverSummary {
     pub bytes_written: u64,
     pub errors: u64,
     pub seconds: f64,
+    /// (vdev, offset) of the first `MAX_LISTED_ERRORS` blocks that could not be rebuilt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<(u32, u64)>,
 }
+
+/// How many unreadable blocks a resilver lists by location.
+pub const MAX_LISTED_ERRORS: usize = 32;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ScrubProgress {

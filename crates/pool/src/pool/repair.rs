@@ -197,20 +197,7 @@ impl Pool {
     ) -> Result<ResilverSummary, PoolError> {
         self.check_writable()?;
         check_device_free(&new)?;
-        let (top_index, leaf_index) = self
-            .storage
-            .tops
-            .iter()
-            .enumerate()
-            .find_map(|(t, top)| {
-                top.leaves
-                    .iter()
-                    .position(|l| l.path() == old || l.guid().to_string() == old)
-                    .map(|i| (t, i))
-            })
-            .ok_or_else(|| {
-                PoolError::NotFound(format!("no data device '{old}' in pool '{}'", self.name))
-            })?;
+        let (top_index, leaf_index) = self.find_data_leaf(old)?;
         let top = self.storage.tops[top_index].clone();
         if top.layout == Layout::Disk {
             return Err(PoolError::InvalidArgument(
@@ -229,28 +216,128 @@ impl Pool {
             )));
         }
         let started = Instant::now();
-        // Swap the device and list the blocks under the sync lock (no sync is writing
-        // meanwhile, and the list names one committed txg) and the txg gate (no block
-        // is being placed by the intent log); then walk while syncs go on: the new
-        // device takes their writes, and held frees keep listed blocks.
-        let hold = self.sync_lock.lock().unwrap();
-        let gate = self.gate.write().unwrap();
         let leaf = top.leaves[leaf_index].clone();
         let old_device = leaf.device();
         let old_path = leaf.path();
         let guid = new_guid();
-        leaf.replace_device(guid, new.path.clone(), new.device.clone());
-        {
-            let mut cfg = self.config.lock().unwrap();
-            let child = &mut cfg.vdevs[top_index].children[leaf_index];
-            child.guid = guid;
-            child.path = new.path.clone();
-            cfg.config_txg += 1;
+        // The config names the new device only once it holds every block (below): a
+        // label written meanwhile (a fault recorded by a sync) still names the old one,
+        // so a crash part way leaves the position to the old device, as before.
+        let summary = self.resilver(top_index, leaf_index, started, progress, || {
+            leaf.replace_device(guid, new.path.clone(), new.device.clone());
+        })?;
+        self.mark_whole(top_index, leaf_index, Some((guid, new.path.clone())))?;
+        // The old device no longer belongs to the pool.
+        if let Some(dev) = old_device {
+            if old_path != new.path {
+                let _ = label::clear_labels(&*dev);
+            }
         }
+        // Commit a txg so the new device carries a current uberblock in its labels.
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        self.sync()?;
+        Ok(ResilverSummary {
+            seconds: started.elapsed().as_secs_f64(),
+            ..summary
+        })
+    }
+
+    /// Brings a FAULTED device back (zpool's `clear`): it is resilvered in place from
+    /// the rest of its vdev, as a replacement would be, then serves reads again. A
+    /// device faults after a failed write or too many read errors and stays FAULTED
+    /// across import (`LeafConfig::faulted`), because it missed writes; clearing it is
+    /// how the operator says the fault was passing (a cable, a controller reset).
+    pub fn clear(
+        &self,
+        device: &str,
+        progress: &dyn Fn(ScrubProgress),
+    ) -> Result<ResilverSummary, PoolError> {
+        self.check_writable()?;
+        let (top_index, leaf_index) = self.find_data_leaf(device)?;
+        let top = self.storage.tops[top_index].clone();
+        let leaf = top.leaves[leaf_index].clone();
+        match leaf.health() {
+            Health::Faulted => {}
+            Health::Unavail => {
+                return Err(PoolError::InvalidArgument(format!(
+                    "{} is missing: there is nothing to clear; replace it",
+                    leaf.path()
+                )))
+            }
+            h => {
+                return Err(PoolError::InvalidArgument(format!(
+                    "{} is {}, not FAULTED: nothing to clear",
+                    leaf.path(),
+                    h.name()
+                )))
+            }
+        }
+        if leaf.device().is_none() {
+            return Err(PoolError::InvalidArgument(format!(
+                "{} has no device open; replace it",
+                leaf.path()
+            )));
+        }
+        if top.layout == Layout::Disk {
+            return Err(PoolError::InvalidArgument(
+                "a plain disk has no redundancy to resilver from; export and import the pool"
+                    .into(),
+            ));
+        }
+        let started = Instant::now();
+        let summary = self.resilver(top_index, leaf_index, started, progress, || {
+            leaf.clear_counters();
+            leaf.set_health(Health::Resilvering);
+        })?;
+        self.mark_whole(top_index, leaf_index, None)?;
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        self.sync()?;
+        Ok(ResilverSummary {
+            seconds: started.elapsed().as_secs_f64(),
+            ..summary
+        })
+    }
+
+    /// The data device named by `name` (its path or guid): (top vdev, child).
+    fn find_data_leaf(&self, name: &str) -> Result<(usize, usize), PoolError> {
+        self.storage
+            .tops
+            .iter()
+            .enumerate()
+            .find_map(|(t, top)| {
+                top.leaves
+                    .iter()
+                    .position(|l| l.path() == name || l.guid().to_string() == name)
+                    .map(|i| (t, i))
+            })
+            .ok_or_else(|| {
+                PoolError::NotFound(format!("no data device '{name}' in pool '{}'", self.name))
+            })
+    }
+
+    /// Fills one child of a vdev with every block it should hold. `start` puts the
+    /// child in RESILVERING (it takes writes from then on) and runs with no sync
+    /// writing and no block being placed by the intent log, so every block is either
+    /// in the list taken then or written to the child by a later sync. Held frees keep
+    /// the listed blocks where they are until the walk ends. The child is flushed and
+    /// ONLINE when this returns.
+    fn resilver(
+        &self,
+        top_index: usize,
+        leaf_index: usize,
+        started: Instant,
+        progress: &dyn Fn(ScrubProgress),
+        start: impl FnOnce(),
+    ) -> Result<ResilverSummary, PoolError> {
+        let top = self.storage.tops[top_index].clone();
+        let leaf = top.leaves[leaf_index].clone();
+        let hold = self.sync_lock.lock().unwrap();
+        let gate = self.gate.write().unwrap();
+        start();
         let mut blocks = self.committed_blocks()?;
         // Blocks the intent log placed ahead of their txg (large sync writes) went to
-        // the old device only and join the tree with a txg that commits after this
-        // list: copy them too.
+        // the other children only and join the tree with a txg that commits after
+        // this list: copy them too.
         for os in self.all_objsets() {
             blocks.extend(os.placed_blocks());
         }
@@ -273,7 +360,12 @@ impl Pool {
             for d in bp.copies().filter(|d| d.vdev as usize == top_index) {
                 match top.resilver_block(d.offset, bp.io_size(), leaf_index, &verify) {
                     Ok(bytes) => summary.bytes_written += bytes,
-                    Err(_) => summary.errors += 1,
+                    Err(_) => {
+                        summary.errors += 1;
+                        if summary.unreadable.len() < MAX_LISTED_ERRORS {
+                            summary.unreadable.push((d.vdev, d.offset));
+                        }
+                    }
                 }
                 summary.blocks += 1;
                 done += d.asize();
@@ -281,22 +373,102 @@ impl Pool {
             ticker.tick(done);
         }
         ticker.finish();
-        if !leaf.flush() {
-            return Err(PoolError::Io(format!("flushing {} failed", new.path)));
+        if !leaf.flush() || leaf.health() != Health::Resilvering {
+            return Err(PoolError::Io(format!(
+                "{} failed while being resilvered ({} write errors); it stays {}",
+                leaf.path(),
+                leaf.counters().write_errors,
+                leaf.health().name()
+            )));
         }
         leaf.finish_resilver();
-        self.write_labels_first(Some(&leaf))?;
-        // The old device no longer belongs to the pool.
-        if let Some(dev) = old_device {
-            if old_path != new.path {
-                let _ = label::clear_labels(&*dev);
-            }
-        }
-        // Commit a txg so the new device carries a current uberblock in its labels.
-        self.directory_dirty.store(true, Ordering::SeqCst);
-        self.sync()?;
         summary.seconds = started.elapsed().as_secs_f64();
         Ok(summary)
+    }
+
+    /// Records in the config that a resilvered child is whole (with its new identity
+    /// after a replace) and writes it to every label, the child's own first.
+    fn mark_whole(
+        &self,
+        top_index: usize,
+        leaf_index: usize,
+        identity: Option<(u64, String)>,
+    ) -> Result<(), PoolError> {
+        // Under the sync lock: a sync recording a fault writes labels too.
+        let _hold = self.sync_lock.lock().unwrap();
+        {
+            let mut cfg = self.config.lock().unwrap();
+            let child = &mut cfg.vdevs[top_index].children[leaf_index];
+            if let Some((guid, path)) = identity {
+                child.guid = guid;
+                child.path = path;
+            }
+            child.faulted = false;
+            cfg.config_txg += 1;
+        }
+        let leaf = self.storage.tops[top_index].leaves[leaf_index].clone();
+        self.write_labels_first(Some(&leaf))
+    }
+
+    /// Called by every sync before its uberblock: a data or log device that is FAULTED
+    /// or missing misses this txg's writes, so the config on the other devices says so
+    /// before any uberblock names the txg, and import will not trust what it holds.
+    /// (A device that faults while the uberblocks are written is recorded by the next
+    /// sync; until then a crash brings it back with at most that txg missing, which
+    /// its checksums reveal.) A child being resilvered is left as the config has it.
+    pub(super) fn record_faults(&self) -> Result<(), PoolError> {
+        if !self.opts.record_faults {
+            return Ok(());
+        }
+        let newly_faulted = |leaf: &Leaf, lc: &LeafConfig| {
+            !lc.faulted
+                && leaf.guid() == lc.guid
+                && matches!(leaf.health(), Health::Faulted | Health::Unavail)
+        };
+        // A device whose label write fails here faults too: record it in turn.
+        for _ in 0..self.all_leaves().len() + 1 {
+            let mut changed = Vec::new();
+            {
+                let mut cfg = self.config.lock().unwrap();
+                for (t, top) in self.storage.tops.iter().enumerate() {
+                    for (i, leaf) in top.leaves.iter().enumerate() {
+                        let lc = &mut cfg.vdevs[t].children[i];
+                        if newly_faulted(leaf, lc) {
+                            lc.faulted = true;
+                            changed.push(leaf.path());
+                        }
+                    }
+                }
+                for (i, leaf) in self.log_leaves.iter().enumerate() {
+                    let lc = &mut cfg.log[i];
+                    if newly_faulted(leaf, lc) {
+                        lc.faulted = true;
+                        changed.push(leaf.path());
+                    }
+                }
+                if changed.is_empty() {
+                    return Ok(());
+                }
+                cfg.config_txg += 1;
+            }
+            vdev::sim_device::history::event(|| format!("config: faulted {}", changed.join(", ")));
+            let cfg = self.config.lock().unwrap().clone();
+            let mut written = 0;
+            for leaf in self.all_leaves().iter().filter(|l| l.is_usable()) {
+                let mut c = cfg.clone();
+                c.this_guid = leaf.guid();
+                match label::write_config(&*leaf.device().unwrap(), &c.to_bytes()) {
+                    Ok(()) => written += 1,
+                    Err(_) => leaf.set_health(Health::Faulted),
+                }
+            }
+            if written == 0 {
+                return Err(PoolError::Io(
+                    "no device took the config that records a faulted device".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Walks every block of the committed state: each must verify, lie in allocated

@@ -189,6 +189,7 @@ impl Pool {
         if !st.flush_all() {
             return Err(PoolError::Io("flush failed on too many devices".into()));
         }
+        self.record_faults()?;
         let area = *self.log_area.lock().unwrap();
         let (log, log_tail) = self.intent_log.header_for(txg, area);
         let ub = Uberblock {
