@@ -413,9 +413,11 @@ impl Pool {
     /// Called by every sync before its uberblock: a data or log device that is FAULTED
     /// or missing misses this txg's writes, so the config on the other devices says so
     /// before any uberblock names the txg, and import will not trust what it holds.
-    /// (A device that faults while the uberblocks are written is recorded by the next
-    /// sync; until then a crash brings it back with at most that txg missing, which
-    /// its checksums reveal.) A child being resilvered is left as the config has it.
+    /// (A device that faults after this point, or during an intent log commit, is
+    /// recorded by the next sync; a crash before it brings the device back with at
+    /// most that txg's writes and the log's since missing, which its checksums reveal
+    /// and reads and scrubs repair.) A child being resilvered is left as the config
+    /// has it.
     pub(super) fn record_faults(&self) -> Result<(), PoolError> {
         if !self.opts.record_faults {
             return Ok(());

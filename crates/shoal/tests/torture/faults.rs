@@ -242,8 +242,9 @@ fn failed_devices_under_load_lose_nothing() {
         }
     };
     check(&Nfs::connect(&t, root_credential("torture")).unwrap());
-    // After a kill -9 the devices are back (the fault lived in the old process); the
-    // pool imports, and the data is all there.
+    // After a kill -9 the devices are back (the fault lived in the old process; those
+    // a txg recorded as faulted stay FAULTED); the pool imports, and the data is all
+    // there.
     served.restart();
     let nfs = Nfs::connect(&t, root_credential("torture")).unwrap();
     check(&nfs);
