@@ -742,8 +742,12 @@ impl Sim {
             )),
             Ok(_) => {
                 trace(format_args!("cleared slot {slot}"));
-                self.damaged.remove(&slot);
                 self.faulted.remove(&slot);
+                // The same device: read errors injected while it was FAULTED are still
+                // to come (a replacement is a new device; a clear is not).
+                if !self.read_faulted.contains(&slot) {
+                    self.damaged.remove(&slot);
+                }
                 self.stats.clears += 1;
                 Ok(Step::Done)
             }
@@ -817,10 +821,11 @@ impl Sim {
             Ok(s) => {
                 let check = self.pool().check().map(|r| r.problems);
                 return Err(format!(
-                    "scrub: {} blocks unreadable within the damage budget {:?}; pool check: \
-                     {check:?}; devices: {}",
+                    "scrub: {} blocks unreadable within the damage budget {:?}, the first at \
+                     offset {}; pool check: {check:?}; devices: {}",
                     s.errors,
                     self.damaged,
+                    s.unreadable.first().map_or(0, |u| u.1),
                     self.devices()
                 ));
             }
@@ -871,6 +876,9 @@ impl Sim {
     /// writes; then import (itself cut now and then, and retried) and verify.
     fn recover(&mut self) -> SimResult<()> {
         self.stats.crashes += 1;
+        // One instant for every device: the pool that ran (its sync thread goes on)
+        // must not reach a device not yet restarted after another one was.
+        self.clock.crash_now();
         self.count_errors();
         self.fs = None;
         self.pool = None;
@@ -960,13 +968,13 @@ impl Sim {
             }
         }
         self.settle_replacement();
-        self.note_faulted();
+        self.note_faulted()?;
         self.verify()
     }
 
     /// The slots the imported pool holds FAULTED (they missed writes before the cut):
     /// damaged until cleared or replaced.
-    fn note_faulted(&mut self) {
+    fn note_faulted(&mut self) -> SimResult<()> {
         let st = self.pool().status();
         self.faulted = st
             .vdevs
@@ -977,9 +985,16 @@ impl Sim {
             .map(|(i, _)| i)
             .collect();
         if !self.faulted.is_empty() {
-            self.damaged.extend(self.faulted.iter().copied());
             trace(format_args!("faulted at import: slots {:?}", self.faulted));
         }
+        // Only a fault the simulator injected faults a device.
+        if let Some(s) = self.faulted.iter().find(|s| !self.damaged.contains(s)) {
+            return Err(format!(
+                "the pool holds slot {s} FAULTED though no fault touched it; devices: {}",
+                self.devices()
+            ));
+        }
+        Ok(())
     }
 
     /// The data devices as the pool sees them, for a failure report.

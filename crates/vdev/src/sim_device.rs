@@ -60,6 +60,13 @@ impl CrashClock {
             Ordering::SeqCst,
         );
     }
+    /// The power goes now: every later operation on every device of this clock fails.
+    /// A power cut between operations takes this before the devices restart one by one,
+    /// so nothing still running can write to a device not yet restarted after another
+    /// was (a cut is one instant for all devices).
+    pub fn crash_now(&self) {
+        self.crashed.store(true, Ordering::SeqCst);
+    }
     pub fn disarm(&self) {
         self.target.store(u64::MAX, Ordering::SeqCst);
     }

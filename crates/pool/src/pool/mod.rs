@@ -275,6 +275,10 @@ pub struct ScrubSummary {
     pub errors: u64,
     pub seconds: f64,
     pub finished_at_txg: u64,
+    /// (vdev, offset) of the first copy of the first `MAX_LISTED_ERRORS` blocks no copy
+    /// of which verified.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<(u32, u64)>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -159,7 +159,14 @@ impl Pool {
                         summary.repaired_bytes += report.repaired_bytes;
                         summary.bad_copies += report.bad_copies;
                     }
-                    Err(_) => summary.errors += 1,
+                    Err(_) => {
+                        summary.errors += 1;
+                        if let Some(d) = bp.copies().next() {
+                            if summary.unreadable.len() < MAX_LISTED_ERRORS {
+                                summary.unreadable.push((d.vdev, d.offset));
+                            }
+                        }
+                    }
                 }
                 summary.blocks += 1;
                 summary.bytes += bp.lsize as u64;
