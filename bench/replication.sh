@@ -11,7 +11,9 @@
 # exported and imported (their own caches empty); shoal and zfs-fuse rounds
 # alternate, ROUNDS each; medians and spreads are reported, and CPU seconds per GiB:
 # of the send and receive processes for shoal (all the work happens in them), of the
-# zfs-fuse daemon plus its zfs commands for zfs-fuse.
+# zfs-fuse daemon plus its zfs commands for zfs-fuse. Each timed transfer ends with
+# sync(1), so what either system left in the kernel's page cache is on disk when the
+# clock stops.
 # A benchmark, never a test. Needs root and /dev/fuse.
 #
 #   bench/replication.sh                  # 4 GiB under target/bench-data
@@ -108,15 +110,15 @@ zfs_daemon_cpu() { # utime + stime of zfs-fuse, seconds
     awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$(cat "$OUT/zfs.pid")/stat"
 }
 
-# One timed full transfer: prints "seconds cpu_seconds stream_bytes".
+# One timed full transfer: prints "seconds cpu_seconds".
 shoal_round() {
     "$SHOAL" snapshot destroy sdst/fs@s1 >/dev/null 2>&1 || true
     "$SHOAL" fs destroy sdst/fs >/dev/null 2>&1 || true
     drop_caches
     /usr/bin/time -f "%e %U %S" -o "$OUT/time" bash -c \
-        "'$SHOAL' send ssrc/fs@s1 2>/dev/null | tee >(wc -c > '$OUT/bytes') | '$SHOAL' receive sdst/fs >/dev/null 2>&1"
+        "'$SHOAL' send ssrc/fs@s1 2>/dev/null | '$SHOAL' receive sdst/fs >/dev/null 2>&1; sync"
     read -r e u s < "$OUT/time"
-    echo "$e $(echo "$u $s" | awk '{print $1 + $2}') $(cat "$OUT/bytes")"
+    echo "$e $(echo "$u $s" | awk '{print $1 + $2}')"
 }
 zfs_round() {
     zfs destroy -r zdst/fs >/dev/null 2>&1 || true
@@ -124,11 +126,10 @@ zfs_round() {
     drop_caches
     local c0 c1
     c0=$(zfs_daemon_cpu)
-    /usr/bin/time -f "%e %U %S" -o "$OUT/time" bash -c \
-        "zfs send zsrc/fs@s1 | tee >(wc -c > '$OUT/bytes') | zfs receive zdst/fs"
+    /usr/bin/time -f "%e %U %S" -o "$OUT/time" bash -c "zfs send zsrc/fs@s1 | zfs receive zdst/fs; sync"
     c1=$(zfs_daemon_cpu)
     read -r e u s < "$OUT/time"
-    echo "$e $(echo "$u $s $c0 $c1" | awk '{print $1 + $2 + $4 - $3}') $(cat "$OUT/bytes")"
+    echo "$e $(echo "$u $s $c0 $c1" | awk '{print $1 + $2 + $4 - $3}')"
 }
 
 for r in $(seq "$ROUNDS"); do
@@ -153,6 +154,10 @@ while mountpoint -q "$DIR/shoal-mnt" || pgrep -f "shoal mount sdst/fs" >/dev/nul
 zfs set mountpoint="$DIR/zfs-dst" zdst/fs
 zfs mount zdst/fs 2>/dev/null || true
 diff -r "$DIR/data" "$DIR/zfs-dst" >&2 || { echo "zfs-fuse: the received copy differs" >&2; exit 1; }
+
+# ---- the full streams' sizes (untimed) ----
+SHOAL_FULL=$("$SHOAL" send ssrc/fs@s1 2>/dev/null | wc -c)
+ZFS_FULL=$(zfs send zsrc/fs@s1 | wc -c)
 
 # ---- incremental: 1% of the big file's records rewritten ----
 change_one_percent() { # file
@@ -179,9 +184,9 @@ sync
 zfs snapshot zsrc/fs@s2
 ZFS_INC=$(zfs send -i @s1 zsrc/fs@s2 | wc -c)
 
-python3 - "$OUT" "$DATA_BYTES" "$SIZE_MIB" "$SHOAL_INC" "$ZFS_INC" <<'PY'
+python3 - "$OUT" "$DATA_BYTES" "$SIZE_MIB" "$SHOAL_INC" "$ZFS_INC" "$SHOAL_FULL" "$ZFS_FULL" <<'PY'
 import json, statistics, sys
-out, data_bytes, size_mib, shoal_inc, zfs_inc = sys.argv[1], *map(int, sys.argv[2:])
+out, data_bytes, size_mib, shoal_inc, zfs_inc, shoal_full, zfs_full = sys.argv[1], *map(int, sys.argv[2:])
 big = size_mib << 20
 def rows(name):
     return [list(map(float, l.split())) for l in open(f"{out}/{name}") if l.strip()]
@@ -193,11 +198,14 @@ def summary(rs, nbytes):
          "rounds": len(rs)}
     if len(rs[0]) > 1:
         s["cpu_s_per_gib_median"] = round(statistics.median(r[1] / (nbytes / 2**30) for r in rs), 2)
-        s["stream_bytes"] = int(rs[0][2])
+        s["cpu_s_per_gib_min"] = round(min(r[1] / (nbytes / 2**30) for r in rs), 2)
+        s["cpu_s_per_gib_max"] = round(max(r[1] / (nbytes / 2**30) for r in rs), 2)
     return s
 raw = summary(rows("raw"), big)
 shoal = summary(rows("shoal"), data_bytes)
 zfs = summary(rows("zfs"), data_bytes)
+shoal["stream_bytes"] = shoal_full
+zfs["stream_bytes"] = zfs_full
 print(json.dumps({
     "benchmark": "replication",
     "data_bytes": data_bytes,

@@ -803,6 +803,47 @@ impl Storage {
         Ok((io, report))
     }
 
+    /// `read_stored` of many blocks, not through the ARC (a stream reads each block
+    /// once): adjacent blocks of one vdev come in aggregated device I/Os
+    /// (`TopVdev::read_many`); a block whose fast read fails or does not verify goes
+    /// through `read_stored`, which tries every copy and heals.
+    pub fn read_stored_batch(&self, bps: &[BlockPointer]) -> Vec<Result<AlignedBuf, PoolError>> {
+        let mut out: Vec<Option<Result<AlignedBuf, PoolError>>> =
+            bps.iter().map(|_| None).collect();
+        let mut by_top: std::collections::BTreeMap<u32, Vec<usize>> =
+            std::collections::BTreeMap::new();
+        for (i, bp) in bps.iter().enumerate() {
+            by_top.entry(bp.dvas[0].vdev).or_default().push(i);
+        }
+        for (vdev, idxs) in by_top {
+            let Some(top) = self.tops.get(vdev as usize) else {
+                continue;
+            };
+            let reqs: Vec<(u64, u64)> = idxs
+                .iter()
+                .map(|&i| (bps[i].dvas[0].offset, bps[i].io_size()))
+                .collect();
+            if reqs
+                .iter()
+                .any(|&(off, size)| off + top.asize(size) > top.capacity_bytes())
+            {
+                continue; // a pointer past its vdev: leave it to the careful path
+            }
+            for (&i, buf) in idxs.iter().zip(top.read_many(&reqs)) {
+                if let Some(io) = buf.filter(|io| bps[i].verifies(io)) {
+                    self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+                    out[i] = Some(Ok(io));
+                }
+            }
+        }
+        out.into_iter()
+            .zip(bps)
+            .map(|(r, bp)| {
+                r.unwrap_or_else(|| self.read_stored(bp, ReadMode::Normal).map(|(io, _)| io))
+            })
+            .collect()
+    }
+
     /// Flushes every top-level vdev; false if one lost more leaves than it tolerates.
     pub fn flush_all(&self) -> bool {
         let parallel = !self.is_deterministic();

@@ -204,6 +204,23 @@ pub(crate) fn with_datasets<T>(name: &str, f: impl FnOnce(&Datasets) -> Result<T
     r
 }
 
+/// `with_datasets` for long writes (a stream received): the pool's sync thread
+/// commits in the background while `f` goes on writing, as in the daemon, and the
+/// ARC stays small: a process that exits next reads nothing back, and blocks leaving
+/// the ARC give their buffers to the next writes instead of fresh memory.
+pub(crate) fn with_datasets_syncing<T>(
+    name: &str,
+    f: impl FnOnce(&Datasets) -> Result<T>,
+) -> Result<T> {
+    let pool_name = fs::pool_of(name);
+    let _lock = lock_pool(pool_name)?;
+    let pool = crate::pool_cmd::open_registered_long_lived(pool_name, Some(64 << 20))?;
+    let ds = Datasets::new(pool.clone())?;
+    let r = f(&ds);
+    pool.sync()?;
+    r
+}
+
 /// Dataset and snapshot commands, through the daemon or on the pool directly.
 pub enum Admin {
     Daemon(Api),

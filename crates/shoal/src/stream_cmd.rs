@@ -4,7 +4,7 @@
 //! the daemon when it runs (`/api/v1/send`, `/api/v1/receive`), else on the pool
 //! directly under its lock. The stream format is in `docs/format.md`.
 
-use crate::admin::{encode, with_datasets, Admin};
+use crate::admin::{encode, with_datasets, with_datasets_syncing, Admin};
 use crate::units::human;
 use anyhow::{bail, Result};
 use pool::send::receiver::ReceiveSummary;
@@ -76,7 +76,7 @@ pub fn receive(dataset: &str, json: bool) -> Result<()> {
         Admin::Daemon(api) => {
             api.post_from(&format!("/receive/{}", encode(dataset)), &mut input)?
         }
-        Admin::Local => with_datasets(dataset, |ds| Ok(ds.receive(dataset, &mut input)?))?,
+        Admin::Local => with_datasets_syncing(dataset, |ds| Ok(ds.receive(dataset, &mut input)?))?,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

@@ -235,7 +235,7 @@ impl Record {
                         "object {obj} block {blkid}: {psize} bytes stored for {lsize}"
                     )));
                 }
-                let mut payload = vec![0u8; psize];
+                let mut payload = r.spare_buffer(psize);
                 r.read_exact(&mut payload)?;
                 Record::Data {
                     obj,
@@ -271,6 +271,9 @@ pub struct HashingReader<'a> {
     inner: &'a mut dyn std::io::Read,
     hasher: blake3::Hasher,
     pub bytes: u64,
+    /// A payload buffer the receiver is done with, for the next data record: fresh
+    /// block-sized allocations cost a page fault and a zeroing per 4 KiB.
+    spare: Vec<u8>,
 }
 
 impl<'a> HashingReader<'a> {
@@ -279,7 +282,23 @@ impl<'a> HashingReader<'a> {
             inner,
             hasher: blake3::Hasher::new(),
             bytes: 0,
+            spare: Vec::new(),
         }
+    }
+
+    /// Hands a data record's payload back for reuse.
+    pub fn recycle(&mut self, payload: Vec<u8>) {
+        if payload.capacity() > self.spare.capacity() {
+            self.spare = payload;
+        }
+    }
+
+    /// A buffer of `len` bytes (contents to be overwritten), reusing the spare.
+    fn spare_buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = std::mem::take(&mut self.spare);
+        b.clear();
+        b.resize(len, 0);
+        b
     }
 
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), PoolError> {
@@ -377,6 +396,27 @@ impl<'a> HashingWriter<'a> {
         let mut b = Vec::new();
         r.encode(&mut b);
         self.put(&b)
+    }
+
+    /// A data record straight from the block's stored bytes (what `record` of a
+    /// `Record::Data` writes, without building the record).
+    pub fn data(
+        &mut self,
+        obj: u64,
+        blkid: u64,
+        lsize: u32,
+        compression: u8,
+        payload: &[u8],
+    ) -> Result<(), PoolError> {
+        let mut head = [0u8; 1 + 8 + 8 + 4 + 1 + 4];
+        head[0] = REC_DATA;
+        head[1..9].copy_from_slice(&obj.to_le_bytes());
+        head[9..17].copy_from_slice(&blkid.to_le_bytes());
+        head[17..21].copy_from_slice(&lsize.to_le_bytes());
+        head[21] = compression;
+        head[22..26].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.put(&head)?;
+        self.put(payload)
     }
 
     /// Writes the end record and flushes.

@@ -116,6 +116,7 @@ fn apply(
 ) -> Result<(), PoolError> {
     // Block size of each object seen, for block ids to offsets.
     let mut block_sizes: HashMap<u64, u32> = HashMap::new();
+    let mut decompressed = Vec::new();
     loop {
         match Record::read(r)? {
             Record::Object {
@@ -189,24 +190,25 @@ fn apply(
                 }
                 let alg = Compression::from_code(compression)
                     .ok_or_else(|| refused(format!("compression code {compression}")))?;
-                let data = if alg == Compression::Off {
+                let offset = blkid
+                    .checked_mul(bs as u64)
+                    .ok_or_else(|| refused(format!("object {obj}: block id {blkid}")))?;
+                if alg == Compression::Off {
                     if payload.len() < lsize as usize {
                         return Err(refused(format!("object {obj} block {blkid}: short")));
                     }
-                    payload[..lsize as usize].to_vec()
+                    pool.write(os, obj, offset, &payload[..lsize as usize])?;
                 } else {
-                    let mut out = vec![0u8; lsize as usize];
-                    compress::decompress(alg, &payload, &mut out).map_err(|e| {
+                    decompressed.clear();
+                    decompressed.resize(lsize as usize, 0);
+                    compress::decompress(alg, &payload, &mut decompressed).map_err(|e| {
                         refused(format!(
                             "object {obj} block {blkid} does not decompress: {e}"
                         ))
                     })?;
-                    out
-                };
-                let offset = blkid
-                    .checked_mul(bs as u64)
-                    .ok_or_else(|| refused(format!("object {obj}: block id {blkid}")))?;
-                pool.write(os, obj, offset, &data)?;
+                    pool.write(os, obj, offset, &decompressed)?;
+                }
+                r.recycle(payload);
                 summary.data_blocks += 1;
             }
             Record::Free { obj, first, count } => {

@@ -14,7 +14,6 @@ use crate::objset::{bp_at, check_child, read_root};
 use crate::storage::Storage;
 use crate::{Pool, PoolError};
 use serde::Serialize;
-use vdev::ReadMode;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SendSummary {
@@ -181,29 +180,86 @@ fn send_object(
         push_coalesced(&mut changes, c);
         Ok(())
     })?;
+    // Runs of blocks are read together (`Storage::read_stored_batch`: adjacent blocks
+    // in one device I/O), the next run while this one is written, and streamed in
+    // block order.
+    let mut pieces: Vec<Piece> = Vec::new();
     for c in changes {
-        match c {
-            Change::Holes(first, count) => {
-                s.hole_ranges += 1;
-                w.record(&Record::Free { obj, first, count })?;
+        match (c, pieces.last_mut()) {
+            (Change::Holes(first, count), _) => pieces.push(Piece::Holes(first, count)),
+            (Change::Block(blkid, bp), Some(Piece::Run(run, bytes)))
+                if *bytes < READ_BATCH_BYTES =>
+            {
+                *bytes += bp.io_size();
+                run.push((blkid, bp));
             }
-            Change::Block(blkid, bp) => {
-                let (io, _) = st.read_stored(&bp, ReadMode::Normal)?;
-                let payload = io[..bp.psize as usize].to_vec();
-                s.data_blocks += 1;
-                s.data_bytes += payload.len() as u64;
-                w.record(&Record::Data {
-                    obj,
-                    blkid,
-                    lsize: bp.lsize,
-                    compression: bp.compression.code(),
-                    payload,
-                })?;
+            (Change::Block(blkid, bp), _) => {
+                pieces.push(Piece::Run(vec![(blkid, bp)], bp.io_size()))
             }
         }
     }
-    Ok(())
+    let runs: Vec<Vec<BlockPointer>> = pieces
+        .iter()
+        .filter_map(|p| match p {
+            Piece::Run(run, _) => Some(run.iter().map(|(_, bp)| *bp).collect()),
+            Piece::Holes(..) => None,
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        // One run read ahead; the reader stops when the writer hangs up.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let ahead = runs.len() > 1;
+        let runs = &runs;
+        if ahead {
+            scope.spawn(move || {
+                for bps in runs {
+                    if tx.send(st.read_stored_batch(bps)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut runs_read = 0;
+        for piece in &pieces {
+            match piece {
+                Piece::Holes(first, count) => {
+                    s.hole_ranges += 1;
+                    w.record(&Record::Free {
+                        obj,
+                        first: *first,
+                        count: *count,
+                    })?;
+                }
+                Piece::Run(run, _) => {
+                    let ios = if ahead {
+                        rx.recv().expect("the reader sends every run")
+                    } else {
+                        st.read_stored_batch(&runs[runs_read])
+                    };
+                    runs_read += 1;
+                    for ((blkid, bp), io) in run.iter().zip(ios) {
+                        let io = io?;
+                        let payload = &io[..bp.psize as usize];
+                        s.data_blocks += 1;
+                        s.data_bytes += payload.len() as u64;
+                        w.data(obj, *blkid, bp.lsize, bp.compression.code(), payload)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
 }
+
+/// A stretch of an object's stream: a run of blocks read together, with their stored
+/// bytes, or a hole range.
+enum Piece {
+    Run(Vec<(u64, BlockPointer)>, u64),
+    Holes(u64, u64),
+}
+
+/// How many bytes of blocks a send reads at once.
+const READ_BATCH_BYTES: u64 = 8 << 20;
 
 /// Appends a change, joining a hole range to the one before it when adjacent.
 fn push_coalesced(changes: &mut Vec<Change>, c: Change) {
