@@ -293,6 +293,73 @@ impl Datasets {
         Ok(pool::send::writer::send(&self.pool, id, from_id, out)?)
     }
 
+    /// The streams of a replicated send (`shoal send -R`): each snapshot of the
+    /// dataset up to `full`, oldest first, as (snapshot, base) object set ids: the
+    /// first in full (or, with `from`, the first after `from` as an incremental on it),
+    /// each later one as an incremental on the one before. Their concatenation
+    /// recreates every snapshot on a receiver (`receive_all`).
+    pub fn replicated_send_ids(
+        &self,
+        full: &str,
+        from: Option<&str>,
+    ) -> Result<Vec<(u64, Option<u64>)>> {
+        let (to, base) = self.send_ids(full, from)?;
+        let (dataset, _) = self.split_snapshot(full)?;
+        let names = self.snapshot_names(dataset)?;
+        let position = |id: u64| names.iter().position(|(i, _)| *i == id);
+        let last = position(to).ok_or_else(|| FsError::NotFound(format!(": snapshot '{full}'")))?;
+        let first = match base {
+            None => 0,
+            Some(b) => {
+                position(b)
+                    .ok_or_else(|| FsError::NotFound(format!(": base snapshot of '{full}'")))?
+                    + 1
+            }
+        };
+        let mut out = Vec::new();
+        let mut prev = base;
+        for (id, _) in &names[first..=last] {
+            out.push((*id, prev));
+            prev = Some(*id);
+        }
+        Ok(out)
+    }
+
+    /// Writes the streams `replicated_send_ids` names, one after another.
+    pub fn send_replicated(
+        &self,
+        full: &str,
+        from: Option<&str>,
+        out: &mut dyn std::io::Write,
+    ) -> Result<Vec<pool::send::writer::SendSummary>> {
+        let mut sent = Vec::new();
+        for (id, base) in self.replicated_send_ids(full, from)? {
+            sent.push(pool::send::writer::send(&self.pool, id, base, out)?);
+        }
+        Ok(sent)
+    }
+
+    /// Receives every stream on `input`, one after another, into filesystem `name`
+    /// (a replicated send, or any concatenation of streams that apply in turn). Each
+    /// is received as by `receive`: one that is refused leaves the filesystem as the
+    /// streams before it made it. Returns the summary of each.
+    pub fn receive_all(
+        &self,
+        name: &str,
+        input: &mut dyn std::io::BufRead,
+    ) -> Result<Vec<pool::send::receiver::ReceiveSummary>> {
+        let mut received = Vec::new();
+        loop {
+            let more = input
+                .fill_buf()
+                .map_err(|e| FsError::Io(format!("reading the stream: {e}")))?;
+            if more.is_empty() && !received.is_empty() {
+                return Ok(received);
+            }
+            received.push(self.receive(name, input)?);
+        }
+    }
+
     /// The object set ids `send` would send: the snapshot's and its base's.
     pub fn send_ids(&self, full: &str, from: Option<&str>) -> Result<(u64, Option<u64>)> {
         let id = self.snapshot_id(full)?;

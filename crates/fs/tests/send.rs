@@ -187,3 +187,70 @@ fn a_filesystem_and_its_changes_arrive_whole() {
     assert!(e.to_string().contains("in use"), "{e}");
     assert_eq!(dst.snapshot_names("tank/home").unwrap().len(), 2);
 }
+
+/// A replicated send (`send -R`) carries every snapshot up to the one named, each on
+/// the one before; received in one go, the replica holds them all, equal; with a base,
+/// only the snapshots after it travel.
+#[test]
+fn a_replicated_stream_brings_every_snapshot() {
+    let src = datasets(93, Layout::Mirror, 2);
+    let dst = datasets(94, Layout::Mirror, 2);
+    let mut rng = Rng(93);
+    src.create("tank/home", &[]).unwrap();
+    let fs = src.open("tank/home").unwrap();
+    populate(&fs, &mut rng);
+    src.snapshot("tank/home@a").unwrap();
+    modify(&fs, &mut rng);
+    src.snapshot("tank/home@b").unwrap();
+    let big = fs.lookup(1, b"big").unwrap().ino;
+    fs.write(big, 0, &rng.bytes(70_000)).unwrap();
+    src.snapshot("tank/home@c").unwrap();
+    fs.write(big, 900_000, &rng.bytes(10_000)).unwrap();
+    src.snapshot("tank/home@d").unwrap();
+    let trees: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|s| tree(&src.open(&format!("tank/home@{s}")).unwrap()))
+        .collect();
+
+    // Up to c: a in full, b and c as incrementals.
+    let mut up_to_c = Vec::new();
+    let sent = src
+        .send_replicated("tank/home@c", None, &mut up_to_c)
+        .unwrap();
+    assert_eq!(sent.len(), 3);
+    let got = dst
+        .receive_all("tank/home", &mut up_to_c.as_slice())
+        .unwrap();
+    let names: Vec<_> = got.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["tank/home@a", "tank/home@b", "tank/home@c"]);
+    for (i, s) in ["a", "b", "c"].iter().enumerate() {
+        assert!(
+            tree(&dst.open(&format!("tank/home@{s}")).unwrap()) == trees[i],
+            "tank/home@{s} differs from the sender's"
+        );
+    }
+    // Then from c on: d alone.
+    let mut after_c = Vec::new();
+    let sent = src
+        .send_replicated("tank/home@d", Some("@c"), &mut after_c)
+        .unwrap();
+    assert_eq!(sent.len(), 1);
+    dst.receive_all("tank/home", &mut after_c.as_slice())
+        .unwrap();
+    assert!(tree(&dst.open("tank/home@d").unwrap()) == trees[3]);
+    assert_eq!(dst.snapshot_names("tank/home").unwrap().len(), 4);
+
+    // An empty input is no stream at all; a stream cut short after whole ones keeps
+    // what arrived before it.
+    let e = dst.receive_all("tank/other", &mut (&[][..])).unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+    let mut two_and_a_half = Vec::new();
+    src.send_replicated("tank/home@c", None, &mut two_and_a_half)
+        .unwrap();
+    let cut = two_and_a_half.len() - 100;
+    let e = dst
+        .receive_all("tank/copy", &mut &two_and_a_half[..cut])
+        .unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+    assert_eq!(dst.snapshot_names("tank/copy").unwrap().len(), 2);
+}

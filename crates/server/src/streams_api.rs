@@ -1,6 +1,8 @@
 //! Snapshot streams over the admin API: `GET /api/v1/send/{snapshot}` answers with the
-//! stream (`application/octet-stream`, produced while it is sent), `POST
-//! /api/v1/receive/{filesystem}` takes one as its body and answers with what arrived.
+//! stream (`application/octet-stream`, produced while it is sent; `?replicate=true`:
+//! every snapshot up to it, one stream after another), `POST
+//! /api/v1/receive/{filesystem}` takes one or several as its body and answers with
+//! what arrived.
 //! `shoal send` and `shoal receive` use them while the daemon runs.
 //!
 //! The stream is produced and consumed on blocking threads and crosses to the HTTP
@@ -23,6 +25,9 @@ use tokio::sync::mpsc;
 #[derive(Debug, Deserialize)]
 pub struct SendQuery {
     from: Option<String>,
+    /// Every snapshot up to this one, each as an incremental on the one before
+    /// (`Datasets::replicated_send_ids`).
+    replicate: Option<bool>,
 }
 
 type Chunk = Result<Bytes, std::io::Error>;
@@ -50,13 +55,20 @@ pub async fn send(
 ) -> Result<Response, ApiError> {
     let ds = s.datasets_of(&snapshot)?;
     // Names first, so a wrong one is a 404 rather than an empty stream.
-    let (id, from_id) = ds.send_ids(&snapshot, q.from.as_deref())?;
+    let streams = if q.replicate.unwrap_or(false) {
+        ds.replicated_send_ids(&snapshot, q.from.as_deref())?
+    } else {
+        vec![ds.send_ids(&snapshot, q.from.as_deref())?]
+    };
     let (tx, rx) = mpsc::channel::<Chunk>(4);
     tokio::task::spawn_blocking(move || {
         let mut w = ChannelWriter(tx.clone());
-        if let Err(e) = pool::send::writer::send(ds.pool(), id, from_id, &mut w) {
-            tracing::warn!("send of {snapshot} failed part way: {e}");
-            let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+        for (id, from_id) in streams {
+            if let Err(e) = pool::send::writer::send(ds.pool(), id, from_id, &mut w) {
+                tracing::warn!("send of {snapshot} failed part way: {e}");
+                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                return;
+            }
         }
     });
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -126,13 +138,19 @@ async fn receive_from(
     let ds = s.datasets_of(&dataset)?;
     s.refuse_if_shared(&dataset, "before receiving into it")?;
     tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
-        let mut reader = ChannelReader {
-            rx,
-            current: Bytes::new(),
-        };
-        let summary = ds.receive(&dataset, &mut reader)?;
+        let mut reader = std::io::BufReader::with_capacity(
+            1 << 20,
+            ChannelReader {
+                rx,
+                current: Bytes::new(),
+            },
+        );
+        let mut all = ds.receive_all(&dataset, &mut reader)?;
         ds.pool().sync()?;
-        Ok(summary)
+        let streams = all.len() as u64;
+        let mut last = all.pop().expect("at least one stream");
+        last.streams = streams;
+        Ok(last)
     })
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?

@@ -49,9 +49,14 @@ enum Command {
         /// (`@name` or `pool/fs@name`), which the receiver must hold as its latest.
         #[arg(long, short = 'i')]
         from: Option<String>,
+        /// Every snapshot of the filesystem up to this one (after `--from`'s, with it),
+        /// each as an incremental on the one before: the receiver gets them all.
+        #[arg(long, short = 'R')]
+        replicate: bool,
     },
     /// Receive a stream from standard input into a filesystem: a full stream creates
-    /// it, an incremental applies on its latest snapshot (rolled back to first).
+    /// it, an incremental applies on its latest snapshot (rolled back to first);
+    /// several streams one after another (`send -R`) apply in turn.
     Receive {
         /// pool/filesystem
         dataset: String,
@@ -127,7 +132,11 @@ fn main() {
         Command::Pool(cmd) => pool_cmd::run(cmd),
         Command::Fs(cmd) => fs_cmd::run(cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(cmd),
-        Command::Send { snapshot, from } => stream_cmd::send(&snapshot, from.as_deref()),
+        Command::Send {
+            snapshot,
+            from,
+            replicate,
+        } => stream_cmd::send(&snapshot, from.as_deref(), replicate),
         Command::Receive { dataset, json } => stream_cmd::receive(&dataset, json),
         Command::Mount {
             dataset,

@@ -29,7 +29,7 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
-pub fn send(snapshot: &str, from: Option<&str>) -> Result<()> {
+pub fn send(snapshot: &str, from: Option<&str>, replicate: bool) -> Result<()> {
     if !snapshot.contains('@') {
         bail!("'{snapshot}' is not a snapshot: name one as pool/fs@name");
     }
@@ -44,11 +44,23 @@ pub fn send(snapshot: &str, from: Option<&str>) -> Result<()> {
     };
     match Admin::connect()? {
         Admin::Daemon(api) => {
-            let mut path = format!("/send/{}", encode(snapshot));
+            let mut query = Vec::new();
             if let Some(f) = from {
-                path.push_str(&format!("?from={}", encode(f)));
+                query.push(format!("from={}", encode(f)));
+            }
+            if replicate {
+                query.push("replicate=true".to_string());
+            }
+            let mut path = format!("/send/{}", encode(snapshot));
+            if !query.is_empty() {
+                path.push_str(&format!("?{}", query.join("&")));
             }
             api.get_to(&path, &mut out)?;
+        }
+        Admin::Local if replicate => {
+            with_datasets(snapshot, |ds| {
+                Ok(ds.send_replicated(snapshot, from, &mut out).map(|_| ())?)
+            })?;
         }
         Admin::Local => {
             with_datasets(snapshot, |ds| Ok(ds.send(snapshot, from, &mut out)?))?;
@@ -76,24 +88,43 @@ pub fn receive(dataset: &str, json: bool) -> Result<()> {
         Admin::Daemon(api) => {
             api.post_from(&format!("/receive/{}", encode(dataset)), &mut input)?
         }
-        Admin::Local => with_datasets_syncing(dataset, |ds| Ok(ds.receive(dataset, &mut input)?))?,
+        Admin::Local => {
+            let mut all =
+                with_datasets_syncing(dataset, |ds| Ok(ds.receive_all(dataset, &mut input)?))?;
+            let streams = all.len() as u64;
+            if !json {
+                for s in &all[..all.len() - 1] {
+                    print_received(s, None);
+                }
+            }
+            let mut last = all.pop().expect("at least one stream");
+            last.streams = streams;
+            last
+        }
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        println!(
-            "received {}{}: {} objects, {} data blocks, {} in {:.1} s",
-            summary.name,
-            if summary.incremental {
-                " (incremental)"
-            } else {
-                ""
-            },
-            summary.objects,
-            summary.data_blocks,
-            human(summary.bytes),
-            started.elapsed().as_secs_f64()
-        );
+        print_received(&summary, Some(started));
     }
     Ok(())
+}
+
+fn print_received(s: &ReceiveSummary, started: Option<Instant>) {
+    println!(
+        "received {}{}: {} objects, {} data blocks, {}{}{}",
+        s.name,
+        if s.incremental { " (incremental)" } else { "" },
+        s.objects,
+        s.data_blocks,
+        human(s.bytes),
+        if s.streams > 1 {
+            format!(" (the last of {} streams)", s.streams)
+        } else {
+            String::new()
+        },
+        started
+            .map(|t| format!(" in {:.1} s", t.elapsed().as_secs_f64()))
+            .unwrap_or_default()
+    );
 }

@@ -598,6 +598,29 @@ fn send_and_receive_through_the_daemon_and_without_it() {
     assert_eq!(nfs("nfs-cat", &[&url("/tank/copy", "data2")]), changed);
     assert_eq!(nfs("nfs-cat", &[&url("/tank/copy", "data")]), data);
     ok(&state, &["share", "remove", "tank/copy"]);
+
+    // Replicated (-R): both snapshots in one go, through the daemon.
+    let all = shoal(&state, &["send", "-R", "tank/a@two"]);
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    let got = shoal_with_input(&state, &["receive", "tank/mirror", "--json"], &all.stdout);
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert_eq!(summary["name"], "tank/mirror@two");
+    assert_eq!(summary["streams"], 2);
+    assert_eq!(
+        ok(&state, &["snapshot", "list", "tank/mirror"])
+            .matches("tank/mirror@")
+            .count(),
+        2
+    );
     d.stop(&state);
 
     // Without the daemon: the same commands on the pool directly.
@@ -615,5 +638,22 @@ fn send_and_receive_through_the_daemon_and_without_it() {
     );
     let err = fails(&state, &["send", "tank/copy"]);
     assert!(err.contains("not a snapshot"), "{err}");
+    let all = shoal(&state, &["send", "-R", "tank/mirror@two"]);
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    let got = shoal_with_input(&state, &["receive", "tank/fourth"], &all.stdout);
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let out = String::from_utf8_lossy(&got.stdout);
+    assert!(
+        out.contains("tank/fourth@one") && out.contains("the last of 2 streams"),
+        "{out}"
+    );
     assert!(ok(&state, &["pool", "check", "tank"]).contains("no problems found"));
 }

@@ -33,6 +33,14 @@ pub struct ReceiveSummary {
     pub freed_objects: u64,
     pub data_blocks: u64,
     pub incremental: bool,
+    /// Streams applied by the request this answers (several for a replicated send);
+    /// the other fields describe the last.
+    #[serde(default = "one")]
+    pub streams: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 fn refused(what: impl std::fmt::Display) -> PoolError {
@@ -57,6 +65,7 @@ pub fn receive(
     let mut summary = ReceiveSummary {
         incremental: header.incremental(),
         name: format!("{target}@{}", header.snapshot),
+        streams: 1,
         ..ReceiveSummary::default()
     };
     let (os, undo) = if header.incremental() {
