@@ -668,45 +668,24 @@ impl Storage {
                 }
             }
         }
-        // Group the claimed blocks by the vdev of their first copy.
-        let mut by_top: std::collections::BTreeMap<u32, Vec<usize>> =
-            std::collections::BTreeMap::new();
-        for &i in &claimed {
-            by_top.entry(bps[i].dvas[0].vdev).or_default().push(i);
-        }
-        for (vdev, idxs) in by_top {
-            let Some(top) = self.tops.get(vdev as usize) else {
+        for (i, io) in self.read_first_copies(bps, &claimed) {
+            let bp = &bps[i];
+            if !bp.verifies(&io) {
                 continue;
-            };
-            let reqs: Vec<(u64, u64)> = idxs
-                .iter()
-                .map(|&i| (bps[i].dvas[0].offset, bps[i].io_size()))
-                .filter(|&(off, size)| off + top.asize(size) <= top.capacity_bytes())
-                .collect();
-            if reqs.len() != idxs.len() {
-                continue; // a pointer past its vdev: leave it to the careful path
             }
-            let bufs = top.read_many(&reqs);
-            for (&i, buf) in idxs.iter().zip(bufs) {
-                let bp = &bps[i];
-                let Some(io) = buf else { continue };
-                if !bp.verifies(&io) {
+            let psize = bp.psize as usize;
+            self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+            let block = if bp.compression == Compression::Off {
+                CachedBlock(Arc::new(BlockBytes::Aligned(io, bp.lsize as usize)))
+            } else {
+                let mut out = vec![0u8; bp.lsize as usize];
+                if compress::decompress(bp.compression, &io[..psize], &mut out).is_err() {
                     continue;
                 }
-                let psize = bp.psize as usize;
-                self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
-                let block = if bp.compression == Compression::Off {
-                    CachedBlock(Arc::new(BlockBytes::Aligned(io, bp.lsize as usize)))
-                } else {
-                    let mut out = vec![0u8; bp.lsize as usize];
-                    if compress::decompress(bp.compression, &io[..psize], &mut out).is_err() {
-                        continue;
-                    }
-                    CachedBlock::from_vec(out)
-                };
-                self.arc_insert(BlockKey::of(bp), block.clone(), kind);
-                results[i] = Some(Ok(block));
-            }
+                CachedBlock::from_vec(out)
+            };
+            self.arc_insert(BlockKey::of(bp), block.clone(), kind);
+            results[i] = Some(Ok(block));
         }
         let keys: Vec<BlockKey> = claimed.iter().map(|&i| BlockKey::of(&bps[i])).collect();
         self.inflight.finish(&keys);
@@ -803,18 +782,17 @@ impl Storage {
         Ok((io, report))
     }
 
-    /// `read_stored` of many blocks, not through the ARC (a stream reads each block
-    /// once): adjacent blocks of one vdev come in aggregated device I/Os
-    /// (`TopVdev::read_many`); a block whose fast read fails or does not verify goes
-    /// through `read_stored`, which tries every copy and heals.
-    pub fn read_stored_batch(&self, bps: &[BlockPointer]) -> Vec<Result<AlignedBuf, PoolError>> {
-        let mut out: Vec<Option<Result<AlignedBuf, PoolError>>> =
-            bps.iter().map(|_| None).collect();
+    /// The first copy of each block of `bps` that `idxs` names, read with aggregated
+    /// device I/O per vdev (`TopVdev::read_many`), unverified: (index, bytes) of each
+    /// that read. A group with a pointer past its vdev is left out, for the careful
+    /// path (`read_stored`) to report.
+    fn read_first_copies(&self, bps: &[BlockPointer], idxs: &[usize]) -> Vec<(usize, AlignedBuf)> {
         let mut by_top: std::collections::BTreeMap<u32, Vec<usize>> =
             std::collections::BTreeMap::new();
-        for (i, bp) in bps.iter().enumerate() {
-            by_top.entry(bp.dvas[0].vdev).or_default().push(i);
+        for &i in idxs {
+            by_top.entry(bps[i].dvas[0].vdev).or_default().push(i);
         }
+        let mut out = Vec::with_capacity(idxs.len());
         for (vdev, idxs) in by_top {
             let Some(top) = self.tops.get(vdev as usize) else {
                 continue;
@@ -827,13 +805,29 @@ impl Storage {
                 .iter()
                 .any(|&(off, size)| off + top.asize(size) > top.capacity_bytes())
             {
-                continue; // a pointer past its vdev: leave it to the careful path
+                continue;
             }
             for (&i, buf) in idxs.iter().zip(top.read_many(&reqs)) {
-                if let Some(io) = buf.filter(|io| bps[i].verifies(io)) {
-                    self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
-                    out[i] = Some(Ok(io));
+                if let Some(io) = buf {
+                    out.push((i, io));
                 }
+            }
+        }
+        out
+    }
+
+    /// `read_stored` of many blocks, not through the ARC (a stream reads each block
+    /// once): adjacent blocks of one vdev come in aggregated device I/Os
+    /// (`TopVdev::read_many`); a block whose fast read fails or does not verify goes
+    /// through `read_stored`, which tries every copy and heals.
+    pub fn read_stored_batch(&self, bps: &[BlockPointer]) -> Vec<Result<AlignedBuf, PoolError>> {
+        let mut out: Vec<Option<Result<AlignedBuf, PoolError>>> =
+            bps.iter().map(|_| None).collect();
+        let all: Vec<usize> = (0..bps.len()).collect();
+        for (i, io) in self.read_first_copies(bps, &all) {
+            if bps[i].verifies(&io) {
+                self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+                out[i] = Some(Ok(io));
             }
         }
         out.into_iter()
