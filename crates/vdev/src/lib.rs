@@ -7,6 +7,7 @@ pub mod device;
 pub mod fault_injection;
 pub mod file_device;
 pub mod label;
+pub mod leaf;
 pub mod raidz_map;
 pub mod raidz_math;
 pub mod sim_device;
