@@ -145,12 +145,9 @@ async fn receive_from(
                 current: Bytes::new(),
             },
         );
-        let mut all = ds.receive_all(&dataset, &mut reader)?;
+        let all = ds.receive_all(&dataset, &mut reader)?;
         ds.pool().sync()?;
-        let streams = all.len() as u64;
-        let mut last = all.pop().expect("at least one stream");
-        last.streams = streams;
-        Ok(last)
+        Ok(pool::send::receiver::ReceiveSummary::of_all(all).expect("at least one stream"))
     })
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?

@@ -89,17 +89,14 @@ pub fn receive(dataset: &str, json: bool) -> Result<()> {
             api.post_from(&format!("/receive/{}", encode(dataset)), &mut input)?
         }
         Admin::Local => {
-            let mut all =
+            let all =
                 with_datasets_syncing(dataset, |ds| Ok(ds.receive_all(dataset, &mut input)?))?;
-            let streams = all.len() as u64;
             if !json {
                 for s in &all[..all.len() - 1] {
                     print_received(s, None);
                 }
             }
-            let mut last = all.pop().expect("at least one stream");
-            last.streams = streams;
-            last
+            ReceiveSummary::of_all(all).expect("at least one stream")
         }
     };
     if json {

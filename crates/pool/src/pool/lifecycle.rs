@@ -265,13 +265,8 @@ impl Pool {
             leaves.retain(|l| !Arc::ptr_eq(l, first));
             leaves.insert(0, first.clone());
         }
-        for leaf in leaves {
-            if !leaf.is_usable() {
-                continue;
-            }
-            let mut c = cfg.clone();
-            c.this_guid = leaf.guid();
-            label::write_config(&*leaf.device().unwrap(), &c.to_bytes())?;
+        for leaf in leaves.iter().filter(|l| l.is_usable()) {
+            write_leaf_config(leaf, &cfg)?;
         }
         Ok(())
     }
@@ -793,4 +788,12 @@ impl Pool {
         self.directory_dirty.store(true, Ordering::SeqCst);
         self.sync().map(|_| ())
     }
+}
+
+/// Writes `cfg` into a usable leaf's labels, naming the leaf as the device it is on.
+pub(super) fn write_leaf_config(leaf: &Leaf, cfg: &PoolConfig) -> Result<(), PoolError> {
+    let mut c = cfg.clone();
+    c.this_guid = leaf.guid();
+    let device = leaf.device().expect("a usable leaf has its device");
+    Ok(label::write_config(&*device, &c.to_bytes())?)
 }

@@ -1,6 +1,7 @@
 //! Health and status, scrub, resilver (replace) and check: the walks over every
 //! committed block, and the checks that compare the on-disk state with itself.
 
+use super::lifecycle::write_leaf_config;
 use super::*;
 
 impl Pool {
@@ -162,9 +163,7 @@ impl Pool {
                     Err(_) => {
                         summary.errors += 1;
                         if let Some(d) = bp.copies().next() {
-                            if summary.unreadable.len() < MAX_LISTED_ERRORS {
-                                summary.unreadable.push((d.vdev, d.offset));
-                            }
+                            list_unreadable(&mut summary.unreadable, d);
                         }
                     }
                 }
@@ -279,12 +278,6 @@ impl Pool {
                 )))
             }
         }
-        if leaf.device().is_none() {
-            return Err(PoolError::InvalidArgument(format!(
-                "{} has no device open; replace it",
-                leaf.path()
-            )));
-        }
         if top.layout == Layout::Disk {
             return Err(PoolError::InvalidArgument(
                 "a plain disk has no redundancy to resilver from; export and import the pool"
@@ -369,9 +362,7 @@ impl Pool {
                     Ok(bytes) => summary.bytes_written += bytes,
                     Err(_) => {
                         summary.errors += 1;
-                        if summary.unreadable.len() < MAX_LISTED_ERRORS {
-                            summary.unreadable.push((d.vdev, d.offset));
-                        }
+                        list_unreadable(&mut summary.unreadable, d);
                     }
                 }
                 summary.blocks += 1;
@@ -464,9 +455,7 @@ impl Pool {
             let cfg = self.config.lock().unwrap().clone();
             let mut written = 0;
             for leaf in self.all_leaves().iter().filter(|l| l.is_usable()) {
-                let mut c = cfg.clone();
-                c.this_guid = leaf.guid();
-                match label::write_config(&*leaf.device().unwrap(), &c.to_bytes()) {
+                match write_leaf_config(leaf, &cfg) {
                     Ok(()) => written += 1,
                     Err(_) => leaf.set_health(Health::Faulted),
                 }
@@ -565,6 +554,13 @@ impl Pool {
             ));
         }
         Ok(report)
+    }
+}
+
+/// Notes where an unreadable block lies, for the first `MAX_LISTED_ERRORS`.
+fn list_unreadable(list: &mut Vec<(u32, u64)>, at: &crate::blkptr::Dva) {
+    if list.len() < MAX_LISTED_ERRORS {
+        list.push((at.vdev, at.offset));
     }
 }
 

@@ -31,6 +31,19 @@ const REC_DATA: u8 = 3;
 const REC_FREE: u8 = 4;
 const REC_END: u8 = 5;
 
+/// A data record up to its payload: type, object, block id, logical size,
+/// compression, payload length.
+fn data_head(obj: u64, blkid: u64, lsize: u32, compression: u8, psize: usize) -> [u8; 26] {
+    let mut head = [0u8; 26];
+    head[0] = REC_DATA;
+    head[1..9].copy_from_slice(&obj.to_le_bytes());
+    head[9..17].copy_from_slice(&blkid.to_le_bytes());
+    head[17..21].copy_from_slice(&lsize.to_le_bytes());
+    head[21] = compression;
+    head[22..26].copy_from_slice(&(psize as u32).to_le_bytes());
+    head
+}
+
 /// The longest name or property string a header may carry.
 const MAX_HEADER_STRING: usize = 1 << 20;
 
@@ -169,12 +182,13 @@ impl Record {
                 compression,
                 payload,
             } => {
-                b.push(REC_DATA);
-                b.extend_from_slice(&obj.to_le_bytes());
-                b.extend_from_slice(&blkid.to_le_bytes());
-                b.extend_from_slice(&lsize.to_le_bytes());
-                b.push(*compression);
-                b.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+                b.extend_from_slice(&data_head(
+                    *obj,
+                    *blkid,
+                    *lsize,
+                    *compression,
+                    payload.len(),
+                ));
                 b.extend_from_slice(payload);
             }
             Record::Free { obj, first, count } => {
@@ -408,14 +422,7 @@ impl<'a> HashingWriter<'a> {
         compression: u8,
         payload: &[u8],
     ) -> Result<(), PoolError> {
-        let mut head = [0u8; 1 + 8 + 8 + 4 + 1 + 4];
-        head[0] = REC_DATA;
-        head[1..9].copy_from_slice(&obj.to_le_bytes());
-        head[9..17].copy_from_slice(&blkid.to_le_bytes());
-        head[17..21].copy_from_slice(&lsize.to_le_bytes());
-        head[21] = compression;
-        head[22..26].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        self.put(&head)?;
+        self.put(&data_head(obj, blkid, lsize, compression, payload.len()))?;
         self.put(payload)
     }
 

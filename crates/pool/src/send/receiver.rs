@@ -43,6 +43,17 @@ fn one() -> u64 {
     1
 }
 
+impl ReceiveSummary {
+    /// The answer for several streams received in turn: the last one's summary, with
+    /// how many there were. None for no stream.
+    pub fn of_all(mut all: Vec<ReceiveSummary>) -> Option<ReceiveSummary> {
+        let streams = all.len() as u64;
+        let mut last = all.pop()?;
+        last.streams = streams;
+        Some(last)
+    }
+}
+
 fn refused(what: impl std::fmt::Display) -> PoolError {
     PoolError::InvalidArgument(format!("stream refused: {what}"))
 }

@@ -187,39 +187,36 @@ fn send_object(
     for c in changes {
         match (c, pieces.last_mut()) {
             (Change::Holes(first, count), _) => pieces.push(Piece::Holes(first, count)),
-            (Change::Block(blkid, bp), Some(Piece::Run(run, bytes)))
-                if *bytes < READ_BATCH_BYTES =>
-            {
-                *bytes += bp.io_size();
-                run.push((blkid, bp));
+            (Change::Block(blkid, bp), Some(Piece::Run(run))) if run.bytes < READ_BATCH_BYTES => {
+                run.push(blkid, bp)
             }
             (Change::Block(blkid, bp), _) => {
-                pieces.push(Piece::Run(vec![(blkid, bp)], bp.io_size()))
+                let mut run = Run::default();
+                run.push(blkid, bp);
+                pieces.push(Piece::Run(run));
             }
         }
     }
-    let runs: Vec<Vec<BlockPointer>> = pieces
-        .iter()
-        .filter_map(|p| match p {
-            Piece::Run(run, _) => Some(run.iter().map(|(_, bp)| *bp).collect()),
+    let runs = || {
+        pieces.iter().filter_map(|p| match p {
+            Piece::Run(run) => Some(run),
             Piece::Holes(..) => None,
         })
-        .collect();
+    };
+    // One run read ahead by a helper thread when there is more than one.
+    let ahead = runs().nth(1).is_some();
     std::thread::scope(|scope| {
-        // One run read ahead; the reader stops when the writer hangs up.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let ahead = runs.len() > 1;
-        let runs = &runs;
         if ahead {
             scope.spawn(move || {
-                for bps in runs {
-                    if tx.send(st.read_stored_batch(bps)).is_err() {
+                for run in runs() {
+                    // The writer hung up: it failed, nothing more to read.
+                    if tx.send(st.read_stored_batch(&run.bps)).is_err() {
                         break;
                     }
                 }
             });
         }
-        let mut runs_read = 0;
         for piece in &pieces {
             match piece {
                 Piece::Holes(first, count) => {
@@ -230,14 +227,13 @@ fn send_object(
                         count: *count,
                     })?;
                 }
-                Piece::Run(run, _) => {
+                Piece::Run(run) => {
                     let ios = if ahead {
                         rx.recv().expect("the reader sends every run")
                     } else {
-                        st.read_stored_batch(&runs[runs_read])
+                        st.read_stored_batch(&run.bps)
                     };
-                    runs_read += 1;
-                    for ((blkid, bp), io) in run.iter().zip(ios) {
+                    for ((blkid, bp), io) in run.blkids.iter().zip(&run.bps).zip(ios) {
                         let io = io?;
                         let payload = &io[..bp.psize as usize];
                         s.data_blocks += 1;
@@ -251,11 +247,26 @@ fn send_object(
     })
 }
 
-/// A stretch of an object's stream: a run of blocks read together, with their stored
-/// bytes, or a hole range.
+/// A stretch of an object's stream: a run of blocks read together, or a hole range.
 enum Piece {
-    Run(Vec<(u64, BlockPointer)>, u64),
+    Run(Run),
     Holes(u64, u64),
+}
+
+/// Blocks read together: their ids, pointers, and stored bytes in all.
+#[derive(Default)]
+struct Run {
+    blkids: Vec<u64>,
+    bps: Vec<BlockPointer>,
+    bytes: u64,
+}
+
+impl Run {
+    fn push(&mut self, blkid: u64, bp: BlockPointer) {
+        self.bytes += bp.io_size();
+        self.blkids.push(blkid);
+        self.bps.push(bp);
+    }
 }
 
 /// How many bytes of blocks a send reads at once.
