@@ -88,6 +88,10 @@ pub enum Meter {
     Cpu,
     /// Microseconds a device was busy in the last second; `subject` is a device.
     DeviceBusy,
+    /// Replication stream bytes; `subject` is a pool; label 0: sent or received.
+    ReplicationBytes,
+    /// Seconds since the newest snapshot replicated from a pool was taken (a level).
+    ReplicationLag,
 }
 
 /// One meter reading.

@@ -433,6 +433,16 @@ impl Datasets {
         Ok(self.pool.snapshot_rollback(id)?)
     }
 
+    /// Forgets the open instance of `name` (a dataset or snapshot), so it can be
+    /// received into or rolled back. The caller has stopped every user of it (its
+    /// share or mount); one still holding the instance sees the dataset as changed
+    /// under it.
+    pub fn close(&self, name: &str) {
+        if let Some(id) = self.pool.objset_id(name) {
+            self.open.lock().unwrap().remove(&id);
+        }
+    }
+
     /// Opens a dataset, or a snapshot (`pool/fs@name`) read-only.
     pub fn open(&self, name: &str) -> Result<Arc<Filesystem>> {
         if name.contains('@') {

@@ -423,6 +423,16 @@ impl NfsService {
         shares.len() != before
     }
 
+    /// The share of `dataset`, if it is shared.
+    pub fn share_named(&self, dataset: &str) -> Option<Arc<Share>> {
+        self.shares
+            .read()
+            .unwrap()
+            .values()
+            .find(|s| s.dataset == dataset)
+            .cloned()
+    }
+
     pub fn is_shared(&self, dataset: &str) -> bool {
         self.shares
             .read()

@@ -13,11 +13,12 @@
 //! "required"`) makes every call but the login itself need a session or a token
 //! (`auth.rs`); with `[api] tls_cert` and `tls_key` it speaks HTTPS only.
 
+use crate::replication::admin_api as rep;
 use crate::{DaemonState, ServerError};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -54,6 +55,35 @@ pub fn router(state: Shared) -> Router {
         .route(
             "/api/v1/receive/{*dataset}",
             post(crate::streams_api::receive).layer(axum::extract::DefaultBodyLimit::disable()),
+        )
+        .route("/api/v1/replication", get(rep::overview))
+        .route(
+            "/api/v1/replication/credentials",
+            post(rep::create_credential),
+        )
+        .route(
+            "/api/v1/replication/credentials/{name}",
+            delete(rep::delete_credential),
+        )
+        .route("/api/v1/replication/targets", post(rep::add_target))
+        .route(
+            "/api/v1/replication/targets/{name}",
+            delete(rep::delete_target),
+        )
+        .route("/api/v1/replication/actions", post(rep::add_action))
+        .route(
+            "/api/v1/replication/actions/{id}",
+            delete(rep::delete_action),
+        )
+        .route(
+            "/api/v1/replication/actions/{id}/run",
+            post(rep::run_action),
+        )
+        .route("/api/v1/replication/promote/{*dataset}", post(rep::promote))
+        .route("/api/v1/replication/demote/{*dataset}", post(rep::demote))
+        .route(
+            "/api/v1/replication/incoming/{*dataset}",
+            get(crate::replication::incoming::state).post(crate::replication::incoming::receive),
         )
         .route("/api/v1/shares", get(shares))
         .route(
@@ -187,6 +217,7 @@ impl From<ServerError> for ApiError {
             ServerError::Pool(e) => e.into(),
             ServerError::Config(m) => ApiError::bad(m),
             ServerError::NotFound(m) => ApiError::not_found(m),
+            ServerError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
             e @ ServerError::Io(..) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
             }

@@ -20,6 +20,7 @@ pub mod analytics_api;
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod replication;
 pub mod samplers;
 pub mod streams_api;
 pub mod ui;
@@ -42,6 +43,9 @@ pub enum ServerError {
     Io(String, std::io::Error),
     #[error("{0}")]
     NotFound(String),
+    /// The request clashes with what exists or runs (HTTP 409).
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Fs(#[from] fs::FsError),
     #[error(transparent)]
@@ -61,6 +65,7 @@ pub struct DaemonState {
     pub started_unix: u64,
     pub auth: auth::Auth,
     pub worksheets: worksheets::Worksheets,
+    pub replication: replication::Replication,
     state_dir: PathBuf,
     /// Serialises share changes and their persistence.
     share_changes: Mutex<()>,
@@ -363,6 +368,7 @@ impl Daemon {
                 tracing::warn!(dataset = %name, error = %e, "a saved worksheet's dataset");
             }
         }
+        let replication = replication::Replication::open(state_dir)?;
         let state = Arc::new(DaemonState {
             pools,
             datasets,
@@ -373,6 +379,7 @@ impl Daemon {
             started_unix: now.as_secs(),
             auth,
             worksheets,
+            replication,
             state_dir: state_dir.to_path_buf(),
             share_changes: Mutex::new(()),
         });
@@ -381,6 +388,16 @@ impl Daemon {
                 state.share(dataset, rules, false)?;
             }
         }
+        if config.analytics.enabled {
+            for p in &state.pools {
+                state.analytics.add_sampler(replication::LagSampler::new(
+                    Arc::downgrade(&state),
+                    &p.name,
+                    &state.analytics,
+                ));
+            }
+        }
+        replication::start_scheduler(Arc::downgrade(&state));
         let api = match config.api.listen {
             Some(listen) => {
                 let (server, addr) = ApiServer::start(listen, tls.clone(), state.clone())?;
@@ -441,6 +458,7 @@ impl Daemon {
     /// Stops the API, drains in-flight NFS calls, then commits every pool's open
     /// transaction group.
     pub fn stop(mut self) -> Result<()> {
+        self.state.replication.stop_scheduler();
         if let Some(api) = self.api.take() {
             api.stop();
         }

@@ -82,7 +82,7 @@ pub async fn send(
 }
 
 /// Reads the request body's chunks from a channel.
-struct ChannelReader {
+pub(crate) struct ChannelReader {
     rx: mpsc::Receiver<Chunk>,
     current: Bytes,
 }
@@ -102,15 +102,12 @@ impl std::io::Read for ChannelReader {
     }
 }
 
-pub async fn receive(
-    State(s): State<Shared>,
-    Path(dataset): Path<String>,
-    body: Body,
-) -> Result<(StatusCode, Json<pool::send::receiver::ReceiveSummary>), ApiError> {
+/// The request body as a blocking reader: a task forwards its chunks through a
+/// bounded channel. Once nothing reads any more (refused before or during the
+/// receive), the rest of the body is read and dropped, so the client, still sending,
+/// gets the answer rather than a reset connection. Await the handle before answering.
+pub(crate) fn body_reader(body: Body) -> (tokio::task::JoinHandle<()>, ChannelReader) {
     let (tx, rx) = mpsc::channel::<Chunk>(4);
-    // Once nothing reads the stream any more (refused before or during the receive),
-    // the rest of the body is read and dropped, so the client, still sending, gets
-    // the answer rather than a reset connection.
     let pump = tokio::spawn(async move {
         let mut frames = body.into_data_stream();
         let mut forwarding = true;
@@ -125,7 +122,22 @@ pub async fn receive(
             }
         }
     });
-    let received = receive_from(&s, dataset, rx).await;
+    (
+        pump,
+        ChannelReader {
+            rx,
+            current: Bytes::new(),
+        },
+    )
+}
+
+pub async fn receive(
+    State(s): State<Shared>,
+    Path(dataset): Path<String>,
+    body: Body,
+) -> Result<(StatusCode, Json<pool::send::receiver::ReceiveSummary>), ApiError> {
+    let (pump, reader) = body_reader(body);
+    let received = receive_from(&s, dataset, reader).await;
     let _ = pump.await;
     Ok((StatusCode::CREATED, Json(received?)))
 }
@@ -133,18 +145,12 @@ pub async fn receive(
 async fn receive_from(
     s: &Shared,
     dataset: String,
-    rx: mpsc::Receiver<Chunk>,
+    reader: ChannelReader,
 ) -> Result<pool::send::receiver::ReceiveSummary, ApiError> {
     let ds = s.datasets_of(&dataset)?;
     s.refuse_if_shared(&dataset, "before receiving into it")?;
     tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
-        let mut reader = std::io::BufReader::with_capacity(
-            1 << 20,
-            ChannelReader {
-                rx,
-                current: Bytes::new(),
-            },
-        );
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, reader);
         let all = ds.receive_all(&dataset, &mut reader)?;
         ds.pool().sync()?;
         Ok(pool::send::receiver::ReceiveSummary::of_all(all).expect("at least one stream"))

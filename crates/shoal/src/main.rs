@@ -10,6 +10,7 @@ mod fs_cmd;
 mod fuse_mount;
 mod pool_cmd;
 mod registry;
+mod replication_cmd;
 mod serve;
 mod share_cmd;
 mod snapshot_cmd;
@@ -40,6 +41,9 @@ enum Command {
     /// Take, list, destroy and roll back to snapshots (`pool/fs@name`).
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
+    /// Replicate filesystems to another shoal daemon, and fail over to a replica.
+    #[command(subcommand)]
+    Replication(replication_cmd::ReplicationCommand),
     /// Write a snapshot as a stream to standard output: `shoal send tank/home@mon`, or
     /// only the changes since an older snapshot with `--from @sun`.
     Send {
@@ -132,6 +136,7 @@ fn main() {
         Command::Pool(cmd) => pool_cmd::run(cmd),
         Command::Fs(cmd) => fs_cmd::run(cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(cmd),
+        Command::Replication(cmd) => replication_cmd::run(cmd),
         Command::Send {
             snapshot,
             from,

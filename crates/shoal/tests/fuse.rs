@@ -8,91 +8,11 @@
 mod common;
 use common::*;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn is_mounted(p: &Path) -> bool {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    let p = p.to_string_lossy();
-    mounts
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(&*p))
-}
-
-/// A running `shoal mount`; unmounts lazily if a test fails before it does.
-struct Mount {
-    child: Option<Child>,
-    at: PathBuf,
-}
-
-impl Mount {
-    fn start(state: &Path, dataset: &str, at: &Path, opts: &[&str]) -> Mount {
-        std::fs::create_dir_all(at).unwrap();
-        let mut args = vec!["mount", dataset, at.to_str().unwrap()];
-        args.extend_from_slice(opts);
-        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-            .args(&args)
-            .env("SHOAL_STATE_DIR", state)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start shoal mount");
-        let mut m = Mount {
-            child: Some(child),
-            at: at.to_path_buf(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !is_mounted(at) {
-            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
-                let mut err = String::new();
-                m.child
-                    .as_mut()
-                    .unwrap()
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                panic!("shoal mount exited ({status}): {err}");
-            }
-            assert!(Instant::now() < deadline, "mount did not appear");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        m
-    }
-
-    /// Waits for the mount process to finish after an unmount or a signal.
-    fn wait(mut self) {
-        let mut child = self.child.take().unwrap();
-        let status = child.wait().unwrap();
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        assert!(status.success(), "shoal mount failed: {err}");
-        assert!(!is_mounted(&self.at));
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("umount").arg("-l").arg(&self.at).status();
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// Unmounts a plain (non-shoal) mount when dropped, also when a test fails.
 struct Unmount(PathBuf);

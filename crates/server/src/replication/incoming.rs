@@ -1,0 +1,297 @@
+//! The replica's side: `GET /api/v1/replication/incoming/{fs}` answers what this
+//! appliance holds of `fs` (snapshots by identity), `POST` with `?base=GUID&keep=N`
+//! receives one or several streams into it. Both need a replication credential
+//! (`Authorization: Bearer TOKEN`) whatever the API's login setting; nothing else
+//! takes one.
+//!
+//! A receive into an existing filesystem needs it to be a replica here (received
+//! before, or demoted by the operator) bound to the same credential. With a base,
+//! every snapshot after the base is destroyed first and the filesystem rolled back to
+//! it (as `zfs receive -F`): a replica has no changes of its own worth keeping. A full
+//! stream into a replica without a snapshot (a first receive cut by a crash) replaces
+//! it. After every receive, good or refused, the replica is `readonly=on` and its
+//! replication snapshots are pruned to `keep`. A shared replica is taken out of the
+//! NFS service for the receive and shared again with the same rules after it.
+
+use super::{unix_now, Incoming};
+use crate::api::{ApiError, Params, Shared};
+use crate::replication::sender::{RemoteSnapshot, RemoteState};
+use analytics::{Event, Meter, MeterEvent};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use pool::send::receiver::ReceiveSummary;
+use serde::Deserialize;
+use std::time::Instant;
+
+#[derive(Debug, Deserialize)]
+pub struct IncomingQuery {
+    /// Identity of the snapshot the streams apply on; absent for a full send.
+    base: Option<u64>,
+    /// Replication snapshots to keep on this side.
+    keep: Option<u32>,
+}
+
+/// The credential's name, or 401.
+fn credential(s: &Shared, headers: &HeaderMap) -> Result<String, ApiError> {
+    let token = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    token
+        .and_then(|t| s.replication.credential_named(t))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "not a replication credential of this appliance",
+            )
+        })
+}
+
+fn conflict(m: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, m)
+}
+
+pub async fn state(
+    State(s): State<Shared>,
+    Path(dataset): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<RemoteState>, ApiError> {
+    credential(&s, &headers)?;
+    let ds = s.datasets_of(&dataset)?;
+    let pool = ds.pool().clone();
+    let replica = s.replication.read(|b| b.incoming.contains_key(&dataset));
+    let Some(os) = pool.objset_id(&dataset).filter(|_| !dataset.contains('@')) else {
+        return Ok(Json(RemoteState {
+            dataset,
+            exists: false,
+            replica,
+            snapshots: Vec::new(),
+        }));
+    };
+    let snapshots = pool
+        .snapshot_names(os)
+        .into_iter()
+        .filter_map(|(id, full)| {
+            Some(RemoteSnapshot {
+                name: full.split_once('@')?.1.to_string(),
+                guid: pool.snapshot_guid(id)?,
+            })
+        })
+        .collect();
+    Ok(Json(RemoteState {
+        dataset,
+        exists: true,
+        replica,
+        snapshots,
+    }))
+}
+
+pub async fn receive(
+    State(s): State<Shared>,
+    Path(dataset): Path<String>,
+    Params(q): Params<IncomingQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<ReceiveSummary>), ApiError> {
+    let (pump, reader) = crate::streams_api::body_reader(body);
+    let outcome = async {
+        let who = credential(&s, &headers)?;
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || receive_blocking(&s2, &dataset, &who, q, reader))
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    }
+    .await;
+    let _ = pump.await;
+    Ok((StatusCode::CREATED, Json(outcome?)))
+}
+
+fn receive_blocking(
+    s: &Shared,
+    dataset: &str,
+    who: &str,
+    q: IncomingQuery,
+    reader: crate::streams_api::ChannelReader,
+) -> Result<ReceiveSummary, ApiError> {
+    let ds = s.datasets_of(dataset)?;
+    if dataset.contains('@') || !dataset.contains('/') {
+        return Err(ApiError::bad(format!(
+            "'{dataset}': a replica is a filesystem below a pool's own"
+        )));
+    }
+    if !s.replication.claim_receive(dataset) {
+        return Err(conflict(format!(
+            "a stream is being received into {dataset} already"
+        )));
+    }
+    let paused = pause_share(s, dataset);
+    let result = (|| {
+        prepare(s, &ds, dataset, who, q.base)?;
+        let counted = Counted {
+            inner: reader,
+            s,
+            subject: s.analytics.register_pool(fs::pool_of(dataset)),
+        };
+        let mut input = std::io::BufReader::with_capacity(1 << 20, counted);
+        let all = ds.receive_all(dataset, &mut input);
+        // Good or refused, whatever arrived stays read-only and pruned.
+        finish(s, &ds, dataset, q.keep.unwrap_or(u32::MAX));
+        let all = all?;
+        ds.pool().sync()?;
+        Ok(ReceiveSummary::of_all(all).expect("at least one stream"))
+    })();
+    if let Some(share) = paused {
+        resume_share(s, &ds, share);
+    }
+    s.replication.release_receive(dataset);
+    result
+}
+
+/// Checks that `dataset` may take the stream and makes it ready: destroys what
+/// follows the base, or a partial first receive; records it as a replica first.
+fn prepare(
+    s: &Shared,
+    ds: &fs::Datasets,
+    dataset: &str,
+    who: &str,
+    base: Option<u64>,
+) -> Result<(), ApiError> {
+    let pool = ds.pool();
+    let record = s.replication.read(|b| b.incoming.get(dataset).cloned());
+    match pool.objset_id(dataset) {
+        Some(os) => {
+            let Some(record) = record else {
+                return Err(conflict(format!(
+                    "{dataset} is not a replica on this appliance: to make it one (to reverse \
+                     a replication after a failover), run `shoal replication demote {dataset}` \
+                     here first"
+                )));
+            };
+            if let Some(bound) = &record.credential {
+                if bound != who {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        format!("{dataset} is replicated here by credential '{bound}'"),
+                    ));
+                }
+            }
+            let snaps = pool.snapshot_names(os);
+            match base {
+                Some(guid) => {
+                    let Some(at) = snaps
+                        .iter()
+                        .position(|(id, _)| pool.snapshot_guid(*id) == Some(guid))
+                    else {
+                        return Err(conflict(format!(
+                            "{dataset} holds no snapshot {guid:#x}, the stream's base"
+                        )));
+                    };
+                    for (_, name) in snaps[at + 1..].iter().rev() {
+                        ds.destroy_snapshot(name)?;
+                    }
+                }
+                None if snaps.is_empty() => {
+                    // A first receive a crash cut short: start again.
+                    ds.destroy(dataset)?;
+                }
+                None => {
+                    return Err(conflict(format!(
+                        "{dataset} holds snapshots: a full stream needs it gone or empty"
+                    )))
+                }
+            }
+        }
+        None => {
+            if base.is_some() {
+                return Err(conflict(format!(
+                    "{dataset} does not exist here: the stream must be a full one"
+                )));
+            }
+        }
+    }
+    s.replication.change(|b| {
+        let entry = b.incoming.entry(dataset.to_string()).or_insert(Incoming {
+            credential: None,
+            last_snapshot: None,
+            last_received_unix: None,
+        });
+        entry.credential = Some(who.to_string());
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// After a receive: read-only, pruned, recorded.
+fn finish(s: &Shared, ds: &fs::Datasets, dataset: &str, keep: u32) {
+    let pool = ds.pool();
+    let Some(os) = pool.objset_id(dataset) else {
+        return;
+    };
+    if let Err(e) = ds.set(dataset, "readonly", Some("on")) {
+        tracing::warn!(%dataset, error = %e, "making a replica read-only");
+    }
+    let snaps = pool.snapshot_names(os);
+    if let Some((_, newest)) = snaps.last() {
+        super::sender::prune(ds, dataset, keep, newest);
+    }
+    let last = snaps.last().map(|(_, n)| n.clone());
+    let _ = s.replication.change(|b| {
+        if let Some(e) = b.incoming.get_mut(dataset) {
+            if e.last_snapshot != last {
+                e.last_snapshot = last;
+                e.last_received_unix = Some(unix_now());
+            }
+        }
+        Ok(())
+    });
+}
+
+fn pause_share(s: &Shared, dataset: &str) -> Option<std::sync::Arc<nfs::service::Share>> {
+    let share = s.service.share_named(dataset)?;
+    s.service.remove_share(dataset);
+    if let Ok(ds) = s.datasets_of(dataset) {
+        ds.close(dataset);
+    }
+    Some(share)
+}
+
+fn resume_share(s: &Shared, ds: &fs::Datasets, share: std::sync::Arc<nfs::service::Share>) {
+    match ds.open(&share.dataset) {
+        Ok(fs) => s.service.add_share(nfs::service::Share {
+            pool: share.pool.clone(),
+            dataset: share.dataset.clone(),
+            fs,
+            rules: share.rules.clone(),
+        }),
+        Err(e) => {
+            tracing::warn!(dataset = %share.dataset, error = %e, "sharing a replica again")
+        }
+    }
+}
+
+/// Counts received bytes into `replication.bytes`.
+struct Counted<'a> {
+    inner: crate::streams_api::ChannelReader,
+    s: &'a Shared,
+    subject: u32,
+}
+
+impl std::io::Read for Counted<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.s.analytics.record(Event::Meter(MeterEvent {
+                meter: Meter::ReplicationBytes,
+                subject: self.subject,
+                labels: ["received", "", ""],
+                value: n as u64,
+                latency_ns: 0,
+                at: Instant::now(),
+            }));
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,485 @@
+//! Remote replication between daemons: this appliance's filesystems copied, snapshot
+//! by snapshot, to another shoal daemon (a *target*), on a schedule, continuously or
+//! on demand, and the receiving side of the same.
+//!
+//! Who owns what:
+//! - `mod.rs` (here): the replication book (`replication.json` in the state directory:
+//!   targets, actions with their history, credentials the replicas accept, and the
+//!   datasets this appliance holds as replicas) and the scheduler thread.
+//! - `sender.rs`: one run of an action: snapshot, find the newest snapshot both sides
+//!   hold, stream every snapshot since to the target over HTTPS (throttled, counted),
+//!   prune the old replication snapshots.
+//! - `incoming.rs`: the target's side, `/api/v1/replication/incoming/...`: what a
+//!   replica holds, and receiving streams into it.
+//! - `admin_api.rs`: the admin API over all of it (`shoal replication ...`, the UI).
+//!
+//! The credential is exchanged once: the replica's operator makes one (`shoal
+//! replication credential create NAME`, 32 random bytes shown once; the replica keeps
+//! only its blake3 hash), the primary's operator gives it to `target add` with the
+//! replica's address and its TLS certificate (the only certificate the primary then
+//! trusts for that target). Incoming calls are refused without a known credential
+//! whatever the API's login setting, and a credential lets in nothing else.
+//!
+//! A replica is read-only (`readonly=on` set locally after every receive) until it is
+//! promoted; a promoted filesystem becomes a replica again only when its operator
+//! demotes it, so a stream never lands on a filesystem someone writes to.
+//!
+//! Crash safety: the book is written whole or not at all (`write_atomically`). A
+//! dataset is recorded as a replica before the first byte of a full stream is applied,
+//! so a partial one left by a crash is known to be the replica's and is received
+//! anew; an incremental cut by a crash is rolled back to its base by the next
+//! receive (`pool::send::receiver`). A run cut on the sending side leaves its new
+//! snapshot behind; the next run's base is found by identity (guid), not by name, so
+//! that snapshot is harmless and is pruned later.
+
+pub mod admin_api;
+pub mod incoming;
+pub mod sender;
+
+use crate::{write_atomically, Result, ServerError};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+pub const BOOK_FILE: &str = "replication.json";
+/// Runs remembered per action.
+const HISTORY: usize = 20;
+/// Replication snapshots are named `<prefix><unix seconds>`; only these are pruned.
+pub const SNAPSHOT_PREFIX: &str = "repl-";
+/// How long a continuous action waits after a failed run before the next.
+const RETRY_AFTER_FAILURE: u64 = 10;
+
+/// Another daemon that receives this appliance's filesystems.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    pub name: String,
+    /// `host:port` of its admin API.
+    pub address: String,
+    /// Its API's certificate (PEM): the target speaks HTTPS and only this certificate
+    /// is trusted for it. Without one the target is reached over plain HTTP, which is
+    /// for loopback and tests only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
+    /// The credential the target's operator made for this appliance.
+    pub credential: String,
+}
+
+/// A target as the API shows it: never the credential.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TargetInfo {
+    pub name: String,
+    pub address: String,
+    pub tls: bool,
+}
+
+impl From<&Target> for TargetInfo {
+    fn from(t: &Target) -> TargetInfo {
+        TargetInfo {
+            name: t.name.clone(),
+            address: t.address.clone(),
+            tls: t.certificate.is_some(),
+        }
+    }
+}
+
+/// One filesystem replicated to one target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Action {
+    pub id: u64,
+    /// `pool/fs` on this appliance.
+    pub filesystem: String,
+    pub target: String,
+    /// `pool/fs` on the target.
+    pub remote: String,
+    /// Seconds between the starts of scheduled runs; 0 = only on demand (or continuous).
+    #[serde(default)]
+    pub interval_seconds: u64,
+    /// Start the next run as soon as one ends.
+    #[serde(default)]
+    pub continuous: bool,
+    /// Replication snapshots kept here (at least 1: the newest, the next run's base).
+    pub keep_local: u32,
+    /// Replication snapshots kept on the target (at least 1).
+    pub keep_remote: u32,
+    /// Bytes per second on the wire; 0 = unlimited.
+    #[serde(default)]
+    pub bandwidth: u64,
+}
+
+/// One run of an action, as the history keeps it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub started_unix: u64,
+    pub finished_unix: u64,
+    /// The snapshot sent (`pool/fs@repl-...`).
+    pub snapshot: String,
+    /// The snapshot the target held that the streams applied on; none for a full send.
+    pub base: Option<String>,
+    /// Stream bytes that reached the target.
+    pub bytes: u64,
+    /// Streams sent (one per snapshot since the base).
+    pub streams: u64,
+    pub ok: bool,
+    pub error: Option<String>,
+}
+
+/// A run in progress.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Progress {
+    pub started_unix: u64,
+    pub snapshot: String,
+    pub bytes: u64,
+    /// Bytes per second since the run started.
+    pub rate: u64,
+}
+
+/// An action with what it has done.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ActionStatus {
+    #[serde(flatten)]
+    pub action: Action,
+    pub running: Option<Progress>,
+    /// Seconds since the newest snapshot that reached the target was taken; none
+    /// before the first success.
+    pub lag_seconds: Option<u64>,
+    /// Newest first.
+    pub history: Vec<RunRecord>,
+}
+
+/// A dataset this appliance holds as a replica.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Incoming {
+    /// The credential whose holder replicates into it; none after a demotion, until
+    /// the first stream binds it.
+    pub credential: Option<String>,
+    pub last_snapshot: Option<String>,
+    pub last_received_unix: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CredentialEntry {
+    /// blake3 of the token, hex.
+    pub hash: String,
+    pub created_unix: u64,
+}
+
+/// What `replication.json` holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Book {
+    #[serde(default)]
+    pub targets: BTreeMap<String, Target>,
+    #[serde(default)]
+    pub actions: BTreeMap<u64, Action>,
+    #[serde(default)]
+    pub history: BTreeMap<u64, VecDeque<RunRecord>>,
+    #[serde(default)]
+    pub credentials: BTreeMap<String, CredentialEntry>,
+    #[serde(default)]
+    pub incoming: BTreeMap<String, Incoming>,
+    #[serde(default)]
+    pub next_action: u64,
+}
+
+/// A run's live counters, shared with its transfer.
+#[derive(Debug)]
+pub struct LiveRun {
+    pub started_unix: u64,
+    pub snapshot: Mutex<String>,
+    pub bytes: AtomicU64,
+}
+
+pub struct Replication {
+    path: PathBuf,
+    book: Mutex<Book>,
+    running: Mutex<BTreeMap<u64, Arc<LiveRun>>>,
+    /// Datasets a stream is being received into (one receive at a time each).
+    receiving: Mutex<std::collections::BTreeSet<String>>,
+    stop: AtomicBool,
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+fn hash_token(token: &str) -> String {
+    blake3::hash(token.as_bytes()).to_hex().to_string()
+}
+
+impl Replication {
+    pub fn open(state_dir: &Path) -> Result<Replication> {
+        let path = state_dir.join(BOOK_FILE);
+        let book = match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Book::default(),
+            Err(e) => return Err(ServerError::Io(format!("reading {}", path.display()), e)),
+        };
+        Ok(Replication {
+            path,
+            book: Mutex::new(book),
+            running: Mutex::new(BTreeMap::new()),
+            receiving: Mutex::new(Default::default()),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Changes the book and writes it; a change that fails to reach the disk is
+    /// undone in memory too.
+    pub fn change<T>(&self, f: impl FnOnce(&mut Book) -> Result<T>) -> Result<T> {
+        let mut book = self.book.lock().unwrap();
+        let mut next = book.clone();
+        let out = f(&mut next)?;
+        let bytes = serde_json::to_vec_pretty(&next).expect("the book serialises");
+        // It holds target credentials: only the daemon's user may read it.
+        write_atomically(&self.path, &bytes, 0o600)?;
+        *book = next;
+        Ok(out)
+    }
+
+    pub fn read<T>(&self, f: impl FnOnce(&Book) -> T) -> T {
+        f(&self.book.lock().unwrap())
+    }
+
+    /// The name of the credential `token` is, if any.
+    pub fn credential_named(&self, token: &str) -> Option<String> {
+        let h = hash_token(token);
+        self.read(|b| {
+            b.credentials
+                .iter()
+                .find(|(_, c)| crate::auth::same(&c.hash, &h))
+                .map(|(n, _)| n.clone())
+        })
+    }
+
+    /// Makes credential `name`; returns its token (shown once, kept only hashed).
+    pub fn create_credential(&self, name: &str) -> Result<String> {
+        check_label("credential", name)?;
+        let token: String = crate::random_bytes::<32>()
+            .map_err(|e| ServerError::Io("random bytes for a credential".into(), e))?
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect();
+        self.change(|b| {
+            if b.credentials.contains_key(name) {
+                return Err(ServerError::Conflict(format!(
+                    "a credential named '{name}' exists"
+                )));
+            }
+            b.credentials.insert(
+                name.to_string(),
+                CredentialEntry {
+                    hash: hash_token(&token),
+                    created_unix: unix_now(),
+                },
+            );
+            Ok(())
+        })?;
+        Ok(token)
+    }
+
+    pub fn statuses(&self) -> Vec<ActionStatus> {
+        let running = self.running.lock().unwrap().clone();
+        let now = unix_now();
+        self.read(|b| {
+            b.actions
+                .values()
+                .map(|a| {
+                    let history: Vec<RunRecord> = b
+                        .history
+                        .get(&a.id)
+                        .map(|h| h.iter().rev().cloned().collect())
+                        .unwrap_or_default();
+                    ActionStatus {
+                        action: a.clone(),
+                        running: running.get(&a.id).map(|r| {
+                            let bytes = r.bytes.load(Ordering::Relaxed);
+                            Progress {
+                                started_unix: r.started_unix,
+                                snapshot: r.snapshot.lock().unwrap().clone(),
+                                bytes,
+                                rate: bytes / now.saturating_sub(r.started_unix).max(1),
+                            }
+                        }),
+                        lag_seconds: lag(&history, now),
+                        history,
+                    }
+                })
+                .collect()
+        })
+    }
+
+    /// Claims action `id` for a run; None when one is already running.
+    fn claim(&self, id: u64) -> Option<Arc<LiveRun>> {
+        let mut running = self.running.lock().unwrap();
+        if running.contains_key(&id) {
+            return None;
+        }
+        let live = Arc::new(LiveRun {
+            started_unix: unix_now(),
+            snapshot: Mutex::new(String::new()),
+            bytes: AtomicU64::new(0),
+        });
+        running.insert(id, live.clone());
+        Some(live)
+    }
+
+    fn finish(&self, id: u64, record: RunRecord) {
+        let kept = self.change(|b| {
+            if b.actions.contains_key(&id) {
+                let h = b.history.entry(id).or_default();
+                h.push_back(record.clone());
+                while h.len() > HISTORY {
+                    h.pop_front();
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = kept {
+            tracing::warn!(action = id, error = %e, "recording a replication run");
+        }
+        self.running.lock().unwrap().remove(&id);
+    }
+
+    /// Claims dataset `name` for a receive; false when one runs already.
+    fn claim_receive(&self, name: &str) -> bool {
+        self.receiving.lock().unwrap().insert(name.to_string())
+    }
+
+    fn release_receive(&self, name: &str) {
+        self.receiving.lock().unwrap().remove(name);
+    }
+
+    /// The greatest lag over the actions of pool `pool` (for analytics).
+    pub fn lag_of_pool(&self, pool: &str) -> Option<u64> {
+        let now = unix_now();
+        self.read(|b| {
+            b.actions
+                .values()
+                .filter(|a| fs::pool_of(&a.filesystem) == pool)
+                .filter_map(|a| {
+                    let h: Vec<RunRecord> = b
+                        .history
+                        .get(&a.id)
+                        .map(|h| h.iter().rev().cloned().collect())
+                        .unwrap_or_default();
+                    lag(&h, now)
+                })
+                .max()
+        })
+    }
+}
+
+/// Seconds since the newest successfully sent snapshot was taken (its run's start).
+fn lag(history_newest_first: &[RunRecord], now: u64) -> Option<u64> {
+    history_newest_first
+        .iter()
+        .find(|r| r.ok)
+        .map(|r| now.saturating_sub(r.started_unix))
+}
+
+/// Names of targets and credentials: letters, digits, `-`, `_`, `.`.
+pub(crate) fn check_label(what: &str, name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(ServerError::Config(format!(
+            "{what} name '{name}': use letters, digits and - _ . (at most 64)"
+        )));
+    }
+    Ok(())
+}
+
+/// Starts the thread that starts scheduled and continuous runs; it ends when the
+/// daemon's state is gone or `stop_scheduler` is called.
+pub fn start_scheduler(state: Weak<crate::DaemonState>) {
+    std::thread::Builder::new()
+        .name("replication".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let Some(s) = state.upgrade() else { return };
+            if s.replication.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let now = unix_now();
+            let due: Vec<u64> = s.replication.read(|b| {
+                b.actions
+                    .values()
+                    .filter(|a| {
+                        let last = b.history.get(&a.id).and_then(|h| h.back());
+                        match last {
+                            None => a.continuous || a.interval_seconds > 0,
+                            Some(r) if a.continuous => {
+                                r.ok || now >= r.finished_unix + RETRY_AFTER_FAILURE
+                            }
+                            Some(r) => {
+                                a.interval_seconds > 0 && now >= r.started_unix + a.interval_seconds
+                            }
+                        }
+                    })
+                    .map(|a| a.id)
+                    .collect()
+            });
+            for id in due {
+                if let Some(live) = s.replication.claim(id) {
+                    let s = s.clone();
+                    std::thread::spawn(move || sender::run_claimed(&s, id, live));
+                }
+            }
+        })
+        .expect("spawn the replication scheduler");
+}
+
+impl Replication {
+    pub fn stop_scheduler(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Reports `replication.lag` of one pool once a second: the greatest lag over the
+/// actions replicating its filesystems.
+pub struct LagSampler {
+    state: Weak<crate::DaemonState>,
+    pool: String,
+    subject: u32,
+}
+
+impl LagSampler {
+    pub fn new(
+        state: Weak<crate::DaemonState>,
+        pool: &str,
+        analytics: &analytics::Analytics,
+    ) -> Arc<LagSampler> {
+        Arc::new(LagSampler {
+            state,
+            pool: pool.to_string(),
+            subject: analytics.register_pool(pool),
+        })
+    }
+}
+
+impl analytics::Sampler for LagSampler {
+    fn sample(&self, at: std::time::Instant, out: &mut Vec<analytics::Event>) {
+        let Some(s) = self.state.upgrade() else {
+            return;
+        };
+        if let Some(lag) = s.replication.lag_of_pool(&self.pool) {
+            out.push(analytics::Event::Meter(analytics::MeterEvent {
+                meter: analytics::Meter::ReplicationLag,
+                subject: self.subject,
+                labels: ["", "", ""],
+                value: lag,
+                latency_ns: 0,
+                at,
+            }));
+        }
+    }
+}

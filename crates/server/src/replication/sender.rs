@@ -1,0 +1,377 @@
+//! One run of a replication action, on the sending appliance:
+//! 1. ask the target what it holds of the remote filesystem (snapshots by identity);
+//! 2. take snapshot `fs@repl-<unix seconds>`;
+//! 3. the base is the newest local snapshot whose identity (guid) the target holds;
+//!    none (a full send) when the target does not hold the filesystem, or holds it
+//!    without a snapshot (a full receive cut by a crash);
+//! 4. stream every snapshot after the base up to the new one (`shoal send -R -i`)
+//!    in the body of one HTTPS request, throttled to the action's bandwidth and
+//!    counted (`replication.bytes`, the run's progress);
+//! 5. on success prune this side's replication snapshots to `keep_local`; on failure
+//!    destroy the new snapshot (it never reached the target), so failures cannot
+//!    push the common base out of the kept ones.
+//!
+//! The stream is produced on its own thread into a bounded channel (a few 1 MiB
+//! chunks) and read by the HTTP client as the request body; a send that fails part
+//! way ends the body with an error, so the target sees a truncated stream and
+//! refuses it, leaving its copy as it was.
+
+use super::{unix_now, Action, LiveRun, RunRecord, Target, SNAPSHOT_PREFIX};
+use crate::DaemonState;
+use analytics::{Event, Meter, MeterEvent};
+use std::io::Read;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the target holds of a filesystem (`GET .../incoming/{fs}`).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct RemoteState {
+    pub dataset: String,
+    pub exists: bool,
+    /// Recorded as a replica on the target.
+    pub replica: bool,
+    /// Oldest first.
+    pub snapshots: Vec<RemoteSnapshot>,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RemoteSnapshot {
+    /// After the `@`.
+    pub name: String,
+    pub guid: u64,
+}
+
+/// Runs action `id`, already claimed (`Replication::claim`), and records the run.
+pub fn run_claimed(s: &Arc<DaemonState>, id: u64, live: Arc<LiveRun>) -> RunRecord {
+    let mut record = RunRecord {
+        started_unix: live.started_unix,
+        ..RunRecord::default()
+    };
+    match run(s, id, &live, &mut record) {
+        Ok(()) => record.ok = true,
+        Err(e) => {
+            tracing::warn!(action = id, error = %e, "replication run failed");
+            record.error = Some(e);
+        }
+    }
+    record.finished_unix = unix_now();
+    record.bytes = live.bytes.load(Ordering::Relaxed);
+    s.replication.finish(id, record.clone());
+    record
+}
+
+fn run(
+    s: &Arc<DaemonState>,
+    id: u64,
+    live: &LiveRun,
+    record: &mut RunRecord,
+) -> Result<(), String> {
+    let (action, target): (Action, Target) = s
+        .replication
+        .read(|b| {
+            let a = b.actions.get(&id)?;
+            Some((a.clone(), b.targets.get(&a.target)?.clone()))
+        })
+        .ok_or("the action or its target was removed")?;
+    let ds = s
+        .datasets_of(&action.filesystem)
+        .map_err(|e| e.message().to_string())?;
+    let client = Client::new(&target)?;
+    let remote = client.state(&action.remote)?;
+
+    let snapshot = new_snapshot_name(&ds, &action.filesystem, live.started_unix)?;
+    ds.snapshot(&snapshot).map_err(|e| e.to_string())?;
+    *live.snapshot.lock().unwrap() = snapshot.clone();
+    record.snapshot = snapshot.clone();
+    let outcome = (|| {
+        let pool = ds.pool();
+        let remote_guids: std::collections::HashSet<u64> =
+            remote.snapshots.iter().map(|s| s.guid).collect();
+        let base = ds
+            .snapshot_names(&action.filesystem)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .rev()
+            .find(|(sid, _)| {
+                pool.snapshot_guid(*sid)
+                    .is_some_and(|g| remote_guids.contains(&g))
+            });
+        if remote.exists && base.is_none() && !remote.snapshots.is_empty() {
+            return Err(format!(
+                "{} on target '{}' holds no snapshot in common with {}: destroy it there \
+                 for a full send, or replicate to another filesystem",
+                action.remote, target.name, action.filesystem
+            ));
+        }
+        let base_guid = base.as_ref().and_then(|(sid, _)| pool.snapshot_guid(*sid));
+        record.base = base.as_ref().map(|(_, n)| n.clone());
+        let streams = ds
+            .replicated_send_ids(&snapshot, record.base.as_deref())
+            .map_err(|e| e.to_string())?;
+        record.streams = streams.len() as u64;
+        let subject = s.analytics.register_pool(&pool.name);
+        let (tx, rx) = sync_channel::<std::io::Result<Vec<u8>>>(4);
+        std::thread::scope(|scope| {
+            scope.spawn(move || produce(pool, &streams, tx));
+            let body = Throttled {
+                rx,
+                current: Vec::new(),
+                pos: 0,
+                bandwidth: action.bandwidth,
+                started: Instant::now(),
+                live,
+                analytics: &s.analytics,
+                subject,
+            };
+            client.push(&action.remote, base_guid, action.keep_remote, body)
+        })
+    })();
+    match outcome {
+        Ok(()) => {
+            prune(&ds, &action.filesystem, action.keep_local, &snapshot);
+            Ok(())
+        }
+        Err(e) => {
+            if let Err(d) = ds.destroy_snapshot(&snapshot) {
+                tracing::warn!(%snapshot, error = %d, "removing a snapshot that was not sent");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `fs@repl-<unix>`, with `-N` when taken twice in a second.
+fn new_snapshot_name(ds: &fs::Datasets, filesystem: &str, unix: u64) -> Result<String, String> {
+    let existing: Vec<String> = ds
+        .snapshot_names(filesystem)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    let first = format!("{filesystem}@{SNAPSHOT_PREFIX}{unix}");
+    (0..)
+        .map(|i| {
+            if i == 0 {
+                first.clone()
+            } else {
+                format!("{first}-{i}")
+            }
+        })
+        .find(|n| !existing.contains(n))
+        .ok_or_else(|| "no free snapshot name".to_string())
+}
+
+/// Destroys the oldest replication snapshots of `filesystem` beyond `keep`, never
+/// `newest` (the next run's base).
+pub(crate) fn prune(ds: &fs::Datasets, filesystem: &str, keep: u32, newest: &str) {
+    let Ok(names) = ds.snapshot_names(filesystem) else {
+        return;
+    };
+    let ours: Vec<String> = names
+        .into_iter()
+        .map(|(_, n)| n)
+        .filter(|n| {
+            n.split_once('@')
+                .is_some_and(|(_, short)| short.starts_with(SNAPSHOT_PREFIX))
+        })
+        .collect();
+    let excess = ours.len().saturating_sub(keep.max(1) as usize);
+    for name in ours.iter().take(excess).filter(|n| *n != newest) {
+        if let Err(e) = ds.destroy_snapshot(name) {
+            tracing::warn!(snapshot = %name, error = %e, "pruning a replication snapshot");
+        }
+    }
+}
+
+/// Writes the streams into the channel in 1 MiB chunks; an error ends it.
+fn produce(
+    pool: &pool::Pool,
+    streams: &[(u64, Option<u64>)],
+    tx: SyncSender<std::io::Result<Vec<u8>>>,
+) {
+    struct Chunks<'a> {
+        tx: &'a SyncSender<std::io::Result<Vec<u8>>>,
+        buf: Vec<u8>,
+    }
+    impl std::io::Write for Chunks<'_> {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.buf.extend_from_slice(data);
+            if self.buf.len() >= CHUNK {
+                self.flush()?;
+            }
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            if !self.buf.is_empty() {
+                let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK + 65536));
+                self.tx.send(Ok(full)).map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the transfer ended")
+                })?;
+            }
+            Ok(())
+        }
+    }
+    const CHUNK: usize = 1 << 20;
+    let mut w = Chunks {
+        tx: &tx,
+        buf: Vec::with_capacity(CHUNK + 65536),
+    };
+    for (id, base) in streams {
+        if let Err(e) = pool::send::writer::send(pool, *id, *base, &mut w) {
+            let _ = tx.send(Err(std::io::Error::other(e.to_string())));
+            return;
+        }
+    }
+    if let Err(e) = std::io::Write::flush(&mut w) {
+        tracing::debug!(error = %e, "replication stream ended early");
+    }
+}
+
+/// The request body: the channel's chunks, paced to `bandwidth` bytes a second and
+/// counted into the run's progress and `replication.bytes`.
+struct Throttled<'a> {
+    rx: Receiver<std::io::Result<Vec<u8>>>,
+    current: Vec<u8>,
+    pos: usize,
+    bandwidth: u64,
+    started: Instant,
+    live: &'a LiveRun,
+    analytics: &'a analytics::Analytics,
+    subject: u32,
+}
+
+impl Read for Throttled<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.current.len() {
+            match self.rx.recv() {
+                Err(_) => return Ok(0),
+                Ok(chunk) => {
+                    self.current = chunk?;
+                    self.pos = 0;
+                }
+            }
+        }
+        // Up to 64 KiB at a time, so the pace is smooth.
+        let n = buf.len().min(self.current.len() - self.pos).min(65536);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        let sent = self.live.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        self.analytics.record(Event::Meter(MeterEvent {
+            meter: Meter::ReplicationBytes,
+            subject: self.subject,
+            labels: ["sent", "", ""],
+            value: n as u64,
+            latency_ns: 0,
+            at: Instant::now(),
+        }));
+        if self.bandwidth > 0 {
+            let due = Duration::from_secs_f64(sent as f64 / self.bandwidth as f64);
+            if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// An HTTP(S) client of one target's incoming endpoints.
+pub(crate) struct Client {
+    agent: ureq::Agent,
+    base: String,
+    credential: String,
+    target: String,
+}
+
+impl Client {
+    pub(crate) fn new(t: &Target) -> Result<Client, String> {
+        let mut config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(10)));
+        let scheme = match &t.certificate {
+            None => "http",
+            Some(pem) => {
+                let certs: Vec<ureq::tls::Certificate<'static>> =
+                    ureq::tls::parse_pem(pem.as_bytes())
+                        .filter_map(|item| match item {
+                            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                            _ => None,
+                        })
+                        .collect();
+                if certs.is_empty() {
+                    return Err(format!("target '{}': its certificate holds no PEM", t.name));
+                }
+                config = config.tls_config(
+                    ureq::tls::TlsConfig::builder()
+                        .root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)))
+                        .build(),
+                );
+                "https"
+            }
+        };
+        Ok(Client {
+            agent: config.build().into(),
+            base: format!("{scheme}://{}/api/v1/replication/incoming", t.address),
+            credential: format!("Bearer {}", t.credential),
+            target: t.name.clone(),
+        })
+    }
+
+    fn answer<T: serde::de::DeserializeOwned>(
+        &self,
+        r: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        ok: u16,
+    ) -> Result<T, String> {
+        let mut resp = r.map_err(|e| format!("target '{}': {e}", self.target))?;
+        let code = resp.status().as_u16();
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(1 << 20)
+            .read_to_string()
+            .map_err(|e| format!("target '{}': reading its answer: {e}", self.target))?;
+        if code != ok {
+            let message = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or(text);
+            return Err(format!(
+                "target '{}' refused (HTTP {code}): {message}",
+                self.target
+            ));
+        }
+        serde_json::from_str(&text)
+            .map_err(|e| format!("target '{}': an answer that is not JSON: {e}", self.target))
+    }
+
+    pub(crate) fn state(&self, remote: &str) -> Result<RemoteState, String> {
+        let r = self
+            .agent
+            .get(format!("{}/{remote}", self.base))
+            .header("authorization", &self.credential)
+            .call();
+        self.answer(r, 200)
+    }
+
+    fn push(
+        &self,
+        remote: &str,
+        base: Option<u64>,
+        keep: u32,
+        mut body: impl Read,
+    ) -> Result<(), String> {
+        let mut url = format!("{}/{remote}?keep={keep}", self.base);
+        if let Some(g) = base {
+            url.push_str(&format!("&base={g}"));
+        }
+        let r = self
+            .agent
+            .post(url)
+            .header("authorization", &self.credential)
+            .header("content-type", "application/octet-stream")
+            .send(ureq::SendBody::from_reader(&mut body));
+        let _: pool::send::receiver::ReceiveSummary = self.answer(r, 201)?;
+        Ok(())
+    }
+}

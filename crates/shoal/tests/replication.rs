@@ -1,0 +1,678 @@
+//! Replication between two daemons on loopback, each with its own state directory and
+//! pool: a filesystem with files, directories, hard links, symlinks, extended
+//! attributes and holes is replicated in full and then incrementally over HTTPS, and
+//! the replica is compared with the source by content and metadata through real FUSE
+//! mounts; a wrong credential is refused; kill -9 of either side in the middle of a
+//! transfer, then the next run, leaves them equal; failover: the replica promoted,
+//! written over NFS, and replicated back to the demoted old primary.
+//!
+//! Needs root (FUSE mounts), /dev/fuse, openssl and libnfs-utils
+//! (`.ci/test-deps.sh`).
+
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// An extended attribute, set through the mount.
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    // SAFETY: both strings are NUL-terminated and live across the call; `value` is a
+    // valid slice whose length is passed with it; no pointer is kept by the kernel.
+    let r = unsafe {
+        libc::lsetxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr {name} on {}", path.display());
+}
+
+/// Every extended attribute of `path` (not following a symlink), by name.
+fn xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 4096];
+    // SAFETY: `p` is NUL-terminated; the buffer is valid for `names.len()` bytes and
+    // the kernel writes at most that many.
+    let n = unsafe { libc::llistxattr(p.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n >= 0, "listxattr {}", path.display());
+    let mut out = BTreeMap::new();
+    for name in names[..n as usize]
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+    {
+        let cname = CString::new(name).unwrap();
+        let mut value = vec![0u8; 65536];
+        // SAFETY: as above, for the attribute name and a 64 KiB value buffer.
+        let len = unsafe {
+            libc::lgetxattr(
+                p.as_ptr(),
+                cname.as_ptr(),
+                value.as_mut_ptr().cast(),
+                value.len(),
+            )
+        };
+        assert!(len >= 0, "getxattr on {}", path.display());
+        value.truncate(len as usize);
+        out.insert(String::from_utf8_lossy(name).into_owned(), value);
+    }
+    out
+}
+
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 7) as u8
+        })
+        .collect()
+}
+
+/// The first tree: every kind of object a replica must carry.
+fn populate(root: &Path) {
+    std::fs::create_dir_all(root.join("dir/sub")).unwrap();
+    std::fs::write(root.join("dir/a.bin"), pattern(6_000_000, 1)).unwrap();
+    std::fs::write(root.join("dir/sub/small.txt"), b"small file\n").unwrap();
+    std::fs::write(root.join("text"), "compressible ".repeat(50_000)).unwrap();
+    // Holes: data at 0, at 5 MiB and at the end of a 20 MiB file.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::create(root.join("sparse")).unwrap();
+        f.write_all_at(&pattern(4096, 2), 0).unwrap();
+        f.write_all_at(&pattern(70_000, 3), 5 << 20).unwrap();
+        f.set_len(20 << 20).unwrap();
+    }
+    std::fs::hard_link(root.join("dir/a.bin"), root.join("hardlink")).unwrap();
+    std::os::unix::fs::symlink("dir/sub/small.txt", root.join("symlink")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at/all", root.join("dangling")).unwrap();
+    set_xattr(&root.join("text"), "user.colour", b"blue");
+    set_xattr(&root.join("dir"), "user.empty", b"");
+    std::fs::set_permissions(
+        root.join("dir/sub/small.txt"),
+        PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+}
+
+/// Changes for an incremental: rewrites, a removal, a rename, a truncate, new files,
+/// an xattr changed, a hard link dropped.
+fn change(root: &Path, round: u32) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(root.join("dir/a.bin"))
+        .unwrap();
+    f.write_all_at(&pattern(200_000, 10 + round), 300_000)
+        .unwrap();
+    drop(f);
+    let _ = std::fs::remove_file(root.join("hardlink"));
+    let _ = std::fs::remove_file(root.join("dir/sub/small.txt"));
+    std::fs::write(
+        root.join(format!("new-{round}")),
+        pattern(900_000, 20 + round),
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join(format!("d{round}/e"))).unwrap();
+    std::fs::write(root.join(format!("d{round}/e/f")), b"deep").unwrap();
+    let from = if round == 1 {
+        root.join("text")
+    } else {
+        root.join(format!("moved-{}", round - 1))
+    };
+    std::fs::rename(from, root.join(format!("moved-{round}"))).unwrap();
+    set_xattr(
+        &root.join(format!("moved-{round}")),
+        "user.colour",
+        format!("round {round}").as_bytes(),
+    );
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(root.join("sparse"))
+        .unwrap()
+        .set_len((12 + round as u64) << 20)
+        .unwrap();
+}
+
+/// What must be equal on a replica, for every path below `root`.
+#[derive(Debug, PartialEq)]
+struct Entry {
+    kind: &'static str,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    nlink: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    /// blake3 of the content, or the symlink's target.
+    content: String,
+    xattrs: BTreeMap<String, Vec<u8>>,
+}
+
+fn tree(root: &Path) -> BTreeMap<PathBuf, Entry> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if rel.starts_with(".shoal") {
+                continue;
+            }
+            let m = std::fs::symlink_metadata(&path).unwrap();
+            let (kind, content) = if m.is_dir() {
+                todo.push(path.clone());
+                ("dir", String::new())
+            } else if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&path).unwrap();
+                ("symlink", t.to_string_lossy().into_owned())
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                ("file", blake3::hash(&bytes).to_hex().to_string())
+            };
+            out.insert(
+                rel,
+                Entry {
+                    kind,
+                    mode: m.mode(),
+                    uid: m.uid(),
+                    gid: m.gid(),
+                    size: m.size(),
+                    nlink: m.nlink(),
+                    ino: m.ino(),
+                    mtime: (m.mtime(), m.mtime_nsec()),
+                    content,
+                    xattrs: xattrs(&path),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// A pool `tank` in its own state directory, with filesystem `fs` (when given).
+fn appliance(dir: &Path, fs: Option<&str>) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let state = dir.join("state");
+    create_tank(&state, dir, "256M", &["mirror", "a", "b"]);
+    if let Some(fs) = fs {
+        ok(&state, &["fs", "create", fs, "-o", "compression=lz4"]);
+    }
+    state
+}
+
+/// Runs `f` on filesystem `fs` of `state` mounted through FUSE (no daemon may run).
+fn with_mount<T>(state: &Path, fs: &str, f: impl FnOnce(&Path) -> T) -> T {
+    let at = state.parent().unwrap().join("mnt");
+    let m = Mount::start(state, fs, &at, &[]);
+    let out = f(&at);
+    ok(state, &["unmount", at.to_str().unwrap()]);
+    m.wait();
+    out
+}
+
+/// The tree of filesystem `fs` of `state` through a FUSE mount (no daemon may run), or
+/// of its snapshot `snapshot` (under `.shoal/snapshot/`).
+fn tree_of(state: &Path, fs: &str, snapshot: Option<&str>) -> BTreeMap<PathBuf, Entry> {
+    with_mount(state, fs, |root| match snapshot {
+        None => tree(root),
+        Some(s) => tree(&root.join(".shoal/snapshot").join(s)),
+    })
+}
+
+fn assert_same(a: &BTreeMap<PathBuf, Entry>, b: &BTreeMap<PathBuf, Entry>) {
+    assert!(a.len() > 5, "the source holds the tree: {a:?}");
+    for (path, ea) in a {
+        assert_eq!(Some(ea), b.get(path), "{} differs", path.display());
+    }
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+}
+
+fn json(state: &Path, args: &[&str]) -> serde_json::Value {
+    let out = ok(state, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+/// Snapshot names (after the `@`) of `fs`.
+fn snapshots(state: &Path, fs: &str) -> Vec<String> {
+    json(state, &["snapshot", "list", fs, "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let n = s["name"].as_str().unwrap();
+            n.split_once('@').unwrap().1.to_string()
+        })
+        .collect()
+}
+
+/// Makes a credential on `replica` and adds it as target `name` on `primary`.
+fn pair(primary: &Path, replica: &Served, name: &str, cert: Option<&Path>) {
+    let c = json(
+        &replica.state,
+        &["replication", "credential", "create", name, "--json"],
+    );
+    let token = c["token"].as_str().unwrap();
+    let host = if cert.is_some() {
+        "localhost"
+    } else {
+        "127.0.0.1"
+    };
+    let address = format!("{host}:{}", replica.api_port);
+    let mut args = vec![
+        "replication",
+        "target",
+        "add",
+        name,
+        "--address",
+        &address,
+        "--credential",
+        token,
+    ];
+    if let Some(c) = cert {
+        args.extend(["--certificate", c.to_str().unwrap()]);
+    }
+    ok(primary, &args);
+}
+
+fn add_action(primary: &Path, fs: &str, target: &str, remote: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "replication",
+        "add",
+        fs,
+        "--target",
+        target,
+        "--remote",
+        remote,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    json(primary, &args)["id"].as_u64().unwrap().to_string()
+}
+
+fn run(primary: &Path, id: &str) -> serde_json::Value {
+    json(primary, &["replication", "run", id, "--json"])
+}
+
+fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (.ci/test-deps.sh installs it)");
+    assert!(made.status.success(), "{made:?}");
+    (cert, key)
+}
+
+#[test]
+fn full_then_incremental_over_https_equal_by_content_and_metadata() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), Some("tank/data"));
+    let r = appliance(&t.path().join("replica"), None);
+    with_mount(&p, "tank/data", populate);
+    ok(&p, &["snapshot", "create", "tank/data@user1"]);
+
+    let (cert, key) = self_signed(t.path());
+    let tls = [
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ];
+    let mut primary = Served::start(&p, &t.path().join("p.log"), &[]);
+    let mut replica = Served::start(&r, &t.path().join("r.log"), &tls);
+    pair(&p, &replica, "vault", Some(&cert));
+    let id = add_action(&p, "tank/data", "vault", "tank/copy", &[]);
+
+    let first = run(&p, &id);
+    assert_eq!(first["ok"], true, "{first}");
+    assert!(first["base"].is_null(), "a full send first: {first}");
+    assert_eq!(first["streams"], 2, "user1 and the replication snapshot");
+    assert!(first["bytes"].as_u64().unwrap() > 6_000_000, "{first}");
+
+    // A wrong credential is refused and leaves nothing behind.
+    ok(
+        &p,
+        &[
+            "replication",
+            "target",
+            "add",
+            "impostor",
+            "--address",
+            &format!("localhost:{}", replica.api_port),
+            "--credential",
+            "0123456789abcdef",
+            "--certificate",
+            cert.to_str().unwrap(),
+        ],
+    );
+    let bad = add_action(&p, "tank/data", "impostor", "tank/other", &[]);
+    let out = shoal(&p, &["replication", "run", &bad, "--json"]);
+    assert!(!out.status.success());
+    let refused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        refused["error"].as_str().unwrap().contains("HTTP 401"),
+        "{refused}"
+    );
+    // A certificate other than the target's is refused too.
+    let (other_cert, _) = self_signed(&t.path().join("other"));
+    ok(
+        &p,
+        &[
+            "replication",
+            "target",
+            "add",
+            "wrongcert",
+            "--address",
+            &format!("localhost:{}", replica.api_port),
+            "--credential",
+            "0123456789abcdef",
+            "--certificate",
+            other_cert.to_str().unwrap(),
+        ],
+    );
+    let wrong = add_action(&p, "tank/data", "wrongcert", "tank/other", &[]);
+    assert!(!shoal(&p, &["replication", "run", &wrong]).status.success());
+    let st = json(&r, &["fs", "list", "--json"]).to_string();
+    assert!(!st.contains("tank/other"), "{st}");
+    // Failed runs leave no snapshot on the source.
+    assert_eq!(snapshots(&p, "tank/data").len(), 2);
+
+    // Incremental: changes made with the daemon stopped, through a mount.
+    primary.stop();
+    with_mount(&p, "tank/data", |root| change(root, 1));
+    ok(&p, &["snapshot", "create", "tank/data@user2"]);
+    primary.restart();
+    let second = run(&p, &id);
+    assert_eq!(second["ok"], true, "{second}");
+    assert_eq!(
+        second["base"].as_str().unwrap(),
+        format!("tank/data@{}", snapshots(&p, "tank/data")[1]),
+        "{second}"
+    );
+    assert_eq!(
+        second["streams"], 2,
+        "user2 and the new replication snapshot"
+    );
+    assert!(
+        second["bytes"].as_u64().unwrap() < first["bytes"].as_u64().unwrap() / 3,
+        "only the changes travel: {first} then {second}"
+    );
+    let status = json(&p, &["replication", "status", "--json"]);
+    let action = &status["actions"][0];
+    assert_eq!(action["history"].as_array().unwrap().len(), 2, "{status}");
+    assert!(action["lag_seconds"].as_u64().is_some(), "{status}");
+    assert!(
+        !status.to_string().contains(&"0123456789abcdef".to_string()),
+        "credentials are never shown"
+    );
+
+    primary.stop();
+    replica.stop();
+    let replica_snaps = snapshots(&r, "tank/copy");
+    assert!(
+        replica_snaps.contains(&"user1".to_string())
+            && replica_snaps.contains(&"user2".to_string()),
+        "{replica_snaps:?}"
+    );
+    let source = tree_of(&p, "tank/data", None);
+    assert_same(&source, &tree_of(&r, "tank/copy", None));
+    // Every snapshot arrived whole, not only the newest.
+    let source_user1 = tree_of(&p, "tank/data", Some("user1"));
+    assert_same(&source_user1, &tree_of(&r, "tank/copy", Some("user1")));
+    // Control: the comparison sees the changes between the two.
+    let differing = source
+        .iter()
+        .filter(|(path, e)| source_user1.get(*path) != Some(e))
+        .count();
+    assert!(
+        differing >= 5,
+        "{differing} paths changed between user1 and now"
+    );
+    // The replica is read-only until promoted.
+    let props = ok(&r, &["fs", "get", "tank/copy", "readonly"]);
+    assert!(props.contains(" on"), "{props}");
+}
+
+/// `shoal replication run ID` started in the background on `primary`; returns once the
+/// run has moved `at_least` bytes. The caller waits for it (a failing test's exit
+/// reaps it otherwise).
+#[allow(clippy::zombie_processes)]
+fn run_in_background(primary: &Path, id: &str, at_least: u64) -> std::process::Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["replication", "run", id, "--json"])
+        .env("SHOAL_STATE_DIR", primary)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let st = json(primary, &["replication", "status", "--json"]);
+        let moved = st["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["id"].as_u64().unwrap().to_string() == id)
+            .find_map(|a| a["running"]["bytes"].as_u64())
+            .unwrap_or(0);
+        if moved >= at_least {
+            return child;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the run never moved {at_least} bytes: {st}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_transfer_cut_by_kill9_on_either_side_is_redone_and_equal() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), Some("tank/data"));
+    let r = appliance(&t.path().join("replica"), None);
+    with_mount(&p, "tank/data", |root| {
+        populate(root);
+        std::fs::write(root.join("big"), pattern(12_000_000, 7)).unwrap();
+    });
+    let mut primary = Served::start(&p, &t.path().join("p.log"), &[]);
+    let mut replica = Served::start(&r, &t.path().join("r.log"), &[]);
+    pair(&p, &replica, "vault", None);
+    // 4 MB/s: a 12 MB stream takes three seconds, long enough to be cut.
+    let id = add_action(
+        &p,
+        "tank/data",
+        "vault",
+        "tank/copy",
+        &["--bandwidth", "4M"],
+    );
+
+    // The replica dies in the middle of the full receive.
+    let cli = run_in_background(&p, &id, 2_000_000);
+    replica.kill9();
+    let out = cli.wait_with_output().unwrap();
+    assert!(!out.status.success(), "the run reports the lost target");
+    replica.restart();
+    // The replica knows the filesystem is its own before the first byte lands; what
+    // a transaction group committed of it may remain, without a snapshot.
+    let held = json(&r, &["replication", "status", "--json"]);
+    assert!(held["incoming"]["tank/copy"].is_object(), "{held}");
+    if ok(&r, &["fs", "list"]).contains("tank/copy") {
+        assert!(snapshots(&r, "tank/copy").is_empty());
+    }
+    let first = run(&p, &id);
+    assert_eq!(first["ok"], true, "{first}");
+    assert!(first["base"].is_null(), "{first}");
+
+    // The primary dies in the middle of an incremental.
+    primary.stop();
+    with_mount(&p, "tank/data", |root| {
+        change(root, 1);
+        std::fs::write(root.join("big2"), pattern(12_000_000, 8)).unwrap();
+    });
+    primary.restart();
+    let before = snapshots(&r, "tank/copy");
+    let cli = run_in_background(&p, &id, 2_000_000);
+    primary.kill9();
+    let _ = cli.wait_with_output();
+    primary.restart();
+    assert_eq!(
+        snapshots(&r, "tank/copy"),
+        before,
+        "a cut stream adds no snapshot"
+    );
+    let second = run(&p, &id);
+    assert_eq!(second["ok"], true, "{second}");
+    assert_eq!(
+        second["base"].as_str().unwrap(),
+        first["snapshot"].as_str().unwrap(),
+        "the base is the last snapshot that arrived, not the cut run's: {second}"
+    );
+
+    primary.stop();
+    replica.stop();
+    assert_same(
+        &tree_of(&p, "tank/data", None),
+        &tree_of(&r, "tank/copy", None),
+    );
+}
+
+fn nfs_url(d: &Served, export: &str, file: &str) -> String {
+    format!(
+        "nfs://127.0.0.1{export}/{file}?version=3&nfsport={p}&mountport={p}",
+        p = d.nfs_port
+    )
+}
+
+fn nfs_put(d: &Served, export: &str, file: &str, data: &[u8]) {
+    let local = d.state.parent().unwrap().join("upload");
+    std::fs::write(&local, data).unwrap();
+    let out = Command::new("nfs-cp")
+        .arg(&local)
+        .arg(nfs_url(d, export, file))
+        .output()
+        .expect("libnfs-utils");
+    assert!(out.status.success(), "nfs-cp: {out:?}");
+}
+
+fn nfs_get(d: &Served, export: &str, file: &str) -> Option<Vec<u8>> {
+    let out = Command::new("nfs-cat")
+        .arg(nfs_url(d, export, file))
+        .output()
+        .expect("libnfs-utils");
+    out.status.success().then_some(out.stdout)
+}
+
+#[test]
+fn failover_promote_write_and_replicate_back_to_the_old_primary() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), Some("tank/data"));
+    let r = appliance(&t.path().join("replica"), None);
+    with_mount(&p, "tank/data", populate);
+    let mut primary = Served::start(&p, &t.path().join("p.log"), &[]);
+    let mut replica = Served::start(&r, &t.path().join("r.log"), &[]);
+    let rw = "127.0.0.1(rw,no_root_squash,insecure)";
+    ok(&p, &["share", "set", "tank/data", rw]);
+    pair(&p, &replica, "vault", None);
+    let id = add_action(&p, "tank/data", "vault", "tank/copy", &[]);
+    assert_eq!(run(&p, &id)["ok"], true);
+
+    // A replica shared read-only keeps being served across the next receive.
+    ok(
+        &r,
+        &[
+            "share",
+            "set",
+            "tank/copy",
+            "127.0.0.1(ro,no_root_squash,insecure)",
+        ],
+    );
+    nfs_put(&primary, "/tank/data", "second", b"second run");
+    assert_eq!(run(&p, &id)["ok"], true);
+    assert_eq!(
+        nfs_get(&replica, "/tank/copy", "second").as_deref(),
+        Some(&b"second run"[..])
+    );
+
+    // Written on the primary after its last replication, then the primary is lost.
+    nfs_put(&primary, "/tank/data", "late", b"never replicated");
+    primary.kill9();
+
+    // Failover: the replica becomes writable and takes writes.
+    let refused = shoal(&r, &["replication", "demote", "tank/nothere"]);
+    assert!(!refused.status.success());
+    ok(&r, &["replication", "promote", "tank/copy"]);
+    ok(&r, &["share", "set", "tank/copy", rw]);
+    nfs_put(
+        &replica,
+        "/tank/copy",
+        "on-replica",
+        b"written after the failover",
+    );
+
+    // The old primary returns; it becomes the replica of its replica.
+    primary.restart();
+    assert_eq!(
+        nfs_get(&primary, "/tank/data", "late").as_deref(),
+        Some(&b"never replicated"[..]),
+        "the old primary kept its last write"
+    );
+    let busy = shoal(&p, &["replication", "demote", "tank/data"]);
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("remove its actions first"),
+        "{busy:?}"
+    );
+    ok(&p, &["replication", "remove", &id]);
+    ok(&p, &["replication", "demote", "tank/data"]);
+    pair(&r, &primary, "back", None);
+    let back = add_action(&r, "tank/copy", "back", "tank/data", &[]);
+    let reverse = run(&r, &back);
+    assert_eq!(reverse["ok"], true, "{reverse}");
+    assert!(
+        reverse["base"]
+            .as_str()
+            .unwrap()
+            .starts_with("tank/copy@repl-"),
+        "only what changed since the last snapshot both hold: {reverse}"
+    );
+    assert_eq!(
+        nfs_get(&primary, "/tank/data", "on-replica").as_deref(),
+        Some(&b"written after the failover"[..])
+    );
+    assert_eq!(
+        nfs_get(&primary, "/tank/data", "late"),
+        None,
+        "what the lost primary never replicated is discarded, as zfs receive -F does"
+    );
+
+    primary.stop();
+    replica.stop();
+    assert_same(
+        &tree_of(&r, "tank/copy", None),
+        &tree_of(&p, "tank/data", None),
+    );
+}
