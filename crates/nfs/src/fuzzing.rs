@@ -89,6 +89,7 @@ impl Harness {
             dataset: "fuzz/share".into(),
             fs: datasets.open("fuzz/share").unwrap(),
             rules: ExportRules::parse("*(rw,no_root_squash)").unwrap(),
+            handle_identity: None,
         });
         let mut h = Harness {
             service,

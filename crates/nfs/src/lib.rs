@@ -31,5 +31,5 @@ pub use wire::{rpc, transport, xdr};
 
 pub use exports::ExportRules;
 pub use handle::HandleKey;
-pub use service::{NfsService, Share, ShareInfo};
+pub use service::{HandleIdentity, NfsService, Share, ShareInfo};
 pub use transport::{RpcClient, RpcServer};

@@ -49,6 +49,17 @@ pub struct Share {
     pub dataset: String,
     pub fs: Arc<Filesystem>,
     pub rules: ExportRules,
+    /// Handles of this share are made as another appliance made them for the same
+    /// filesystem (a replica serves its source's handles, so clients that fail over
+    /// keep theirs); none = the pool's key and this dataset's object set id.
+    pub handle_identity: Option<HandleIdentity>,
+}
+
+/// Whose handles a share makes: the key and the object set id written into them.
+#[derive(Debug, Clone)]
+pub struct HandleIdentity {
+    pub key: HandleKey,
+    pub objset: u64,
 }
 
 impl Share {
@@ -488,6 +499,13 @@ impl NfsService {
         share: &Share,
         attr: &Attr,
     ) -> [u8; crate::handle::HANDLE_LEN] {
+        if let Some(id) = &share.handle_identity {
+            return id.key.encode(FileId {
+                objset: id.objset,
+                object: attr.ino,
+                generation: attr.generation,
+            });
+        }
         let keys = self.keys.read().unwrap();
         let key = &keys
             .iter()
@@ -510,22 +528,34 @@ impl NfsService {
                 }
             })
         };
-        let (pool, id) = {
+        let own = {
             let keys = self.keys.read().unwrap();
             keys.iter()
                 .find_map(|(p, k)| k.decode(fh).map(|id| (p.clone(), id)))
-                .ok_or_else(|| {
-                    refuse("bad_handle");
-                    Status::BadHandle
-                })?
         };
-        let share = self
-            .shares
-            .read()
-            .unwrap()
-            .get(&(pool, id.objset))
-            .cloned()
-            .ok_or(Status::Stale)?;
+        let decoded = own.is_some();
+        let (share, id) = {
+            let shares = self.shares.read().unwrap();
+            match own.and_then(|(pool, id)| Some((shares.get(&(pool, id.objset))?.clone(), id))) {
+                Some(found) => found,
+                // A handle another appliance made, served by a replica here.
+                None => shares
+                    .values()
+                    .find_map(|s| {
+                        let identity = s.handle_identity.as_ref()?;
+                        let id = identity.key.decode(fh)?;
+                        (id.objset == identity.objset).then(|| (s.clone(), id))
+                    })
+                    .ok_or_else(|| {
+                        if !decoded {
+                            refuse("bad_handle");
+                            Status::BadHandle
+                        } else {
+                            Status::Stale
+                        }
+                    })?,
+            }
+        };
         let access = share
             .rules
             .access(call.peer, &call.header.credential)

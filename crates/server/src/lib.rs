@@ -118,6 +118,9 @@ impl DaemonState {
         let parsed = ExportRules::parse(rules)
             .map_err(|e| ServerError::Config(format!("share {dataset}: {e}")))?;
         let filesystem = ds.open(dataset)?;
+        let handle_identity = self
+            .replication
+            .handle_identity(dataset, filesystem.objset());
         if persist {
             self.persist_share(dataset, Some(rules))?;
         }
@@ -127,6 +130,7 @@ impl DaemonState {
             dataset: dataset.to_string(),
             fs: filesystem,
             rules: parsed,
+            handle_identity,
         });
         tracing::info!(%dataset, %rules, "sharing");
         Ok(())
@@ -142,6 +146,33 @@ impl DaemonState {
         self.service.remove_share(dataset);
         tracing::info!(%dataset, "unshared");
         Ok(())
+    }
+
+    /// The identity of the handles `dataset` is served with: another appliance's when
+    /// it was replicated from one, else its pool's key and its object set id.
+    pub(crate) fn handle_record(&self, dataset: &str) -> Result<replication::HandleRecord> {
+        let ds = self
+            .datasets
+            .get(fs::pool_of(dataset))
+            .ok_or_else(|| ServerError::NotFound(format!("no pool for {dataset}")))?;
+        let pool = ds.pool();
+        let objset = pool
+            .objset_id(dataset)
+            .ok_or_else(|| ServerError::NotFound(format!("no filesystem {dataset}")))?;
+        if let Some(r) = self.replication.read(|b| {
+            b.handles
+                .get(dataset)
+                .filter(|h| h.local_objset == objset)
+                .cloned()
+        }) {
+            return Ok(r);
+        }
+        let key = handle_key(&self.state_dir, pool.guid)?;
+        Ok(replication::HandleRecord {
+            local_objset: objset,
+            objset,
+            key: key.iter().map(|b| format!("{b:02x}")).collect(),
+        })
     }
 
     fn persist_share(&self, dataset: &str, rules: Option<&str>) -> Result<()> {

@@ -333,6 +333,7 @@ fn a_client_the_rules_refuse_reaches_nothing() {
         dataset: "tp/share".into(),
         fs: fs.clone(),
         rules: nfs::ExportRules::parse(rules).unwrap(),
+        handle_identity: None,
     };
     service.add_share(share("*(rw,no_root_squash)"));
     let (st, root) = c.mount("/tp/share");

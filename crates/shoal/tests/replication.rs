@@ -587,6 +587,46 @@ fn nfs_get(d: &Served, export: &str, file: &str) -> Option<Vec<u8>> {
     out.status.success().then_some(out.stdout)
 }
 
+/// The handle of `file` in `export` of `d`, over NFSv3 or NFSv4.1.
+fn handle_of(
+    d: &Served,
+    version: bench::client::Version,
+    export: &str,
+    file: &str,
+) -> bench::client::Fh {
+    use bench::client::*;
+    let target = Target {
+        nfs: d.nfs(),
+        mount: d.nfs(),
+        bind: None,
+        version,
+    };
+    let root = mount(&target, export, root_credential("test")).unwrap();
+    let nfs = Nfs::connect(&target, root_credential("test")).unwrap();
+    nfs.lookup(&root, file)
+        .unwrap()
+        .expect("the file is there")
+        .0
+}
+
+/// Reads `len` bytes through handle `fh` at `d` (a handle another server gave).
+fn read_by_handle(
+    d: &Served,
+    version: bench::client::Version,
+    fh: &bench::client::Fh,
+    len: u32,
+) -> anyhow::Result<Vec<u8>> {
+    use bench::client::*;
+    let target = Target {
+        nfs: d.nfs(),
+        mount: d.nfs(),
+        bind: None,
+        version,
+    };
+    let nfs = Nfs::connect(&target, root_credential("test"))?;
+    Ok(nfs.read(fh, 0, len)?.bytes().to_vec())
+}
+
 #[test]
 fn failover_promote_write_and_replicate_back_to_the_old_primary() {
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -617,6 +657,20 @@ fn failover_promote_write_and_replicate_back_to_the_old_primary() {
         nfs_get(&replica, "/tank/copy", "second").as_deref(),
         Some(&b"second run"[..])
     );
+    // The replica serves the primary's file handles: a client's handles stay good
+    // when it turns to the replica.
+    use bench::client::Version;
+    let handles: Vec<(Version, bench::client::Fh)> = [Version::V3, Version::V41]
+        .into_iter()
+        .map(|v| (v, handle_of(&primary, v, "/tank/data", "second")))
+        .collect();
+    for (v, fh) in &handles {
+        assert_eq!(
+            read_by_handle(&replica, *v, fh, 100).unwrap(),
+            b"second run",
+            "NFS {v:?}"
+        );
+    }
 
     // Written on the primary after its last replication, then the primary is lost.
     nfs_put(&primary, "/tank/data", "late", b"never replicated");
@@ -633,6 +687,25 @@ fn failover_promote_write_and_replicate_back_to_the_old_primary() {
         "on-replica",
         b"written after the failover",
     );
+    // A client goes on through the handles it had from the primary, writing too.
+    {
+        use bench::client::*;
+        let target = Target {
+            nfs: replica.nfs(),
+            mount: replica.nfs(),
+            bind: None,
+            version: Version::V3,
+        };
+        let nfs = Nfs::connect(&target, root_credential("test")).unwrap();
+        nfs.write(&handles[0].1, 0, b"SECOND", Stable::FileSync)
+            .unwrap();
+    }
+    for (v, fh) in &handles {
+        assert_eq!(
+            read_by_handle(&replica, *v, fh, 100).unwrap(),
+            b"SECOND run"
+        );
+    }
 
     // The old primary returns; it becomes the replica of its replica.
     primary.restart();

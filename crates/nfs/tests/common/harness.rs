@@ -78,6 +78,7 @@ impl Server {
             dataset: dataset.into(),
             fs: self.datasets.open(dataset).unwrap(),
             rules: ExportRules::parse(rules).unwrap(),
+            handle_identity: None,
         });
     }
 

@@ -31,6 +31,7 @@ pub fn service_for(datasets: &fs::Datasets, boot: u64) -> NfsService {
         dataset: DATASET.into(),
         fs: datasets.open(DATASET).unwrap(),
         rules: ExportRules::parse("*(rw,no_root_squash)").unwrap(),
+        handle_identity: None,
     });
     service
 }

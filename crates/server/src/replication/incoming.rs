@@ -99,10 +99,16 @@ pub async fn receive(
     let (pump, reader) = crate::streams_api::body_reader(body);
     let outcome = async {
         let who = credential(&s, &headers)?;
+        let handles = headers
+            .get(super::HANDLE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let s2 = s.clone();
-        tokio::task::spawn_blocking(move || receive_blocking(&s2, &dataset, &who, q, reader))
-            .await
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        tokio::task::spawn_blocking(move || {
+            receive_blocking(&s2, &dataset, &who, q, handles.as_deref(), reader)
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
     }
     .await;
     let _ = pump.await;
@@ -114,6 +120,7 @@ fn receive_blocking(
     dataset: &str,
     who: &str,
     q: IncomingQuery,
+    handles: Option<&str>,
     reader: crate::streams_api::ChannelReader,
 ) -> Result<ReceiveSummary, ApiError> {
     let ds = s.datasets_of(dataset)?;
@@ -138,7 +145,7 @@ fn receive_blocking(
         let mut input = std::io::BufReader::with_capacity(1 << 20, counted);
         let all = ds.receive_all(dataset, &mut input);
         // Good or refused, whatever arrived stays read-only and pruned.
-        finish(s, &ds, dataset, q.keep.unwrap_or(u32::MAX));
+        finish(s, &ds, dataset, q.keep.unwrap_or(u32::MAX), handles);
         let all = all?;
         ds.pool().sync()?;
         Ok(ReceiveSummary::of_all(all).expect("at least one stream"))
@@ -225,7 +232,7 @@ fn prepare(
 }
 
 /// After a receive: read-only, pruned, recorded.
-fn finish(s: &Shared, ds: &fs::Datasets, dataset: &str, keep: u32) {
+fn finish(s: &Shared, ds: &fs::Datasets, dataset: &str, keep: u32, handles: Option<&str>) {
     let pool = ds.pool();
     let Some(os) = pool.objset_id(dataset) else {
         return;
@@ -238,7 +245,11 @@ fn finish(s: &Shared, ds: &fs::Datasets, dataset: &str, keep: u32) {
         super::sender::prune(ds, dataset, keep, newest);
     }
     let last = snaps.last().map(|(_, n)| n.clone());
+    let handles = handles.and_then(|h| super::HandleRecord::parse_header(h, os));
     let _ = s.replication.change(|b| {
+        if let Some(h) = handles {
+            b.handles.insert(dataset.to_string(), h);
+        }
         if let Some(e) = b.incoming.get_mut(dataset) {
             if e.last_snapshot != last {
                 e.last_snapshot = last;
@@ -263,6 +274,7 @@ fn resume_share(s: &Shared, ds: &fs::Datasets, share: std::sync::Arc<nfs::servic
         Ok(fs) => s.service.add_share(nfs::service::Share {
             pool: share.pool.clone(),
             dataset: share.dataset.clone(),
+            handle_identity: s.replication.handle_identity(&share.dataset, fs.objset()),
             fs,
             rules: share.rules.clone(),
         }),

@@ -159,6 +159,51 @@ pub struct Incoming {
     pub last_received_unix: Option<u64>,
 }
 
+/// The file handles a filesystem here is served with: those of the appliance it was
+/// replicated from, so NFS clients keep their handles when they fail over to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandleRecord {
+    /// The object set id of the filesystem here; the record applies to it only (a
+    /// filesystem destroyed and made again under the name is another one).
+    pub local_objset: u64,
+    /// The object set id in the handles.
+    pub objset: u64,
+    /// The key the handles are made with (hex), a secret like the pools' own.
+    pub key: String,
+}
+
+/// Handle identities travel as `objset:key-hex` in this request header.
+pub const HANDLE_HEADER: &str = "x-shoal-handle-identity";
+
+impl HandleRecord {
+    pub fn header_value(&self) -> String {
+        format!("{}:{}", self.objset, self.key)
+    }
+
+    pub fn parse_header(value: &str, local_objset: u64) -> Option<HandleRecord> {
+        let (objset, key) = value.split_once(':')?;
+        if key.len() != 64 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(HandleRecord {
+            local_objset,
+            objset: objset.parse().ok()?,
+            key: key.to_ascii_lowercase(),
+        })
+    }
+
+    pub fn identity(&self) -> Option<nfs::HandleIdentity> {
+        let mut key = [0u8; 32];
+        for (i, b) in key.iter_mut().enumerate() {
+            *b = u8::from_str_radix(self.key.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(nfs::HandleIdentity {
+            key: nfs::HandleKey::new(key),
+            objset: self.objset,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CredentialEntry {
     /// blake3 of the token, hex.
@@ -179,6 +224,9 @@ pub struct Book {
     pub credentials: BTreeMap<String, CredentialEntry>,
     #[serde(default)]
     pub incoming: BTreeMap<String, Incoming>,
+    /// Filesystems served with another appliance's handles (kept after promotion).
+    #[serde(default)]
+    pub handles: BTreeMap<String, HandleRecord>,
     #[serde(default)]
     pub next_action: u64,
 }
@@ -353,6 +401,17 @@ impl Replication {
 
     fn release_receive(&self, name: &str) {
         self.receiving.lock().unwrap().remove(name);
+    }
+
+    /// The handles `dataset` (object set `objset`) is served with, when they are
+    /// another appliance's.
+    pub fn handle_identity(&self, dataset: &str, objset: u64) -> Option<nfs::HandleIdentity> {
+        self.read(|b| {
+            b.handles
+                .get(dataset)
+                .filter(|h| h.local_objset == objset)
+                .and_then(HandleRecord::identity)
+        })
     }
 
     /// The greatest lag over the actions of pool `pool` (for analytics).

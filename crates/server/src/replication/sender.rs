@@ -111,6 +111,10 @@ fn run(
             .replicated_send_ids(&snapshot, record.base.as_deref())
             .map_err(|e| e.to_string())?;
         record.streams = streams.len() as u64;
+        let handles = s
+            .handle_record(&action.filesystem)
+            .map_err(|e| e.to_string())?
+            .header_value();
         let subject = s.analytics.register_pool(&pool.name);
         let (tx, rx) = sync_channel::<std::io::Result<Vec<u8>>>(4);
         std::thread::scope(|scope| {
@@ -125,7 +129,13 @@ fn run(
                 analytics: &s.analytics,
                 subject,
             };
-            client.push(&action.remote, base_guid, action.keep_remote, body)
+            client.push(
+                &action.remote,
+                base_guid,
+                action.keep_remote,
+                &handles,
+                body,
+            )
         })
     })();
     match outcome {
@@ -359,6 +369,7 @@ impl Client {
         remote: &str,
         base: Option<u64>,
         keep: u32,
+        handles: &str,
         mut body: impl Read,
     ) -> Result<(), String> {
         let mut url = format!("{}/{remote}?keep={keep}", self.base);
@@ -370,6 +381,7 @@ impl Client {
             .post(url)
             .header("authorization", &self.credential)
             .header("content-type", "application/octet-stream")
+            .header(super::HANDLE_HEADER, handles)
             .send(ureq::SendBody::from_reader(&mut body));
         let _: pool::send::receiver::ReceiveSummary = self.answer(r, 201)?;
         Ok(())
