@@ -749,3 +749,64 @@ fn failover_promote_write_and_replicate_back_to_the_old_primary() {
         &tree_of(&p, "tank/data", None),
     );
 }
+
+/// The total of analytics dataset `name` over the last two minutes at `d`, once the
+/// collector has sealed the seconds up to now.
+fn analytics_total(d: &Served, name: &str) -> u64 {
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (code, body) = d.get(&format!(
+        "/api/v1/analytics/data?name={}&seconds=120",
+        name.replace('[', "%5B").replace(']', "%5D")
+    ));
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["summary"]["total"].as_u64().unwrap()
+}
+
+#[test]
+fn scheduled_runs_counted_in_analytics_on_both_sides() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), Some("tank/data"));
+    let r = appliance(&t.path().join("replica"), None);
+    with_mount(&p, "tank/data", populate);
+    let primary = Served::start(&p, &t.path().join("p.log"), &[]);
+    let replica = Served::start(&r, &t.path().join("r.log"), &[]);
+    for d in [&primary, &replica] {
+        let (code, body) = d.post(
+            "/api/v1/analytics/datasets",
+            &serde_json::json!({"name": "replication.bytes[op]"}),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    // A dataset counts from the second after it was enabled.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    pair(&p, &replica, "vault", None);
+    let id = add_action(
+        &p,
+        "tank/data",
+        "vault",
+        "tank/copy",
+        &["--every", "2", "--keep-local", "2", "--keep-remote", "2"],
+    );
+    // Nobody runs it: the schedule does, a run every two seconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let runs = loop {
+        let st = json(&p, &["replication", "status", "--json"]);
+        let h = st["actions"][0]["history"].as_array().unwrap().clone();
+        if h.len() >= 3 && st["actions"][0]["running"].is_null() {
+            let out = shoal(&p, &["replication", "remove", &id]);
+            if out.status.success() {
+                break h;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "{st}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(runs.iter().all(|r| r["ok"] == true), "{runs:?}");
+    let sent: u64 = runs.iter().map(|r| r["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(analytics_total(&primary, "replication.bytes[op]"), sent);
+    assert_eq!(analytics_total(&replica, "replication.bytes[op]"), sent);
+    // Pruned to two replication snapshots on each side.
+    assert_eq!(snapshots(&p, "tank/data").len(), 2);
+    assert_eq!(snapshots(&r, "tank/copy").len(), 2);
+}
