@@ -339,11 +339,34 @@ fn every_documented_operation_is_served() {
                         "tank/home@monday"
                     } else if path.contains("worksheets") {
                         "reads"
+                    } else if path.contains("replication") {
+                        "vault"
                     } else {
                         "tank/home"
                     },
                 )
-                .replace("{dataset}", "tank/home");
+                .replace("{dataset}", "tank/home")
+                .replace("{id}", "1");
+            // Replicas take streams only with a replication credential.
+            if path.starts_with("/api/v1/replication/incoming/") {
+                let url = format!("http://{}{concrete}", d.api);
+                let r = match method {
+                    "get" => ureq::get(&url).call(),
+                    _ => ureq::post(&url)
+                        .header("content-type", "application/octet-stream")
+                        .send(&b"SHOALSND"[..]),
+                };
+                assert!(
+                    matches!(r, Err(ureq::Error::StatusCode(401))),
+                    "{method} {path} without a credential: {r:?}"
+                );
+                assert!(
+                    documented_ok(op, 401),
+                    "{method} {path}: 401 not documented"
+                );
+                operations += 1;
+                continue;
+            }
             // Streams are bytes, not JSON: the send's answer is the receive's body.
             if path.starts_with("/api/v1/send/") {
                 let url = format!("http://{}/api/v1/send/tank/home@monday", d.api);
@@ -435,6 +458,13 @@ fn every_documented_operation_is_served() {
                         r#"{"datasets": ["nfs3.ops[op=read][client]"]}"#
                     }
                     "#/components/schemas/Login" => r#"{"password": "not set yet"}"#,
+                    "#/components/schemas/NewCredential" => r#"{"name": "vault"}"#,
+                    "#/components/schemas/ReplicationTarget" => {
+                        r#"{"name": "vault", "address": "127.0.0.1:9", "credential": "x"}"#
+                    }
+                    "#/components/schemas/NewReplicationAction" => {
+                        r#"{"filesystem": "tank/home", "target": "vault"}"#
+                    }
                     // Fault injection is off in this daemon: a documented 403.
                     "#/components/schemas/Injection" => r#"{"device": "/nope", "fault": "fail"}"#,
                     other => panic!("no example body for {other}"),
@@ -454,7 +484,7 @@ fn every_documented_operation_is_served() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 35, "docs/openapi.json has 35 operations");
+    assert_eq!(operations, 47, "docs/openapi.json has 47 operations");
     d.stop(&state);
 }
 
