@@ -318,6 +318,81 @@ export const putShare = (dataset: string, rules: string) =>
 export const deleteShare = (dataset: string) => call<void>('DELETE', `${V1}/shares/${pathOf(dataset)}`);
 export const exports = () => call<Export[]>('GET', `${V1}/exports`);
 
+// --- replication ----------------------------------------------------------------
+
+export interface TargetInfo {
+  name: string;
+  address: string;
+  tls: boolean;
+}
+
+export interface ReplicationAction {
+  id: number;
+  filesystem: string;
+  target: string;
+  remote: string;
+  interval_seconds: number;
+  continuous: boolean;
+  keep_local: number;
+  keep_remote: number;
+  bandwidth: number;
+}
+
+export interface ReplicationRun {
+  started_unix: number;
+  finished_unix: number;
+  snapshot: string;
+  base: string | null;
+  bytes: number;
+  streams: number;
+  ok: boolean;
+  error: string | null;
+}
+
+export interface ReplicationActionStatus extends ReplicationAction {
+  running: { started_unix: number; snapshot: string; bytes: number; rate: number } | null;
+  lag_seconds: number | null;
+  history: ReplicationRun[];
+}
+
+export interface Replica {
+  credential: string | null;
+  last_snapshot: string | null;
+  last_received_unix: number | null;
+}
+
+export interface ReplicationOverview {
+  targets: TargetInfo[];
+  actions: ReplicationActionStatus[];
+  credentials: { name: string; created_unix: number }[];
+  incoming: Record<string, Replica>;
+}
+
+export interface NewReplicationAction {
+  filesystem: string;
+  target: string;
+  remote?: string;
+  interval_seconds?: number;
+  continuous?: boolean;
+  keep_local?: number;
+  keep_remote?: number;
+  bandwidth?: number;
+}
+
+export const replication = () => call<ReplicationOverview>('GET', `${V1}/replication`);
+export const createCredential = (name: string) =>
+  call<{ name: string; token: string }>('POST', `${V1}/replication/credentials`, { name });
+export const deleteCredential = (name: string) =>
+  call<void>('DELETE', `${V1}/replication/credentials/${encodeURIComponent(name)}`);
+export const addTarget = (t: { name: string; address: string; credential: string; certificate?: string }) =>
+  call<TargetInfo>('POST', `${V1}/replication/targets`, t);
+export const deleteTarget = (name: string) => call<void>('DELETE', `${V1}/replication/targets/${encodeURIComponent(name)}`);
+export const addAction = (a: NewReplicationAction) => call<ReplicationAction>('POST', `${V1}/replication/actions`, a);
+export const deleteAction = (id: number) => call<void>('DELETE', `${V1}/replication/actions/${id}`);
+export const runAction = (id: number) => call<ReplicationRun>('POST', `${V1}/replication/actions/${id}/run`);
+export const promote = (fs: string) => call<ReplicationOverview>('POST', `${V1}/replication/promote/${pathOf(fs)}`);
+export const demote = (fs: string) => call<ReplicationOverview>('POST', `${V1}/replication/demote/${pathOf(fs)}`);
+
 // --- analytics ------------------------------------------------------------------
 
 export const statistics = () => call<Statistic[]>('GET', `${V1}/analytics/statistics`);

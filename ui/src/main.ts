@@ -8,6 +8,7 @@ import type { Page, PageFactory } from './page';
 import { analyticsPage } from './analytics/worksheet';
 import { filesystemsPage } from './pages/filesystems';
 import { poolsPage } from './pages/pools';
+import { replicationPage } from './pages/replication';
 import { sharesPage } from './pages/shares';
 import { snapshotsPage } from './pages/snapshots';
 import { statusPage } from './pages/status';
@@ -20,6 +21,7 @@ const PAGES: { name: string; title: string; page: PageFactory }[] = [
   { name: 'filesystems', title: 'Filesystems', page: filesystemsPage },
   { name: 'shares', title: 'Shares', page: sharesPage },
   { name: 'snapshots', title: 'Snapshots', page: snapshotsPage },
+  { name: 'replication', title: 'Replication', page: replicationPage },
   { name: 'analytics', title: 'Analytics', page: analyticsPage },
 ];
 

@@ -22,6 +22,7 @@ const FS = `${POOL}/ui`;
 const SHARE_PATH = `/${FS}`;
 const RULES = '*(rw,no_root_squash,insecure)';
 const WORKSHEET = 'ui-acceptance';
+const REPLICA = `${POOL}/ui-replica`;
 const CLIENTS = ['127.0.0.1', '127.0.0.2'];
 
 function required(name) {
@@ -267,6 +268,51 @@ try {
     assert(JSON.stringify(shown) === JSON.stringify(expected), `after a reload the worksheet shows ${shown.join(', ')}, not ${expected.join(', ')}`);
     const saved = await apiGet('/api/v1/analytics/worksheets');
     assert(saved.some((w) => w.name === WORKSHEET), `GET /analytics/worksheets does not list ${WORKSHEET}`);
+  });
+
+  await step('replication', async () => {
+    await page.click('[data-test=nav-replication]');
+    await page.locator('[data-test=page-replication]').waitFor();
+    // The appliance replicates to itself: a credential made here, a target at its own address.
+    await page.fill('[data-test=credential-name]', 'self');
+    await page.click('[data-test=credential-create]');
+    const token = (await page.locator('[data-test=credential-token]').textContent()).trim();
+    assert(/^[0-9a-f]{64}$/.test(token), `the credential's token reads ${token}`);
+    await page.click('[data-test=credential-done]');
+    await page.fill('[data-test=target-name]', 'self');
+    await page.fill('[data-test=target-address]', new globalThis.URL(URL).host);
+    await page.fill('[data-test=target-credential]', token);
+    await page.click('[data-test=target-add]');
+    await page.locator('[data-test=target-row][data-name=self]').waitFor();
+    await page.locator(`[data-test=repl-fs] option[value="${FS}"]`).waitFor({ state: 'attached' });
+    await page.selectOption('[data-test=repl-fs]', FS);
+    await page.selectOption('[data-test=repl-target]', 'self');
+    await page.fill('[data-test=repl-remote]', REPLICA);
+    await page.click('[data-test=repl-add]');
+    const row = page.locator(`[data-test=repl-row][data-fs="${FS}"]`);
+    await row.waitFor();
+    await row.locator('[data-test=repl-run]').click();
+    const state = row.locator('[data-test=repl-state]');
+    await until(60, 'the replication run to succeed', async () => {
+      const s = await state.getAttribute('data-state');
+      if (s === 'failed') throw new StepFailure(`the run failed: ${await state.textContent()}`);
+      return s === 'ok';
+    });
+    assert((await state.textContent()).includes('in full'), `the first run reads ${await state.textContent()}`);
+    await page.locator(`[data-test=replica-row][data-name="${REPLICA}"]`).waitFor();
+    const snaps = await apiGet(`/api/v1/snapshots?of=${encodeURIComponent(REPLICA)}`);
+    assert(
+      snaps.length === 1 && snaps[0].name.startsWith(`${REPLICA}@repl-`),
+      `the replica holds ${snaps.map((s) => s.name).join(', ')}`,
+    );
+  });
+
+  await step('replica-promoted', async () => {
+    await page.locator(`[data-test=replica-row][data-name="${REPLICA}"] [data-test=replica-promote]`).click();
+    await page.click('[data-test=confirm-dialog] [data-test=confirm]');
+    await page.locator(`[data-test=replica-row][data-name="${REPLICA}"]`).waitFor({ state: 'detached' });
+    const o = await apiGet('/api/v1/replication');
+    assert(!(REPLICA in o.incoming), `${REPLICA} is still a replica: ${JSON.stringify(o.incoming)}`);
   });
 
   console.log('DONE');

@@ -175,6 +175,16 @@ impl DaemonState {
         })
     }
 
+    /// Whether `key_hex` is the handle key of a pool of this daemon.
+    pub(crate) fn is_own_handle_key(&self, key_hex: &str) -> bool {
+        self.pools.iter().any(|p| {
+            handle_key(&self.state_dir, p.guid).is_ok_and(|k| {
+                let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+                crate::auth::same(&hex, key_hex)
+            })
+        })
+    }
+
     fn persist_share(&self, dataset: &str, rules: Option<&str>) -> Result<()> {
         let mut all = read_persisted_shares(&self.state_dir)?;
         all.insert(dataset.to_string(), rules.map(str::to_string));

@@ -245,7 +245,12 @@ fn finish(s: &Shared, ds: &fs::Datasets, dataset: &str, keep: u32, handles: Opti
         super::sender::prune(ds, dataset, keep, newest);
     }
     let last = snaps.last().map(|(_, n)| n.clone());
-    let handles = handles.and_then(|h| super::HandleRecord::parse_header(h, os));
+    // Handles made with one of this daemon's own pool keys are this daemon's: a
+    // filesystem replicated within it keeps its own (another share already answers
+    // to those), and one replicated back to where it came from has them already.
+    let handles = handles
+        .and_then(|h| super::HandleRecord::parse_header(h, os))
+        .filter(|h| !s.is_own_handle_key(&h.key));
     let _ = s.replication.change(|b| {
         if let Some(h) = handles {
             b.handles.insert(dataset.to_string(), h);
