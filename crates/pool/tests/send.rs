@@ -352,3 +352,132 @@ fn a_send_reads_around_damaged_copies() {
     let scrub = a.scrub(&|_| {}).unwrap();
     assert!(scrub.bad_copies < damaged, "none healed: {scrub:?}");
 }
+
+/// A source of about 24 MiB in three objects: several checkpoints in its stream.
+fn big_source(a: &Pool, rng: &mut Rng) -> (u64, Vec<u64>) {
+    let os = a.create_objset("tank/big", "{}").unwrap();
+    let mut ids = Vec::new();
+    for (bs, len) in [
+        (131072u32, 9_000_000usize),
+        (16384, 7_000_000),
+        (131072, 8_000_000),
+    ] {
+        let obj = new_file(a, os, bs, Compression::Off);
+        a.write(os, obj, 0, &rng.bytes(len)).unwrap();
+        ids.push(obj);
+    }
+    (a.snapshot_create(os, "one").unwrap(), ids)
+}
+
+/// Every block of the target's objects is either not written yet (zeros) or the
+/// source's: no damaged byte was applied.
+fn nothing_foreign(a: &Pool, snap: u64, b: &Pool, os: u64, ids: &[u64]) {
+    for &obj in ids {
+        let Ok(info) = b.object_info(os, obj) else {
+            continue;
+        };
+        let bs = info.block_size as usize;
+        let want = a
+            .read(snap, obj, 0, (info.nblocks as usize) * bs)
+            .unwrap();
+        let got = b.read(os, obj, 0, (info.nblocks as usize) * bs).unwrap();
+        for (i, (g, w)) in got.chunks(bs).zip(want.chunks(bs)).enumerate() {
+            assert!(
+                g == w || g.iter().all(|&x| x == 0),
+                "object {obj} block {i} holds bytes the source never had"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_cut_receive_resumes_where_it_reported_and_ends_equal() {
+    use pool::send::receiver::{receive_with, Resumable, ResumePoint};
+    use pool::send::writer::send_from;
+    let (a, b, _) = pools(91);
+    let mut rng = Rng(91);
+    let (s1, ids) = big_source(&a, &mut rng);
+    let full = send_bytes(&a, s1, None);
+    let want = state(&a, s1, &ids);
+    let mut damaged = full.clone();
+    let at = full.len() / 2;
+    damaged[at] ^= 0x10;
+    for (what, stream, cut) in [
+        ("cut in the first third", &full, full.len() / 3),
+        ("cut in the last third", &full, full.len() * 2 / 3),
+        ("cut before the end record", &full, full.len() - 10),
+        ("damaged in the middle", &damaged, damaged.len()),
+    ] {
+        let target = format!("tank/r{cut}");
+        let mut points: Vec<ResumePoint> = Vec::new();
+        let e = receive_with(
+            &b,
+            &target,
+            &mut &stream[..cut],
+            &|_| Ok(()),
+            Some(Resumable {
+                expect: None,
+                progress: &mut |p| points.push(p),
+                report_every: std::time::Duration::ZERO,
+            }),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("stream refused"), "{what}: {e}");
+        let os = b.objset_id(&target).expect("what arrived stays");
+        nothing_foreign(&a, s1, &b, os, &ids);
+        let point = *points.last().expect("checkpoints before the cut");
+
+        // The rest, from the point reached: not what arrived before it.
+        let mut rest = Vec::new();
+        send_from(&a, s1, None, Some(point.at), &mut rest).unwrap();
+        let reached = cut.min(at);
+        assert!(
+            rest.len() < full.len() - reached + 2 * pool::send::CHECKPOINT_BYTES as usize,
+            "{what}: {} bytes resent of {} after {reached} arrived",
+            rest.len(),
+            full.len()
+        );
+        // A stream resumed elsewhere than the point reached is refused.
+        let mut wrong = Vec::new();
+        let elsewhere = pool::send::Position {
+            obj: point.at.obj,
+            blkid: point.at.blkid + 1,
+        };
+        send_from(&a, s1, None, Some(elsewhere), &mut wrong).unwrap();
+        let e = receive_with(
+            &b,
+            &target,
+            &mut wrong.as_slice(),
+            &|_| Ok(()),
+            Some(Resumable {
+                expect: Some(point),
+                progress: &mut |_| {},
+                report_every: std::time::Duration::ZERO,
+            }),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("resumes at"), "{what}: {e}");
+        let got = receive_with(
+            &b,
+            &target,
+            &mut rest.as_slice(),
+            &|_| Ok(()),
+            Some(Resumable {
+                expect: Some(point),
+                progress: &mut |_| {},
+                report_every: std::time::Duration::ZERO,
+            }),
+        )
+        .unwrap();
+        assert_eq!(got.name, format!("{target}@one"));
+        assert_eq!(state(&b, got.snapshot, &ids), want, "{what}");
+        assert_eq!(b.snapshot_guid(got.snapshot), a.snapshot_guid(s1));
+    }
+    // Without a resumable receive a resumed stream is refused.
+    let mut rest = Vec::new();
+    let from = pool::send::Position { obj: ids[1], blkid: 0 };
+    send_from(&a, s1, None, Some(from), &mut rest).unwrap();
+    let e = receive(&b, "tank/rnone", &mut rest.as_slice(), &|_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("not"), "{e}");
+    assert!(b.check().unwrap().problems.is_empty());
+}

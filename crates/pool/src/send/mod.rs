@@ -11,9 +11,12 @@
 //!
 //! Integrity: every byte before the end record is hashed (blake3) and the end record
 //! holds the hash, so a damaged stream is refused at its end and a truncated one has
-//! none; the receiver applies records as they come and undoes everything when the end
-//! does not verify (`receiver.rs`). Layout byte by byte in `docs/format.md`
-//! ("Snapshot streams"); little-endian throughout.
+//! none. Every few MiB a checkpoint record holds the hash so far and the position the
+//! stream has reached (object, block); the receiver applies the records of a stretch
+//! only once the checkpoint after it verifies, so nothing damaged is ever applied, and
+//! a receive cut short can be resumed from its last applied checkpoint by a stream
+//! that starts there (`FLAG_RESUME`; `receiver.rs`). Layout byte by byte in
+//! `docs/format.md` ("Snapshot streams"); little-endian throughout.
 
 pub mod receiver;
 pub mod writer;
@@ -21,15 +24,33 @@ pub mod writer;
 use crate::PoolError;
 
 pub const STREAM_MAGIC: &[u8; 8] = b"SHOALSND";
-pub const STREAM_VERSION: u32 = 1;
+/// Version 2 added checkpoints and resumed streams; version 1 streams are still read.
+pub const STREAM_VERSION: u32 = 2;
 /// Header flag: the stream applies on top of the snapshot `from_guid` names.
 pub const FLAG_INCREMENTAL: u32 = 1;
+/// Header flag: the stream continues a receive cut short at the header's resume
+/// position (the records before it are left out).
+pub const FLAG_RESUME: u32 = 2;
+/// Stream bytes between checkpoints (at least; one comes before the next object or
+/// data record after this many).
+pub const CHECKPOINT_BYTES: u64 = 4 << 20;
 
 const REC_OBJECT: u8 = 1;
 const REC_FREE_OBJECTS: u8 = 2;
 const REC_DATA: u8 = 3;
 const REC_FREE: u8 = 4;
 const REC_END: u8 = 5;
+const REC_CHECKPOINT: u8 = 6;
+
+/// Where a stream has got to: the next record is object `obj`'s object record
+/// (`blkid` 0) or its data at block `blkid`. A stream resumed there sends the object
+/// record of `obj` again, then only its blocks from `blkid` on, then every later
+/// object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Position {
+    pub obj: u64,
+    pub blkid: u64,
+}
 
 /// A data record up to its payload: type, object, block id, logical size,
 /// compression, payload length.
@@ -58,6 +79,10 @@ pub struct StreamHeader {
     pub snapshot: String,
     /// The dataset's properties (JSON) as of the snapshot.
     pub props: String,
+    /// With `FLAG_RESUME`: where the stream starts.
+    pub resume: Option<Position>,
+    /// The version read (streams are always written at `STREAM_VERSION`).
+    pub version: u32,
 }
 
 /// One record after the header.
@@ -90,6 +115,9 @@ pub enum Record {
     /// The end: the object id the next new object gets, and the blake3 hash of every
     /// byte of the stream before the hash itself.
     End { next_object: u64, hash: [u8; 32] },
+    /// Everything before it verified (the hash of every byte before the hash itself);
+    /// the next record starts at `at`.
+    Checkpoint { at: Position, hash: [u8; 32] },
 }
 
 fn corrupt(what: impl std::fmt::Display) -> PoolError {
@@ -108,6 +136,10 @@ impl StreamHeader {
         b.extend_from_slice(self.snapshot.as_bytes());
         b.extend_from_slice(&(self.props.len() as u32).to_le_bytes());
         b.extend_from_slice(self.props.as_bytes());
+        if let Some(p) = self.resume {
+            b.extend_from_slice(&p.obj.to_le_bytes());
+            b.extend_from_slice(&p.blkid.to_le_bytes());
+        }
         b
     }
 
@@ -118,13 +150,18 @@ impl StreamHeader {
             return Err(corrupt("not a shoal snapshot stream (bad magic)"));
         }
         let version = u32::from_le_bytes(fixed[8..12].try_into().unwrap());
-        if version != STREAM_VERSION {
+        if version == 0 || version > STREAM_VERSION {
             return Err(corrupt(format!(
-                "stream version {version}; this shoal reads version {STREAM_VERSION}"
+                "stream version {version}; this shoal reads versions 1 to {STREAM_VERSION}"
             )));
         }
         let flags = u32::from_le_bytes(fixed[12..16].try_into().unwrap());
-        if flags & !FLAG_INCREMENTAL != 0 {
+        let known = if version >= 2 {
+            FLAG_INCREMENTAL | FLAG_RESUME
+        } else {
+            FLAG_INCREMENTAL
+        };
+        if flags & !known != 0 {
             return Err(corrupt(format!("unknown stream flags {flags:#x}")));
         }
         let to_guid = u64::from_le_bytes(fixed[16..24].try_into().unwrap());
@@ -134,12 +171,22 @@ impl StreamHeader {
         }
         let snapshot = r.read_string()?;
         let props = r.read_string()?;
+        let resume = if flags & FLAG_RESUME != 0 {
+            Some(Position {
+                obj: r.read_u64()?,
+                blkid: r.read_u64()?,
+            })
+        } else {
+            None
+        };
         Ok(StreamHeader {
             flags,
             to_guid,
             from_guid,
             snapshot,
             props,
+            resume,
+            version,
         })
     }
 
@@ -200,6 +247,12 @@ impl Record {
             Record::End { next_object, hash } => {
                 b.push(REC_END);
                 b.extend_from_slice(&next_object.to_le_bytes());
+                b.extend_from_slice(hash);
+            }
+            Record::Checkpoint { at, hash } => {
+                b.push(REC_CHECKPOINT);
+                b.extend_from_slice(&at.obj.to_le_bytes());
+                b.extend_from_slice(&at.blkid.to_le_bytes());
                 b.extend_from_slice(hash);
             }
         }
@@ -274,6 +327,23 @@ impl Record {
                 }
                 Record::End { next_object, hash }
             }
+            REC_CHECKPOINT => {
+                let at = Position {
+                    obj: r.read_u64()?,
+                    blkid: r.read_u64()?,
+                };
+                let expected = r.hash();
+                let mut hash = [0u8; 32];
+                r.read_exact(&mut hash)?;
+                if hash != expected {
+                    return Err(corrupt(format!(
+                        "the stream's checksum does not match before object {} block {} \
+                         (damaged)",
+                        at.obj, at.blkid
+                    )));
+                }
+                Record::Checkpoint { at, hash }
+            }
             k => return Err(corrupt(format!("unknown record kind {k}"))),
         })
     }
@@ -285,9 +355,9 @@ pub struct HashingReader<'a> {
     inner: &'a mut dyn std::io::Read,
     hasher: blake3::Hasher,
     pub bytes: u64,
-    /// A payload buffer the receiver is done with, for the next data record: fresh
+    /// Payload buffers the receiver is done with, for the next data records: fresh
     /// block-sized allocations cost a page fault and a zeroing per 4 KiB.
-    spare: Vec<u8>,
+    spare: Vec<Vec<u8>>,
 }
 
 impl<'a> HashingReader<'a> {
@@ -302,14 +372,15 @@ impl<'a> HashingReader<'a> {
 
     /// Hands a data record's payload back for reuse.
     pub fn recycle(&mut self, payload: Vec<u8>) {
-        if payload.capacity() > self.spare.capacity() {
-            self.spare = payload;
+        // Enough for the records between two checkpoints, which wait together.
+        if self.spare.len() < 64 {
+            self.spare.push(payload);
         }
     }
 
-    /// A buffer of `len` bytes (contents to be overwritten), reusing the spare.
+    /// A buffer of `len` bytes (contents to be overwritten), reusing a spare.
     fn spare_buffer(&mut self, len: usize) -> Vec<u8> {
-        let mut b = std::mem::take(&mut self.spare);
+        let mut b = self.spare.pop().unwrap_or_default();
         b.clear();
         b.resize(len, 0);
         b
@@ -366,12 +437,14 @@ impl<'a> HashingReader<'a> {
     }
 }
 
-/// Writes a stream, hashing every byte for the end record.
+/// Writes a stream, hashing every byte for the checkpoints and the end record.
 pub struct HashingWriter<'a> {
     inner: &'a mut dyn std::io::Write,
     hasher: blake3::Hasher,
     buf: Vec<u8>,
     pub bytes: u64,
+    /// `bytes` at the last checkpoint.
+    checkpointed: u64,
 }
 
 impl<'a> HashingWriter<'a> {
@@ -381,7 +454,24 @@ impl<'a> HashingWriter<'a> {
             hasher: blake3::Hasher::new(),
             buf: Vec::with_capacity(1 << 20),
             bytes: 0,
+            checkpointed: 0,
         }
+    }
+
+    /// Writes a checkpoint before the record at `at` when enough was written since
+    /// the last one.
+    pub fn checkpoint_before(&mut self, at: Position) -> Result<(), PoolError> {
+        if self.bytes - self.checkpointed < CHECKPOINT_BYTES {
+            return Ok(());
+        }
+        let mut b = vec![REC_CHECKPOINT];
+        b.extend_from_slice(&at.obj.to_le_bytes());
+        b.extend_from_slice(&at.blkid.to_le_bytes());
+        self.put(&b)?;
+        let hash = *self.hasher.finalize().as_bytes();
+        self.put(&hash)?;
+        self.checkpointed = self.bytes;
+        Ok(())
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<(), PoolError> {

@@ -1,26 +1,60 @@
 //! Receives a snapshot stream into a dataset: a full stream creates the dataset, an
 //! incremental one applies on top of the dataset's latest snapshot, which must be the
-//! stream's base (the same snapshot identity). The records are applied as ordinary
-//! changes as they arrive; the snapshot is taken only after the end record verified.
+//! stream's base (the same snapshot identity). Records are applied as ordinary
+//! changes a stretch at a time: those between two checkpoints wait until the second
+//! verifies (the hash of everything before it), so no damaged record is ever applied.
+//! The snapshot is taken only after the end record verified. (Version 1 streams have
+//! no checkpoints: their records are applied as they come.)
 //!
 //! A stream that is damaged, truncated, or does not apply leaves the target as it
 //! was: a full receive destroys the dataset it created, an incremental rolls the
-//! dataset back to the base snapshot. A crash in the middle leaves a partial dataset
-//! (full) or changes after the base (incremental) without the new snapshot; receiving
-//! the same stream again after destroying or rolling back repeats the work (resuming
-//! from a token is not built yet). Like `zfs receive -F`, an incremental first rolls
-//! the dataset back to the base, discarding changes made on the replica since.
+//! dataset back to the base snapshot. Like `zfs receive -F`, an incremental first
+//! rolls the dataset back to the base, discarding changes made on the replica since.
+//!
+//! A resumable receive (`receive_with` and `Resumable`) instead keeps what arrived:
+//! about once a second, after a checkpoint's stretch is applied, it commits and
+//! reports the point reached (`ResumePoint`); a stream that starts there
+//! (`writer::send_from`) later completes the receive without resending what arrived.
+//! A crash in the middle is the same as a cut: what was committed stays, and the last
+//! point reported is never ahead of it. Records are idempotent (an object written
+//! again, a block rewritten, a range freed twice), so what arrived after the last
+//! reported point and is sent again does no harm.
 //!
 //! Blocks arrive as stored and are decompressed here, then compressed again by the
 //! sync with the object's compression (a raw write path that stores them as they came
 //! is not built yet).
 
-use super::{HashingReader, Record, StreamHeader};
+use super::{HashingReader, Position, Record, StreamHeader};
 use crate::checksum::ChecksumKind;
 use crate::compress::{self, Compression};
 use crate::{Pool, PoolError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Where a resumable receive got to: the stream (by its snapshots' identities) and
+/// the position a resumed stream starts at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumePoint {
+    pub to_guid: u64,
+    pub from_guid: u64,
+    pub at: Position,
+}
+
+/// How often a resumable receive commits and reports its point, by default.
+pub const RESUME_REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// A receive that keeps what arrived when its stream ends early.
+pub struct Resumable<'a> {
+    /// The point the last receive into this dataset reported, which a resumed stream
+    /// must start at; none: a resumed stream is refused.
+    pub expect: Option<ResumePoint>,
+    /// Called with each point reached once everything before it is committed.
+    pub progress: &'a mut dyn FnMut(ResumePoint),
+    /// At most one commit and report per this long (`RESUME_REPORT_EVERY`); each
+    /// costs a transaction group.
+    pub report_every: Duration,
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ReceiveSummary {
@@ -67,6 +101,17 @@ pub fn receive(
     input: &mut dyn std::io::Read,
     check_props: &dyn Fn(&str) -> Result<(), String>,
 ) -> Result<ReceiveSummary, PoolError> {
+    receive_with(pool, target, input, check_props, None)
+}
+
+/// `receive`, resumable when `resumable` is given (see the module doc).
+pub fn receive_with(
+    pool: &Pool,
+    target: &str,
+    input: &mut dyn std::io::Read,
+    check_props: &dyn Fn(&str) -> Result<(), String>,
+    resumable: Option<Resumable<'_>>,
+) -> Result<ReceiveSummary, PoolError> {
     let mut r = HashingReader::new(input);
     let header = StreamHeader::read(&mut r)?;
     check_props(&header.props).map_err(|e| refused(format!("its properties: {e}")))?;
@@ -79,7 +124,40 @@ pub fn receive(
         streams: 1,
         ..ReceiveSummary::default()
     };
-    let (os, undo) = if header.incremental() {
+    let (os, undo) = if let Some(at) = header.resume {
+        let point = ResumePoint {
+            to_guid: header.to_guid,
+            from_guid: header.from_guid,
+            at,
+        };
+        match &resumable {
+            Some(r) if r.expect == Some(point) => {}
+            Some(r) => {
+                return Err(refused(format!(
+                    "it resumes at object {} block {} of snapshot {:#x}; '{target}' expects {}",
+                    at.obj,
+                    at.blkid,
+                    header.to_guid,
+                    match r.expect {
+                        Some(e) => format!(
+                            "object {} block {} of snapshot {:#x}",
+                            e.at.obj, e.at.blkid, e.to_guid
+                        ),
+                        None => "no resumed stream".into(),
+                    }
+                )))
+            }
+            None => {
+                return Err(refused(
+                    "a resumed stream continues a resumable receive, and this one is not",
+                ))
+            }
+        }
+        let os = pool
+            .objset_id(target)
+            .ok_or_else(|| PoolError::NotFound(format!("dataset '{target}'")))?;
+        (os, None)
+    } else if header.incremental() {
         let os = pool
             .objset_id(target)
             .ok_or_else(|| PoolError::NotFound(format!("dataset '{target}'")))?;
@@ -94,7 +172,7 @@ pub fn receive(
             )));
         }
         pool.snapshot_rollback(base)?;
-        (os, Undo::RollBack(base))
+        (os, Some(Undo::RollBack(base)))
     } else {
         if pool.objset_id(target).is_some() {
             return Err(PoolError::Exists(format!(
@@ -102,19 +180,23 @@ pub fn receive(
             )));
         }
         let os = pool.create_objset(target, &header.props)?;
-        (os, Undo::Destroy(os))
+        (os, Some(Undo::Destroy(os)))
     };
     summary.dataset = os;
-    match apply(pool, os, &header, &mut r, &mut summary) {
+    let keep = resumable.is_some();
+    let progress = resumable.map(|r| (r.progress, r.report_every));
+    match apply(pool, os, &header, &mut r, &mut summary, progress) {
         Ok(()) => {
             summary.bytes = r.bytes;
             Ok(summary)
         }
         Err(e) => {
-            // Leave the target as it was; the stream's error is the one to report.
-            let _ = match undo {
-                Undo::Destroy(os) => pool.sync().and_then(|_| pool.destroy_objset(os)),
-                Undo::RollBack(base) => pool.snapshot_rollback(base),
+            // Leave the target as it was (a resumable receive keeps what arrived); the
+            // stream's error is the one to report.
+            let _ = match undo.filter(|_| !keep) {
+                Some(Undo::Destroy(os)) => pool.sync().and_then(|_| pool.destroy_objset(os)),
+                Some(Undo::RollBack(base)) => pool.snapshot_rollback(base),
+                None => Ok(()),
             };
             let _ = pool.sync();
             Err(e)
@@ -133,12 +215,75 @@ fn apply(
     header: &StreamHeader,
     r: &mut HashingReader<'_>,
     summary: &mut ReceiveSummary,
+    mut progress: Option<(&mut dyn FnMut(ResumePoint), Duration)>,
 ) -> Result<(), PoolError> {
-    // Block size of each object seen, for block ids to offsets.
-    let mut block_sizes: HashMap<u64, u32> = HashMap::new();
-    let mut decompressed = Vec::new();
+    let mut applier = Applier {
+        pool,
+        os,
+        block_sizes: HashMap::new(),
+        decompressed: Vec::new(),
+    };
+    // Records since the last checkpoint, applied once the next one verifies.
+    let mut pending: Vec<Record> = Vec::new();
+    let mut reported: Option<Instant> = None;
+    let buffered = header.version >= 2;
     loop {
         match Record::read(r)? {
+            Record::Checkpoint { at, .. } => {
+                for rec in pending.drain(..) {
+                    applier.apply(rec, r, summary)?;
+                }
+                if let Some((report, every)) = progress.as_mut() {
+                    if reported.is_none_or(|t| t.elapsed() >= *every) {
+                        pool.sync()?;
+                        report(ResumePoint {
+                            to_guid: header.to_guid,
+                            from_guid: header.from_guid,
+                            at,
+                        });
+                        reported = Some(Instant::now());
+                    }
+                }
+            }
+            Record::End { next_object, .. } => {
+                for rec in pending.drain(..) {
+                    applier.apply(rec, r, summary)?;
+                }
+                pool.raise_next_object(os, next_object)?;
+                if header.incremental() {
+                    pool.set_objset_props(os, &header.props)?;
+                }
+                pool.sync()?;
+                summary.snapshot =
+                    pool.snapshot_create_received(os, &header.snapshot, header.to_guid)?;
+                return Ok(());
+            }
+            rec if buffered => pending.push(rec),
+            rec => applier.apply(rec, r, summary)?,
+        }
+    }
+}
+
+/// Applies records to one dataset.
+struct Applier<'a> {
+    pool: &'a Pool,
+    os: u64,
+    /// Block size of each object seen, for block ids to offsets.
+    block_sizes: HashMap<u64, u32>,
+    decompressed: Vec<u8>,
+}
+
+impl Applier<'_> {
+    fn apply(
+        &mut self,
+        rec: Record,
+        r: &mut HashingReader<'_>,
+        summary: &mut ReceiveSummary,
+    ) -> Result<(), PoolError> {
+        let (pool, os) = (self.pool, self.os);
+        let block_sizes = &mut self.block_sizes;
+        let decompressed = &mut self.decompressed;
+        match rec {
             Record::Object {
                 obj,
                 object_type,
@@ -221,12 +366,12 @@ fn apply(
                 } else {
                     decompressed.clear();
                     decompressed.resize(lsize as usize, 0);
-                    compress::decompress(alg, &payload, &mut decompressed).map_err(|e| {
+                    compress::decompress(alg, &payload, decompressed).map_err(|e| {
                         refused(format!(
                             "object {obj} block {blkid} does not decompress: {e}"
                         ))
                     })?;
-                    pool.write(os, obj, offset, &decompressed)?;
+                    pool.write(os, obj, offset, decompressed)?;
                 }
                 r.recycle(payload);
                 summary.data_blocks += 1;
@@ -238,22 +383,15 @@ fn apply(
                     as u64;
                 // Whole blocks only, however far the range reaches.
                 let max_blocks = u64::MAX / bs;
-                if first >= max_blocks {
-                    continue;
+                if first < max_blocks {
+                    let count = count.min(max_blocks - first);
+                    pool.free_range(os, obj, first * bs, count * bs)?;
                 }
-                let count = count.min(max_blocks - first);
-                pool.free_range(os, obj, first * bs, count * bs)?;
             }
-            Record::End { next_object, .. } => {
-                pool.raise_next_object(os, next_object)?;
-                if header.incremental() {
-                    pool.set_objset_props(os, &header.props)?;
-                }
-                pool.sync()?;
-                summary.snapshot =
-                    pool.snapshot_create_received(os, &header.snapshot, header.to_guid)?;
-                return Ok(());
+            Record::End { .. } | Record::Checkpoint { .. } => {
+                unreachable!("apply reads ends and checkpoints itself")
             }
         }
+        Ok(())
     }
 }

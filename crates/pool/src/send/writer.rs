@@ -6,8 +6,12 @@
 //! walk needs no lock while the dataset changes on; the snapshot itself is held
 //! against destruction until the stream is written (`Pool::hold_snapshot`). The base
 //! of an incremental needs no hold: only its txg and guid are read.
+//!
+//! A resumed stream (`send_from` with a position) walks the same way and leaves out
+//! every record before the position, but for the object record of the object it
+//! starts in, which the receiver needs again for that object's block size.
 
-use super::{HashingWriter, Record, StreamHeader, FLAG_INCREMENTAL};
+use super::{HashingWriter, Position, Record, StreamHeader, FLAG_INCREMENTAL, FLAG_RESUME};
 use crate::blkptr::BlockPointer;
 use crate::dnode::{Dnode, BPS_PER_INDIRECT, DNODES_PER_BLOCK, DNODE_SIZE};
 use crate::objset::{bp_at, check_child, read_root};
@@ -42,6 +46,18 @@ pub fn send(
     from: Option<u64>,
     out: &mut dyn std::io::Write,
 ) -> Result<SendSummary, PoolError> {
+    send_from(pool, snapshot, from, None, out)
+}
+
+/// `send`, or with `resume` the rest of that stream from a position a receive
+/// reached (`receiver::ResumePoint`).
+pub fn send_from(
+    pool: &Pool,
+    snapshot: u64,
+    from: Option<u64>,
+    resume: Option<Position>,
+    out: &mut dyn std::io::Write,
+) -> Result<SendSummary, PoolError> {
     let _held = pool.hold_snapshot(snapshot)?;
     let to = pool.snapshot_source(snapshot)?;
     let (from_txg, from_guid) = match from {
@@ -63,13 +79,20 @@ pub fn send(
             (base.txg, base.guid)
         }
     };
+    let mut flags = if from.is_some() { FLAG_INCREMENTAL } else { 0 };
+    if resume.is_some() {
+        flags |= FLAG_RESUME;
+    }
     let header = StreamHeader {
-        flags: if from.is_some() { FLAG_INCREMENTAL } else { 0 },
+        flags,
         to_guid: to.guid,
         from_guid,
         snapshot: to.name.split_once('@').map_or("", |(_, s)| s).to_string(),
         props: to.props.clone(),
+        resume,
+        version: super::STREAM_VERSION,
     };
+    let start = resume.unwrap_or_default();
     let st: &Storage = &pool.storage;
     let mut w = HashingWriter::new(out);
     w.header(&header)?;
@@ -95,15 +118,20 @@ pub fn send(
         match change {
             Change::Holes(first, count) => {
                 let first_obj = first.saturating_mul(DNODES_PER_BLOCK);
-                let count = count.saturating_mul(DNODES_PER_BLOCK);
-                extend_run(&mut free_run, first_obj, count, &mut w, &mut summary)?;
+                let end = first_obj.saturating_add(count.saturating_mul(DNODES_PER_BLOCK));
+                // A resumed stream leaves out what came before its start.
+                let first_obj = first_obj.max(start.obj);
+                if first_obj < end {
+                    extend_run(&mut free_run, first_obj, end - first_obj, &mut w, &mut summary)?;
+                }
             }
+            Change::Block(blkid, _) if (blkid + 1) * DNODES_PER_BLOCK <= start.obj => {}
             Change::Block(blkid, bp) => {
                 let block = st.read_block(&bp)?;
                 for (slot, bytes) in block.bytes().chunks(DNODE_SIZE).enumerate() {
                     let obj = blkid * DNODES_PER_BLOCK + slot as u64;
-                    if obj == 0 {
-                        continue; // the dnode array itself
+                    if obj == 0 || obj < start.obj {
+                        continue; // the dnode array itself, or sent before a resume
                     }
                     let d = Dnode::decode(bytes)?;
                     if d.is_free() {
@@ -113,7 +141,8 @@ pub fn send(
                         continue;
                     }
                     flush_free(&mut w, &mut free_run, &mut summary)?;
-                    send_object(st, obj, &d, from_txg, &mut w, &mut summary)?;
+                    let first_block = if obj == start.obj { start.blkid } else { 0 };
+                    send_object(st, obj, &d, from_txg, first_block, &mut w, &mut summary)?;
                 }
             }
         }
@@ -147,15 +176,19 @@ fn extend_run(
     }
 }
 
+/// An object's records; with `first_block` > 0 (a resumed stream) only its blocks
+/// from there on after the object record.
 fn send_object(
     st: &Storage,
     obj: u64,
     d: &Dnode,
     from_txg: u64,
+    first_block: u64,
     w: &mut HashingWriter,
     s: &mut SendSummary,
 ) -> Result<(), PoolError> {
     s.objects += 1;
+    w.checkpoint_before(Position { obj, blkid: 0 })?;
     w.record(&Record::Object {
         obj,
         object_type: d.object_type,
@@ -177,7 +210,12 @@ fn send_object(
     }
     let mut changes = Vec::new();
     changed_blocks(st, d.root, d.levels, from_txg, &mut |c| {
-        push_coalesced(&mut changes, c);
+        let sent_before = match &c {
+            Change::Block(blkid, _) | Change::Holes(blkid, _) => *blkid < first_block,
+        };
+        if !sent_before {
+            push_coalesced(&mut changes, c);
+        }
         Ok(())
     })?;
     // Runs of blocks are read together (`Storage::read_stored_batch`: adjacent blocks
@@ -238,6 +276,7 @@ fn send_object(
                         let payload = &io[..bp.psize as usize];
                         s.data_blocks += 1;
                         s.data_bytes += payload.len() as u64;
+                        w.checkpoint_before(Position { obj, blkid: *blkid })?;
                         w.data(obj, *blkid, bp.lsize, bp.compression.code(), payload)?;
                     }
                 }
