@@ -386,6 +386,18 @@ impl Datasets {
         name: &str,
         input: &mut dyn std::io::Read,
     ) -> Result<pool::send::receiver::ReceiveSummary> {
+        self.receive_with(name, input, None)
+    }
+
+    /// `receive`, resumable when `resumable` is given (`pool::send::receiver`): what
+    /// arrived stays when the stream ends early, and a stream resumed from the point
+    /// reported completes it.
+    pub fn receive_with(
+        &self,
+        name: &str,
+        input: &mut dyn std::io::Read,
+        resumable: Option<pool::send::receiver::Resumable<'_>>,
+    ) -> Result<pool::send::receiver::ReceiveSummary> {
         self.check_name(name)?;
         if name == self.pool.name {
             return Err(FsError::Invalid(
@@ -403,13 +415,19 @@ impl Datasets {
                 )));
             }
         }
-        let summary = pool::send::receiver::receive(&self.pool, name, input, &|json| {
-            Props::from_json(json)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })?;
+        let summary = pool::send::receiver::receive_with(
+            &self.pool,
+            name,
+            input,
+            &|json| {
+                Props::from_json(json)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            },
+            resumable,
+        );
         self.limits.refresh(&self.pool)?;
-        Ok(summary)
+        Ok(summary?)
     }
 
     /// Destroys a snapshot; the space only it held comes back.

@@ -377,9 +377,7 @@ fn nothing_foreign(a: &Pool, snap: u64, b: &Pool, os: u64, ids: &[u64]) {
             continue;
         };
         let bs = info.block_size as usize;
-        let want = a
-            .read(snap, obj, 0, (info.nblocks as usize) * bs)
-            .unwrap();
+        let want = a.read(snap, obj, 0, (info.nblocks as usize) * bs).unwrap();
         let got = b.read(os, obj, 0, (info.nblocks as usize) * bs).unwrap();
         for (i, (g, w)) in got.chunks(bs).zip(want.chunks(bs)).enumerate() {
             assert!(
@@ -475,7 +473,10 @@ fn a_cut_receive_resumes_where_it_reported_and_ends_equal() {
     }
     // Without a resumable receive a resumed stream is refused.
     let mut rest = Vec::new();
-    let from = pool::send::Position { obj: ids[1], blkid: 0 };
+    let from = pool::send::Position {
+        obj: ids[1],
+        blkid: 0,
+    };
     send_from(&a, s1, None, Some(from), &mut rest).unwrap();
     let e = receive(&b, "tank/rnone", &mut rest.as_slice(), &|_| Ok(())).unwrap_err();
     assert!(e.to_string().contains("not"), "{e}");

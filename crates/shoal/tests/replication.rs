@@ -456,11 +456,15 @@ fn full_then_incremental_over_https_equal_by_content_and_metadata() {
     assert!(props.contains(" on"), "{props}");
 }
 
-/// `shoal replication run ID` started in the background on `primary`; returns once the
-/// run has moved `at_least` bytes. The caller waits for it (a failing test's exit
-/// reaps it otherwise).
+/// `shoal replication run ID` started in the background on `primary`; returns once
+/// `reached` holds. The caller waits for it (a failing test's exit reaps it
+/// otherwise).
 #[allow(clippy::zombie_processes)]
-fn run_in_background(primary: &Path, id: &str, at_least: u64) -> std::process::Child {
+fn run_in_background(
+    primary: &Path,
+    id: &str,
+    mut reached: impl FnMut() -> bool,
+) -> std::process::Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
         .args(["replication", "run", id, "--json"])
         .env("SHOAL_STATE_DIR", primary)
@@ -469,29 +473,35 @@ fn run_in_background(primary: &Path, id: &str, at_least: u64) -> std::process::C
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let st = json(primary, &["replication", "status", "--json"]);
-        let moved = st["actions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|a| a["id"].as_u64().unwrap().to_string() == id)
-            .find_map(|a| a["running"]["bytes"].as_u64())
-            .unwrap_or(0);
-        if moved >= at_least {
-            return child;
-        }
+    while !reached() {
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the run never moved {at_least} bytes: {st}");
+            panic!("the run never got where the test waits for");
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    child
+}
+
+/// The point a cut receive into `fs` reached, as the replica `state` records it.
+fn resume_point(state: &Path, fs: &str) -> Option<serde_json::Value> {
+    let st = json(state, &["replication", "status", "--json"]);
+    let p = &st["incoming"][fs]["resume"];
+    p.is_object().then(|| p.clone())
+}
+
+/// Bytes of `shoal send ARGS` through the daemon of `state`.
+fn stream_size(state: &Path, args: &[&str]) -> usize {
+    let mut all = vec!["send"];
+    all.extend_from_slice(args);
+    let out = shoal(state, &all);
+    assert!(out.status.success(), "{out:?}");
+    out.stdout.len()
 }
 
 #[test]
-fn a_transfer_cut_by_kill9_on_either_side_is_redone_and_equal() {
+fn a_transfer_cut_by_kill9_on_either_side_resumes_and_ends_equal() {
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let p = appliance(&t.path().join("primary"), Some("tank/data"));
     let r = appliance(&t.path().join("replica"), None);
@@ -502,7 +512,7 @@ fn a_transfer_cut_by_kill9_on_either_side_is_redone_and_equal() {
     let mut primary = Served::start(&p, &t.path().join("p.log"), &[]);
     let mut replica = Served::start(&r, &t.path().join("r.log"), &[]);
     pair(&p, &replica, "vault", None);
-    // 4 MB/s: a 12 MB stream takes three seconds, long enough to be cut.
+    // 4 MB/s: an 18 MB stream takes seconds, long enough to be cut.
     let id = add_action(
         &p,
         "tank/data",
@@ -511,22 +521,36 @@ fn a_transfer_cut_by_kill9_on_either_side_is_redone_and_equal() {
         &["--bandwidth", "4M"],
     );
 
-    // The replica dies in the middle of the full receive.
-    let cli = run_in_background(&p, &id, 2_000_000);
+    // The replica dies in the middle of the full receive, once it has committed part.
+    let cli = run_in_background(&p, &id, || resume_point(&r, "tank/copy").is_some());
     replica.kill9();
     let out = cli.wait_with_output().unwrap();
     assert!(!out.status.success(), "the run reports the lost target");
     replica.restart();
-    // The replica knows the filesystem is its own before the first byte lands; what
-    // a transaction group committed of it may remain, without a snapshot.
-    let held = json(&r, &["replication", "status", "--json"]);
-    assert!(held["incoming"]["tank/copy"].is_object(), "{held}");
-    if ok(&r, &["fs", "list"]).contains("tank/copy") {
-        assert!(snapshots(&r, "tank/copy").is_empty());
-    }
+    let point = resume_point(&r, "tank/copy").expect("the point reached survives the crash");
+    assert!(snapshots(&r, "tank/copy").is_empty(), "no snapshot yet");
+    let status = json(&p, &["replication", "status", "--json"]);
+    let cut = status["actions"][0]["history"][0]["snapshot"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        snapshots(&p, "tank/data").contains(&cut.split_once('@').unwrap().1.to_string()),
+        "a run cut after bytes left keeps its snapshot for the resume"
+    );
+    let full = stream_size(&p, &[&cut]);
     let first = run(&p, &id);
     assert_eq!(first["ok"], true, "{first}");
-    assert!(first["base"].is_null(), "{first}");
+    assert_eq!(first["base"].as_str(), Some(cut.as_str()), "{first}");
+    assert_eq!(
+        first["streams"], 2,
+        "the rest of the cut stream, then the new snapshot"
+    );
+    assert!(
+        (first["bytes"].as_u64().unwrap() as usize) + 3_000_000 < full,
+        "what arrived before {point} is not sent again: {first}, a full stream is {full} bytes"
+    );
+    assert!(resume_point(&r, "tank/copy").is_none());
 
     // The primary dies in the middle of an incremental.
     primary.stop();
@@ -536,7 +560,7 @@ fn a_transfer_cut_by_kill9_on_either_side_is_redone_and_equal() {
     });
     primary.restart();
     let before = snapshots(&r, "tank/copy");
-    let cli = run_in_background(&p, &id, 2_000_000);
+    let cli = run_in_background(&p, &id, || resume_point(&r, "tank/copy").is_some());
     primary.kill9();
     let _ = cli.wait_with_output();
     primary.restart();
@@ -545,12 +569,17 @@ fn a_transfer_cut_by_kill9_on_either_side_is_redone_and_equal() {
         before,
         "a cut stream adds no snapshot"
     );
+    let cut2 = snapshots(&p, "tank/data")
+        .last()
+        .map(|s| format!("tank/data@{s}"))
+        .unwrap();
+    let incremental = stream_size(&p, &[&cut2, "--from", first["snapshot"].as_str().unwrap()]);
     let second = run(&p, &id);
     assert_eq!(second["ok"], true, "{second}");
-    assert_eq!(
-        second["base"].as_str().unwrap(),
-        first["snapshot"].as_str().unwrap(),
-        "the base is the last snapshot that arrived, not the cut run's: {second}"
+    assert_eq!(second["base"].as_str(), Some(cut2.as_str()), "{second}");
+    assert!(
+        (second["bytes"].as_u64().unwrap() as usize) + 3_000_000 < incremental,
+        "{second}: the incremental is {incremental} bytes"
     );
 
     primary.stop();
@@ -559,6 +588,13 @@ fn a_transfer_cut_by_kill9_on_either_side_is_redone_and_equal() {
         &tree_of(&p, "tank/data", None),
         &tree_of(&r, "tank/copy", None),
     );
+    // Every snapshot of the source that the replica keeps is whole there.
+    for snap in snapshots(&r, "tank/copy") {
+        assert_same(
+            &tree_of(&p, "tank/data", Some(&snap)),
+            &tree_of(&r, "tank/copy", Some(&snap)),
+        );
+    }
 }
 
 fn nfs_url(d: &Served, export: &str, file: &str) -> String {

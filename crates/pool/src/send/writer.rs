@@ -122,7 +122,13 @@ pub fn send_from(
                 // A resumed stream leaves out what came before its start.
                 let first_obj = first_obj.max(start.obj);
                 if first_obj < end {
-                    extend_run(&mut free_run, first_obj, end - first_obj, &mut w, &mut summary)?;
+                    extend_run(
+                        &mut free_run,
+                        first_obj,
+                        end - first_obj,
+                        &mut w,
+                        &mut summary,
+                    )?;
                 }
             }
             Change::Block(blkid, _) if (blkid + 1) * DNODES_PER_BLOCK <= start.obj => {}

@@ -351,6 +351,7 @@ pub async fn demote(
                     credential: None,
                     last_snapshot: None,
                     last_received_unix: None,
+                    resume: None,
                 },
             );
             Ok(())

@@ -31,6 +31,8 @@ pub struct IncomingQuery {
     base: Option<u64>,
     /// Replication snapshots to keep on this side.
     keep: Option<u32>,
+    /// The first stream resumes the receive cut short (at the point `GET` answered).
+    resume: Option<bool>,
 }
 
 /// The credential's name, or 401.
@@ -62,15 +64,21 @@ pub async fn state(
     credential(&s, &headers)?;
     let ds = s.datasets_of(&dataset)?;
     let pool = ds.pool().clone();
-    let replica = s.replication.read(|b| b.incoming.contains_key(&dataset));
+    let record = s.replication.read(|b| b.incoming.get(&dataset).cloned());
+    let replica = record.is_some();
     let Some(os) = pool.objset_id(&dataset).filter(|_| !dataset.contains('@')) else {
         return Ok(Json(RemoteState {
             dataset,
             exists: false,
             replica,
             snapshots: Vec::new(),
+            resume: None,
         }));
     };
+    let resume = record
+        .and_then(|r| r.resume)
+        .filter(|r| r.local_objset == os)
+        .map(|r| r.point);
     let snapshots = pool
         .snapshot_names(os)
         .into_iter()
@@ -86,6 +94,7 @@ pub async fn state(
         exists: true,
         replica,
         snapshots,
+        resume,
     }))
 }
 
@@ -135,15 +144,17 @@ fn receive_blocking(
         )));
     }
     let paused = pause_share(s, dataset);
+    // A shared replica's clients must find a whole snapshot after a cut receive.
+    let resumable = paused.is_none();
     let result = (|| {
-        prepare(s, &ds, dataset, who, q.base)?;
+        let expect = prepare(s, &ds, dataset, who, q.base, q.resume.unwrap_or(false))?;
         let counted = Counted {
             inner: reader,
             s,
             subject: s.analytics.register_pool(fs::pool_of(dataset)),
         };
         let mut input = std::io::BufReader::with_capacity(1 << 20, counted);
-        let all = ds.receive_all(dataset, &mut input);
+        let all = receive_streams(s, &ds, dataset, &mut input, resumable.then_some(expect));
         // Good or refused, whatever arrived stays read-only and pruned.
         finish(s, &ds, dataset, q.keep.unwrap_or(u32::MAX), handles);
         let all = all?;
@@ -157,17 +168,92 @@ fn receive_blocking(
     result
 }
 
+/// Receives every stream of the request in turn, resumably when `resumable` holds
+/// the point the first may resume at (see the module doc); each commit's point goes
+/// to the book, and a whole stream clears it.
+fn receive_streams(
+    s: &Shared,
+    ds: &fs::Datasets,
+    dataset: &str,
+    input: &mut dyn std::io::BufRead,
+    resumable: Option<Option<pool::send::receiver::ResumePoint>>,
+) -> fs::Result<Vec<ReceiveSummary>> {
+    use pool::send::receiver::{Resumable, ResumePoint, RESUME_REPORT_EVERY};
+    let mut received = Vec::new();
+    let mut expect = resumable.flatten();
+    loop {
+        let more = input
+            .fill_buf()
+            .map_err(|e| fs::FsError::Io(format!("reading the stream: {e}")))?;
+        if more.is_empty() && !received.is_empty() {
+            return Ok(received);
+        }
+        if resumable.is_none() {
+            received.push(ds.receive(dataset, input)?);
+            continue;
+        }
+        let mut record = |point: ResumePoint| {
+            let local_objset = ds.pool().objset_id(dataset).unwrap_or(0);
+            let kept = s.replication.change(|b| {
+                if let Some(e) = b.incoming.get_mut(dataset) {
+                    e.resume = Some(super::ResumeState {
+                        local_objset,
+                        point,
+                    });
+                }
+                Ok(())
+            });
+            if let Err(e) = kept {
+                tracing::warn!(%dataset, error = %e, "recording where a receive got to");
+            }
+        };
+        let got = ds.receive_with(
+            dataset,
+            input,
+            Some(Resumable {
+                expect: expect.take(),
+                progress: &mut record,
+                report_every: RESUME_REPORT_EVERY,
+            }),
+        )?;
+        let _ = s.replication.change(|b| {
+            if let Some(e) = b.incoming.get_mut(dataset) {
+                e.resume = None;
+            }
+            Ok(())
+        });
+        received.push(got);
+    }
+}
+
 /// Checks that `dataset` may take the stream and makes it ready: destroys what
 /// follows the base, or a partial first receive; records it as a replica first.
+/// With `resume`, the first stream continues a receive cut short: nothing is
+/// destroyed, and the answer is the point it must start at.
 fn prepare(
     s: &Shared,
     ds: &fs::Datasets,
     dataset: &str,
     who: &str,
     base: Option<u64>,
-) -> Result<(), ApiError> {
+    resume: bool,
+) -> Result<Option<pool::send::receiver::ResumePoint>, ApiError> {
     let pool = ds.pool();
     let record = s.replication.read(|b| b.incoming.get(dataset).cloned());
+    if resume {
+        let os = pool.objset_id(dataset);
+        let point = record
+            .as_ref()
+            .filter(|r| r.credential.as_deref() == Some(who))
+            .and_then(|r| r.resume)
+            .filter(|r| Some(r.local_objset) == os)
+            .ok_or_else(|| {
+                conflict(format!(
+                    "{dataset} has no receive to resume (bound to this credential)"
+                ))
+            })?;
+        return Ok(Some(point.point));
+    }
     match pool.objset_id(dataset) {
         Some(os) => {
             let Some(record) = record else {
@@ -224,11 +310,14 @@ fn prepare(
             credential: None,
             last_snapshot: None,
             last_received_unix: None,
+            resume: None,
         });
         entry.credential = Some(who.to_string());
+        // What a cut receive left was just discarded.
+        entry.resume = None;
         Ok(())
     })?;
-    Ok(())
+    Ok(None)
 }
 
 /// After a receive: read-only, pruned, recorded.

@@ -20,6 +20,13 @@
 //! trusts for that target). Incoming calls are refused without a known credential
 //! whatever the API's login setting, and a credential lets in nothing else.
 //!
+//! Resuming: the replica receives resumably (unless it is shared: its clients must see
+//! a whole snapshot, so a cut receive is undone there) and records the point each
+//! commit reaches in the book; the next run asks for it and, if it still holds that
+//! snapshot, sends the rest of the cut stream first (`pool::send::writer::send_from`)
+//! and then every snapshot since, so nothing that arrived is sent twice. A run that
+//! fails after bytes reached the target keeps its snapshot for that.
+//!
 //! A replica is read-only (`readonly=on` set locally after every receive) until it is
 //! promoted; a promoted filesystem becomes a replica again only when its operator
 //! demotes it, so a stream never lands on a filesystem someone writes to.
@@ -157,6 +164,17 @@ pub struct Incoming {
     pub credential: Option<String>,
     pub last_snapshot: Option<String>,
     pub last_received_unix: Option<u64>,
+    /// Where a receive cut short got to, committed: the next stream may resume there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeState>,
+}
+
+/// A resumable receive's committed point, for the object set it was made in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeState {
+    pub local_objset: u64,
+    #[serde(flatten)]
+    pub point: pool::send::receiver::ResumePoint,
 }
 
 /// The file handles a filesystem here is served with: those of the appliance it was

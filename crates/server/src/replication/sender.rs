@@ -7,9 +7,13 @@
 //! 4. stream every snapshot after the base up to the new one (`shoal send -R -i`)
 //!    in the body of one HTTPS request, throttled to the action's bandwidth and
 //!    counted (`replication.bytes`, the run's progress);
-//! 5. on success prune this side's replication snapshots to `keep_local`; on failure
-//!    destroy the new snapshot (it never reached the target), so failures cannot
-//!    push the common base out of the kept ones.
+//!    When the target reports a receive cut short (a resume point) of a snapshot
+//!    this side still holds, the rest of that stream goes first, then every snapshot
+//!    since it: what arrived is not sent again;
+//! 5. on success prune this side's replication snapshots to `keep_local`; on a
+//!    failure before any byte reached the target destroy the new snapshot, so
+//!    failures cannot push the common base out of the kept ones (one that got part
+//!    of the way is kept: the target can resume it).
 //!
 //! The stream is produced on its own thread into a bounded channel (a few 1 MiB
 //! chunks) and read by the HTTP client as the request body; a send that fails part
@@ -34,6 +38,9 @@ pub struct RemoteState {
     pub replica: bool,
     /// Oldest first.
     pub snapshots: Vec<RemoteSnapshot>,
+    /// Where a receive cut short got to: a stream resumed there completes it.
+    #[serde(default)]
+    pub resume: Option<pool::send::receiver::ResumePoint>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -107,9 +114,41 @@ fn run(
         }
         let base_guid = base.as_ref().and_then(|(sid, _)| pool.snapshot_guid(*sid));
         record.base = base.as_ref().map(|(_, n)| n.clone());
-        let streams = ds
-            .replicated_send_ids(&snapshot, record.base.as_deref())
+        let names = ds
+            .snapshot_names(&action.filesystem)
             .map_err(|e| e.to_string())?;
+        let by_guid = |guid: u64| {
+            names
+                .iter()
+                .find(|(sid, _)| pool.snapshot_guid(*sid) == Some(guid))
+                .cloned()
+        };
+        // The rest of a cut stream, if its snapshots are still here.
+        let resumed = remote.resume.and_then(|p| {
+            let (to, to_name) = by_guid(p.to_guid)?;
+            let from = match p.from_guid {
+                0 => None,
+                g => Some(by_guid(g)?.0),
+            };
+            Some((to, from, p.at, to_name))
+        });
+        let mut streams: Vec<(u64, Option<u64>, Option<pool::send::Position>)> = Vec::new();
+        let rest_from = match &resumed {
+            Some((to, from, at, to_name)) => {
+                streams.push((*to, *from, Some(*at)));
+                record.base = Some(to_name.clone());
+                Some(to_name.clone())
+            }
+            None => record.base.clone(),
+        };
+        if rest_from.as_deref() != Some(snapshot.as_str()) {
+            streams.extend(
+                ds.replicated_send_ids(&snapshot, rest_from.as_deref())
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|(id, base)| (id, base, None)),
+            );
+        }
         record.streams = streams.len() as u64;
         let handles = s
             .handle_record(&action.filesystem)
@@ -132,6 +171,7 @@ fn run(
             client.push(
                 &action.remote,
                 base_guid,
+                resumed.is_some(),
                 action.keep_remote,
                 &handles,
                 body,
@@ -144,8 +184,10 @@ fn run(
             Ok(())
         }
         Err(e) => {
-            if let Err(d) = ds.destroy_snapshot(&snapshot) {
-                tracing::warn!(%snapshot, error = %d, "removing a snapshot that was not sent");
+            if live.bytes.load(Ordering::Relaxed) == 0 {
+                if let Err(d) = ds.destroy_snapshot(&snapshot) {
+                    tracing::warn!(%snapshot, error = %d, "removing a snapshot that was not sent");
+                }
             }
             Err(e)
         }
@@ -198,7 +240,7 @@ pub(crate) fn prune(ds: &fs::Datasets, filesystem: &str, keep: u32, newest: &str
 /// Writes the streams into the channel in 1 MiB chunks; an error ends it.
 fn produce(
     pool: &pool::Pool,
-    streams: &[(u64, Option<u64>)],
+    streams: &[(u64, Option<u64>, Option<pool::send::Position>)],
     tx: SyncSender<std::io::Result<Vec<u8>>>,
 ) {
     struct Chunks<'a> {
@@ -228,8 +270,8 @@ fn produce(
         tx: &tx,
         buf: Vec::with_capacity(CHUNK + 65536),
     };
-    for (id, base) in streams {
-        if let Err(e) = pool::send::writer::send(pool, *id, *base, &mut w) {
+    for (id, base, resume) in streams {
+        if let Err(e) = pool::send::writer::send_from(pool, *id, *base, *resume, &mut w) {
             let _ = tx.send(Err(std::io::Error::other(e.to_string())));
             return;
         }
@@ -368,12 +410,15 @@ impl Client {
         &self,
         remote: &str,
         base: Option<u64>,
+        resume: bool,
         keep: u32,
         handles: &str,
         mut body: impl Read,
     ) -> Result<(), String> {
         let mut url = format!("{}/{remote}?keep={keep}", self.base);
-        if let Some(g) = base {
+        if resume {
+            url.push_str("&resume=true");
+        } else if let Some(g) = base {
             url.push_str(&format!("&base={g}"));
         }
         let r = self
