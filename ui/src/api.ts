@@ -318,6 +318,29 @@ export const putShare = (dataset: string, rules: string) =>
 export const deleteShare = (dataset: string) => call<void>('DELETE', `${V1}/shares/${pathOf(dataset)}`);
 export const exports = () => call<Export[]>('GET', `${V1}/exports`);
 
+// --- alerts -----------------------------------------------------------------------
+
+export type Severity = 'info' | 'warning' | 'critical';
+
+export interface Alert {
+  id: number;
+  time_unix: number;
+  severity: Severity;
+  kind: string;
+  object: string;
+  message: string;
+  acknowledged: boolean;
+}
+
+export interface AlertList {
+  unacknowledged: number;
+  alerts: Alert[];
+}
+
+export const alerts = () => call<AlertList>('GET', `${V1}/alerts`);
+export const acknowledge = (id?: number) =>
+  call<{ acknowledged: number }>('POST', `${V1}/alerts/acknowledge`, id === undefined ? {} : { id });
+
 // --- replication ----------------------------------------------------------------
 
 export interface TargetInfo {

@@ -6,6 +6,7 @@ import { h, replace } from './dom';
 import { showLogin } from './login';
 import type { Page, PageFactory } from './page';
 import { analyticsPage } from './analytics/worksheet';
+import { alertsPage } from './pages/alerts';
 import { filesystemsPage } from './pages/filesystems';
 import { poolsPage } from './pages/pools';
 import { replicationPage } from './pages/replication';
@@ -23,6 +24,7 @@ const PAGES: { name: string; title: string; page: PageFactory }[] = [
   { name: 'snapshots', title: 'Snapshots', page: snapshotsPage },
   { name: 'replication', title: 'Replication', page: replicationPage },
   { name: 'analytics', title: 'Analytics', page: analyticsPage },
+  { name: 'alerts', title: 'Alerts', page: alertsPage },
 ];
 
 let current: Page | null = null;
@@ -36,6 +38,24 @@ const navLinks = PAGES.map((p) =>
 );
 const hostInfo = h('span', { class: 'host-info', 'data-test': 'host-info' });
 const logoutButton = h('button', { class: 'link-button', 'data-test': 'logout', hidden: true }, 'Log out');
+// Warnings and critical alerts nobody acknowledged yet, on every page.
+const alertBanner = h('a', { class: 'alert-banner', href: href('alerts'), 'data-test': 'alert-banner', hidden: true });
+
+async function refreshAlerts(): Promise<void> {
+  try {
+    const list = await api.alerts();
+    const open = list.alerts.filter((a) => !a.acknowledged && a.severity !== 'info');
+    alertBanner.hidden = open.length === 0;
+    alertBanner.classList.toggle('critical', open.some((a) => a.severity === 'critical'));
+    alertBanner.dataset.count = String(open.length);
+    const newest = open[0];
+    alertBanner.textContent = newest
+      ? `${open.length} alert${open.length === 1 ? '' : 's'}: ${newest.message}`
+      : '';
+  } catch {
+    // Logged out or the daemon is away: the page says so already.
+  }
+}
 
 function masthead(): HTMLElement {
   return h(
@@ -43,7 +63,7 @@ function masthead(): HTMLElement {
     { class: 'masthead' },
     h('a', { class: 'brand', href: href('status') }, h('span', { class: 'logo-mark' }), 'shoal'),
     h('nav', { class: 'nav' }, navLinks),
-    h('div', { class: 'mast-right' }, hostInfo, logoutButton),
+    h('div', { class: 'mast-right' }, alertBanner, hostInfo, logoutButton),
   );
 }
 
@@ -102,6 +122,11 @@ async function boot(): Promise<void> {
     })
     .catch(() => undefined);
   startRouter(render);
+  void refreshAlerts();
+  setInterval(() => {
+    if (!loggingIn && !document.hidden) void refreshAlerts();
+  }, 5000);
+  window.addEventListener('shoal-alerts-changed', () => void refreshAlerts());
 }
 
 void boot();

@@ -315,6 +315,33 @@ try {
     assert(!(REPLICA in o.incoming), `${REPLICA} is still a replica: ${JSON.stringify(o.incoming)}`);
   });
 
+  await step('alert-banner', async () => {
+    // A target nobody answers at: the run fails, which is a warning alert.
+    await page.fill('[data-test=target-name]', 'nowhere');
+    await page.fill('[data-test=target-address]', '127.0.0.1:9');
+    await page.fill('[data-test=target-credential]', 'not-a-token');
+    await page.click('[data-test=target-add]');
+    await page.locator('[data-test=target-row][data-name=nowhere]').waitFor();
+    await page.selectOption('[data-test=repl-fs]', FS);
+    await page.selectOption('[data-test=repl-target]', 'nowhere');
+    await page.click('[data-test=repl-add]');
+    const row = page.locator(`[data-test=repl-row][data-fs="${FS}"][data-target=nowhere]`);
+    await row.waitFor();
+    await row.locator('[data-test=repl-run]').click();
+    await until(30, 'the run to fail', async () => (await row.locator('[data-test=repl-state]').getAttribute('data-state')) === 'failed');
+    const banner = page.locator('[data-test=alert-banner]');
+    await banner.waitFor({ state: 'visible', timeout: 15000 });
+    assert((await banner.textContent()).includes('replication of'), `the banner reads ${await banner.textContent()}`);
+    await banner.click();
+    await page.locator('[data-test=page-alerts]').waitFor();
+    const alertRow = page.locator('[data-test=alert-row][data-kind="replication.failed"]');
+    await alertRow.first().waitFor();
+    assert((await alertRow.first().getAttribute('data-severity')) === 'warning', 'the failed run is not a warning');
+    await page.click('[data-test=alerts-ack-all]');
+    await banner.waitFor({ state: 'hidden', timeout: 15000 });
+    await until(10, 'the alert acknowledged', async () => (await alertRow.first().getAttribute('data-acknowledged')) === 'true');
+  });
+
   console.log('DONE');
   await browser.close();
   process.exit(0);

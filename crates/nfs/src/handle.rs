@@ -16,6 +16,11 @@
 //! are never reused within a dataset and the generation is checked too, so a handle
 //! can never reach an object other than the one it was made for. The secret lives in
 //! the server's state directory, so handles survive restarts.
+//!
+//! A replica of another appliance's filesystem serves that appliance's handles: its
+//! share carries the source's key and object set id (`service::HandleIdentity`), so a
+//! client that fails over to the replica keeps its handles. Object ids and
+//! generations travel unchanged in snapshot streams, which makes the rest equal.
 
 pub const HANDLE_VERSION: u8 = 1;
 pub const HANDLE_LEN: usize = 41;

@@ -85,6 +85,8 @@ pub fn router(state: Shared) -> Router {
             "/api/v1/replication/incoming/{*dataset}",
             get(crate::replication::incoming::state).post(crate::replication::incoming::receive),
         )
+        .route("/api/v1/alerts", get(alerts))
+        .route("/api/v1/alerts/acknowledge", post(acknowledge_alerts))
         .route("/api/v1/shares", get(shares))
         .route(
             "/api/v1/shares/{*dataset}",
@@ -418,6 +420,26 @@ async fn scrub(
         let p = s.pool(&name)?;
         let summary = p.scrub(&|_| {})?;
         p.storage.flush_all();
+        let (severity, what) = if summary.errors > 0 {
+            (
+                crate::alerts::Severity::Critical,
+                "blocks no copy of which is readable",
+            )
+        } else if summary.repaired_bytes > 0 {
+            (crate::alerts::Severity::Warning, "damage repaired")
+        } else {
+            (crate::alerts::Severity::Info, "no damage")
+        };
+        s.alerts.raise(
+            severity,
+            "scrub.finished",
+            &name,
+            format!(
+                "scrub of pool {name} finished in {:.0} s: {} blocks read, {} bytes repaired, \
+                 {} unreadable ({what})",
+                summary.seconds, summary.blocks, summary.repaired_bytes, summary.errors
+            ),
+        );
         Ok(summary)
     })
     .await
@@ -727,4 +749,44 @@ async fn logout(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Resp
         [(axum::http::header::SET_COOKIE, s.auth.cookie(None))],
     )
         .into_response()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AlertList {
+    /// Alerts not acknowledged yet, of warning or critical severity.
+    pub unacknowledged: usize,
+    /// Newest first (the last 1000).
+    pub alerts: Vec<crate::alerts::Alert>,
+}
+
+async fn alerts(State(s): State<Shared>) -> Json<AlertList> {
+    let alerts = s.alerts.list();
+    Json(AlertList {
+        unacknowledged: alerts
+            .iter()
+            .filter(|a| !a.acknowledged && a.severity >= crate::alerts::Severity::Warning)
+            .count(),
+        alerts,
+    })
+}
+
+/// `{"id": N}` acknowledges one alert, `{}` every one.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Acknowledge {
+    pub id: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Acknowledged {
+    pub acknowledged: usize,
+}
+
+async fn acknowledge_alerts(
+    State(s): State<Shared>,
+    Body(a): Body<Acknowledge>,
+) -> ApiResult<Acknowledged> {
+    Ok(Json(Acknowledged {
+        acknowledged: s.alerts.acknowledge(a.id)?,
+    }))
 }

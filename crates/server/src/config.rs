@@ -16,6 +16,10 @@
 //! [cache]
 //! arc_max = "4G"               # each pool's ARC bound (default: a quarter of memory)
 //!
+//! [alerts]
+//! command = "/usr/local/bin/page-admin"   # run with each alert as JSON on stdin
+//! webhook = "https://hooks.example.org/shoal"   # POSTed each alert (retried)
+//!
 //! [[share]]
 //! dataset = "tank/home"
 //! rules = "10.0.0.0/8(rw) *(ro)"   # as in /etc/exports; default "*(rw)"
@@ -84,6 +88,8 @@ pub struct ServeConfig {
     pub cache: CacheConfig,
     #[serde(default)]
     pub analytics: AnalyticsConfig,
+    #[serde(default)]
+    pub alerts: crate::alerts::AlertsConfig,
 }
 
 /// Analytics (`/api/v1/analytics`, `/metrics`).

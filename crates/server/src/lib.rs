@@ -16,6 +16,7 @@
 //! - `worksheets.json`: saved analytics worksheets (`worksheets.rs`);
 //! - `analytics/`: analytics history and the enabled datasets (`analytics::archive`).
 
+pub mod alerts;
 pub mod analytics_api;
 pub mod api;
 pub mod auth;
@@ -66,6 +67,7 @@ pub struct DaemonState {
     pub auth: auth::Auth,
     pub worksheets: worksheets::Worksheets,
     pub replication: replication::Replication,
+    pub alerts: alerts::Alerts,
     state_dir: PathBuf,
     /// Serialises share changes and their persistence.
     share_changes: Mutex<()>,
@@ -410,6 +412,7 @@ impl Daemon {
             }
         }
         let replication = replication::Replication::open(state_dir)?;
+        let alerts = alerts::Alerts::open(state_dir, config.alerts.clone())?;
         let state = Arc::new(DaemonState {
             pools,
             datasets,
@@ -421,6 +424,7 @@ impl Daemon {
             auth,
             worksheets,
             replication,
+            alerts,
             state_dir: state_dir.to_path_buf(),
             share_changes: Mutex::new(()),
         });
@@ -439,6 +443,7 @@ impl Daemon {
             }
         }
         replication::start_scheduler(Arc::downgrade(&state));
+        alerts::start_monitor(Arc::downgrade(&state));
         let api = match config.api.listen {
             Some(listen) => {
                 let (server, addr) = ApiServer::start(listen, tls.clone(), state.clone())?;

@@ -3,6 +3,7 @@
 //! found through the local registry.
 
 mod admin;
+mod alerts_cmd;
 mod allocator;
 mod bench_cmd;
 mod demo;
@@ -41,6 +42,8 @@ enum Command {
     /// Take, list, destroy and roll back to snapshots (`pool/fs@name`).
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
+    /// The daemon's alerts, newest first (`shoal alerts ack [ID]` acknowledges).
+    Alerts(alerts_cmd::AlertsArgs),
     /// Replicate filesystems to another shoal daemon, and fail over to a replica.
     #[command(subcommand)]
     Replication(replication_cmd::ReplicationCommand),
@@ -137,6 +140,7 @@ fn main() {
         Command::Fs(cmd) => fs_cmd::run(cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(cmd),
         Command::Replication(cmd) => replication_cmd::run(cmd),
+        Command::Alerts(args) => alerts_cmd::run(args),
         Command::Send {
             snapshot,
             from,

@@ -355,7 +355,7 @@ pub struct TopStatus {
     pub children: Vec<LeafStatus>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ArcStatus {
     pub size_bytes: u64,
     pub max_bytes: u64,
@@ -384,7 +384,7 @@ impl From<ArcStats> for ArcStatus {
     }
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
     pub guid: u64,

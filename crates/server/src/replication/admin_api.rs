@@ -243,10 +243,17 @@ pub async fn add_action(
     Ok((StatusCode::CREATED, Json(action)))
 }
 
+/// An action id from the path, or a JSON 400.
+fn action_id(id: &str) -> Result<u64, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError::bad(format!("'{id}' is not an action id (a number)")))
+}
+
 pub async fn delete_action(
     State(s): State<Shared>,
-    Path(id): Path<u64>,
+    Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    let id = action_id(&id)?;
     if s.replication.running.lock().unwrap().contains_key(&id) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -265,8 +272,9 @@ pub async fn delete_action(
 
 pub async fn run_action(
     State(s): State<Shared>,
-    Path(id): Path<u64>,
+    Path(id): Path<String>,
 ) -> Result<Json<RunRecord>, ApiError> {
+    let id = action_id(&id)?;
     if s.replication.read(|b| !b.actions.contains_key(&id)) {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

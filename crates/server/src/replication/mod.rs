@@ -27,6 +27,12 @@
 //! and then every snapshot since, so nothing that arrived is sent twice. A run that
 //! fails after bytes reached the target keeps its snapshot for that.
 //!
+//! File handles: the sender passes the filesystem's handle identity (the key and
+//! object set id its handles are made with) with every stream; the replica keeps it in
+//! the book for that object set and its share makes and accepts the same handles, so
+//! NFS clients that fail over keep theirs (kept after promotion; not recorded when the
+//! key is one of the replica's own pools', as within one daemon).
+//!
 //! A replica is read-only (`readonly=on` set locally after every receive) until it is
 //! promoted; a promoted filesystem becomes a replica again only when its operator
 //! demotes it, so a stream never lands on a filesystem someone writes to.

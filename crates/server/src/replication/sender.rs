@@ -65,6 +65,36 @@ pub fn run_claimed(s: &Arc<DaemonState>, id: u64, live: Arc<LiveRun>) -> RunReco
     }
     record.finished_unix = unix_now();
     record.bytes = live.bytes.load(Ordering::Relaxed);
+    // Alert when an action starts failing and when it works again, not every run.
+    let (was_ok, what) = s.replication.read(|b| {
+        (
+            b.history.get(&id).and_then(|h| h.back()).map(|r| r.ok),
+            b.actions
+                .get(&id)
+                .map(|a| format!("{} to {}:{}", a.filesystem, a.target, a.remote))
+                .unwrap_or_default(),
+        )
+    });
+    let object = format!("replication {id}");
+    match (&record.error, was_ok) {
+        (Some(e), Some(true) | None) => {
+            s.alerts.raise(
+                crate::alerts::Severity::Warning,
+                "replication.failed",
+                &object,
+                format!("replication of {what} failed: {e}"),
+            );
+        }
+        (None, Some(false)) => {
+            s.alerts.raise(
+                crate::alerts::Severity::Info,
+                "replication.recovered",
+                &object,
+                format!("replication of {what} works again"),
+            );
+        }
+        _ => {}
+    }
     s.replication.finish(id, record.clone());
     record
 }

@@ -1,0 +1,193 @@
+//! Alerts from a running daemon: a device failed through fault injection while files
+//! are written becomes a critical device alert and a degraded-pool alert, delivered
+//! to the configured command (JSON on its standard input) and webhook (a JSON POST to
+//! a listener in this test); a scrub's end is an alert too; alerts are acknowledged
+//! and survive a restart.
+//!
+//! Needs libnfs-utils (`.ci/test-deps.sh`).
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A webhook receiver: every request's body goes to the channel; each gets a 200.
+fn webhook() -> (u16, mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut len = 0usize;
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).is_err() || !request_line.starts_with("POST ") {
+                continue;
+            }
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() || line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; len];
+            if reader.read_exact(&mut body).is_ok() {
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                let _ = tx.send(String::from_utf8_lossy(&body).into_owned());
+            }
+        }
+    });
+    (port, rx)
+}
+
+fn alerts(state: &std::path::Path, all: bool) -> serde_json::Value {
+    let mut args = vec!["alerts", "--json"];
+    if all {
+        args.push("--all");
+    }
+    serde_json::from_str(&ok(state, &args)).unwrap()
+}
+
+fn has(list: &serde_json::Value, kind: &str) -> Option<serde_json::Value> {
+    list["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == kind)
+        .cloned()
+}
+
+#[test]
+fn a_failed_device_is_alerted_to_the_hooks_and_kept() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = t.path().join("state");
+    create_tank(&state, t.path(), "128M", &["raidz1", "a", "b", "c"]);
+    ok(&state, &["fs", "create", "tank/a"]);
+    let (port, posted) = webhook();
+    let hook_file = t.path().join("alerts.jsonl");
+    let config = t.path().join("shoal.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[alerts]\ncommand = \"cat >> {}\"\nwebhook = \"http://127.0.0.1:{port}/hook\"\n",
+            hook_file.display()
+        ),
+    )
+    .unwrap();
+    let mut d = Served::start(
+        &state,
+        &t.path().join("log"),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--fault-injection",
+            "--share",
+            "tank/a=127.0.0.1(rw,no_root_squash,insecure)",
+        ],
+    );
+    // A healthy pool: nothing to say.
+    std::thread::sleep(Duration::from_secs(3));
+    let quiet = alerts(&state, true);
+    assert!(has(&quiet, "device.faulted").is_none(), "{quiet}");
+    assert_eq!(quiet["unacknowledged"], 0, "{quiet}");
+
+    let (code, body) = d.get("/api/v1/pools/tank");
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let dead = status["vdevs"][0]["children"][0]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, body) = d.post(
+        "/api/v1/pools/tank/inject",
+        &serde_json::json!({"device": dead, "fault": "fail"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    // Writes reach the dead device and fault it.
+    let data = t.path().join("data");
+    std::fs::write(&data, vec![7u8; 2 << 20]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut i = 0;
+    let faulted = loop {
+        let url = format!(
+            "nfs://127.0.0.1/tank/a/f{i}?version=3&nfsport={p}&mountport={p}",
+            p = d.nfs_port
+        );
+        let out = Command::new("nfs-cp")
+            .arg(&data)
+            .arg(&url)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "writes go on with a dead device: {out:?}"
+        );
+        i += 1;
+        let list = alerts(&state, false);
+        if let (Some(f), Some(_)) = (has(&list, "device.faulted"), has(&list, "pool.degraded")) {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "no device alert: {list}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(faulted["severity"], "critical");
+    assert_eq!(faulted["object"], dead.as_str());
+    assert!(alerts(&state, false)["unacknowledged"].as_u64().unwrap() >= 2);
+
+    // Both hooks got it as JSON.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let body = posted
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the webhook got the device alert");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if v["kind"] == "device.faulted" {
+            assert_eq!(v["object"], dead.as_str());
+            break;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&hook_file).unwrap_or_default();
+        let got: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if got
+            .iter()
+            .any(|a| a["kind"] == "device.faulted" && a["severity"] == "critical")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the command got: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A scrub's end.
+    let (code, body) = d.post("/api/v1/pools/tank/scrub", &serde_json::json!({}));
+    assert_eq!(code, 200, "{body}");
+    assert!(has(&alerts(&state, false), "scrub.finished").is_some());
+
+    // Acknowledged, and kept across a restart.
+    let acked: serde_json::Value =
+        serde_json::from_str(&ok(&state, &["alerts", "ack", "--json"])).unwrap();
+    assert!(acked["acknowledged"].as_u64().unwrap() >= 3, "{acked}");
+    assert_eq!(alerts(&state, false)["unacknowledged"], 0);
+    d.restart();
+    let kept = alerts(&state, true);
+    let f = has(&kept, "device.faulted").expect("kept across a restart");
+    assert_eq!(f["acknowledged"], true);
+    let wrong = shoal(&state, &["alerts", "ack", "99999"]);
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("no alert 99999"));
+}
