@@ -360,6 +360,49 @@ impl Datasets {
         }
     }
 
+    /// `receive_all`, resumably (`pool::send::receiver`): what arrives stays when the
+    /// input ends early; `record` hears `Some(point)` after each commit a later
+    /// stream may resume at, and `None` once a stream is whole. `expect` is the point
+    /// the first stream may resume at, if it is a resumed one.
+    pub fn receive_all_resumable(
+        &self,
+        name: &str,
+        input: &mut dyn std::io::BufRead,
+        mut expect: Option<pool::send::receiver::ResumePoint>,
+        record: &mut dyn FnMut(Option<pool::send::receiver::ResumePoint>),
+    ) -> Result<Vec<pool::send::receiver::ReceiveSummary>> {
+        use pool::send::receiver::{Resumable, RESUME_REPORT_EVERY};
+        let mut received = Vec::new();
+        loop {
+            let more = input
+                .fill_buf()
+                .map_err(|e| FsError::Io(format!("reading the stream: {e}")))?;
+            if more.is_empty() && !received.is_empty() {
+                return Ok(received);
+            }
+            let got = self.receive_with(
+                name,
+                input,
+                Some(Resumable {
+                    expect: expect.take(),
+                    progress: &mut |p| record(Some(p)),
+                    report_every: RESUME_REPORT_EVERY,
+                }),
+            )?;
+            record(None);
+            received.push(got);
+        }
+    }
+
+    /// A snapshot of any dataset of the pool by its identity: (object set id, name).
+    pub fn snapshot_by_guid(&self, guid: u64) -> Option<(u64, String)> {
+        self.pool
+            .list_objsets()
+            .into_iter()
+            .flat_map(|(id, _, _)| self.pool.snapshot_names(id))
+            .find(|(id, _)| self.pool.snapshot_guid(*id) == Some(guid))
+    }
+
     /// The object set ids `send` would send: the snapshot's and its base's.
     pub fn send_ids(&self, full: &str, from: Option<&str>) -> Result<(u64, Option<u64>)> {
         let id = self.snapshot_id(full)?;

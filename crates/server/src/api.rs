@@ -53,6 +53,10 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/rollback", post(rollback))
         .route("/api/v1/send/{*snapshot}", get(crate::streams_api::send))
         .route(
+            "/api/v1/send-resume/{*filesystem}",
+            get(crate::streams_api::send_resumed),
+        )
+        .route(
             "/api/v1/receive/{*dataset}",
             post(crate::streams_api::receive).layer(axum::extract::DefaultBodyLimit::disable()),
         )

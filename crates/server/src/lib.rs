@@ -21,6 +21,7 @@ pub mod analytics_api;
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod receive_tokens;
 pub mod replication;
 pub mod samplers;
 pub mod streams_api;

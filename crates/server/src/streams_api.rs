@@ -3,6 +3,8 @@
 //! every snapshot up to it, one stream after another), `POST
 //! /api/v1/receive/{filesystem}` takes one or several as its body and answers with
 //! what arrived.
+//! `?resumable=true` keeps what arrived when the stream is cut, and `GET
+//! /api/v1/send-resume/{filesystem}?token=T` sends the rest (`receive_tokens`).
 //! `shoal send` and `shoal receive` use them while the daemon runs.
 //!
 //! The stream is produced and consumed on blocking threads and crosses to the HTTP
@@ -60,11 +62,48 @@ pub async fn send(
     } else {
         vec![ds.send_ids(&snapshot, q.from.as_deref())?]
     };
+    let streams = streams
+        .into_iter()
+        .map(|(id, from)| (id, from, None))
+        .collect();
+    Ok(stream_response(ds, snapshot, streams))
+}
+
+/// `GET /send-resume/{filesystem}?token=T`: the rest of the stream a resumable receive
+/// was cut in, from the point its token names (`receive_tokens`); the snapshots are
+/// found by identity in the filesystem's pool.
+#[derive(Debug, Deserialize)]
+pub struct ResumeQuery {
+    token: String,
+}
+
+pub async fn send_resumed(
+    State(s): State<Shared>,
+    Path(filesystem): Path<String>,
+    Params(q): Params<ResumeQuery>,
+) -> Result<Response, ApiError> {
+    let ds = s.datasets_of(&filesystem)?;
+    let point = crate::receive_tokens::parse_token(&q.token)?;
+    let (to, from) = crate::receive_tokens::resumed_ids(&ds, &point)?;
+    Ok(stream_response(
+        ds,
+        format!("the rest of {filesystem}'s stream"),
+        vec![(to, from, Some(point.at))],
+    ))
+}
+
+/// Streams (snapshot, base, resume position) one after another as the response body.
+fn stream_response(
+    ds: std::sync::Arc<fs::Datasets>,
+    what: String,
+    streams: Vec<(u64, Option<u64>, Option<pool::send::Position>)>,
+) -> Response {
+    let snapshot = what;
     let (tx, rx) = mpsc::channel::<Chunk>(4);
     tokio::task::spawn_blocking(move || {
         let mut w = ChannelWriter(tx.clone());
-        for (id, from_id) in streams {
-            if let Err(e) = pool::send::writer::send(ds.pool(), id, from_id, &mut w) {
+        for (id, from_id, at) in streams {
+            if let Err(e) = pool::send::writer::send_from(ds.pool(), id, from_id, at, &mut w) {
                 tracing::warn!("send of {snapshot} failed part way: {e}");
                 let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
                 return;
@@ -74,11 +113,11 @@ pub async fn send(
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk, rx))
     });
-    Ok(Response::builder()
+    Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/octet-stream")
         .body(Body::from_stream(body))
-        .expect("a valid response"))
+        .expect("a valid response")
 }
 
 /// Reads the request body's chunks from a channel.
@@ -131,13 +170,21 @@ pub(crate) fn body_reader(body: Body) -> (tokio::task::JoinHandle<()>, ChannelRe
     )
 }
 
+/// `?resumable=true`: keep what arrives when the stream ends early, with a token to
+/// resume from (`receive_tokens`).
+#[derive(Debug, Deserialize)]
+pub struct ReceiveQuery {
+    resumable: Option<bool>,
+}
+
 pub async fn receive(
     State(s): State<Shared>,
     Path(dataset): Path<String>,
+    Params(q): Params<ReceiveQuery>,
     body: Body,
 ) -> Result<(StatusCode, Json<pool::send::receiver::ReceiveSummary>), ApiError> {
     let (pump, reader) = body_reader(body);
-    let received = receive_from(&s, dataset, reader).await;
+    let received = receive_from(&s, dataset, q.resumable.unwrap_or(false), reader).await;
     let _ = pump.await;
     Ok((StatusCode::CREATED, Json(received?)))
 }
@@ -145,13 +192,19 @@ pub async fn receive(
 async fn receive_from(
     s: &Shared,
     dataset: String,
+    resumable: bool,
     reader: ChannelReader,
 ) -> Result<pool::send::receiver::ReceiveSummary, ApiError> {
     let ds = s.datasets_of(&dataset)?;
     s.refuse_if_shared(&dataset, "before receiving into it")?;
+    let state_dir = s.state_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
         let mut reader = std::io::BufReader::with_capacity(1 << 20, reader);
-        let all = ds.receive_all(&dataset, &mut reader)?;
+        let all = if resumable {
+            crate::receive_tokens::receive(&state_dir, &ds, &dataset, &mut reader)?
+        } else {
+            ds.receive_all(&dataset, &mut reader)?
+        };
         ds.pool().sync()?;
         Ok(pool::send::receiver::ReceiveSummary::of_all(all).expect("at least one stream"))
     })

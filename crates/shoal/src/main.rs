@@ -60,6 +60,11 @@ enum Command {
         /// each as an incremental on the one before: the receiver gets them all.
         #[arg(long, short = 'R')]
         replicate: bool,
+        /// Send the rest of a stream a `receive --resumable` was cut in, from the
+        /// point its token names (printed by the receive; the positional names the
+        /// filesystem the stream came from).
+        #[arg(long, short = 't', conflicts_with_all = ["from", "replicate"])]
+        resume: Option<String>,
     },
     /// Receive a stream from standard input into a filesystem: a full stream creates
     /// it, an incremental applies on its latest snapshot (rolled back to first);
@@ -67,6 +72,10 @@ enum Command {
     Receive {
         /// pool/filesystem
         dataset: String,
+        /// Keep what arrived if the stream is cut, and print the token to resume it
+        /// with (`shoal send --resume TOKEN`); a resumed stream needs this too.
+        #[arg(long, short = 's')]
+        resumable: bool,
         #[arg(long)]
         json: bool,
     },
@@ -145,8 +154,19 @@ fn main() {
             snapshot,
             from,
             replicate,
+            resume: Some(token),
+        } if from.is_none() && !replicate => stream_cmd::send_resumed(&snapshot, &token),
+        Command::Send {
+            snapshot,
+            from,
+            replicate,
+            ..
         } => stream_cmd::send(&snapshot, from.as_deref(), replicate),
-        Command::Receive { dataset, json } => stream_cmd::receive(&dataset, json),
+        Command::Receive {
+            dataset,
+            resumable,
+            json,
+        } => stream_cmd::receive(&dataset, resumable, json),
         Command::Mount {
             dataset,
             mountpoint,

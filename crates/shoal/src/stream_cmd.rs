@@ -29,19 +29,56 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
-pub fn send(snapshot: &str, from: Option<&str>, replicate: bool) -> Result<()> {
-    if !snapshot.contains('@') {
-        bail!("'{snapshot}' is not a snapshot: name one as pool/fs@name");
-    }
+/// Standard output for a stream, refusing a terminal.
+fn stream_out() -> Result<Counting<std::io::BufWriter<std::io::StdoutLock<'static>>>> {
     let stdout = std::io::stdout();
     if stdout.is_terminal() {
         bail!("the stream is binary: send it into a pipe or a file, not a terminal");
     }
-    let started = Instant::now();
-    let mut out = Counting {
+    Ok(Counting {
         inner: std::io::BufWriter::with_capacity(1 << 20, stdout.lock()),
         bytes: 0,
-    };
+    })
+}
+
+/// `shoal send --resume TOKEN FS`: the rest of a cut stream of a snapshot of `fs`'s
+/// pool, from the point the token names.
+pub fn send_resumed(filesystem: &str, token: &str) -> Result<()> {
+    let point = server::receive_tokens::parse_token(token)?;
+    let started = Instant::now();
+    let mut out = stream_out()?;
+    match Admin::connect()? {
+        Admin::Daemon(api) => {
+            let path = format!(
+                "/send-resume/{}?token={}",
+                encode(filesystem),
+                encode(token)
+            );
+            api.get_to(&path, &mut out)?;
+        }
+        Admin::Local => {
+            with_datasets(filesystem, |ds| {
+                let (to, from) = server::receive_tokens::resumed_ids(ds, &point)?;
+                pool::send::writer::send_from(ds.pool(), to, from, Some(point.at), &mut out)?;
+                Ok(())
+            })?;
+        }
+    }
+    out.flush()?;
+    eprintln!(
+        "sent the rest of a stream of {filesystem}: {} in {:.1} s",
+        human(out.bytes),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+pub fn send(snapshot: &str, from: Option<&str>, replicate: bool) -> Result<()> {
+    if !snapshot.contains('@') {
+        bail!("'{snapshot}' is not a snapshot: name one as pool/fs@name");
+    }
+    let started = Instant::now();
+    let mut out = stream_out()?;
     match Admin::connect()? {
         Admin::Daemon(api) => {
             let mut query = Vec::new();
@@ -77,7 +114,7 @@ pub fn send(snapshot: &str, from: Option<&str>, replicate: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn receive(dataset: &str, json: bool) -> Result<()> {
+pub fn receive(dataset: &str, resumable: bool, json: bool) -> Result<()> {
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
         bail!("pipe a stream from `shoal send` into `shoal receive`");
@@ -86,11 +123,18 @@ pub fn receive(dataset: &str, json: bool) -> Result<()> {
     let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
     let summary: ReceiveSummary = match Admin::connect()? {
         Admin::Daemon(api) => {
-            api.post_from(&format!("/receive/{}", encode(dataset)), &mut input)?
+            let query = if resumable { "?resumable=true" } else { "" };
+            api.post_from(&format!("/receive/{}{query}", encode(dataset)), &mut input)?
         }
         Admin::Local => {
-            let all =
-                with_datasets_syncing(dataset, |ds| Ok(ds.receive_all(dataset, &mut input)?))?;
+            let state = crate::registry::state_dir();
+            let all = with_datasets_syncing(dataset, |ds| {
+                Ok(if resumable {
+                    server::receive_tokens::receive(&state, ds, dataset, &mut input)?
+                } else {
+                    ds.receive_all(dataset, &mut input)?
+                })
+            })?;
             if !json {
                 for s in &all[..all.len() - 1] {
                     print_received(s, None);

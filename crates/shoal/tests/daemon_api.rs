@@ -346,6 +346,7 @@ fn every_documented_operation_is_served() {
                     },
                 )
                 .replace("{dataset}", "tank/home")
+                .replace("{filesystem}", "tank/home")
                 .replace("{id}", "1");
             // Replicas take streams only with a replication credential.
             if path.starts_with("/api/v1/replication/incoming/") {
@@ -485,7 +486,7 @@ fn every_documented_operation_is_served() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 49, "docs/openapi.json has 49 operations");
+    assert_eq!(operations, 50, "docs/openapi.json has 50 operations");
     d.stop(&state);
 }
 
@@ -687,4 +688,103 @@ fn send_and_receive_through_the_daemon_and_without_it() {
         "{out}"
     );
     assert!(ok(&state, &["pool", "check", "tank"]).contains("no problems found"));
+}
+
+/// The token `shoal receive --resumable` prints when its stream is cut.
+fn resume_token(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let at = text
+        .find("--resume ")
+        .unwrap_or_else(|| panic!("no resume token in: {text}"));
+    text[at + 9..at + 9 + 64].to_string()
+}
+
+/// A receive cut part way keeps what arrived and prints a token; `shoal send --resume
+/// TOKEN` sends only the rest, which completes it: through the daemon and without it.
+#[test]
+fn a_cut_receive_resumes_from_its_token() {
+    let t = tempfile::tempdir().unwrap();
+    let state = make_pool(t.path());
+    let d = Daemon::start(&state);
+    ok(
+        &state,
+        &[
+            "share",
+            "set",
+            "tank/a",
+            "127.0.0.1(rw,no_root_squash,insecure)",
+        ],
+    );
+    let data: Vec<u8> = (0..12_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let local = t.path().join("data");
+    std::fs::write(&local, &data).unwrap();
+    let url = |export: &str| {
+        format!(
+            "nfs://127.0.0.1{export}/data?version=3&nfsport={p}&mountport={p}",
+            p = d.nfs.port()
+        )
+    };
+    let out = Command::new("nfs-cp")
+        .arg(&local)
+        .arg(url("/tank/a"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    ok(&state, &["snapshot", "create", "tank/a@one"]);
+    let full = shoal(&state, &["send", "tank/a@one"]).stdout;
+    assert!(full.len() > 12_000_000);
+    let cut = &full[..full.len() * 2 / 3];
+    let mut d = Some(d);
+    for (target, through_daemon) in [("tank/viad", true), ("tank/local", false)] {
+        if !through_daemon {
+            d.take().unwrap().stop(&state);
+        }
+        let first = shoal_with_input(&state, &["receive", "--resumable", target], cut);
+        assert!(!first.status.success());
+        let token = resume_token(&first.stderr);
+        // Without --resumable a resumed stream is refused.
+        let rest = shoal(&state, &["send", "--resume", &token, "tank/a"]);
+        assert!(rest.status.success(), "{rest:?}");
+        assert!(
+            rest.stdout.len() + 3_000_000 < full.len(),
+            "only the rest: {} of {}",
+            rest.stdout.len(),
+            full.len()
+        );
+        let plain = shoal_with_input(&state, &["receive", target], &rest.stdout);
+        assert!(!plain.status.success());
+        let done = shoal_with_input(
+            &state,
+            &["receive", "--resumable", target, "--json"],
+            &rest.stdout,
+        );
+        assert!(done.status.success(), "{done:?}");
+        let summary: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+        assert_eq!(summary["name"], format!("{target}@one"));
+        let bad = shoal(&state, &["send", "--resume", "nothex", "tank/a"]);
+        assert!(!bad.status.success());
+        assert!(String::from_utf8_lossy(&bad.stderr).contains("not a resume token"));
+    }
+    // Both copies hold the data: read through the daemon again.
+    let d = Daemon::start(&state);
+    for target in ["tank/viad", "tank/local"] {
+        ok(
+            &state,
+            &[
+                "share",
+                "set",
+                target,
+                "127.0.0.1(ro,no_root_squash,insecure)",
+            ],
+        );
+        let url = format!(
+            "nfs://127.0.0.1/{target}/data?version=3&nfsport={p}&mountport={p}",
+            p = d.nfs.port()
+        );
+        let out = Command::new("nfs-cat").arg(url).output().unwrap();
+        assert!(out.stdout == data, "{target} holds the data");
+    }
+    d.stop(&state);
 }

@@ -178,52 +178,24 @@ fn receive_streams(
     input: &mut dyn std::io::BufRead,
     resumable: Option<Option<pool::send::receiver::ResumePoint>>,
 ) -> fs::Result<Vec<ReceiveSummary>> {
-    use pool::send::receiver::{Resumable, ResumePoint, RESUME_REPORT_EVERY};
-    let mut received = Vec::new();
-    let mut expect = resumable.flatten();
-    loop {
-        let more = input
-            .fill_buf()
-            .map_err(|e| fs::FsError::Io(format!("reading the stream: {e}")))?;
-        if more.is_empty() && !received.is_empty() {
-            return Ok(received);
-        }
-        if resumable.is_none() {
-            received.push(ds.receive(dataset, input)?);
-            continue;
-        }
-        let mut record = |point: ResumePoint| {
-            let local_objset = ds.pool().objset_id(dataset).unwrap_or(0);
-            let kept = s.replication.change(|b| {
-                if let Some(e) = b.incoming.get_mut(dataset) {
-                    e.resume = Some(super::ResumeState {
-                        local_objset,
-                        point,
-                    });
-                }
-                Ok(())
-            });
-            if let Err(e) = kept {
-                tracing::warn!(%dataset, error = %e, "recording where a receive got to");
-            }
-        };
-        let got = ds.receive_with(
-            dataset,
-            input,
-            Some(Resumable {
-                expect: expect.take(),
-                progress: &mut record,
-                report_every: RESUME_REPORT_EVERY,
-            }),
-        )?;
-        let _ = s.replication.change(|b| {
+    let Some(expect) = resumable else {
+        return ds.receive_all(dataset, input);
+    };
+    ds.receive_all_resumable(dataset, input, expect, &mut |point| {
+        let local_objset = ds.pool().objset_id(dataset).unwrap_or(0);
+        let kept = s.replication.change(|b| {
             if let Some(e) = b.incoming.get_mut(dataset) {
-                e.resume = None;
+                e.resume = point.map(|point| super::ResumeState {
+                    local_objset,
+                    point,
+                });
             }
             Ok(())
         });
-        received.push(got);
-    }
+        if let Err(e) = kept {
+            tracing::warn!(%dataset, error = %e, "recording where a receive got to");
+        }
+    })
 }
 
 /// Checks that `dataset` may take the stream and makes it ready: destroys what
