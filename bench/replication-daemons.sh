@@ -16,13 +16,15 @@
 #
 #   bench/replication-daemons.sh                 # 2 GiB under target/bench-data
 #   BENCH_DIR=/mnt/disk SIZE_MIB=4096 ROUNDS=5 bench/replication-daemons.sh
+#   PROFILE=/tmp/repl.perf ROUNDS=1 bench/replication-daemons.sh   # perf record the daemons
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-$PWD/target/bench-data}/replication-daemons
 SIZE_MIB=${SIZE_MIB:-2048}
 FILES=${FILES:-2000}
 ROUNDS=${ROUNDS:-3}
-DEV_MIB=$(( SIZE_MIB * 3 / 2 + 1024 ))
+# Room for both received copies at once (the daemon's and the pipe's).
+DEV_MIB=$(( SIZE_MIB * 3 + 1024 ))
 . bench/lib.sh
 cargo build --release -q -p shoal
 SHOAL=$PWD/target/release/shoal
@@ -81,10 +83,15 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
     -addext subjectAltName=DNS:localhost -addext basicConstraints=critical,CA:FALSE \
     -keyout "$DIR/key.pem" -out "$DIR/cert.pem" 2>/dev/null
 
-start() { # state-dir [serve args...]
-    local s=$1; shift
+# Fixed API ports, so the target's address holds across restarts.
+read -r P_API R_API < <(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1", 0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+start() { # state-dir api-port [serve args...]
+    local s=$1 port=$2; shift 2
     rm -f "$s/daemon.json"
-    SHOAL_STATE_DIR=$s SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:0 --api 127.0.0.1:0 "$@" \
+    SHOAL_STATE_DIR=$s SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:0 --api "127.0.0.1:$port" "$@" \
         2>>"$s/serve.log" &
     echo $! > "$s/serve.pid"
     for _ in $(seq 300); do
@@ -101,39 +108,43 @@ stop() { # state-dir
 cpu_of() { # pid: utime + stime, seconds
     awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"
 }
-api_port() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api"].rsplit(":",1)[1])' "$1/daemon.json"; }
 
 # Pairing, once.
-start "$R" --tls-cert "$DIR/cert.pem" --tls-key "$DIR/key.pem"
-start "$P"
+start "$R" "$R_API" --tls-cert "$DIR/cert.pem" --tls-key "$DIR/key.pem"
+start "$P" "$P_API"
 TOKEN=$(sr replication credential create bench --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
-sp replication target add r --address "localhost:$(api_port "$R")" --credential "$TOKEN" \
+sp replication target add r --address "localhost:$R_API" --credential "$TOKEN" \
     --certificate "$DIR/cert.pem" >&2
 ID=$(sp replication add ssrc/fs --target r --remote sdst/copy --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 stop "$P"; stop "$R"
 
-forget_copy() { # state-dir dataset: its snapshots, then it
-    local s=$1 d=$2
-    for snap in $(SHOAL_STATE_DIR=$s "$SHOAL" snapshot list "$d" --json 2>/dev/null |
-        python3 -c 'import json,sys; [print(x["name"]) for x in json.load(sys.stdin)]'); do
+forget_copy() { # state-dir dataset: its snapshots, then it (if it exists)
+    local s=$1 d=$2 list
+    list=$(SHOAL_STATE_DIR=$s "$SHOAL" snapshot list "$d" --json 2>/dev/null) || return 0
+    for snap in $(echo "$list" | python3 -c 'import json,sys; [print(x["name"]) for x in json.load(sys.stdin)]'); do
         SHOAL_STATE_DIR=$s "$SHOAL" snapshot destroy "$snap" >/dev/null
     done
-    SHOAL_STATE_DIR=$s "$SHOAL" fs destroy "$d" >/dev/null 2>&1 || true
+    SHOAL_STATE_DIR=$s "$SHOAL" fs destroy "$d" >/dev/null
 }
 
 daemon_round() {
     forget_copy "$R" sdst/copy
     drop_caches
-    start "$R" --tls-cert "$DIR/cert.pem" --tls-key "$DIR/key.pem"
-    start "$P"
+    start "$R" "$R_API" --tls-cert "$DIR/cert.pem" --tls-key "$DIR/key.pem"
+    start "$P" "$P_API"
     local pp pr c0 c1 t0 t1
     pp=$(cat "$P/serve.pid"); pr=$(cat "$R/serve.pid")
     c0=$(echo "$(cpu_of "$pp") $(cpu_of "$pr")" | awk '{print $1 + $2}')
+    if [ -n "${PROFILE:-}" ]; then # PROFILE=FILE: perf record both daemons' run
+        perf record -q -F 199 --call-graph dwarf,16384 -p "$pp,$pr" -o "$PROFILE" 2>/dev/null &
+        echo $! > "$OUT/perf.pid"; sleep 0.5
+    fi
     t0=$(date +%s.%N)
-    sp replication run "$ID" --json > "$OUT/run.json"
+    sp replication run "$ID" --json > "$OUT/run.json" || { cat "$OUT/run.json" >&2; exit 1; }
     sync
     t1=$(date +%s.%N)
     c1=$(echo "$(cpu_of "$pp") $(cpu_of "$pr")" | awk '{print $1 + $2}')
+    if [ -n "${PROFILE:-}" ]; then kill -INT "$(cat "$OUT/perf.pid")"; sleep 2; fi
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["ok"], r' "$OUT/run.json"
     stop "$P"; stop "$R"
     echo "$t0 $t1 $c0 $c1" | awk '{print $2 - $1, $4 - $3}'
@@ -142,7 +153,8 @@ pipe_round() {
     forget_copy "$R" sdst/pipe
     drop_caches
     /usr/bin/time -f "%e %U %S" -o "$OUT/time" bash -c \
-        "SHOAL_STATE_DIR='$P' '$SHOAL' send ssrc/fs@s1 2>/dev/null | SHOAL_STATE_DIR='$R' '$SHOAL' receive sdst/pipe >/dev/null; sync"
+        "set -o pipefail; SHOAL_STATE_DIR='$P' '$SHOAL' send ssrc/fs@s1 2>/dev/null | SHOAL_STATE_DIR='$R' '$SHOAL' receive sdst/pipe >/dev/null && sync" ||
+        { echo "the pipe round failed" >&2; exit 1; }
     read -r e u s < "$OUT/time"
     echo "$e $(echo "$u $s" | awk '{print $1 + $2}')"
 }

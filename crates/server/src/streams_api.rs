@@ -34,6 +34,9 @@ pub struct SendQuery {
 
 type Chunk = Result<Bytes, std::io::Error>;
 
+/// Request body bytes handed to the reading thread at once.
+const GATHER: usize = 256 << 10;
+
 /// Writes into the response body's channel.
 struct ChannelWriter(mpsc::Sender<Chunk>);
 
@@ -120,43 +123,90 @@ fn stream_response(
         .expect("a valid response")
 }
 
-/// Reads the request body's chunks from a channel.
+/// Reads the request body's frames from a channel, a batch at a time; it is its own
+/// `BufRead` (no second buffer, so no second copy).
 pub(crate) struct ChannelReader {
-    rx: mpsc::Receiver<Chunk>,
-    current: Bytes,
+    rx: mpsc::Receiver<Batch>,
+    batch: std::collections::VecDeque<Bytes>,
 }
 
 impl std::io::Read for ChannelReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                None => return Ok(0),
-                Some(chunk) => self.current = chunk?,
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        let _ = self.current.split_to(n);
+        let n = {
+            let have = std::io::BufRead::fill_buf(self)?;
+            let n = buf.len().min(have.len());
+            buf[..n].copy_from_slice(&have[..n]);
+            n
+        };
+        std::io::BufRead::consume(self, n);
         Ok(n)
     }
 }
 
-/// The request body as a blocking reader: a task forwards its chunks through a
-/// bounded channel. Once nothing reads any more (refused before or during the
-/// receive), the rest of the body is read and dropped, so the client, still sending,
-/// gets the answer rather than a reset connection. Await the handle before answering.
+impl std::io::BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        while self.batch.front().is_none_or(|b| b.is_empty()) {
+            if self.batch.pop_front().is_some() {
+                continue;
+            }
+            match self.rx.blocking_recv() {
+                None => return Ok(&[]),
+                Some(batch) => self.batch = batch?.into(),
+            }
+        }
+        Ok(self.batch.front().expect("a frame"))
+    }
+
+    fn consume(&mut self, n: usize) {
+        if let Some(front) = self.batch.front_mut() {
+            let _ = front.split_to(n.min(front.len()));
+        }
+    }
+}
+
+/// Frames handed to the reading thread together.
+type Batch = Result<Vec<Bytes>, std::io::Error>;
+
+/// The request body as a blocking reader: a task forwards its frames through a
+/// bounded channel in batches of at least `GATHER` bytes (a frame is a TLS record, a
+/// few KiB, and a wake-up of the reading thread per frame cost more CPU than the
+/// transfer). Once nothing reads any more (refused before or during the receive),
+/// the rest of the body is read and dropped, so the client, still sending, gets the
+/// answer rather than a reset connection. Await the handle before answering.
 pub(crate) fn body_reader(body: Body) -> (tokio::task::JoinHandle<()>, ChannelReader) {
-    let (tx, rx) = mpsc::channel::<Chunk>(4);
+    let (tx, rx) = mpsc::channel::<Batch>(4);
     let pump = tokio::spawn(async move {
         let mut frames = body.into_data_stream();
         let mut forwarding = true;
-        while let Some(frame) = frames.next().await {
-            let chunk = frame.map_err(std::io::Error::other);
-            let failed = chunk.is_err();
-            if forwarding && tx.send(chunk).await.is_err() {
-                forwarding = false;
+        let mut batch: Vec<Bytes> = Vec::new();
+        let mut batched = 0usize;
+        loop {
+            let (send, last) = match frames.next().await {
+                Some(Ok(b)) => {
+                    batched += b.len();
+                    batch.push(b);
+                    if batched < GATHER {
+                        continue;
+                    }
+                    (vec![Ok(std::mem::take(&mut batch))], false)
+                }
+                // What came before an error goes first.
+                Some(Err(e)) => (
+                    vec![
+                        Ok(std::mem::take(&mut batch)),
+                        Err(std::io::Error::other(e)),
+                    ],
+                    true,
+                ),
+                None => (vec![Ok(std::mem::take(&mut batch))], true),
+            };
+            batched = 0;
+            for b in send {
+                if forwarding && tx.send(b).await.is_err() {
+                    forwarding = false;
+                }
             }
-            if failed {
+            if last {
                 break;
             }
         }
@@ -165,7 +215,7 @@ pub(crate) fn body_reader(body: Body) -> (tokio::task::JoinHandle<()>, ChannelRe
         pump,
         ChannelReader {
             rx,
-            current: Bytes::new(),
+            batch: Default::default(),
         },
     )
 }
@@ -199,7 +249,7 @@ async fn receive_from(
     s.refuse_if_shared(&dataset, "before receiving into it")?;
     let state_dir = s.state_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
-        let mut reader = std::io::BufReader::with_capacity(1 << 20, reader);
+        let mut reader = reader;
         let all = if resumable {
             crate::receive_tokens::receive(&state_dir, &ds, &dataset, &mut reader)?
         } else {

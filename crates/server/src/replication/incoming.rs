@@ -152,8 +152,9 @@ fn receive_blocking(
             inner: reader,
             s,
             subject: s.analytics.register_pool(fs::pool_of(dataset)),
+            uncounted: 0,
         };
-        let mut input = std::io::BufReader::with_capacity(1 << 20, counted);
+        let mut input = counted;
         let all = receive_streams(s, &ds, dataset, &mut input, resumable.then_some(expect));
         // Good or refused, whatever arrived stays read-only and pruned.
         finish(s, &ds, dataset, q.keep.unwrap_or(u32::MAX), handles);
@@ -350,26 +351,59 @@ fn resume_share(s: &Shared, ds: &fs::Datasets, share: std::sync::Arc<nfs::servic
     }
 }
 
-/// Counts received bytes into `replication.bytes`.
+/// Counts received bytes into `replication.bytes` as they are consumed (an event
+/// per MiB, and the rest when dropped).
 struct Counted<'a> {
     inner: crate::streams_api::ChannelReader,
     s: &'a Shared,
     subject: u32,
+    uncounted: u64,
 }
 
-impl std::io::Read for Counted<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n > 0 {
+impl Counted<'_> {
+    fn count(&mut self) {
+        if self.uncounted > 0 {
             self.s.analytics.record(Event::Meter(MeterEvent {
                 meter: Meter::ReplicationBytes,
                 subject: self.subject,
                 labels: ["received", "", ""],
-                value: n as u64,
+                value: std::mem::take(&mut self.uncounted),
                 latency_ns: 0,
                 at: Instant::now(),
             }));
         }
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.count();
+    }
+}
+
+impl std::io::Read for Counted<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = {
+            let have = std::io::BufRead::fill_buf(self)?;
+            let n = buf.len().min(have.len());
+            buf[..n].copy_from_slice(&have[..n]);
+            n
+        };
+        std::io::BufRead::consume(self, n);
         Ok(n)
+    }
+}
+
+impl std::io::BufRead for Counted<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.inner.consume(n);
+        self.uncounted += n as u64;
+        if self.uncounted >= 1 << 20 {
+            self.count();
+        }
     }
 }
