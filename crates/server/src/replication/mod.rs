@@ -48,6 +48,7 @@
 pub mod admin_api;
 pub mod incoming;
 pub mod sender;
+pub mod wire;
 
 use crate::{write_atomically, Result, ServerError};
 use serde::{Deserialize, Serialize};

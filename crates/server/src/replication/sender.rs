@@ -16,16 +16,16 @@
 //!    of the way is kept: the target can resume it).
 //!
 //! The stream is produced on its own thread into a bounded channel (a few 1 MiB
-//! chunks) and read by the HTTP client as the request body; a send that fails part
+//! chunks) and written chunk by chunk as the request body (`wire.rs`), counted and
+//! paced as each chunk goes; a send that fails part
 //! way ends the body with an error, so the target sees a truncated stream and
 //! refuses it, leaving its copy as it was.
 
 use super::{unix_now, Action, LiveRun, RunRecord, Target, SNAPSHOT_PREFIX};
 use crate::DaemonState;
 use analytics::{Event, Meter, MeterEvent};
-use std::io::Read;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -188,24 +188,37 @@ fn run(
         let (tx, rx) = sync_channel::<std::io::Result<Vec<u8>>>(4);
         std::thread::scope(|scope| {
             scope.spawn(move || produce(pool, &streams, tx));
-            let body = Throttled {
-                rx,
-                current: Vec::new(),
-                pos: 0,
-                bandwidth: action.bandwidth,
-                started: Instant::now(),
-                live,
-                analytics: &s.analytics,
-                subject,
+            let started = Instant::now();
+            let mut sent = |n: usize| {
+                let total = live.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+                s.analytics.record(Event::Meter(MeterEvent {
+                    meter: Meter::ReplicationBytes,
+                    subject,
+                    labels: ["sent", "", ""],
+                    value: n as u64,
+                    latency_ns: 0,
+                    at: Instant::now(),
+                }));
+                if action.bandwidth > 0 {
+                    let due = Duration::from_secs_f64(total as f64 / action.bandwidth as f64);
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
             };
-            client.push(
+            let pushed = client.push(
                 &action.remote,
                 base_guid,
                 resumed.is_some(),
                 action.keep_remote,
                 &handles,
-                body,
-            )
+                &mut || rx.recv().ok(),
+                &mut sent,
+            );
+            // A producer blocked on a full channel ends when nothing reads it; the
+            // scope waits for it.
+            drop(rx);
+            pushed
         })
     })();
     match outcome {
@@ -311,57 +324,12 @@ fn produce(
     }
 }
 
-/// The request body: the channel's chunks, paced to `bandwidth` bytes a second and
-/// counted into the run's progress and `replication.bytes`.
-struct Throttled<'a> {
-    rx: Receiver<std::io::Result<Vec<u8>>>,
-    current: Vec<u8>,
-    pos: usize,
-    bandwidth: u64,
-    started: Instant,
-    live: &'a LiveRun,
-    analytics: &'a analytics::Analytics,
-    subject: u32,
-}
-
-impl Read for Throttled<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.pos == self.current.len() {
-            match self.rx.recv() {
-                Err(_) => return Ok(0),
-                Ok(chunk) => {
-                    self.current = chunk?;
-                    self.pos = 0;
-                }
-            }
-        }
-        // Up to 64 KiB at a time, so the pace is smooth.
-        let n = buf.len().min(self.current.len() - self.pos).min(65536);
-        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
-        self.pos += n;
-        let sent = self.live.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        self.analytics.record(Event::Meter(MeterEvent {
-            meter: Meter::ReplicationBytes,
-            subject: self.subject,
-            labels: ["sent", "", ""],
-            value: n as u64,
-            latency_ns: 0,
-            at: Instant::now(),
-        }));
-        if self.bandwidth > 0 {
-            let due = Duration::from_secs_f64(sent as f64 / self.bandwidth as f64);
-            if let Some(wait) = due.checked_sub(self.started.elapsed()) {
-                std::thread::sleep(wait);
-            }
-        }
-        Ok(n)
-    }
-}
-
 /// An HTTP(S) client of one target's incoming endpoints.
 pub(crate) struct Client {
     agent: ureq::Agent,
     base: String,
+    /// The streams go by hand (`wire.rs`); the small calls by `agent`.
+    wire: super::wire::Wire,
     credential: String,
     target: String,
 }
@@ -395,6 +363,7 @@ impl Client {
         Ok(Client {
             agent: config.build().into(),
             base: format!("{scheme}://{}/api/v1/replication/incoming", t.address),
+            wire: super::wire::Wire::new(t)?,
             credential: format!("Bearer {}", t.credential),
             target: t.name.clone(),
         })
@@ -436,6 +405,7 @@ impl Client {
         self.answer(r, 200)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn push(
         &self,
         remote: &str,
@@ -443,22 +413,40 @@ impl Client {
         resume: bool,
         keep: u32,
         handles: &str,
-        mut body: impl Read,
+        next: &mut dyn FnMut() -> Option<std::io::Result<Vec<u8>>>,
+        sent: &mut dyn FnMut(usize),
     ) -> Result<(), String> {
-        let mut url = format!("{}/{remote}?keep={keep}", self.base);
+        let mut path = format!("/api/v1/replication/incoming/{remote}?keep={keep}");
         if resume {
-            url.push_str("&resume=true");
+            path.push_str("&resume=true");
         } else if let Some(g) = base {
-            url.push_str(&format!("&base={g}"));
+            path.push_str(&format!("&base={g}"));
         }
-        let r = self
-            .agent
-            .post(url)
-            .header("authorization", &self.credential)
-            .header("content-type", "application/octet-stream")
-            .header(super::HANDLE_HEADER, handles)
-            .send(ureq::SendBody::from_reader(&mut body));
-        let _: pool::send::receiver::ReceiveSummary = self.answer(r, 201)?;
-        Ok(())
+        let answer = self
+            .wire
+            .post_chunked(
+                &path,
+                &[
+                    ("Authorization", &self.credential),
+                    ("Content-Type", "application/octet-stream"),
+                    (super::HANDLE_HEADER, handles),
+                ],
+                next,
+                sent,
+            )
+            .map_err(|e| format!("target '{}': {e}", self.target))?;
+        if answer.status != 201 {
+            let message = serde_json::from_str::<serde_json::Value>(&answer.body)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or(answer.body);
+            return Err(format!(
+                "target '{}' refused (HTTP {}): {message}",
+                self.target, answer.status
+            ));
+        }
+        serde_json::from_str::<pool::send::receiver::ReceiveSummary>(&answer.body)
+            .map(|_| ())
+            .map_err(|e| format!("target '{}': an answer that is not JSON: {e}", self.target))
     }
 }
