@@ -22,3 +22,21 @@ remove_zfs_fuse_if_installed() {
 }
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+# The replication benchmarks' data in DIR: a file "big" of SIZE_MIB random MiB and
+# FILES small files (1 B to 64 KiB, seeded) in 20 directories under "small".
+replication_data() { # dir size-mib files
+    mkdir -p "$1"
+    head -c "$(($2 << 20))" /dev/urandom > "$1/big"
+    python3 - "$1/small" "$3" <<'PY'
+import os, sys, random
+d, n = sys.argv[1], int(sys.argv[2])
+os.makedirs(d)
+r = random.Random(7)
+for i in range(n):
+    sub = os.path.join(d, f"d{i % 20:02d}")
+    os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, f"f{i:05d}"), "wb") as f:
+        f.write(r.randbytes(r.randrange(1, 64 << 10)))
+PY
+}

@@ -47,18 +47,7 @@ mkdir -p "$DIR/data" "$DIR/shoal-mnt" "$DIR/zfs-devs"
 
 # ---- the data both systems get ----
 echo "data: ${SIZE_MIB} MiB of random bytes and $FILES small files..." >&2
-head -c "$((SIZE_MIB << 20))" /dev/urandom > "$DIR/data/big"
-python3 - "$DIR/data/small" "$FILES" <<'PY'
-import os, sys, random
-d, n = sys.argv[1], int(sys.argv[2])
-os.makedirs(d)
-r = random.Random(7)
-for i in range(n):
-    sub = os.path.join(d, f"d{i % 20:02d}")
-    os.makedirs(sub, exist_ok=True)
-    with open(os.path.join(sub, f"f{i:05d}"), "wb") as f:
-        f.write(r.randbytes(r.randrange(1, 64 << 10)))
-PY
+replication_data "$DIR/data" "$SIZE_MIB" "$FILES"
 DATA_BYTES=$(du -sb "$DIR/data" | cut -f1)
 
 # ---- the raw disk: the same bytes read and written, O_DIRECT ----

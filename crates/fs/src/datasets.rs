@@ -349,15 +349,10 @@ impl Datasets {
         input: &mut dyn std::io::BufRead,
     ) -> Result<Vec<pool::send::receiver::ReceiveSummary>> {
         let mut received = Vec::new();
-        loop {
-            let more = input
-                .fill_buf()
-                .map_err(|e| FsError::Io(format!("reading the stream: {e}")))?;
-            if more.is_empty() && !received.is_empty() {
-                return Ok(received);
-            }
+        while received.is_empty() || !input_ended(input)? {
             received.push(self.receive(name, input)?);
         }
+        Ok(received)
     }
 
     /// `receive_all`, resumably (`pool::send::receiver`): what arrives stays when the
@@ -373,13 +368,7 @@ impl Datasets {
     ) -> Result<Vec<pool::send::receiver::ReceiveSummary>> {
         use pool::send::receiver::{Resumable, RESUME_REPORT_EVERY};
         let mut received = Vec::new();
-        loop {
-            let more = input
-                .fill_buf()
-                .map_err(|e| FsError::Io(format!("reading the stream: {e}")))?;
-            if more.is_empty() && !received.is_empty() {
-                return Ok(received);
-            }
+        while received.is_empty() || !input_ended(input)? {
             let got = self.receive_with(
                 name,
                 input,
@@ -392,6 +381,7 @@ impl Datasets {
             record(None);
             received.push(got);
         }
+        Ok(received)
     }
 
     /// A snapshot of any dataset of the pool by its identity: (object set id, name).
@@ -535,4 +525,12 @@ impl Datasets {
         open.insert(id, fs.clone());
         Ok(fs)
     }
+}
+
+/// Whether a stream input has nothing more (streams follow one another until it ends).
+fn input_ended(input: &mut dyn std::io::BufRead) -> Result<bool> {
+    Ok(input
+        .fill_buf()
+        .map_err(|e| FsError::Io(format!("reading the stream: {e}")))?
+        .is_empty())
 }

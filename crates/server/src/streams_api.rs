@@ -132,15 +132,20 @@ pub(crate) struct ChannelReader {
 
 impl std::io::Read for ChannelReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = {
-            let have = std::io::BufRead::fill_buf(self)?;
-            let n = buf.len().min(have.len());
-            buf[..n].copy_from_slice(&have[..n]);
-            n
-        };
-        std::io::BufRead::consume(self, n);
-        Ok(n)
+        read_from_buffer(self, buf)
     }
+}
+
+/// `Read::read` of a reader that is its own `BufRead`: from what it holds.
+pub(crate) fn read_from_buffer(
+    r: &mut dyn std::io::BufRead,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    let have = r.fill_buf()?;
+    let n = buf.len().min(have.len());
+    buf[..n].copy_from_slice(&have[..n]);
+    r.consume(n);
+    Ok(n)
 }
 
 impl std::io::BufRead for ChannelReader {

@@ -287,6 +287,25 @@ fn pair(primary: &Path, replica: &Served, name: &str, cert: Option<&Path>) {
     ok(primary, &args);
 }
 
+/// Adds target `name` (`replica` over HTTPS with `cert`) on `primary` with `credential`.
+fn add_target(primary: &Path, name: &str, replica: &Served, credential: &str, cert: &Path) {
+    ok(
+        primary,
+        &[
+            "replication",
+            "target",
+            "add",
+            name,
+            "--address",
+            &format!("localhost:{}", replica.api_port),
+            "--credential",
+            credential,
+            "--certificate",
+            cert.to_str().unwrap(),
+        ],
+    );
+}
+
 fn add_action(primary: &Path, fs: &str, target: &str, remote: &str, extra: &[&str]) -> String {
     let mut args = vec![
         "replication",
@@ -353,21 +372,7 @@ fn full_then_incremental_over_https_equal_by_content_and_metadata() {
     assert!(first["bytes"].as_u64().unwrap() > 6_000_000, "{first}");
 
     // A wrong credential is refused and leaves nothing behind.
-    ok(
-        &p,
-        &[
-            "replication",
-            "target",
-            "add",
-            "impostor",
-            "--address",
-            &format!("localhost:{}", replica.api_port),
-            "--credential",
-            "0123456789abcdef",
-            "--certificate",
-            cert.to_str().unwrap(),
-        ],
-    );
+    add_target(&p, "impostor", &replica, "0123456789abcdef", &cert);
     let bad = add_action(&p, "tank/data", "impostor", "tank/other", &[]);
     let out = shoal(&p, &["replication", "run", &bad, "--json"]);
     assert!(!out.status.success());
@@ -378,21 +383,7 @@ fn full_then_incremental_over_https_equal_by_content_and_metadata() {
     );
     // A certificate other than the target's is refused too.
     let (other_cert, _) = self_signed(&t.path().join("other"));
-    ok(
-        &p,
-        &[
-            "replication",
-            "target",
-            "add",
-            "wrongcert",
-            "--address",
-            &format!("localhost:{}", replica.api_port),
-            "--credential",
-            "0123456789abcdef",
-            "--certificate",
-            other_cert.to_str().unwrap(),
-        ],
-    );
+    add_target(&p, "wrongcert", &replica, "0123456789abcdef", &other_cert);
     let wrong = add_action(&p, "tank/data", "wrongcert", "tank/other", &[]);
     assert!(!shoal(&p, &["replication", "run", &wrong]).status.success());
     let st = json(&r, &["fs", "list", "--json"]).to_string();

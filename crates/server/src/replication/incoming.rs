@@ -383,14 +383,7 @@ impl Drop for Counted<'_> {
 
 impl std::io::Read for Counted<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = {
-            let have = std::io::BufRead::fill_buf(self)?;
-            let n = buf.len().min(have.len());
-            buf[..n].copy_from_slice(&have[..n]);
-            n
-        };
-        std::io::BufRead::consume(self, n);
-        Ok(n)
+        crate::streams_api::read_from_buffer(self, buf)
     }
 }
 
