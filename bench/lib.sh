@@ -23,20 +23,47 @@ remove_zfs_fuse_if_installed() {
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
-# The replication benchmarks' data in DIR: a file "big" of SIZE_MIB random MiB and
-# FILES small files (1 B to 64 KiB, seeded) in 20 directories under "small".
-replication_data() { # dir size-mib files
+# The replication benchmarks' data in DIR: a file "big" of SIZE_MIB MiB and FILES
+# small files (1 B to 64 KiB, seeded) in 20 directories under "small". KIND=random
+# (the default) makes incompressible bytes; KIND=text makes log-like lines of words,
+# numbers and hex ids that compress about 2x with lz4 or lzjb and 3x with gzip, as
+# logs, source and documents do.
+replication_data() { # dir size-mib files [kind]
     mkdir -p "$1"
-    head -c "$(($2 << 20))" /dev/urandom > "$1/big"
-    python3 - "$1/small" "$3" <<'PY'
+    python3 - "$1" "$2" "$3" "${4:-random}" <<'PY'
 import os, sys, random
-d, n = sys.argv[1], int(sys.argv[2])
-os.makedirs(d)
+d, mib, n, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 r = random.Random(7)
+words = ["".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randrange(2, 10)))
+         for _ in range(400)]
+weights = [1 / (i + 1) for i in range(len(words))]  # Zipf, as words in text are
+def text(size):
+    lines, total = [], 0
+    while total < size:
+        line = "%d-%02d-%02dT%02d:%02d:%02d %s %08x %s\n" % (
+            2026, r.randrange(1, 13), r.randrange(1, 29), r.randrange(24),
+            r.randrange(60), r.randrange(60), r.choice(["INFO", "WARN", "DEBUG"]),
+            r.getrandbits(32), " ".join(r.choices(words, weights, k=r.randrange(4, 16))))
+        lines.append(line)
+        total += len(line)
+    return "".join(lines).encode()[:size]
+# Text is cut from 16 MiB made once: every compressor here looks back 64 KiB at most,
+# so the repeats are invisible to them.
+base = text(16 << 20) if kind == "text" else b""
+def data(size):
+    if kind == "random":
+        return r.randbytes(size)
+    at = r.randrange(0, len(base) - size)
+    return base[at:at + size]
+with open(os.path.join(d, "big"), "wb") as f:
+    for _ in range(mib):
+        f.write(os.urandom(1 << 20) if kind == "random" else data(1 << 20))
+small = os.path.join(d, "small")
+os.makedirs(small)
 for i in range(n):
-    sub = os.path.join(d, f"d{i % 20:02d}")
+    sub = os.path.join(small, f"d{i % 20:02d}")
     os.makedirs(sub, exist_ok=True)
     with open(os.path.join(sub, f"f{i:05d}"), "wb") as f:
-        f.write(r.randbytes(r.randrange(1, 64 << 10)))
+        f.write(data(r.randrange(1, 64 << 10)))
 PY
 }

@@ -5,8 +5,12 @@
 # incremental stream after 1% of the records changed. Prints one JSON object.
 #
 # Same data, same state: one file of random bytes (SIZE_MIB) plus FILES small files is
-# copied into a fresh filesystem on each system (recordsize 128K, compression off,
-# one device file per pool, the source and the target pool in the same directory).
+# copied into a fresh filesystem on each system (recordsize 128K, COMPRESSION (off by
+# default; lzjb and gzip-N are the ones both systems have), one device file per pool,
+# the source and the target pool in the same directory). KIND=text makes the data
+# log-like text that compresses (see replication_data in bench/lib.sh) instead of
+# random bytes. zfs-fuse's send has no compressed mode: its streams carry blocks
+# decompressed and its receive compresses them again, as its users run it.
 # Every round starts with the kernel's caches dropped and both systems' pools
 # exported and imported (their own caches empty); shoal and zfs-fuse rounds
 # alternate, ROUNDS each; medians and spreads are reported, and CPU seconds per GiB:
@@ -18,12 +22,15 @@
 #
 #   bench/replication.sh                  # 4 GiB under target/bench-data
 #   BENCH_DIR=/mnt/disk SIZE_MIB=1024 ROUNDS=5 bench/replication.sh
+#   COMPRESSION=lzjb KIND=text bench/replication.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-$PWD/target/bench-data}/replication
 SIZE_MIB=${SIZE_MIB:-4096}
 FILES=${FILES:-2000}
 ROUNDS=${ROUNDS:-3}
+export COMPRESSION=${COMPRESSION:-off}
+export KIND=${KIND:-random}
 DEV_MIB=$(( SIZE_MIB * 3 / 2 + 1024 ))
 . bench/lib.sh
 need_zfs_fuse
@@ -47,7 +54,7 @@ mkdir -p "$DIR/data" "$DIR/shoal-mnt" "$DIR/zfs-devs"
 
 # ---- the data both systems get ----
 echo "data: ${SIZE_MIB} MiB of random bytes and $FILES small files..." >&2
-replication_data "$DIR/data" "$SIZE_MIB" "$FILES"
+replication_data "$DIR/data" "$SIZE_MIB" "$FILES" "$KIND"
 DATA_BYTES=$(du -sb "$DIR/data" | cut -f1)
 
 # ---- the raw disk: the same bytes read and written, O_DIRECT ----
@@ -64,7 +71,7 @@ raw_copy() {
 # ---- shoal ----
 "$SHOAL" pool create --dir "$DIR/shoal-devs" --size "${DEV_MIB}M" ssrc a >&2
 "$SHOAL" pool create --dir "$DIR/shoal-devs" --size "${DEV_MIB}M" sdst b >&2
-"$SHOAL" fs create ssrc/fs -o recordsize=128K -o compression=off >&2
+"$SHOAL" fs create ssrc/fs -o recordsize=128K -o compression="$COMPRESSION" >&2
 shoal_mount() {
     "$SHOAL" mount ssrc/fs "$DIR/shoal-mnt" 2>>"$OUT/shoal-mount.log" &
     for _ in $(seq 100); do mountpoint -q "$DIR/shoal-mnt" && return; sleep 0.1; done
@@ -86,7 +93,7 @@ sleep 2
 truncate -s "${DEV_MIB}M" "$DIR/zfs-devs/a" "$DIR/zfs-devs/b"
 zpool create -f -m "$DIR/zfs-mnt" zsrc "$DIR/zfs-devs/a" >&2
 zpool create -f -m none zdst "$DIR/zfs-devs/b" >&2
-zfs create -o recordsize=128K -o compression=off -o mountpoint="$DIR/zfs-mnt/fs" zsrc/fs >&2
+zfs create -o recordsize=128K -o compression="$COMPRESSION" -o mountpoint="$DIR/zfs-mnt/fs" zsrc/fs >&2
 echo "zfs-fuse: filling..." >&2
 cp -r "$DIR/data/." "$DIR/zfs-mnt/fs/"
 sync
@@ -174,7 +181,7 @@ zfs snapshot zsrc/fs@s2
 ZFS_INC=$(zfs send -i @s1 zsrc/fs@s2 | wc -c)
 
 python3 - "$OUT" "$DATA_BYTES" "$SIZE_MIB" "$SHOAL_INC" "$ZFS_INC" "$SHOAL_FULL" "$ZFS_FULL" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 out, data_bytes, size_mib, shoal_inc, zfs_inc, shoal_full, zfs_full = sys.argv[1], *map(int, sys.argv[2:])
 big = size_mib << 20
 def rows(name):
@@ -198,6 +205,8 @@ zfs["stream_bytes"] = zfs_full
 print(json.dumps({
     "benchmark": "replication",
     "data_bytes": data_bytes,
+    "compression": os.environ["COMPRESSION"],
+    "data_kind": os.environ["KIND"],
     "raw_copy_o_direct": raw,
     "shoal_send_receive": shoal,
     "zfs_fuse_send_receive": zfs,

@@ -359,6 +359,7 @@ export interface ReplicationAction {
   keep_local: number;
   keep_remote: number;
   bandwidth: number;
+  alert_lag_seconds?: number;
 }
 
 export interface ReplicationRun {
@@ -400,6 +401,7 @@ export interface NewReplicationAction {
   keep_local?: number;
   keep_remote?: number;
   bandwidth?: number;
+  alert_lag_seconds?: number;
 }
 
 export const replication = () => call<ReplicationOverview>('GET', `${V1}/replication`);

@@ -12,7 +12,8 @@
 //! - Every read is verified against the checksum in its pointer before anything
 //!   else looks at it; data that fails is never returned (the vdev layer tries every
 //!   copy and RAID-Z combination, then the next DVA is tried).
-//! - A stored block is compressed only when that saves at least one sector.
+//! - A stored block is compressed only when that saves at least one sector (a
+//!   received block is written as its sender stored it, which kept the same rule).
 //! - The ARC holds verified, decompressed blocks keyed by (first DVA, birth txg), which
 //!   names one immutable block version: a key never maps to different contents.
 
@@ -79,6 +80,68 @@ impl Weighted for CachedBlock {
     fn weight_bytes(&self) -> usize {
         self.bytes().len() + 128
     }
+}
+
+/// A data block as another pool stored it (a received stream's block): its bytes
+/// already in their stored compression, padded with zeros to whole sectors, so it
+/// is written as it came, without a decompress and compress on the way.
+#[derive(Debug)]
+pub struct StoredBlock {
+    pub compression: Compression,
+    /// Bytes once decompressed.
+    pub lsize: u32,
+    /// Stored bytes (before the sector padding of `io`).
+    pub psize: u32,
+    io: Arc<AlignedBuf>,
+}
+
+impl StoredBlock {
+    /// Checks what can be checked without decompressing: sizes in range, and an
+    /// uncompressed block exactly `lsize` long.
+    pub fn new(compression: Compression, lsize: u32, stored: &[u8]) -> Result<Self, PoolError> {
+        let psize = stored.len();
+        if lsize == 0
+            || lsize > crate::dnode::MAX_BLOCK_SIZE
+            || psize == 0
+            || psize > lsize as usize
+            || (compression == Compression::Off && psize != lsize as usize)
+        {
+            return Err(PoolError::InvalidArgument(format!(
+                "stored block of {psize} bytes for {lsize} in {compression:?}"
+            )));
+        }
+        let mut io = AlignedBuf::zeroed(sector_round(psize as u64) as usize);
+        io[..psize].copy_from_slice(stored);
+        Ok(StoredBlock {
+            compression,
+            lsize,
+            psize: psize as u32,
+            io: Arc::new(io),
+        })
+    }
+
+    pub fn stored(&self) -> &[u8] {
+        &self.io[..self.psize as usize]
+    }
+
+    /// The logical bytes (for reads of a block not yet synced).
+    pub fn decompress(&self) -> Result<AlignedBuf, PoolError> {
+        let mut out = AlignedBuf::zeroed(self.lsize as usize);
+        compress::decompress(self.compression, self.stored(), &mut out).map_err(|e| {
+            PoolError::Corrupt(format!("a received block does not decompress: {e}"))
+        })?;
+        Ok(out)
+    }
+}
+
+/// What a data block write starts from.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    /// Logical bytes, compressed here per the spec; `shared` when they are a buffer
+    /// the ARC may keep.
+    Logical(&'a [u8], Option<&'a Arc<AlignedBuf>>),
+    /// Bytes already stored elsewhere in their compression (the spec's is ignored).
+    Stored(&'a StoredBlock),
 }
 
 /// How to write one block.
@@ -302,7 +365,7 @@ impl Storage {
         txg: u64,
         logged: bool,
     ) -> Result<BlockPointer, PoolError> {
-        self.write_block_inner(data, None, spec, txg, logged, None)
+        self.write_block_inner(Payload::Logical(data, None), spec, txg, logged, None)
     }
 
     /// The space a block counts for in dataset accounting: each copy's allocated size
@@ -371,38 +434,48 @@ impl Storage {
 
     fn write_block_inner(
         &self,
-        data: &[u8],
-        shared: Option<&Arc<AlignedBuf>>,
+        payload: Payload<'_>,
         spec: BlockSpec,
         txg: u64,
         logged: bool,
         batch: Option<&WriteBatch>,
     ) -> Result<BlockPointer, PoolError> {
-        assert!(!data.is_empty() && data.len() <= crate::dnode::MAX_BLOCK_SIZE as usize);
         assert!(txg > 0);
-        let lsize = data.len();
-        let rounded = sector_round(lsize as u64) as usize;
-        let compressed = if spec.compression != Compression::Off && rounded > SECTOR_SIZE {
-            compress::compress(spec.compression, data, rounded - SECTOR_SIZE + 1)
-        } else {
-            None
-        };
-        let (stored, compression): (&[u8], Compression) = match &compressed {
-            Some(c) => (c, spec.compression),
-            None => (data, Compression::Off),
-        };
+        let mut compressed = None;
+        // (logical size, stored bytes, their compression, the buffer the devices get)
+        let (lsize, stored, compression, io): (usize, &[u8], Compression, Arc<AlignedBuf>) =
+            match payload {
+                Payload::Logical(data, shared) => {
+                    assert!(
+                        !data.is_empty() && data.len() <= crate::dnode::MAX_BLOCK_SIZE as usize
+                    );
+                    let rounded = sector_round(data.len() as u64) as usize;
+                    if spec.compression != Compression::Off && rounded > SECTOR_SIZE {
+                        compressed =
+                            compress::compress(spec.compression, data, rounded - SECTOR_SIZE + 1);
+                    }
+                    let (stored, compression): (&[u8], Compression) = match &compressed {
+                        Some(c) => (c, spec.compression),
+                        None => (data, Compression::Off),
+                    };
+                    let io_size = sector_round(stored.len() as u64) as usize;
+                    // The caller's own buffer when it is stored as is and already sector
+                    // sized, else the stored bytes zero-padded to whole sectors.
+                    let io = match shared {
+                        Some(buf) if compressed.is_none() && stored.len() == io_size => buf.clone(),
+                        _ => {
+                            let mut io = AlignedBuf::zeroed(io_size);
+                            io[..stored.len()].copy_from_slice(stored);
+                            Arc::new(io)
+                        }
+                    };
+                    (data.len(), stored, compression, io)
+                }
+                Payload::Stored(b) => (b.lsize as usize, b.stored(), b.compression, b.io.clone()),
+            };
         let psize = stored.len();
-        let io_size = sector_round(psize as u64) as usize;
-        // The buffer the devices get: the caller's own when it is stored as is and
-        // already sector sized, else the stored bytes zero-padded to whole sectors.
-        let io: Arc<AlignedBuf> = match shared {
-            Some(buf) if compressed.is_none() && psize == io_size => buf.clone(),
-            _ => {
-                let mut io = AlignedBuf::zeroed(io_size);
-                io[..psize].copy_from_slice(stored);
-                Arc::new(io)
-            }
-        };
+        let io_size = io.len();
+        assert_eq!(io_size as u64, sector_round(psize as u64));
         let cksum = checksum::compute(spec.checksum, &io[..psize]);
 
         let copies = spec.copies.clamp(1, MAX_DVAS);
@@ -459,14 +532,21 @@ impl Storage {
             .physical_bytes_written
             .fetch_add(bp.asize_total(), Ordering::Relaxed);
         // The ARC keeps the logical bytes: the written buffer itself when uncompressed.
-        let cached = match shared {
-            Some(buf) => CachedBlock(Arc::new(BlockBytes::Shared(buf.clone(), lsize))),
-            None if compression == Compression::Off => {
-                CachedBlock(Arc::new(BlockBytes::Shared(io, lsize)))
+        // A stored compressed block has none at hand; its first read decompresses it.
+        let cached = match payload {
+            Payload::Logical(_, Some(buf)) => Some(CachedBlock(Arc::new(BlockBytes::Shared(
+                buf.clone(),
+                lsize,
+            )))),
+            _ if compression == Compression::Off => {
+                Some(CachedBlock(Arc::new(BlockBytes::Shared(io, lsize))))
             }
-            None => CachedBlock::from_vec(data.to_vec()),
+            Payload::Logical(data, None) => Some(CachedBlock::from_vec(data.to_vec())),
+            Payload::Stored(_) => None,
         };
-        self.arc_insert(BlockKey::of(&bp), cached, AccessKind::Demand);
+        if let Some(cached) = cached {
+            self.arc_insert(BlockKey::of(&bp), cached, AccessKind::Demand);
+        }
         Ok(bp)
     }
 
@@ -491,7 +571,13 @@ impl Storage {
         batch: &WriteBatch,
         placed: bool,
     ) -> Result<BlockPointer, PoolError> {
-        let bp = self.write_block_inner(data, Some(data), spec, txg, !placed, Some(batch))?;
+        let bp = self.write_block_inner(
+            Payload::Logical(&data[..], Some(data)),
+            spec,
+            txg,
+            !placed,
+            Some(batch),
+        )?;
         if placed {
             let mut tops = self.placed_tops.lock().unwrap();
             for d in bp.copies() {
@@ -499,6 +585,18 @@ impl Storage {
             }
         }
         Ok(bp)
+    }
+
+    /// Writes a received block as it was stored into a batch (checksummed with the
+    /// spec's checksum; its compression is the block's own).
+    pub fn write_stored_batched(
+        &self,
+        block: &StoredBlock,
+        spec: BlockSpec,
+        txg: u64,
+        batch: &WriteBatch,
+    ) -> Result<BlockPointer, PoolError> {
+        self.write_block_inner(Payload::Stored(block), spec, txg, true, Some(batch))
     }
 
     /// Flushes the top-level vdevs placed blocks went to since the last call; the log

@@ -482,3 +482,136 @@ fn a_cut_receive_resumes_where_it_reported_and_ends_equal() {
     assert!(e.to_string().contains("not"), "{e}");
     assert!(b.check().unwrap().problems.is_empty());
 }
+
+/// How a block is stored: what a raw receive must keep from the sender.
+fn stored_form(
+    bp: &pool::blkptr::BlockPointer,
+) -> (
+    Compression,
+    u32,
+    u32,
+    pool::checksum::ChecksumKind,
+    pool::checksum::Checksum,
+) {
+    (
+        bp.compression,
+        bp.lsize,
+        bp.psize,
+        bp.checksum_kind,
+        bp.checksum,
+    )
+}
+
+#[test]
+fn received_blocks_are_stored_as_the_sender_stored_them() {
+    let (a, b, _) = pools(91);
+    let mut rng = Rng(91);
+    let os = a.create_objset("tank/src", "{}").unwrap();
+    let ids = first_state(&a, os, &mut rng);
+    let s1 = a.snapshot_create(os, "one").unwrap();
+    let full = send_bytes(&a, s1, None);
+    let got = receive(&b, "tank/replica", &mut full.as_slice(), &|_| Ok(())).unwrap();
+    b.sync().unwrap();
+    let mut compressed = 0;
+    for &obj in &ids {
+        let info = a.object_info(s1, obj).unwrap();
+        for blkid in 0..info.nblocks {
+            let sent = a.committed_block(s1, obj, blkid).unwrap();
+            let kept = b.committed_block(got.dataset, obj, blkid).unwrap();
+            assert_eq!(
+                sent.as_ref().map(stored_form),
+                kept.as_ref().map(stored_form),
+                "object {obj} block {blkid}"
+            );
+            compressed += sent.is_some_and(|bp| bp.compression != Compression::Off) as u32;
+        }
+    }
+    assert!(
+        compressed >= 10,
+        "the source has compressed blocks ({compressed})"
+    );
+    assert_eq!(state(&b, got.dataset, &ids), state(&a, s1, &ids));
+}
+
+#[test]
+fn a_stored_block_keeps_its_compression_and_reads_back() {
+    use pool::storage::StoredBlock;
+    use std::sync::Arc;
+    let devs = sim_devices(2, 93, None);
+    let p = create_pool(Layout::Mirror, &devs);
+    let os = p.create_objset("tank/fs", "{}").unwrap();
+    let mut rng = Rng(93);
+    let bs = 16384u32;
+    // An lz4 object given a gzip-9 block: stored as given, not recompressed with lz4.
+    let obj = new_file(&p, os, bs, Compression::Lz4);
+    let logical = rng.mixed(bs as usize);
+    let gz = pool::compress::compress(Compression::Gzip(9), &logical, bs as usize - 512)
+        .expect("mixed bytes compress");
+    let block = StoredBlock::new(Compression::Gzip(9), bs, &gz).unwrap();
+    p.write_stored(os, obj, 2, Arc::new(block)).unwrap();
+    // Read before the sync (from the dirty block), and a partial write over it.
+    assert_eq!(
+        p.read(os, obj, 2 * bs as u64, bs as usize).unwrap(),
+        logical
+    );
+    assert_eq!(
+        p.read(os, obj, 0, bs as usize).unwrap(),
+        vec![0; bs as usize]
+    );
+    let obj2 = new_file(&p, os, bs, Compression::Lz4);
+    let block = StoredBlock::new(Compression::Gzip(9), bs, &gz).unwrap();
+    p.write_stored(os, obj2, 0, Arc::new(block)).unwrap();
+    p.write(os, obj2, 100, b"patched").unwrap();
+    let mut patched = logical.clone();
+    patched[100..107].copy_from_slice(b"patched");
+    p.sync().unwrap();
+
+    let bp = p
+        .committed_block(os, obj, 2)
+        .unwrap()
+        .expect("block 2 written");
+    assert_eq!(bp.compression, Compression::Gzip(9));
+    assert_eq!(bp.psize as usize, gz.len());
+    assert_eq!(
+        p.committed_block(os, obj, 1).unwrap(),
+        None,
+        "a hole before it"
+    );
+    assert_eq!(
+        p.committed_block(os, obj2, 0).unwrap().unwrap().compression,
+        Compression::Lz4,
+        "a block written over is compressed by its object's setting"
+    );
+    assert_eq!(p.object_info(os, obj).unwrap().nblocks, 3);
+    assert_eq!(
+        p.read(os, obj, 2 * bs as u64, bs as usize).unwrap(),
+        logical
+    );
+    assert_eq!(p.read(os, obj2, 0, bs as usize).unwrap(), patched);
+    assert!(p.check().unwrap().problems.is_empty());
+    p.export().unwrap();
+    let p = import(&devs);
+    assert_eq!(
+        p.read(os, obj, 2 * bs as u64, bs as usize).unwrap(),
+        logical
+    );
+
+    // What cannot be right is refused before anything is written.
+    assert!(StoredBlock::new(Compression::Off, bs, &logical[..100]).is_err());
+    assert!(StoredBlock::new(Compression::Lz4, 100, &logical[..200]).is_err());
+    let wrong_size = StoredBlock::new(Compression::Gzip(9), 2 * bs, &gz).unwrap();
+    assert!(matches!(
+        p.write_stored(os, obj, 0, Arc::new(wrong_size)),
+        Err(PoolError::InvalidArgument(_))
+    ));
+    // Bytes that do not decompress read as an error, never as data.
+    let garbage = StoredBlock::new(Compression::Lz4, bs, &rng.bytes(4000)).unwrap();
+    p.write_stored(os, obj, 0, Arc::new(garbage)).unwrap();
+    assert!(p.read(os, obj, 0, bs as usize).is_err());
+    p.sync().unwrap();
+    assert!(p.read(os, obj, 0, bs as usize).is_err());
+    assert_eq!(
+        p.read(os, obj, 2 * bs as u64, bs as usize).unwrap(),
+        logical
+    );
+}

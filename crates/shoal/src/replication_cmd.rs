@@ -55,6 +55,11 @@ pub enum ReplicationCommand {
         /// Bytes per second on the wire (`50M`); unlimited by default.
         #[arg(long)]
         bandwidth: Option<String>,
+        /// Alert when the target is more than this many seconds behind (0: never).
+        /// By default three intervals (at least 300 s) for scheduled actions, 300 s
+        /// for continuous ones, never for actions run on demand.
+        #[arg(long, value_name = "SECONDS")]
+        alert_lag: Option<u64>,
         #[arg(long)]
         json: bool,
     },
@@ -262,6 +267,7 @@ pub fn run(cmd: ReplicationCommand) -> Result<()> {
             keep_local,
             keep_remote,
             bandwidth,
+            alert_lag,
             json,
         } => {
             let bandwidth = bandwidth.map(|b| parse_size(&b)).transpose()?;
@@ -276,6 +282,7 @@ pub fn run(cmd: ReplicationCommand) -> Result<()> {
                     keep_local: Some(keep_local),
                     keep_remote: Some(keep_remote),
                     bandwidth,
+                    alert_lag_seconds: alert_lag,
                 },
             )?;
             if json {

@@ -815,9 +815,22 @@ fn scheduled_runs_counted_in_analytics_on_both_sides() {
         "tank/copy",
         &["--every", "2", "--keep-local", "2", "--keep-remote", "2"],
     );
-    // Nobody runs it: the schedule does, a run every two seconds.
+    // Nobody runs it: the schedule does, a run every two seconds when something
+    // changed (a scheduled run with nothing to send is skipped).
+    ok(
+        &p,
+        &[
+            "share",
+            "set",
+            "tank/data",
+            "127.0.0.1(rw,no_root_squash,insecure)",
+        ],
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut changes = 0;
     let runs = loop {
+        changes += 1;
+        nfs_put(&primary, "/tank/data", &format!("change{changes}"), b"more");
         let st = json(&p, &["replication", "status", "--json"]);
         let h = st["actions"][0]["history"].as_array().unwrap().clone();
         if h.len() >= 3 && st["actions"][0]["running"].is_null() {
@@ -836,4 +849,124 @@ fn scheduled_runs_counted_in_analytics_on_both_sides() {
     // Pruned to two replication snapshots on each side.
     assert_eq!(snapshots(&p, "tank/data").len(), 2);
     assert_eq!(snapshots(&r, "tank/copy").len(), 2);
+}
+
+/// Alerts of `kind` about `object` in the primary's list (acknowledged ones too).
+fn alerts_of(state: &Path, kind: &str, object: &str) -> Vec<serde_json::Value> {
+    json(state, &["alerts", "--all", "--json"])["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == kind && a["object"] == object)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_target_behind_its_alert_lag_is_alerted_then_caught_up() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), Some("tank/data"));
+    ok(&p, &["fs", "create", "tank/quiet"]);
+    let r = appliance(&t.path().join("replica"), None);
+    let _primary = Served::start(&p, &t.path().join("p.log"), &[]);
+    let mut replica = Served::start(&r, &t.path().join("r.log"), &[]);
+    pair(&p, &replica, "vault", None);
+    // The target goes away: every run fails and the lag grows from the first run.
+    replica.kill9();
+    let behind = add_action(
+        &p,
+        "tank/data",
+        "vault",
+        "tank/data",
+        &["--every", "1", "--alert-lag", "3"],
+    );
+    // The control: the same schedule with lag alerts off.
+    let quiet = add_action(
+        &p,
+        "tank/quiet",
+        "vault",
+        "tank/quiet",
+        &["--every", "1", "--alert-lag", "0"],
+    );
+    let (behind_obj, quiet_obj) = (
+        format!("replication {behind}"),
+        format!("replication {quiet}"),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let lagging = loop {
+        let a = alerts_of(&p, "replication.lagging", &behind_obj);
+        if !a.is_empty() {
+            break a;
+        }
+        assert!(std::time::Instant::now() < deadline, "no lag alert");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(lagging.len(), 1, "{lagging:?}");
+    assert_eq!(lagging[0]["severity"], "warning");
+    let text = lagging[0]["message"].as_str().unwrap();
+    assert!(text.contains("alert past 3 s"), "{text}");
+    // Alerted once, however long it stays behind; never for the action with alerts off.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(alerts_of(&p, "replication.lagging", &behind_obj).len(), 1);
+    assert!(alerts_of(&p, "replication.lagging", &quiet_obj).is_empty());
+    assert!(
+        !alerts_of(&p, "replication.failed", &quiet_obj).is_empty(),
+        "the control's runs fail too"
+    );
+
+    // The target comes back: the next run succeeds and the lag is under the limit.
+    replica.restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while alerts_of(&p, "replication.caught_up", &behind_obj).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "never caught up");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(alerts_of(&p, "replication.lagging", &behind_obj).len(), 1);
+}
+
+#[test]
+fn continuous_replication_runs_only_when_something_changed() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), Some("tank/data"));
+    let r = appliance(&t.path().join("replica"), None);
+    let primary = Served::start(&p, &t.path().join("p.log"), &[]);
+    let replica = Served::start(&r, &t.path().join("r.log"), &[]);
+    ok(
+        &p,
+        &[
+            "share",
+            "set",
+            "tank/data",
+            "127.0.0.1(rw,no_root_squash,insecure)",
+        ],
+    );
+    pair(&p, &replica, "vault", None);
+    add_action(&p, "tank/data", "vault", "tank/copy", &["--continuous"]);
+    let settled = |want: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let st = json(&p, &["replication", "status", "--json"]);
+            let a = &st["actions"][0];
+            let h = a["history"].as_array().unwrap().clone();
+            if h.len() >= want && a["running"].is_null() {
+                assert!(h.iter().all(|r| r["ok"] == true), "{h:?}");
+                return (h.len(), a["lag_seconds"].as_u64().unwrap());
+            }
+            assert!(std::time::Instant::now() < deadline, "{st}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let (runs, _) = settled(1);
+    let snaps = snapshots(&p, "tank/data");
+    // Idle: checked every half second, but no snapshot, no stream, no history.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let (idle_runs, lag) = settled(runs);
+    assert_eq!(idle_runs, runs, "runs while nothing changed");
+    assert_eq!(snapshots(&p, "tank/data"), snaps);
+    assert!(lag <= 2, "an idle target is current: lag {lag} s");
+    // A change is replicated by the next check.
+    nfs_put(&primary, "/tank/data", "new", b"changed");
+    settled(runs + 1);
+    assert!(snapshots(&p, "tank/data").len() > snaps.len());
+    assert!(snapshots(&r, "tank/copy").contains(snapshots(&p, "tank/data").last().unwrap()));
 }

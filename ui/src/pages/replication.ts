@@ -52,6 +52,7 @@ export function replicationPage(): Page {
   const interval = h('input', { type: 'number', min: 0, size: 6, placeholder: 'on demand', 'data-test': 'repl-every' });
   const continuous = h('input', { type: 'checkbox', 'data-test': 'repl-continuous' });
   const bandwidth = h('input', { type: 'number', min: 0, size: 6, placeholder: 'unlimited', 'data-test': 'repl-bandwidth' });
+  const alertLag = h('input', { type: 'number', min: 0, size: 6, placeholder: 'default', title: 'alert when the target is this many seconds behind (0: never; default: three intervals, at least 300 s)', 'data-test': 'repl-alert-lag' });
   const addAction = h('button', { class: 'primary', type: 'submit', 'data-test': 'repl-add' }, 'Replicate');
   const actionForm = h(
     'form',
@@ -62,6 +63,7 @@ export function replicationPage(): Page {
     field('Every (s)', interval),
     field('Continuous', continuous),
     field('MB/s', bandwidth),
+    field('Alert lag (s)', alertLag),
     h('div', { class: 'field' }, h('span', { class: 'field-label' }, '\u00a0'), addAction),
   );
   actionForm.addEventListener('submit', async (e) => {
@@ -76,6 +78,7 @@ export function replicationPage(): Page {
           interval_seconds: interval.value ? Number(interval.value) : undefined,
           continuous: continuous.checked,
           bandwidth: bandwidth.value ? Math.round(Number(bandwidth.value) * 1e6) : undefined,
+          alert_lag_seconds: alertLag.value ? Number(alertLag.value) : undefined,
         }),
       );
       toast(`${a.filesystem} replicates to ${a.target} as ${a.remote}`);

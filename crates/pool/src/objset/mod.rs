@@ -42,7 +42,7 @@ use crate::compress::Compression;
 use crate::dnode::*;
 use crate::prefetch::{PrefetchConfig, StreamDetector};
 use crate::read_buf::ReadBuf;
-use crate::storage::{BlockSpec, Fetch, Storage};
+use crate::storage::{BlockSpec, Fetch, Storage, StoredBlock};
 use crate::PoolError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -68,10 +68,27 @@ const BATCH_BLOCKS: usize = 256;
 
 type Bytes = Arc<AlignedBuf>;
 
+/// The new contents of a dirty block.
+#[derive(Debug, Clone)]
+enum Dirty {
+    Data(Bytes),
+    /// A received block, written as it was stored (see `write_stored`).
+    Stored(Arc<StoredBlock>),
+}
+
+impl Dirty {
+    fn data(&self) -> Option<&Bytes> {
+        match self {
+            Dirty::Data(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 struct DirtySet {
-    /// Block id -> new contents (`None` = hole).
-    blocks: BTreeMap<u64, Option<Bytes>>,
+    /// Block id -> new contents.
+    blocks: BTreeMap<u64, Dirty>,
     /// Block id ranges punched to holes; applied before `blocks`.
     range_frees: Vec<(u64, u64)>,
     dnode_dirty: bool,
@@ -144,6 +161,8 @@ impl Inner {
 /// Where a block's current contents come from.
 enum Source {
     Mem(Bytes),
+    /// A received block not yet synced (see `dirty_contents`).
+    Stored(Arc<StoredBlock>),
     Zero,
     Tree(BlockPointer, u8),
 }
@@ -388,6 +407,12 @@ impl Objset {
         self.inner.lock().unwrap().root_bp
     }
 
+    /// Changes not yet in the committed root: open ones or a sync in progress.
+    pub fn has_uncommitted_changes(&self) -> bool {
+        let inner = self.inner.lock().unwrap();
+        !inner.open_dirty.is_empty() || !inner.syncing_dirty.is_empty()
+    }
+
     pub fn has_open_changes(&self) -> bool {
         let inner = self.inner.lock().unwrap();
         !inner.open_dirty.is_empty()
@@ -598,15 +623,19 @@ impl Objset {
     }
 
     fn source_of(s: &ObjectState, blkid: u64) -> Source {
-        if let Some(b) = s.open.blocks.get(&blkid) {
-            return b.clone().map(Source::Mem).unwrap_or(Source::Zero);
+        let dirty = |d: &Dirty| match d {
+            Dirty::Data(b) => Source::Mem(b.clone()),
+            Dirty::Stored(b) => Source::Stored(b.clone()),
+        };
+        if let Some(d) = s.open.blocks.get(&blkid) {
+            return dirty(d);
         }
         if s.open.covers_free(blkid) {
             return Source::Zero;
         }
         if let Some(sync) = &s.syncing {
-            if let Some(b) = sync.blocks.get(&blkid) {
-                return b.clone().map(Source::Mem).unwrap_or(Source::Zero);
+            if let Some(d) = sync.blocks.get(&blkid) {
+                return dirty(d);
             }
             if sync.covers_free(blkid) {
                 return Source::Zero;
@@ -616,6 +645,15 @@ impl Objset {
             return Source::Zero;
         }
         Source::Tree(s.dnode.root, s.dnode.levels)
+    }
+
+    /// The contents of a dirty block (a received one is decompressed: rare, a read
+    /// of a block before its txg syncs).
+    fn dirty_contents(source: Source) -> Result<Source, PoolError> {
+        Ok(match source {
+            Source::Stored(b) => Source::Mem(Arc::new(b.decompress()?)),
+            other => other,
+        })
     }
 
     /// Reads `len` bytes at `offset` as slices of the buffers that hold them (the ARC's
@@ -653,8 +691,9 @@ impl Objset {
             }
             let first = offset / bs;
             let last = (offset + len as u64 - 1) / bs;
-            let plan: Vec<(u64, Source)> =
-                (first..=last).map(|b| (b, Self::source_of(s, b))).collect();
+            let plan: Vec<(u64, Source)> = (first..=last)
+                .map(|b| Ok((b, Self::dirty_contents(Self::source_of(s, b))?)))
+                .collect::<Result<_, PoolError>>()?;
             (bs, plan)
         };
         // Resolve the committed blocks first, then read them in one aggregated batch.
@@ -708,6 +747,7 @@ impl Objset {
             match source {
                 Source::Zero => out.push_zeros(src_range.len()),
                 Source::Mem(b) => out.push_dirty(b, src_range),
+                Source::Stored(_) => unreachable!("decompressed by dirty_contents"),
                 Source::Tree(..) => match slot.and_then(|i| blocks[i].take()) {
                     Some(block) => {
                         if block.bytes().len() < src_range.end {
@@ -854,9 +894,10 @@ impl Objset {
             let contents = if from == block_start && to == block_start + bs {
                 AlignedBuf::from_slice(src)
             } else {
-                let mut base = match Self::source_of(s, blkid) {
+                let mut base = match Self::dirty_contents(Self::source_of(s, blkid))? {
                     Source::Mem(b) => AlignedBuf::from_slice(&b),
                     Source::Zero => AlignedBuf::zeroed(bs as usize),
+                    Source::Stored(_) => unreachable!("decompressed by dirty_contents"),
                     Source::Tree(root, levels) => {
                         match read_tree_block(st, root, levels, blkid, AccessKind::Demand)? {
                             Some(b) => AlignedBuf::from_slice(b.bytes()),
@@ -870,7 +911,7 @@ impl Objset {
             };
             if s.open
                 .blocks
-                .insert(blkid, Some(Arc::new(contents)))
+                .insert(blkid, Dirty::Data(Arc::new(contents)))
                 .is_none()
             {
                 dirtied += bs;
@@ -879,6 +920,42 @@ impl Objset {
         }
         if last + 1 > s.dnode.nblocks {
             s.dnode.nblocks = last + 1;
+            s.open.dnode_dirty = true;
+        }
+        inner.open_dirty.insert(obj);
+        Ok(dirtied)
+    }
+
+    /// Block `blkid` of `obj` becomes `block` as it was stored by the pool that sent
+    /// it: the sync writes its bytes without decompressing or compressing them.
+    /// Returns the bytes newly dirtied.
+    pub fn write_stored(
+        &self,
+        st: &Storage,
+        obj: u64,
+        blkid: u64,
+        block: Arc<StoredBlock>,
+    ) -> Result<u64, PoolError> {
+        let mut inner = self.lock_loaded(st, obj);
+        let s = Self::load(st, &mut inner, obj)?;
+        if block.lsize != s.dnode.block_size {
+            return Err(PoolError::InvalidArgument(format!(
+                "a {}-byte block for object {obj} of {}-byte blocks",
+                block.lsize, s.dnode.block_size
+            )));
+        }
+        if levels_for(blkid.saturating_add(1)) > MAX_LEVELS {
+            return Err(PoolError::InvalidArgument(
+                "write beyond the largest object size".into(),
+            ));
+        }
+        let dirtied = if s.open.blocks.insert(blkid, Dirty::Stored(block)).is_none() {
+            s.dnode.block_size as u64
+        } else {
+            0
+        };
+        if blkid + 1 > s.dnode.nblocks {
+            s.dnode.nblocks = blkid + 1;
             s.open.dnode_dirty = true;
         }
         inner.open_dirty.insert(obj);
@@ -908,12 +985,13 @@ impl Objset {
             )));
         }
         let mut grown = AlignedBuf::zeroed(block_size as usize);
-        let had_block = match Self::source_of(s, 0) {
+        let had_block = match Self::dirty_contents(Self::source_of(s, 0))? {
             Source::Mem(b) => {
                 grown[..b.len()].copy_from_slice(&b);
                 true
             }
             Source::Zero => s.dnode.nblocks > 0,
+            Source::Stored(_) => unreachable!("decompressed by dirty_contents"),
             Source::Tree(root, levels) => {
                 if let Some(b) = read_tree_block(st, root, levels, 0, AccessKind::Demand)? {
                     let n = b.bytes().len().min(block_size as usize);
@@ -925,7 +1003,7 @@ impl Objset {
         s.dnode.block_size = block_size;
         s.open.dnode_dirty = true;
         if had_block {
-            s.open.blocks.insert(0, Some(Arc::new(grown)));
+            s.open.blocks.insert(0, Dirty::Data(Arc::new(grown)));
         }
         inner.open_dirty.insert(obj);
         Ok(block_size as u64)
@@ -1003,7 +1081,7 @@ impl Objset {
         txg: u64,
     ) -> Result<Vec<(u64, u64, BlockPointer)>, PoolError> {
         let mut out = Vec::new();
-        let mut writes: Vec<(usize, u64, Bytes, BlockSpec)> = Vec::new();
+        let mut writes: Vec<(usize, u64, Dirty, BlockSpec)> = Vec::new();
         let bs = {
             let mut inner = self.lock_loaded(st, obj);
             let s = Self::load(st, &mut inner, obj)?;
@@ -1015,21 +1093,24 @@ impl Objset {
             let spec = data_spec(&s.dnode);
             for (&blkid, contents) in s.open.blocks.range(whole) {
                 let Some(data) = contents
-                    .as_ref()
+                    .data()
                     .filter(|d| d.len() == s.dnode.block_size as usize)
                 else {
                     continue;
                 };
                 match s.open.placed.get(&blkid) {
                     Some((b, bp)) if Arc::ptr_eq(b, data) => out.push((blkid * bs, bs, *bp)),
-                    _ => writes.push((0, blkid, data.clone(), spec)),
+                    _ => writes.push((0, blkid, Dirty::Data(data.clone()), spec)),
                 }
             }
             bs
         };
         let written = write_parallel(st, txg, &writes, true)?;
         let mut inner = self.inner.lock().unwrap();
-        for ((_, blkid, data, _), bp) in writes.into_iter().zip(written) {
+        for ((_, blkid, contents, _), bp) in writes.into_iter().zip(written) {
+            let Dirty::Data(data) = contents else {
+                unreachable!("only data blocks are placed")
+            };
             if bp.is_hole() {
                 continue;
             }
@@ -1076,7 +1157,7 @@ impl Objset {
             )));
         }
         let data = Arc::new(AlignedBuf::from_slice(block.bytes()));
-        s.open.blocks.insert(blkid, Some(data.clone()));
+        s.open.blocks.insert(blkid, Dirty::Data(data.clone()));
         if let Some((_, old)) = s.open.placed.insert(blkid, (data, bp)) {
             st.release_placed(&old, txg);
         }
@@ -1097,6 +1178,25 @@ impl Objset {
             .get(&obj)
             .and_then(|s| s.open.placed.get(&blkid))
             .is_some_and(|(_, p)| p == bp)
+    }
+
+    /// The committed pointer of data block `blkid` of `obj` (none: a hole).
+    pub fn committed_block(
+        &self,
+        st: &Storage,
+        obj: u64,
+        blkid: u64,
+    ) -> Result<Option<BlockPointer>, PoolError> {
+        let _pin = st.pin_reads();
+        let (root, levels) = {
+            let mut inner = self.lock_loaded(st, obj);
+            let s = Self::load(st, &mut inner, obj)?;
+            (s.dnode.root, s.dnode.levels)
+        };
+        if levels == 0 {
+            return Ok(None);
+        }
+        tree_block_bp(st, root, levels, blkid)
     }
 
     /// The block size of an object.

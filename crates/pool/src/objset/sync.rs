@@ -78,12 +78,12 @@ impl Objset {
         // 2. Data blocks, in parallel.
         // Placed blocks whose buffer is still the block's contents are adopted as they
         // are; the others are released.
-        let mut writes: Vec<(usize, u64, Bytes, BlockSpec)> = Vec::new();
+        let mut writes: Vec<(usize, u64, Dirty, BlockSpec)> = Vec::new();
         let mut data_bps: Vec<BTreeMap<u64, BlockPointer>> = vec![BTreeMap::new(); jobs.len()];
         for (j, (_, set, _, _)) in jobs.iter().enumerate() {
             let snap = set.snapshot.as_ref().unwrap();
             for (&blkid, (placed, bp)) in &set.placed {
-                let current = set.blocks.get(&blkid).and_then(|c| c.as_ref());
+                let current = set.blocks.get(&blkid).and_then(Dirty::data);
                 if !set.freed && current.is_some_and(|c| Arc::ptr_eq(c, placed)) {
                     st.adopt_placed(bp);
                     rel.born(bp);
@@ -93,10 +93,8 @@ impl Objset {
                 }
             }
             for (&blkid, contents) in &set.blocks {
-                if let Some(data) = contents {
-                    if !data_bps[j].contains_key(&blkid) {
-                        writes.push((j, blkid, data.clone(), data_spec(snap)));
-                    }
+                if !data_bps[j].contains_key(&blkid) {
+                    writes.push((j, blkid, contents.clone(), data_spec(snap)));
                 }
             }
         }
@@ -121,13 +119,8 @@ impl Objset {
                     updates.insert(blkid, BlockPointer::HOLE);
                 }
             }
-            for (&blkid, contents) in &set.blocks {
-                let bp = if contents.is_some() {
-                    data_bps[j][&blkid]
-                } else {
-                    BlockPointer::HOLE
-                };
-                updates.insert(blkid, bp);
+            for &blkid in set.blocks.keys() {
+                updates.insert(blkid, data_bps[j][&blkid]);
             }
             let nblocks = snap
                 .nblocks
@@ -252,7 +245,7 @@ pub(super) fn data_spec(d: &Dnode) -> BlockSpec {
 pub(super) fn write_parallel(
     st: &Storage,
     txg: u64,
-    writes: &[(usize, u64, Bytes, BlockSpec)],
+    writes: &[(usize, u64, Dirty, BlockSpec)],
     placed: bool,
 ) -> Result<Vec<BlockPointer>, PoolError> {
     let mut out = Vec::with_capacity(writes.len());
@@ -271,11 +264,19 @@ pub(super) fn write_parallel(
                 if i >= chunk.len() {
                     break;
                 }
-                let (_, _, data, spec) = &chunk[i];
-                let r = if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
-                    Ok(BlockPointer::HOLE) // zero blocks become holes when compression is on
-                } else {
-                    st.write_block_batched(data, *spec, txg, &batch, placed)
+                let (_, _, contents, spec) = &chunk[i];
+                let r = match contents {
+                    // Zero blocks become holes when compression is on.
+                    Dirty::Data(data)
+                        if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) =>
+                    {
+                        Ok(BlockPointer::HOLE)
+                    }
+                    Dirty::Data(data) => st.write_block_batched(data, *spec, txg, &batch, placed),
+                    Dirty::Stored(block) => {
+                        assert!(!placed, "received blocks are never placed ahead");
+                        st.write_stored_batched(block, *spec, txg, &batch)
+                    }
                 };
                 *results[i].lock().unwrap() = Some(r);
             };

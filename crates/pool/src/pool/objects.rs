@@ -130,6 +130,18 @@ impl Pool {
         self.begin(data.len() as u64)?.write(os, obj, offset, data)
     }
 
+    /// See [`Tx::write_stored`].
+    pub fn write_stored(
+        &self,
+        os: u64,
+        obj: u64,
+        blkid: u64,
+        block: Arc<crate::storage::StoredBlock>,
+    ) -> Result<(), PoolError> {
+        self.begin(block.psize as u64)?
+            .write_stored(os, obj, blkid, block)
+    }
+
     /// Starts a group of changes that land in one transaction group, so a crash keeps
     /// all of them or none. `bytes` is about how much the changes add (0 for changes
     /// that only free or rename); the write throttle and the space check run here,
@@ -281,5 +293,16 @@ impl Pool {
 
     pub fn object_info(&self, os: u64, obj: u64) -> Result<ObjectInfo, PoolError> {
         self.objset(os)?.info(&self.storage, obj)
+    }
+
+    /// The committed pointer of data block `blkid` of `obj` (none: a hole), as of the
+    /// last synced txg: how a block is stored, for checks and debugging.
+    pub fn committed_block(
+        &self,
+        os: u64,
+        obj: u64,
+        blkid: u64,
+    ) -> Result<Option<crate::blkptr::BlockPointer>, PoolError> {
+        self.objset(os)?.committed_block(&self.storage, obj, blkid)
     }
 }

@@ -209,6 +209,15 @@ impl Pool {
     }
 
     /// Snapshot `id` and the dataset it was taken of.
+    /// Whether the dataset of snapshot `snap` changed after the snapshot was taken
+    /// (committed or not): a replication with nothing to send can skip its run.
+    pub fn changed_since_snapshot(&self, snap: u64) -> Result<bool, PoolError> {
+        let ds = self.datasets.read().unwrap();
+        let (s, origin) = Self::snapshot_entry(&ds, snap)?;
+        let d = &ds[&origin];
+        Ok(d.objset.root_bp().birth_txg > s.snap_txg || d.objset.has_uncommitted_changes())
+    }
+
     pub(super) fn snapshot_entry(
         ds: &BTreeMap<u64, DatasetEntry>,
         id: u64,

@@ -147,6 +147,30 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Block `blkid` of `obj` becomes a received block as its sender stored it
+    /// (compressed blocks stay compressed: no decompress and compress again).
+    pub fn write_stored(
+        &self,
+        os: u64,
+        obj: u64,
+        blkid: u64,
+        block: Arc<crate::storage::StoredBlock>,
+    ) -> Result<(), PoolError> {
+        let p = self.pool;
+        let objset = p.writable_objset(os)?;
+        let len = block.lsize as u64;
+        let dirtied = objset.write_stored(&p.storage, obj, blkid, block)?;
+        p.account_dirty(&objset, dirtied);
+        self.record(LogOp::Write {
+            os,
+            obj,
+            offset: blkid * len,
+            len,
+            data: Vec::new(),
+        });
+        Ok(())
+    }
+
     pub fn free_range(&self, os: u64, obj: u64, offset: u64, len: u64) -> Result<(), PoolError> {
         let p = self.pool;
         p.writable_objset(os)?

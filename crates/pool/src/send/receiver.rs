@@ -20,16 +20,22 @@
 //! again, a block rewritten, a range freed twice), so what arrived after the last
 //! reported point and is sent again does no harm.
 //!
-//! Blocks arrive as stored and are decompressed here, then compressed again by the
-//! sync with the object's compression (a raw write path that stores them as they came
-//! is not built yet).
+//! Blocks arrive as the sender stored them and are stored so (`Pool::write_stored`):
+//! a compressed block is never decompressed and compressed again, so it keeps the
+//! sender's compression whatever the receiving object's property says (as
+//! `zfs send -c` does). Only bytes whose stretch verified are applied, and those are
+//! the bytes the sender's pool verified against its checksums when it read them; an
+//! uncompressed block goes through the ordinary write path (its buffer is shared
+//! with the ARC).
 
 use super::{HashingReader, Position, Record, StreamHeader};
 use crate::checksum::ChecksumKind;
-use crate::compress::{self, Compression};
+use crate::compress::Compression;
+use crate::storage::StoredBlock;
 use crate::{Pool, PoolError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Where a resumable receive got to: the stream (by its snapshots' identities) and
@@ -221,7 +227,6 @@ fn apply(
         pool,
         os,
         block_sizes: HashMap::new(),
-        decompressed: Vec::new(),
     };
     // Records since the last checkpoint, applied once the next one verifies.
     let mut pending: Vec<Record> = Vec::new();
@@ -270,7 +275,6 @@ struct Applier<'a> {
     os: u64,
     /// Block size of each object seen, for block ids to offsets.
     block_sizes: HashMap<u64, u32>,
-    decompressed: Vec<u8>,
 }
 
 impl Applier<'_> {
@@ -282,7 +286,6 @@ impl Applier<'_> {
     ) -> Result<(), PoolError> {
         let (pool, os) = (self.pool, self.os);
         let block_sizes = &mut self.block_sizes;
-        let decompressed = &mut self.decompressed;
         match rec {
             Record::Object {
                 obj,
@@ -364,14 +367,11 @@ impl Applier<'_> {
                     }
                     pool.write(os, obj, offset, &payload[..lsize as usize])?;
                 } else {
-                    decompressed.clear();
-                    decompressed.resize(lsize as usize, 0);
-                    compress::decompress(alg, &payload, decompressed).map_err(|e| {
-                        refused(format!(
-                            "object {obj} block {blkid} does not decompress: {e}"
-                        ))
-                    })?;
-                    pool.write(os, obj, offset, decompressed)?;
+                    // Stored as it came: the stream's hash vouches for the bytes, and
+                    // they are the bytes the sender's pool verified when it read them.
+                    let block = StoredBlock::new(alg, lsize, &payload)
+                        .map_err(|e| refused(format!("object {obj} block {blkid}: {e}")))?;
+                    pool.write_stored(os, obj, blkid, Arc::new(block))?;
                 }
                 r.recycle(payload);
                 summary.data_blocks += 1;

@@ -61,6 +61,10 @@ pub struct NewAction {
     pub keep_remote: Option<u32>,
     /// Bytes per second; 0 or absent = unlimited.
     pub bandwidth: Option<u64>,
+    /// Alert past this lag in seconds; 0 = never; absent = the default rule
+    /// (`Action::alert_lag`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_lag_seconds: Option<u64>,
 }
 
 /// Replication snapshots kept on each side unless told otherwise.
@@ -236,6 +240,7 @@ pub async fn add_action(
             keep_local,
             keep_remote,
             bandwidth: n.bandwidth.unwrap_or(0),
+            alert_lag_seconds: n.alert_lag_seconds,
         };
         b.actions.insert(a.id, a.clone());
         Ok(a)
@@ -288,7 +293,7 @@ pub async fn run_action(
         )
     })?;
     let s2 = s.clone();
-    blocking(move || Ok(super::sender::run_claimed(&s2, id, live)))
+    blocking(move || Ok(super::sender::run_claimed(&s2, id, live, false)))
         .await
         .map(Json)
 }

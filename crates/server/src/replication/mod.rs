@@ -52,7 +52,7 @@ pub mod wire;
 
 use crate::{write_atomically, Result, ServerError};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -121,6 +121,30 @@ pub struct Action {
     /// Bytes per second on the wire; 0 = unlimited.
     #[serde(default)]
     pub bandwidth: u64,
+    /// Alert when the target is more than this many seconds behind (0: never); none:
+    /// see `alert_lag`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_lag_seconds: Option<u64>,
+}
+
+/// The least lag a default lag alert waits for.
+pub const MIN_DEFAULT_ALERT_LAG: u64 = 300;
+
+impl Action {
+    /// The lag past which the target counts as behind: the action's own setting, or
+    /// else three intervals (five minutes at least) for a scheduled action, five
+    /// minutes for a continuous one, and never for one run only on demand.
+    pub fn alert_lag(&self) -> Option<u64> {
+        match self.alert_lag_seconds {
+            Some(0) => None,
+            Some(s) => Some(s),
+            None if self.continuous => Some(MIN_DEFAULT_ALERT_LAG),
+            None if self.interval_seconds > 0 => {
+                Some((3 * self.interval_seconds).max(MIN_DEFAULT_ALERT_LAG))
+            }
+            None => None,
+        }
+    }
 }
 
 /// One run of an action, as the history keeps it.
@@ -270,6 +294,10 @@ pub struct Replication {
     running: Mutex<BTreeMap<u64, Arc<LiveRun>>>,
     /// Datasets a stream is being received into (one receive at a time each).
     receiving: Mutex<std::collections::BTreeSet<String>>,
+    /// Action id -> when a scheduled run last found nothing changed since the snapshot
+    /// the target got from its last run (the target was current then). Not kept
+    /// across restarts: the next scheduled check finds it again.
+    current: Mutex<HashMap<u64, u64>>,
     stop: AtomicBool,
 }
 
@@ -298,6 +326,7 @@ impl Replication {
             book: Mutex::new(book),
             running: Mutex::new(BTreeMap::new()),
             receiving: Mutex::new(Default::default()),
+            current: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
         })
     }
@@ -359,6 +388,7 @@ impl Replication {
     pub fn statuses(&self) -> Vec<ActionStatus> {
         let running = self.running.lock().unwrap().clone();
         let now = unix_now();
+        let current = self.current.lock().unwrap().clone();
         self.read(|b| {
             b.actions
                 .values()
@@ -379,7 +409,7 @@ impl Replication {
                                 rate: bytes / now.saturating_sub(r.started_unix).max(1),
                             }
                         }),
-                        lag_seconds: lag(&history, now),
+                        lag_seconds: lag(&history, current.get(&a.id).copied(), now),
                         history,
                     }
                 })
@@ -400,6 +430,13 @@ impl Replication {
         });
         running.insert(id, live.clone());
         Some(live)
+    }
+
+    /// A scheduled run that found nothing to send: the target is current as of `at`;
+    /// no snapshot was taken and the history is not lengthened.
+    fn unchanged(&self, id: u64, at: u64) {
+        self.current.lock().unwrap().insert(id, at);
+        self.running.lock().unwrap().remove(&id);
     }
 
     fn finish(&self, id: u64, record: RunRecord) {
@@ -442,6 +479,7 @@ impl Replication {
     /// The greatest lag over the actions of pool `pool` (for analytics).
     pub fn lag_of_pool(&self, pool: &str) -> Option<u64> {
         let now = unix_now();
+        let current = self.current.lock().unwrap().clone();
         self.read(|b| {
             b.actions
                 .values()
@@ -452,7 +490,7 @@ impl Replication {
                         .get(&a.id)
                         .map(|h| h.iter().rev().cloned().collect())
                         .unwrap_or_default();
-                    lag(&h, now)
+                    lag(&h, current.get(&a.id).copied(), now)
                 })
                 .max()
         })
@@ -460,11 +498,67 @@ impl Replication {
 }
 
 /// Seconds since the newest successfully sent snapshot was taken (its run's start).
-fn lag(history_newest_first: &[RunRecord], now: u64) -> Option<u64> {
+/// Seconds since the target was last known current: the start of the newest
+/// successful run, or a later check that found nothing changed since it.
+fn lag(history_newest_first: &[RunRecord], current_at: Option<u64>, now: u64) -> Option<u64> {
     history_newest_first
         .iter()
         .find(|r| r.ok)
-        .map(|r| now.saturating_sub(r.started_unix))
+        .map(|r| now.saturating_sub(r.started_unix.max(current_at.unwrap_or(0))))
+}
+
+/// Raises an alert when an action's target falls behind its alert lag, and another
+/// when it has caught up. Lag counts from the start of the newest successful run (the
+/// snapshot it sent was taken then); an action that never succeeded counts from its
+/// first run, so a target that never got anything is behind too.
+fn alert_lag(s: &crate::DaemonState, lagging: &mut std::collections::HashSet<u64>, now: u64) {
+    let current = s.replication.current.lock().unwrap().clone();
+    // (action, what it replicates, (lag, limit) when behind)
+    type Verdict = (u64, String, Option<(u64, u64)>);
+    let verdicts: Vec<Verdict> = s.replication.read(|b| {
+        b.actions
+            .values()
+            .map(|a| {
+                let behind = a.alert_lag().and_then(|limit| {
+                    let h = b.history.get(&a.id)?;
+                    let since = h
+                        .iter()
+                        .rev()
+                        .find(|r| r.ok)
+                        .or_else(|| h.front())
+                        .map(|r| r.started_unix)?
+                        .max(current.get(&a.id).copied().unwrap_or(0));
+                    let lag = now.saturating_sub(since);
+                    (lag > limit).then_some((lag, limit))
+                });
+                let what = format!("{} to {}:{}", a.filesystem, a.target, a.remote);
+                (a.id, what, behind)
+            })
+            .collect()
+    });
+    lagging.retain(|id| verdicts.iter().any(|(a, ..)| a == id));
+    for (id, what, behind) in verdicts {
+        let object = format!("replication {id}");
+        match behind {
+            Some((lag, limit)) if lagging.insert(id) => {
+                s.alerts.raise(
+                    crate::alerts::Severity::Warning,
+                    "replication.lagging",
+                    &object,
+                    format!("the replica of {what} is {lag} s behind (alert past {limit} s)"),
+                );
+            }
+            None if lagging.remove(&id) => {
+                s.alerts.raise(
+                    crate::alerts::Severity::Info,
+                    "replication.caught_up",
+                    &object,
+                    format!("the replica of {what} has caught up"),
+                );
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Names of targets and credentials: letters, digits, `-`, `_`, `.`.
@@ -485,6 +579,8 @@ pub(crate) fn check_label(what: &str, name: &str) -> Result<()> {
 /// Starts the thread that starts scheduled and continuous runs; it ends when the
 /// daemon's state is gone or `stop_scheduler` is called.
 pub fn start_scheduler(state: Weak<crate::DaemonState>) {
+    // Actions whose target is behind past their alert lag (alerted once each way).
+    let mut lagging: std::collections::HashSet<u64> = Default::default();
     std::thread::Builder::new()
         .name("replication".into())
         .spawn(move || loop {
@@ -494,6 +590,8 @@ pub fn start_scheduler(state: Weak<crate::DaemonState>) {
                 return;
             }
             let now = unix_now();
+            alert_lag(&s, &mut lagging, now);
+            let current = s.replication.current.lock().unwrap().clone();
             let due: Vec<u64> = s.replication.read(|b| {
                 b.actions
                     .values()
@@ -505,7 +603,9 @@ pub fn start_scheduler(state: Weak<crate::DaemonState>) {
                                 r.ok || now >= r.finished_unix + RETRY_AFTER_FAILURE
                             }
                             Some(r) => {
-                                a.interval_seconds > 0 && now >= r.started_unix + a.interval_seconds
+                                let last =
+                                    r.started_unix.max(current.get(&a.id).copied().unwrap_or(0));
+                                a.interval_seconds > 0 && now >= last + a.interval_seconds
                             }
                         }
                     })
@@ -515,7 +615,7 @@ pub fn start_scheduler(state: Weak<crate::DaemonState>) {
             for id in due {
                 if let Some(live) = s.replication.claim(id) {
                     let s = s.clone();
-                    std::thread::spawn(move || sender::run_claimed(&s, id, live));
+                    std::thread::spawn(move || sender::run_claimed(&s, id, live, true));
                 }
             }
         })

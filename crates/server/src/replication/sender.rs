@@ -50,8 +50,24 @@ pub struct RemoteSnapshot {
     pub guid: u64,
 }
 
-/// Runs action `id`, already claimed (`Replication::claim`), and records the run.
-pub fn run_claimed(s: &Arc<DaemonState>, id: u64, live: Arc<LiveRun>) -> RunRecord {
+/// Runs action `id`, already claimed (`Replication::claim`), and records the run. A
+/// `scheduled` run with nothing to send (see `nothing_to_send`) takes no snapshot and
+/// leaves no record: it only notes that the target is current.
+pub fn run_claimed(
+    s: &Arc<DaemonState>,
+    id: u64,
+    live: Arc<LiveRun>,
+    scheduled: bool,
+) -> RunRecord {
+    if scheduled && nothing_to_send(s, id) {
+        s.replication.unchanged(id, live.started_unix);
+        return RunRecord {
+            started_unix: live.started_unix,
+            finished_unix: unix_now(),
+            ok: true,
+            ..RunRecord::default()
+        };
+    }
     let mut record = RunRecord {
         started_unix: live.started_unix,
         ..RunRecord::default()
@@ -97,6 +113,32 @@ pub fn run_claimed(s: &Arc<DaemonState>, id: u64, live: Arc<LiveRun>) -> RunReco
     }
     s.replication.finish(id, record.clone());
     record
+}
+
+/// Whether the last run succeeded and the filesystem has not changed since the
+/// snapshot it sent, which is still the newest here: the target holds everything
+/// (unless someone changed it there, which the next run with changes finds).
+fn nothing_to_send(s: &DaemonState, id: u64) -> bool {
+    let last = s.replication.read(|b| {
+        let a = b.actions.get(&id)?;
+        let r = b.history.get(&id)?.back()?;
+        r.ok.then(|| (a.filesystem.clone(), r.snapshot.clone()))
+    });
+    let Some((filesystem, sent)) = last else {
+        return false;
+    };
+    let Ok(ds) = s.datasets_of(&filesystem) else {
+        return false;
+    };
+    let Ok(names) = ds.snapshot_names(&filesystem) else {
+        return false;
+    };
+    match names.last() {
+        Some((snap, newest)) if *newest == sent => {
+            matches!(ds.pool().changed_since_snapshot(*snap), Ok(false))
+        }
+        _ => false,
+    }
 }
 
 fn run(
