@@ -53,7 +53,7 @@ rm -rf "$DIR"
 mkdir -p "$DIR/data" "$DIR/shoal-mnt" "$DIR/zfs-devs"
 
 # ---- the data both systems get ----
-echo "data: ${SIZE_MIB} MiB of random bytes and $FILES small files..." >&2
+echo "data: ${SIZE_MIB} MiB ($KIND) and $FILES small files..." >&2
 replication_data "$DIR/data" "$SIZE_MIB" "$FILES" "$KIND"
 DATA_BYTES=$(du -sb "$DIR/data" | cut -f1)
 

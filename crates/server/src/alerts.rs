@@ -409,7 +409,7 @@ pub fn start_monitor(state: Weak<crate::DaemonState>) {
             loop {
                 {
                     let Some(s) = state.upgrade() else { return };
-                    for p in &s.pools {
+                    for p in s.pools() {
                         let st = p.status();
                         let found =
                             observe(seen.entry(p.name.clone()).or_default(), &st, Instant::now());

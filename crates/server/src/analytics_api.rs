@@ -275,7 +275,7 @@ const POOL_FAMILIES: &[PoolFamily] = &[
 ];
 
 fn pool_metrics(s: &Shared, out: &mut String) {
-    let statuses: Vec<PoolStatus> = s.pools.iter().map(|p| p.status()).collect();
+    let statuses: Vec<PoolStatus> = s.pools().iter().map(|p| p.status()).collect();
     for (name, kind, help, samples) in POOL_FAMILIES {
         prometheus::header(out, name, kind, help);
         for st in &statuses {

@@ -30,8 +30,31 @@ pub type Shared = Arc<DaemonState>;
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/api/v1/status", get(status))
-        .route("/api/v1/pools", get(pools))
-        .route("/api/v1/pools/{pool}", get(pool))
+        .route(
+            "/api/v1/pools",
+            get(pools).post(crate::pools_admin::create_pool),
+        )
+        .route(
+            "/api/v1/pools/import",
+            post(crate::pools_admin::import_pool),
+        )
+        .route(
+            "/api/v1/pools/{pool}",
+            get(pool).delete(crate::pools_admin::destroy_pool),
+        )
+        .route(
+            "/api/v1/pools/{pool}/export",
+            post(crate::pools_admin::export_pool),
+        )
+        .route(
+            "/api/v1/pools/{pool}/replace",
+            post(crate::pools_admin::replace_device),
+        )
+        .route(
+            "/api/v1/pools/{pool}/clear",
+            post(crate::pools_admin::clear_device),
+        )
+        .route("/api/v1/operations", get(crate::pools_admin::operations))
         .route("/api/v1/pools/{pool}/scrub", post(scrub))
         .route("/api/v1/pools/{pool}/check", get(check))
         .route("/api/v1/pools/{pool}/inject", post(inject))
@@ -284,9 +307,7 @@ async fn blocking<T: Send + 'static>(
 impl DaemonState {
     pub(crate) fn datasets_of(&self, name: &str) -> Result<Arc<fs::Datasets>, ApiError> {
         let pool = fs::pool_of(name);
-        self.datasets
-            .get(pool)
-            .cloned()
+        self.datasets_of_pool(pool)
             .ok_or_else(|| ApiError::not_found(format!("no imported pool named '{pool}'")))
     }
 
@@ -315,11 +336,10 @@ impl DaemonState {
         Ok(())
     }
 
-    fn pool(&self, name: &str) -> Result<Arc<pool::Pool>, ApiError> {
-        self.pools
-            .iter()
+    pub(crate) fn pool(&self, name: &str) -> Result<Arc<pool::Pool>, ApiError> {
+        self.pools()
+            .into_iter()
             .find(|p| p.name == name)
-            .cloned()
             .ok_or_else(|| ApiError::not_found(format!("no imported pool named '{name}'")))
     }
 }
@@ -361,9 +381,12 @@ async fn status(State(s): State<Shared>) -> ApiResult<Status> {
     blocking(move || {
         let shares = s.service.shares();
         let mut pools = Vec::new();
-        for p in &s.pools {
+        for p in s.pools() {
             let st = p.status();
-            let list = s.datasets[&p.name].list()?;
+            let Some(ds) = s.datasets_of_pool(&p.name) else {
+                continue; // exported meanwhile
+            };
+            let list = ds.list()?;
             let filesystems = list
                 .iter()
                 .map(|d| {
@@ -406,7 +429,7 @@ async fn status(State(s): State<Shared>) -> ApiResult<Status> {
 }
 
 async fn pools(State(s): State<Shared>) -> ApiResult<Vec<pool::pool::PoolStatus>> {
-    blocking(move || Ok(s.pools.iter().map(|p| p.status()).collect())).await
+    blocking(move || Ok(s.pools().iter().map(|p| p.status()).collect())).await
 }
 
 async fn pool(
@@ -422,7 +445,7 @@ async fn scrub(
 ) -> ApiResult<pool::pool::ScrubSummary> {
     blocking(move || {
         let p = s.pool(&name)?;
-        let summary = p.scrub(&|_| {})?;
+        let summary = s.scrub_pool(&p)?;
         p.storage.flush_all();
         let (severity, what) = if summary.errors > 0 {
             (
@@ -527,8 +550,10 @@ async fn filesystems(
         Some(want) => Ok(s.pool(want).and_then(|p| s.datasets_of(&p.name))?.list()?),
         None => {
             let mut all = Vec::new();
-            for p in &s.pools {
-                all.extend(s.datasets[&p.name].list()?);
+            for p in s.pools() {
+                if let Some(ds) = s.datasets_of_pool(&p.name) {
+                    all.extend(ds.list()?);
+                }
             }
             Ok(all)
         }
@@ -614,8 +639,10 @@ async fn snapshots(
                 all.extend(s.datasets_of(of)?.snapshots(filter)?);
             }
             None => {
-                for p in &s.pools {
-                    all.extend(s.datasets[&p.name].snapshots(None)?);
+                for p in s.pools() {
+                    if let Some(ds) = s.datasets_of_pool(&p.name) {
+                        all.extend(ds.snapshots(None)?);
+                    }
                 }
             }
         }

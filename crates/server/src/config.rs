@@ -20,6 +20,9 @@
 //! command = "/usr/local/bin/page-admin"   # run with each alert as JSON on stdin
 //! webhook = "https://hooks.example.org/shoal"   # POSTed each alert (retried)
 //!
+//! [storage]
+//! device_dirs = ["/srv/shoal"]  # device files the API may create pools on (and make)
+//!
 //! [[share]]
 //! dataset = "tank/home"
 //! rules = "10.0.0.0/8(rw) *(ro)"   # as in /etc/exports; default "*(rw)"
@@ -90,6 +93,20 @@ pub struct ServeConfig {
     pub analytics: AnalyticsConfig,
     #[serde(default)]
     pub alerts: crate::alerts::AlertsConfig,
+    #[serde(default)]
+    pub storage: StorageConfig,
+}
+
+/// Where the pool administration API may make and look for device files.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Directories of device files: the API creates pools on files in them (and
+    /// creates missing files there), imports from them, and lists them as candidate
+    /// devices. Block devices under /dev are candidates whatever this says. Empty:
+    /// the API uses block devices only.
+    #[serde(default)]
+    pub device_dirs: Vec<PathBuf>,
 }
 
 /// Analytics (`/api/v1/analytics`, `/metrics`).

@@ -21,6 +21,7 @@ pub mod analytics_api;
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod pools_admin;
 pub mod receive_tokens;
 pub mod replication;
 pub mod samplers;
@@ -29,13 +30,13 @@ pub mod ui;
 pub mod worksheets;
 
 use config::ServeConfig;
-use nfs::{ExportRules, HandleKey, NfsService, RpcServer, Share};
+use nfs::{ExportRules, NfsService, RpcServer, Share};
 use pool::Pool;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -56,10 +57,25 @@ pub enum ServerError {
 
 pub type Result<T> = std::result::Result<T, ServerError>;
 
+/// A pool the daemon holds, and its datasets.
+type HeldPool = (Arc<Pool>, Arc<fs::Datasets>);
+
 /// What the daemon serves, shared by the NFS service's owner and the API handlers.
 pub struct DaemonState {
-    pub pools: Vec<Arc<Pool>>,
-    pub datasets: HashMap<String, Arc<fs::Datasets>>,
+    /// The pools held, by name, each with its datasets: every registered pool at
+    /// start, then as the pool administration API creates, imports, exports and
+    /// destroys them (`pools_admin.rs`).
+    held: RwLock<BTreeMap<String, HeldPool>>,
+    /// Makes, finds and lets go of pools for the pool administration API; none: the
+    /// set of pools is fixed (embedded daemons, tests).
+    host: Option<Arc<dyn pools_admin::PoolHost>>,
+    analytics_enabled: bool,
+    /// Shares of the config file, applied to a pool whenever it is taken.
+    config_shares: Vec<(String, String)>,
+    /// Where the pool administration API may make and find device files.
+    device_dirs: Vec<PathBuf>,
+    /// Scrubs and resilvers running, with their progress.
+    pub operations: pools_admin::Operations,
     pub service: Arc<NfsService>,
     pub analytics: Arc<analytics::Analytics>,
     pub nfs_addrs: Vec<SocketAddr>,
@@ -103,12 +119,27 @@ impl DaemonFile {
 }
 
 impl DaemonState {
+    /// The pools held, by name.
+    pub fn pools(&self) -> Vec<Arc<Pool>> {
+        self.held
+            .read()
+            .unwrap()
+            .values()
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// The datasets of pool `pool`, if it is held.
+    pub fn datasets_of_pool(&self, pool: &str) -> Option<Arc<fs::Datasets>> {
+        self.held.read().unwrap().get(pool).map(|(_, d)| d.clone())
+    }
+
     /// Shares `dataset` with `rules` (replacing its rules if already shared);
     /// `persist` records the change in `shares.json`.
     pub fn share(&self, dataset: &str, rules: &str, persist: bool) -> Result<()> {
         let _one = self.share_changes.lock().unwrap();
         let pool_name = dataset.split('/').next().unwrap_or("");
-        let ds = self.datasets.get(pool_name).ok_or_else(|| {
+        let ds = self.datasets_of_pool(pool_name).ok_or_else(|| {
             ServerError::Config(format!(
                 "share {dataset}: no imported pool named '{pool_name}'"
             ))
@@ -155,8 +186,7 @@ impl DaemonState {
     /// it was replicated from one, else its pool's key and its object set id.
     pub(crate) fn handle_record(&self, dataset: &str) -> Result<replication::HandleRecord> {
         let ds = self
-            .datasets
-            .get(fs::pool_of(dataset))
+            .datasets_of_pool(fs::pool_of(dataset))
             .ok_or_else(|| ServerError::NotFound(format!("no pool for {dataset}")))?;
         let pool = ds.pool();
         let objset = pool
@@ -180,7 +210,7 @@ impl DaemonState {
 
     /// Whether `key_hex` is the handle key of a pool of this daemon.
     pub(crate) fn is_own_handle_key(&self, key_hex: &str) -> bool {
-        self.pools.iter().any(|p| {
+        self.pools().iter().any(|p| {
             handle_key(&self.state_dir, p.guid).is_ok_and(|k| {
                 let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
                 crate::auth::same(&hex, key_hex)
@@ -194,6 +224,14 @@ impl DaemonState {
         let bytes = serde_json::to_vec_pretty(&all).expect("a map of strings serialises");
         write_atomically(&self.state_dir.join("shares.json"), &bytes, 0o644)
     }
+}
+
+/// Drops every entry of pool `pool` from `shares.json` (the pool was destroyed).
+fn forget_persisted_shares(state_dir: &Path, pool: &str) -> Result<()> {
+    let mut all = read_persisted_shares(state_dir)?;
+    all.retain(|d, _| fs::pool_of(d) != pool);
+    let bytes = serde_json::to_vec_pretty(&all).expect("a map of strings serialises");
+    write_atomically(&state_dir.join("shares.json"), &bytes, 0o644)
 }
 
 fn read_persisted_shares(state_dir: &Path) -> Result<BTreeMap<String, Option<String>>> {
@@ -349,7 +387,13 @@ pub struct Daemon {
 impl Daemon {
     /// Opens the shares of `config` (and those changed through the API before) on
     /// `pools` and starts serving NFS and the API.
-    pub fn start(config: &ServeConfig, pools: Vec<Arc<Pool>>, state_dir: &Path) -> Result<Daemon> {
+    /// `host`, when given, lets the API create, import, export and destroy pools.
+    pub fn start(
+        config: &ServeConfig,
+        pools: Vec<Arc<Pool>>,
+        state_dir: &Path,
+        host: Option<Arc<dyn pools_admin::PoolHost>>,
+    ) -> Result<Daemon> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -373,22 +417,11 @@ impl Daemon {
             service.set_analytics(analytics.clone());
             analytics.add_sampler(analytics::cpu::CpuSampler::new());
         }
-        let mut datasets = HashMap::new();
-        for p in &pools {
-            if config.analytics.enabled {
-                p.attach_analytics(&analytics);
-                analytics.add_sampler(samplers::PoolSampler::new(p.clone(), &analytics));
-            }
-            let key = handle_key(state_dir, p.guid)?;
-            service.add_pool_key(&p.name, HandleKey::new(key));
-            datasets.insert(p.name.clone(), Arc::new(fs::Datasets::new(p.clone())?));
-        }
-        let mut shares: BTreeMap<String, Option<String>> = config
+        let config_shares: Vec<(String, String)> = config
             .shares
             .iter()
-            .map(|s| (s.dataset.clone(), Some(s.rules.clone())))
+            .map(|s| (s.dataset.clone(), s.rules.clone()))
             .collect();
-        shares.extend(read_persisted_shares(state_dir)?);
 
         let mut listeners = Vec::new();
         let nfs = TcpListener::bind(config.nfs.listen)
@@ -415,8 +448,12 @@ impl Daemon {
         let replication = replication::Replication::open(state_dir)?;
         let alerts = alerts::Alerts::open(state_dir, config.alerts.clone())?;
         let state = Arc::new(DaemonState {
-            pools,
-            datasets,
+            held: RwLock::new(BTreeMap::new()),
+            host,
+            analytics_enabled: config.analytics.enabled,
+            config_shares,
+            device_dirs: config.storage.device_dirs.clone(),
+            operations: Default::default(),
             service: service.clone(),
             analytics,
             nfs_addrs,
@@ -429,19 +466,8 @@ impl Daemon {
             state_dir: state_dir.to_path_buf(),
             share_changes: Mutex::new(()),
         });
-        for (dataset, rules) in &shares {
-            if let Some(rules) = rules {
-                state.share(dataset, rules, false)?;
-            }
-        }
-        if config.analytics.enabled {
-            for p in &state.pools {
-                state.analytics.add_sampler(replication::LagSampler::new(
-                    Arc::downgrade(&state),
-                    &p.name,
-                    &state.analytics,
-                ));
-            }
+        for p in pools {
+            state.take_pool(p, true)?;
         }
         replication::start_scheduler(Arc::downgrade(&state));
         alerts::start_monitor(Arc::downgrade(&state));
@@ -498,8 +524,8 @@ impl Daemon {
         &self.state
     }
 
-    pub fn datasets(&self, pool: &str) -> Option<&Arc<fs::Datasets>> {
-        self.state.datasets.get(pool)
+    pub fn datasets(&self, pool: &str) -> Option<Arc<fs::Datasets>> {
+        self.state.datasets_of_pool(pool)
     }
 
     /// Stops the API, drains in-flight NFS calls, then commits every pool's open
@@ -512,7 +538,7 @@ impl Daemon {
         if let Some(rpc) = self.rpc.take() {
             rpc.stop();
         }
-        for p in &self.state.pools {
+        for p in self.state.pools() {
             p.sync()?;
         }
         let file = DaemonFile::path(&self.state.state_dir);

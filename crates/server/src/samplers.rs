@@ -9,11 +9,13 @@ use pool::arc::AccessKind;
 use pool::storage::access_of;
 use pool::Pool;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 pub struct PoolSampler {
-    pool: Arc<Pool>,
+    /// Weak: a pool exported or destroyed while the daemon runs is not kept alive by
+    /// its sampler, which then samples nothing.
+    pool: Weak<Pool>,
     id: u32,
     last: Mutex<Option<Counters>>,
 }
@@ -27,19 +29,18 @@ struct Counters {
 }
 
 impl PoolSampler {
-    pub fn new(pool: Arc<Pool>, analytics: &analytics::Analytics) -> Arc<PoolSampler> {
+    pub fn new(pool: &Arc<Pool>, analytics: &analytics::Analytics) -> Arc<PoolSampler> {
         let id = analytics.register_pool(&pool.name);
         Arc::new(PoolSampler {
-            pool,
+            pool: Arc::downgrade(pool),
             id,
             last: Mutex::new(None),
         })
     }
 
-    fn read(&self) -> Counters {
-        let c = &self.pool.storage.counters;
-        let l2 = self
-            .pool
+    fn read(&self, pool: &Pool) -> Counters {
+        let c = &pool.storage.counters;
+        let l2 = pool
             .storage
             .l2
             .get()
@@ -53,18 +54,16 @@ impl PoolSampler {
                 c.arc_accesses[i].load(std::sync::atomic::Ordering::Relaxed)
             }),
             l2,
-            busy: self
-                .pool
-                .leaves()
-                .iter()
-                .filter_map(|l| l.busy_ns())
-                .collect(),
+            busy: pool.leaves().iter().filter_map(|l| l.busy_ns()).collect(),
         }
     }
 }
 
 impl analytics::Sampler for PoolSampler {
     fn sample(&self, at: Instant, out: &mut Vec<Event>) {
+        let Some(pool) = self.pool.upgrade() else {
+            return;
+        };
         let mut push = |meter, subject, labels, value| {
             out.push(Event::Meter(MeterEvent {
                 meter,
@@ -80,19 +79,19 @@ impl analytics::Sampler for PoolSampler {
             Meter::ArcSize,
             id,
             ["", "", ""],
-            self.pool.storage.arc.stats().size_bytes,
+            pool.storage.arc.stats().size_bytes,
         );
-        push(Meter::PoolDirty, id, ["", "", ""], self.pool.dirty_bytes());
+        push(Meter::PoolDirty, id, ["", "", ""], pool.dirty_bytes());
         let allocated = {
-            let a = self.pool.storage.alloc.lock().unwrap();
+            let a = pool.storage.alloc.lock().unwrap();
             a.capacity().saturating_sub(a.free_bytes())
         };
         push(Meter::PoolUsed, id, ["", "", ""], allocated);
-        if let Some((kind, done, total)) = self.pool.repair.get() {
+        if let Some((kind, done, total)) = pool.repair.get() {
             let hundredths = (done as u128 * 10_000 / total.max(1) as u128).min(10_000);
             push(Meter::RepairProgress, id, [kind, "", ""], hundredths as u64);
         }
-        let now = self.read();
+        let now = self.read(&pool);
         let Some(before) = self.last.lock().unwrap().replace(now.clone()) else {
             return;
         };

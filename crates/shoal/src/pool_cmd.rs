@@ -248,9 +248,18 @@ fn simulated_disk(dev: Arc<dyn Device>, path: &str) -> Arc<dyn Device> {
     }
 }
 
+/// Opens a device as the daemon's options make it (simulation, fault injection).
 fn open_device(path: &Path) -> Result<Arc<dyn Device>> {
     let dev = FileDevice::open(path).with_context(|| format!("opening {}", path.display()))?;
-    Ok(simulated_disk(Arc::new(dev), &path.display().to_string()))
+    let name = std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string();
+    let mut device = simulated_disk(Arc::new(dev), &name);
+    if FAULT_INJECTION.load(std::sync::atomic::Ordering::SeqCst) {
+        device = vdev::fault_injection::register(&name, device);
+    }
+    Ok(device)
 }
 
 pub(crate) fn create(
@@ -261,8 +270,50 @@ pub(crate) fn create(
 ) -> Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from("."));
     let size = size.map(|s| parse_size(&s)).transpose()?;
-    let layout = parse_layout(words, &dir)?;
-    let _lock = lock_pool(name)?;
+    let capacity = if let Some(api) = Api::running()? {
+        // The daemon takes device paths as they are: make them absolute here.
+        let cwd = std::env::current_dir()?;
+        let layout: Vec<String> = words
+            .iter()
+            .map(|w| match w.as_str() {
+                "mirror" | "raidz" | "raidz1" | "raidz2" | "raidz3" | "log" | "cache" => w.clone(),
+                _ => cwd.join(&dir).join(w).display().to_string(),
+            })
+            .collect();
+        let st: PoolStatus = api.post(
+            "/pools",
+            &server::pools_admin::NewPool {
+                name: name.to_string(),
+                layout,
+                size,
+            },
+        )?;
+        st.capacity_bytes
+    } else {
+        let _lock = lock_pool(name)?;
+        create_registered(&dir, size, name, words, cli_options())?
+            .status()
+            .capacity_bytes
+    };
+    println!(
+        "created pool '{}' ({} usable before redundancy)",
+        name,
+        human(capacity)
+    );
+    Ok(())
+}
+
+/// Creates pool `name` (LAYOUT words, device names relative to `dir`), creating
+/// missing device files of `size`, and registers it; the caller holds its lock. A
+/// failure removes the files it made.
+pub(crate) fn create_registered(
+    dir: &Path,
+    size: Option<u64>,
+    name: &str,
+    words: &[String],
+    options: PoolOptions,
+) -> Result<Arc<Pool>> {
+    let layout = parse_layout(words, dir)?;
     let mut registry = Registry::load()?;
     if registry.pools.contains_key(name) {
         bail!("pool '{name}' already exists");
@@ -328,7 +379,7 @@ pub(crate) fn create(
             .collect::<Result<Vec<_>>>()?;
         let log = layout.log.iter().map(arg).collect::<Result<Vec<_>>>()?;
         let cache = layout.cache.iter().map(arg).collect::<Result<Vec<_>>>()?;
-        Ok(Pool::create(name, tops, log, cache, cli_options())?)
+        Ok(Pool::create(name, tops, log, cache, options)?)
     })();
     let pool = match result {
         Ok(p) => p,
@@ -350,13 +401,7 @@ pub(crate) fn create(
         .collect();
     registry.pools.insert(name.to_string(), paths);
     registry.save()?;
-    let st = pool.status();
-    println!(
-        "created pool '{}' ({} usable before redundancy)",
-        name,
-        human(st.capacity_bytes)
-    );
-    Ok(())
+    Ok(pool)
 }
 
 /// Imports a registered pool for the duration of one command.
@@ -605,14 +650,69 @@ fn check(name: &str, json: bool) -> Result<()> {
 }
 
 fn export(name: &str) -> Result<()> {
-    let _lock = lock_pool(name)?;
-    let pool = open_registered(name)?;
-    pool.export()?;
-    let mut registry = Registry::load()?;
-    registry.pools.remove(name);
-    registry.save()?;
+    if let Some(api) = Api::running()? {
+        api.post::<serde_json::Value>(&format!("/pools/{name}/export?confirm={name}"), &())?;
+    } else {
+        let _lock = lock_pool(name)?;
+        let pool = open_registered(name)?;
+        pool.export()?;
+        forget(name)?;
+    }
     println!("exported pool '{name}'");
     Ok(())
+}
+
+/// Drops pool `name` from the registry (exported or destroyed).
+pub(crate) fn forget(name: &str) -> Result<()> {
+    let mut registry = Registry::load()?;
+    registry.pools.remove(name);
+    registry.save()
+}
+
+/// Imports the pool on the devices in `dir` (`name` when several are there) and
+/// registers it; the caller holds a lock.
+pub(crate) fn import_registered(
+    dir: &Path,
+    name: Option<&str>,
+    options: PoolOptions,
+) -> Result<Arc<Pool>> {
+    let devices = scan_dir(dir)?;
+    let mut registry = Registry::load()?;
+    if let Some(n) = name {
+        if registry.pools.contains_key(n) {
+            bail!("pool '{n}' is already imported");
+        }
+    }
+    let devices = devices
+        .into_iter()
+        .map(|d| {
+            let mut device = simulated_disk(d.device, &d.path);
+            if FAULT_INJECTION.load(std::sync::atomic::Ordering::SeqCst) {
+                device = vdev::fault_injection::register(&d.path, device);
+            }
+            DeviceArg {
+                path: d.path,
+                device,
+            }
+        })
+        .collect();
+    let pool = Pool::import(devices, name, options)?;
+    if registry.pools.contains_key(&pool.name) {
+        bail!("pool '{}' is already imported", pool.name);
+    }
+    let paths = device_paths(&pool.status());
+    registry.pools.insert(pool.name.clone(), paths);
+    registry.save()?;
+    Ok(pool)
+}
+
+/// Records the device paths of `pool` in the registry (after a replacement).
+pub(crate) fn record_devices(pool: &Pool) -> Result<()> {
+    let mut registry = Registry::load()?;
+    registry
+        .pools
+        .insert(pool.name.clone(), device_paths(&pool.status()));
+    registry.save()
 }
 
 /// Every device path of a pool, as the registry records them.
@@ -653,23 +753,21 @@ fn scan_dir(dir: &Path) -> Result<Vec<DeviceArg>> {
 
 fn import(dir: Option<PathBuf>, name: Option<String>, json: bool) -> Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from("."));
-    let devices = scan_dir(&dir)?;
-    let lock_name = name.clone().unwrap_or_else(|| "import".into());
-    let _lock = lock_pool(&lock_name)?;
-    let mut registry = Registry::load()?;
-    if let Some(n) = &name {
-        if registry.pools.contains_key(n) {
-            bail!("pool '{n}' is already imported");
-        }
-    }
-    let pool = Pool::import(devices, name.as_deref(), cli_options())?;
-    if registry.pools.contains_key(&pool.name) {
-        bail!("pool '{}' is already imported", pool.name);
-    }
-    let st = pool.status();
-    let paths = device_paths(&st);
-    registry.pools.insert(pool.name.clone(), paths);
-    registry.save()?;
+    let st = if let Some(api) = Api::running()? {
+        let abs = std::env::current_dir()?.join(&dir);
+        let abs = std::fs::canonicalize(&abs).unwrap_or(abs);
+        api.post(
+            "/pools/import",
+            &server::pools_admin::ImportPool {
+                dir: Some(abs.display().to_string()),
+                name,
+            },
+        )?
+    } else {
+        let lock_name = name.clone().unwrap_or_else(|| "import".into());
+        let _lock = lock_pool(&lock_name)?;
+        import_registered(&dir, name.as_deref(), cli_options())?.status()
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&st)?);
     } else {
@@ -697,6 +795,19 @@ fn progress_bar(hidden: bool, what: &str) -> indicatif::ProgressBar {
 
 fn replace(name: &str, old: &str, new: &Path, size: Option<String>, json: bool) -> Result<()> {
     let size = size.map(|s| parse_size(&s)).transpose()?;
+    if let Some(api) = Api::running()? {
+        let bar = spinner(json, "resilver (in the daemon)");
+        let summary: pool::pool::ResilverSummary = api.post(
+            &format!("/pools/{name}/replace"),
+            &server::pools_admin::ReplaceDevice {
+                old: old.to_string(),
+                new: std::env::current_dir()?.join(new).display().to_string(),
+                size,
+            },
+        )?;
+        bar.finish_and_clear();
+        return report_resilver(&summary, json);
+    }
     let _lock = lock_pool(name)?;
     let pool = open_registered(name)?;
     let created = if new.exists() {
@@ -735,15 +846,22 @@ fn replace(name: &str, old: &str, new: &Path, size: Option<String>, json: bool) 
             return Err(e.into());
         }
     };
-    let mut registry = Registry::load()?;
-    let st = pool.status();
-    let paths = device_paths(&st);
-    registry.pools.insert(name.to_string(), paths);
-    registry.save()?;
+    record_devices(&pool)?;
     report_resilver(&summary, json)
 }
 
 fn clear(name: &str, device: &str, json: bool) -> Result<()> {
+    if let Some(api) = Api::running()? {
+        let bar = spinner(json, "resilver (in the daemon)");
+        let summary: pool::pool::ResilverSummary = api.post(
+            &format!("/pools/{name}/clear"),
+            &server::pools_admin::DeviceName {
+                device: device.to_string(),
+            },
+        )?;
+        bar.finish_and_clear();
+        return report_resilver(&summary, json);
+    }
     let _lock = lock_pool(name)?;
     let pool = open_registered(name)?;
     let bar = progress_bar(json, "resilver");
@@ -775,14 +893,142 @@ fn report_resilver(summary: &pool::pool::ResilverSummary, json: bool) -> Result<
 }
 
 fn destroy(name: &str) -> Result<()> {
-    let _lock = lock_pool(name)?;
-    let pool = open_registered(name)?;
-    pool.destroy()?;
-    let mut registry = Registry::load()?;
-    registry.pools.remove(name);
-    registry.save()?;
+    if let Some(api) = Api::running()? {
+        api.delete(&format!("/pools/{name}?confirm={name}"))?;
+    } else {
+        let _lock = lock_pool(name)?;
+        let pool = open_registered(name)?;
+        pool.destroy()?;
+        forget(name)?;
+    }
     println!("destroyed pool '{name}'");
     Ok(())
+}
+
+/// A spinner for work the daemon does and answers when done.
+fn spinner(hidden: bool, what: &str) -> indicatif::ProgressBar {
+    if hidden {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new_spinner().with_message(what.to_string());
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    b
+}
+
+/// The daemon's side of pool administration (`server::pools_admin::PoolHost`): it
+/// opens devices as `shoal serve`'s options say, keeps the registry, and holds the
+/// lock of every pool the daemon holds.
+pub(crate) struct DaemonPoolHost {
+    arc_max: Option<u64>,
+    locks: std::sync::Mutex<std::collections::HashMap<String, crate::registry::PoolLock>>,
+}
+
+impl DaemonPoolHost {
+    /// `locks`: those of the pools imported at start.
+    pub(crate) fn new(
+        arc_max: Option<u64>,
+        locks: std::collections::HashMap<String, crate::registry::PoolLock>,
+    ) -> DaemonPoolHost {
+        DaemonPoolHost {
+            arc_max,
+            locks: std::sync::Mutex::new(locks),
+        }
+    }
+
+    fn options(&self) -> PoolOptions {
+        PoolOptions {
+            arc_max_bytes: self.arc_max,
+            ..PoolOptions::default()
+        }
+    }
+}
+
+/// A pool error keeps its kind (and HTTP status); anything else is the request's fault.
+fn to_server(e: anyhow::Error) -> server::ServerError {
+    match e.downcast::<pool::PoolError>() {
+        Ok(p) => server::ServerError::Pool(p),
+        Err(e) => server::ServerError::Config(format!("{e:#}")),
+    }
+}
+
+impl server::pools_admin::PoolHost for DaemonPoolHost {
+    fn create(
+        &self,
+        name: &str,
+        layout: &[String],
+        size: Option<u64>,
+    ) -> server::Result<Arc<Pool>> {
+        let lock = lock_pool(name).map_err(to_server)?;
+        let pool = create_registered(Path::new("/"), size, name, layout, self.options())
+            .map_err(to_server)?;
+        self.locks.lock().unwrap().insert(name.to_string(), lock);
+        Ok(pool)
+    }
+
+    fn import(&self, dir: &Path, name: Option<&str>) -> server::Result<Arc<Pool>> {
+        let lock_name = name.unwrap_or("import");
+        let lock = lock_pool(lock_name).map_err(to_server)?;
+        let pool = import_registered(dir, name, self.options()).map_err(to_server)?;
+        let lock = if name.is_some() {
+            lock
+        } else {
+            drop(lock);
+            lock_pool(&pool.name).map_err(to_server)?
+        };
+        self.locks.lock().unwrap().insert(pool.name.clone(), lock);
+        Ok(pool)
+    }
+
+    fn export(&self, pool: &Pool) -> server::Result<()> {
+        pool.export()?;
+        forget(&pool.name).map_err(to_server)?;
+        self.locks.lock().unwrap().remove(&pool.name);
+        Ok(())
+    }
+
+    fn destroy(&self, pool: &Pool) -> server::Result<()> {
+        pool.destroy()?;
+        forget(&pool.name).map_err(to_server)?;
+        self.locks.lock().unwrap().remove(&pool.name);
+        Ok(())
+    }
+
+    fn open_device(&self, path: &Path, size: Option<u64>) -> server::Result<(DeviceArg, bool)> {
+        let created = !path.exists();
+        if created {
+            let Some(size) = size else {
+                return Err(server::ServerError::Config(format!(
+                    "{} does not exist (give a size to create it)",
+                    path.display()
+                )));
+            };
+            FileDevice::create(
+                path,
+                size / vdev::SECTOR_SIZE as u64 * vdev::SECTOR_SIZE as u64,
+            )
+            .map_err(|e| server::ServerError::Io(format!("creating {}", path.display()), e))?;
+        }
+        let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        match open_device(path) {
+            Ok(device) => Ok((
+                DeviceArg {
+                    path: abs.display().to_string(),
+                    device,
+                },
+                created,
+            )),
+            Err(e) => {
+                if created {
+                    let _ = std::fs::remove_file(path);
+                }
+                Err(to_server(e))
+            }
+        }
+    }
+
+    fn devices_changed(&self, pool: &Pool) -> server::Result<()> {
+        record_devices(pool).map_err(to_server)
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use crate::registry::{lock_pool, state_dir, Registry};
 use anyhow::{Context, Result};
 use server::config::{ServeConfig, ShareConfig};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -36,6 +37,10 @@ pub struct ServeArgs {
     /// default `*(rw)`); repeatable.
     #[arg(long = "share")]
     shares: Vec<String>,
+    /// A directory of device files the API may create pools on and import from
+    /// (`[storage] device_dirs`); repeatable.
+    #[arg(long = "device-dir")]
+    device_dirs: Vec<PathBuf>,
     /// Each pool's ARC bound, e.g. `4G` (default: a quarter of memory).
     #[arg(long, value_parser = crate::units::parse_size)]
     arc_max: Option<u64>,
@@ -106,6 +111,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         config.api.tls_cert = args.tls_cert.clone();
         config.api.tls_key = args.tls_key.clone();
     }
+    for d in &args.device_dirs {
+        let d =
+            std::fs::canonicalize(d).with_context(|| format!("--device-dir {}", d.display()))?;
+        if !config.storage.device_dirs.contains(&d) {
+            config.storage.device_dirs.push(d);
+        }
+    }
     if args.arc_max.is_some() {
         config.cache.arc_max = args.arc_max;
     }
@@ -145,10 +157,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
 /// SIGTERM or SIGINT; then stops the daemon (drain, commit) and releases the pools.
 pub fn serve(config: &ServeConfig, ready: impl FnOnce(&server::Daemon)) -> Result<()> {
     let registry = Registry::load()?;
-    let mut locks = Vec::new();
+    let mut locks = std::collections::HashMap::new();
     let mut pools = Vec::new();
     for name in registry.pools.keys() {
-        locks.push(lock_pool(name)?);
+        locks.insert(name.clone(), lock_pool(name)?);
         pools.push(
             open_registered_long_lived(name, config.cache.arc_max)
                 .with_context(|| format!("importing pool {name}"))?,
@@ -159,13 +171,23 @@ pub fn serve(config: &ServeConfig, ready: impl FnOnce(&server::Daemon)) -> Resul
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
     ])?;
-    let daemon = server::Daemon::start(config, pools, &state_dir())?;
+    // The host holds the pools' locks from here on: a pool exported through the API
+    // is unlocked then, one created or imported is locked while the daemon holds it.
+    let host = Arc::new(crate::pool_cmd::DaemonPoolHost::new(
+        config.cache.arc_max,
+        locks,
+    ));
+    let daemon = server::Daemon::start(
+        config,
+        pools,
+        &state_dir(),
+        Some(host as Arc<dyn server::pools_admin::PoolHost>),
+    )?;
     ready(&daemon);
     if let Some(sig) = signals.forever().next() {
         tracing::info!(signal = sig, "stopping: draining requests and committing");
     }
     daemon.stop()?;
-    drop(locks);
     eprintln!("shoal: stopped");
     Ok(())
 }

@@ -588,32 +588,6 @@ fn a_transfer_cut_by_kill9_on_either_side_resumes_and_ends_equal() {
     }
 }
 
-fn nfs_url(d: &Served, export: &str, file: &str) -> String {
-    format!(
-        "nfs://127.0.0.1{export}/{file}?version=3&nfsport={p}&mountport={p}",
-        p = d.nfs_port
-    )
-}
-
-fn nfs_put(d: &Served, export: &str, file: &str, data: &[u8]) {
-    let local = d.state.parent().unwrap().join("upload");
-    std::fs::write(&local, data).unwrap();
-    let out = Command::new("nfs-cp")
-        .arg(&local)
-        .arg(nfs_url(d, export, file))
-        .output()
-        .expect("libnfs-utils");
-    assert!(out.status.success(), "nfs-cp: {out:?}");
-}
-
-fn nfs_get(d: &Served, export: &str, file: &str) -> Option<Vec<u8>> {
-    let out = Command::new("nfs-cat")
-        .arg(nfs_url(d, export, file))
-        .output()
-        .expect("libnfs-utils");
-    out.status.success().then_some(out.stdout)
-}
-
 /// The handle of `file` in `export` of `d`, over NFSv3 or NFSv4.1.
 fn handle_of(
     d: &Served,

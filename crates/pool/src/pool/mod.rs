@@ -281,7 +281,7 @@ pub struct ScrubSummary {
     pub unreadable: Vec<(u32, u64)>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct ResilverSummary {
     pub blocks: u64,
     pub bytes_written: u64,
@@ -475,6 +475,13 @@ impl std::fmt::Debug for Pool {
             .field("name", &self.name)
             .field("guid", &self.guid)
             .finish()
+    }
+}
+
+impl Pool {
+    /// Checks a name for a new pool.
+    pub fn validate_pool_name(name: &str) -> Result<(), PoolError> {
+        valid_pool_name(name)
     }
 }
 

@@ -456,6 +456,27 @@ impl Replication {
         self.running.lock().unwrap().remove(&id);
     }
 
+    /// What of replication works in pool `pool` now (a run of an action whose
+    /// filesystem is there, or a receive into it), if anything.
+    pub fn busy_in_pool(&self, pool: &str) -> Option<String> {
+        let running: Vec<u64> = self.running.lock().unwrap().keys().copied().collect();
+        let run = self.read(|b| {
+            running
+                .iter()
+                .filter_map(|id| b.actions.get(id))
+                .find(|a| fs::pool_of(&a.filesystem) == pool)
+                .map(|a| format!("replication action {} runs", a.id))
+        });
+        run.or_else(|| {
+            self.receiving
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|d| fs::pool_of(d) == pool)
+                .map(|d| format!("a replication stream is being received into {d}"))
+        })
+    }
+
     /// Claims dataset `name` for a receive; false when one runs already.
     fn claim_receive(&self, name: &str) -> bool {
         self.receiving.lock().unwrap().insert(name.to_string())

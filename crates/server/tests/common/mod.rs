@@ -114,6 +114,7 @@ impl TestServer {
             &config,
             vec![self.pool.clone()],
             &self.dir.path().join("state"),
+            None,
         )
         .unwrap();
         self.addr = daemon.nfs_addrs()[0];

@@ -246,16 +246,25 @@ impl Served {
 
     /// GET on the admin API: status and body.
     pub fn get(&self, path: &str) -> (u16, String) {
-        match ureq::get(&self.api_url(path)).call() {
+        match agent().get(&self.api_url(path)).call() {
             Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
             Err(ureq::Error::StatusCode(code)) => (code, String::new()),
             Err(e) => panic!("GET {path}: {e}"),
         }
     }
 
+    /// DELETE on the admin API: status and body.
+    pub fn delete(&self, path: &str) -> (u16, String) {
+        match agent().delete(&self.api_url(path)).call() {
+            Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
+            Err(e) => panic!("DELETE {path}: {e}"),
+        }
+    }
+
     /// POST of a JSON body on the admin API: status and body.
     pub fn post(&self, path: &str, body: &serde_json::Value) -> (u16, String) {
-        match ureq::post(&self.api_url(path))
+        match agent()
+            .post(&self.api_url(path))
             .header("content-type", "application/json")
             .send(body.to_string())
         {
@@ -274,6 +283,14 @@ impl Drop for Served {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// An HTTP client that hands back error answers with their bodies.
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
 }
 
 pub fn is_mounted(p: &Path) -> bool {
@@ -354,4 +371,40 @@ impl Drop for Mount {
             let _ = c.wait();
         }
     }
+}
+
+/// An NFSv3 URL of `file` in `export` of daemon `d` for libnfs-utils.
+pub fn nfs_url(d: &Served, export: &str, file: &str) -> String {
+    nfs_url_at(d.nfs_port, export, file)
+}
+
+pub fn nfs_url_at(port: u16, export: &str, file: &str) -> String {
+    format!("nfs://127.0.0.1{export}/{file}?version=3&nfsport={port}&mountport={port}")
+}
+
+/// Writes `data` as `file` in `export` of `d` with nfs-cp.
+pub fn nfs_put(d: &Served, export: &str, file: &str, data: &[u8]) {
+    nfs_put_at(d.nfs_port, d.state.parent().unwrap(), export, file, data)
+}
+
+/// `nfs_put` to the NFS port `port`, staging the file in `scratch`.
+pub fn nfs_put_at(port: u16, scratch: &Path, export: &str, file: &str, data: &[u8]) {
+    let local = scratch.join(format!("upload-{file}"));
+    std::fs::write(&local, data).unwrap();
+    let out = Command::new("nfs-cp")
+        .arg(&local)
+        .arg(nfs_url_at(port, export, file))
+        .output()
+        .expect("libnfs-utils");
+    let _ = std::fs::remove_file(&local);
+    assert!(out.status.success(), "nfs-cp: {out:?}");
+}
+
+/// `file` in `export` of `d` read with nfs-cat; none when that fails.
+pub fn nfs_get(d: &Served, export: &str, file: &str) -> Option<Vec<u8>> {
+    let out = Command::new("nfs-cat")
+        .arg(nfs_url(d, export, file))
+        .output()
+        .expect("libnfs-utils");
+    out.status.success().then_some(out.stdout)
 }

@@ -1,0 +1,550 @@
+//! Pool administration while the daemon serves: creating, importing, exporting and
+//! destroying pools, replacing and clearing devices, through the admin API
+//! (`/api/v1/pools...`), which the CLI's `shoal pool` commands use when a daemon runs.
+//!
+//! The daemon owns every pool it holds; opening device files and keeping the pool
+//! registry and its locks is the job of whoever started it, behind [`PoolHost`] (the
+//! `shoal` binary), so this crate never touches the registry's files.
+//!
+//! Invariants:
+//! - A pool is taken (`take_pool`) whole before any request can reach it: its
+//!   analytics, handle key and datasets are in place before its shares are added.
+//! - A pool is let go (`release_pool`) only when nothing of this daemon works in it: no
+//!   replication run or receive, no scrub or resilver; its shares are removed from the
+//!   NFS service first, so no new call reaches it, then it leaves the set of pools, and
+//!   only then is it exported or destroyed. If that fails it is taken back.
+//! - Device paths in requests are confined to the configured device directories
+//!   (`[storage] device_dirs`) and block devices under /dev: the API never creates or
+//!   opens files elsewhere.
+//! - Long operations (scrub, resilver) publish their progress in `operations` while
+//!   they run; one per pool at a time.
+
+use crate::api::{ApiError, ApiResult, Body, Shared};
+use crate::{DaemonState, Result, ServerError};
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::Json;
+use pool::pool::{PoolStatus, ResilverSummary, ScrubProgress};
+use pool::Pool;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Makes, finds and lets go of pools for the daemon (the `shoal` binary: it opens
+/// devices as the daemon's options say, and keeps the registry and its locks).
+pub trait PoolHost: Send + Sync {
+    /// Creates pool `name` from zpool-style layout words whose device names are
+    /// absolute paths, creating missing device files of `size` bytes when given, and
+    /// registers it. Nothing is left behind when it fails.
+    fn create(&self, name: &str, layout: &[String], size: Option<u64>) -> Result<Arc<Pool>>;
+    /// Imports the pool whose devices are in `dir` (`name` when several are there)
+    /// and registers it.
+    fn import(&self, dir: &Path, name: Option<&str>) -> Result<Arc<Pool>>;
+    /// Exports a pool the daemon let go of, and forgets it.
+    fn export(&self, pool: &Pool) -> Result<()>;
+    /// Destroys a pool the daemon let go of (its labels wiped), and forgets it.
+    fn destroy(&self, pool: &Pool) -> Result<()>;
+    /// Opens the device at `path` for a replacement, creating a file of `size` bytes
+    /// if none is there; true when it was created (removed again if the replace fails).
+    fn open_device(&self, path: &Path, size: Option<u64>) -> Result<(pool::pool::DeviceArg, bool)>;
+    /// The pool's devices changed (a replacement): record them.
+    fn devices_changed(&self, pool: &Pool) -> Result<()>;
+}
+
+/// A scrub or resilver running in a pool.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Operation {
+    pub pool: String,
+    /// `scrub` or `resilver`.
+    pub kind: String,
+    /// The device being resilvered.
+    pub device: Option<String>,
+    pub started_unix: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    /// Bytes per second since the start.
+    pub rate: f64,
+    /// Seconds left at that rate; none until there is a rate.
+    pub seconds_left: Option<u64>,
+}
+
+/// The operations running, by pool.
+#[derive(Default)]
+pub struct Operations {
+    running: Mutex<std::collections::BTreeMap<String, (Operation, Instant)>>,
+}
+
+impl Operations {
+    /// Claims `pool` for an operation; 409 when one runs there already.
+    fn begin(&self, pool: &str, kind: &str, device: Option<&str>) -> Result<OperationGuard<'_>> {
+        let mut running = self.running.lock().unwrap();
+        if let Some((op, _)) = running.get(pool) {
+            return Err(ServerError::Conflict(format!(
+                "a {} runs in pool '{pool}' (started at {})",
+                op.kind, op.started_unix
+            )));
+        }
+        running.insert(
+            pool.to_string(),
+            (
+                Operation {
+                    pool: pool.to_string(),
+                    kind: kind.to_string(),
+                    device: device.map(str::to_string),
+                    started_unix: crate::replication::unix_now(),
+                    bytes_done: 0,
+                    bytes_total: 0,
+                    rate: 0.0,
+                    seconds_left: None,
+                },
+                Instant::now(),
+            ),
+        );
+        Ok(OperationGuard {
+            ops: self,
+            pool: pool.to_string(),
+        })
+    }
+
+    pub fn list(&self) -> Vec<Operation> {
+        self.running
+            .lock()
+            .unwrap()
+            .values()
+            .map(|(op, _)| op.clone())
+            .collect()
+    }
+
+    pub fn in_pool(&self, pool: &str) -> Option<Operation> {
+        self.running
+            .lock()
+            .unwrap()
+            .get(pool)
+            .map(|(op, _)| op.clone())
+    }
+}
+
+/// Ends its operation when dropped (however the operation ends).
+struct OperationGuard<'a> {
+    ops: &'a Operations,
+    pool: String,
+}
+
+impl OperationGuard<'_> {
+    fn progress(&self, p: ScrubProgress) {
+        let mut running = self.ops.running.lock().unwrap();
+        if let Some((op, started)) = running.get_mut(&self.pool) {
+            op.bytes_done = p.bytes_done;
+            op.bytes_total = p.bytes_total;
+            let secs = started.elapsed().as_secs_f64();
+            op.rate = if secs > 0.0 {
+                p.bytes_done as f64 / secs
+            } else {
+                0.0
+            };
+            op.seconds_left = (op.rate > 0.0)
+                .then(|| (p.bytes_total.saturating_sub(p.bytes_done) as f64 / op.rate) as u64);
+        }
+    }
+}
+
+impl Drop for OperationGuard<'_> {
+    fn drop(&mut self) {
+        self.ops.running.lock().unwrap().remove(&self.pool);
+    }
+}
+
+impl DaemonState {
+    /// Takes `pool` into the daemon: analytics, its handle key, its datasets, then
+    /// its shares (the config file's, then those changed through the API). At start
+    /// (`strict`) a share that fails fails the start; later it is logged and skipped.
+    pub(crate) fn take_pool(self: &Arc<Self>, pool: Arc<Pool>, strict: bool) -> Result<()> {
+        let name = pool.name.clone();
+        if self.held.read().unwrap().contains_key(&name) {
+            return Err(ServerError::Conflict(format!(
+                "a pool named '{name}' is imported already"
+            )));
+        }
+        if self.analytics_enabled {
+            pool.attach_analytics(&self.analytics);
+            self.analytics
+                .add_sampler(crate::samplers::PoolSampler::new(&pool, &self.analytics));
+            self.analytics
+                .add_sampler(crate::replication::LagSampler::new(
+                    Arc::downgrade(self),
+                    &name,
+                    &self.analytics,
+                ));
+        }
+        let key = crate::handle_key(&self.state_dir, pool.guid)?;
+        self.service.add_pool_key(&name, nfs::HandleKey::new(key));
+        let datasets = Arc::new(fs::Datasets::new(pool.clone())?);
+        self.held
+            .write()
+            .unwrap()
+            .insert(name.clone(), (pool, datasets));
+        let mut shares: std::collections::BTreeMap<String, Option<String>> = self
+            .config_shares
+            .iter()
+            .filter(|(d, _)| fs::pool_of(d) == name)
+            .map(|(d, r)| (d.clone(), Some(r.clone())))
+            .collect();
+        shares.extend(
+            crate::read_persisted_shares(&self.state_dir)?
+                .into_iter()
+                .filter(|(d, _)| fs::pool_of(d) == name),
+        );
+        for (dataset, rules) in shares {
+            let Some(rules) = rules else { continue };
+            match self.share(&dataset, &rules, false) {
+                Ok(()) => {}
+                Err(e) if strict => return Err(e),
+                Err(e) => tracing::warn!(%dataset, error = %e, "sharing a taken pool's dataset"),
+            }
+        }
+        tracing::info!(pool = %name, "pool taken");
+        Ok(())
+    }
+
+    /// Lets go of pool `name` (see the module's invariants). `forget_shares`: its
+    /// shares are dropped from `shares.json` too (a destroy); an export keeps them
+    /// for the next import.
+    fn release_pool(&self, name: &str, forget_shares: bool) -> Result<Arc<Pool>> {
+        let (pool, _) = self
+            .held
+            .read()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ServerError::NotFound(format!("no imported pool named '{name}'")))?;
+        if let Some(what) = self.replication.busy_in_pool(name) {
+            return Err(ServerError::Conflict(format!(
+                "pool '{name}' is busy: {what}; wait for it to end"
+            )));
+        }
+        if let Some(op) = self.operations.in_pool(name) {
+            return Err(ServerError::Conflict(format!(
+                "a {} runs in pool '{name}'; wait for it to end",
+                op.kind
+            )));
+        }
+        for share in self.service.shares() {
+            if fs::pool_of(&share.dataset) == name {
+                self.service.remove_share(&share.dataset);
+                tracing::info!(dataset = %share.dataset, "unshared: its pool is let go");
+            }
+        }
+        if forget_shares {
+            crate::forget_persisted_shares(&self.state_dir, name)?;
+        }
+        self.held.write().unwrap().remove(name);
+        Ok(pool)
+    }
+
+    fn host(&self) -> std::result::Result<&Arc<dyn PoolHost>, ApiError> {
+        self.host.as_ref().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "this daemon was started with a fixed set of pools".to_string(),
+            )
+        })
+    }
+
+    /// `path` (absolute, or relative to the first device directory) if it lies in a
+    /// configured device directory or is a block device under /dev.
+    fn device_path(&self, path: &str) -> Result<PathBuf> {
+        let p = Path::new(path);
+        let p = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            match self.device_dirs.first() {
+                Some(d) => d.join(p),
+                None => {
+                    return Err(ServerError::Config(format!(
+                        "device '{path}': give an absolute path (no [storage] device_dirs \
+                         are configured)"
+                    )))
+                }
+            }
+        };
+        if p.components().any(|c| c == std::path::Component::ParentDir) {
+            return Err(ServerError::Config(format!(
+                "device '{path}': no '..' allowed"
+            )));
+        }
+        let in_dir = self
+            .device_dirs
+            .iter()
+            .any(|d| p.parent() == Some(d.as_path()));
+        let block_device = p.starts_with("/dev") && {
+            use std::os::unix::fs::FileTypeExt;
+            std::fs::metadata(&p).is_ok_and(|m| m.file_type().is_block_device())
+        };
+        if !(in_dir || block_device) {
+            return Err(ServerError::Config(format!(
+                "device '{}' is neither in a device directory ([storage] device_dirs: {}) \
+                 nor a block device under /dev",
+                p.display(),
+                if self.device_dirs.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.device_dirs
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            )));
+        }
+        Ok(p)
+    }
+
+    /// Runs a scrub of `pool` as an operation (progress in `operations`).
+    pub(crate) fn scrub_pool(&self, pool: &Pool) -> Result<pool::pool::ScrubSummary> {
+        let op = self.operations.begin(&pool.name, "scrub", None)?;
+        Ok(pool.scrub(&|p| op.progress(p))?)
+    }
+}
+
+/// Words of a layout that are keywords, not devices.
+const LAYOUT_WORDS: [&str; 7] = [
+    "mirror", "raidz", "raidz1", "raidz2", "raidz3", "log", "cache",
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewPool {
+    pub name: String,
+    /// As `shoal pool create` takes it: `["mirror", "a", "b", "log", "c"]`. Device
+    /// names are files in the first device directory, or absolute paths in a device
+    /// directory or of block devices under /dev.
+    pub layout: Vec<String>,
+    /// Creates missing device files of this many bytes.
+    #[serde(default)]
+    pub size: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImportPool {
+    /// A device directory, or /dev; the first device directory when absent.
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// Which pool, when several are there.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplaceDevice {
+    /// The device replaced: its path or guid.
+    pub old: String,
+    /// The new device (a name in the first device directory, or a path as for
+    /// `NewPool`).
+    pub new: String,
+    /// Creates the new device file with this many bytes if it is missing.
+    #[serde(default)]
+    pub size: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceName {
+    /// A device's path or guid.
+    pub device: String,
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::result::Result<T, ApiError> + Send + 'static,
+) -> std::result::Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the request failed inside the daemon: {e}"),
+        )
+    })?
+}
+
+pub(crate) async fn create_pool(
+    State(s): State<Shared>,
+    Body(n): Body<NewPool>,
+) -> std::result::Result<(StatusCode, Json<PoolStatus>), ApiError> {
+    let st = blocking(move || {
+        let host = s.host()?.clone();
+        pool::Pool::validate_pool_name(&n.name)?;
+        if s.pools().iter().any(|p| p.name == n.name) {
+            return Err(ServerError::Conflict(format!("pool '{}' exists", n.name)).into());
+        }
+        let mut layout = Vec::with_capacity(n.layout.len());
+        for w in &n.layout {
+            if LAYOUT_WORDS.contains(&w.as_str()) {
+                layout.push(w.clone());
+            } else {
+                layout.push(s.device_path(w)?.display().to_string());
+            }
+        }
+        let pool = host.create(&n.name, &layout, n.size)?;
+        let st = pool.status();
+        if let Err(e) = s.take_pool(pool.clone(), false) {
+            let _ = host.export(&pool);
+            return Err(e.into());
+        }
+        Ok(st)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(st)))
+}
+
+pub(crate) async fn import_pool(
+    State(s): State<Shared>,
+    Body(req): Body<ImportPool>,
+) -> std::result::Result<(StatusCode, Json<PoolStatus>), ApiError> {
+    let st = blocking(move || {
+        let host = s.host()?.clone();
+        let dir = match &req.dir {
+            Some(d) if Path::new(d) == Path::new("/dev") => PathBuf::from("/dev"),
+            Some(d) => {
+                let d = PathBuf::from(d);
+                if !s.device_dirs.contains(&d) {
+                    return Err(ApiError::bad(format!(
+                        "{} is not a device directory ([storage] device_dirs) or /dev",
+                        d.display()
+                    )));
+                }
+                d
+            }
+            None => s.device_dirs.first().cloned().ok_or_else(|| {
+                ApiError::bad("give a dir: no [storage] device_dirs are configured")
+            })?,
+        };
+        if let Some(n) = &req.name {
+            if s.pools().iter().any(|p| &p.name == n) {
+                return Err(
+                    ServerError::Conflict(format!("pool '{n}' is imported already")).into(),
+                );
+            }
+        }
+        let pool = host.import(&dir, req.name.as_deref())?;
+        let st = pool.status();
+        if let Err(e) = s.take_pool(pool.clone(), false) {
+            let _ = host.export(&pool);
+            return Err(e.into());
+        }
+        Ok(st)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(st)))
+}
+
+pub(crate) async fn export_pool(
+    State(s): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    crate::api::Params(q): crate::api::Params<Confirm>,
+) -> ApiResult<serde_json::Value> {
+    blocking(move || {
+        if q.confirm.as_deref() != Some(name.as_str()) {
+            return Err(ApiError::bad(format!(
+                "exporting pool '{name}' ends its shares: confirm with ?confirm={name}"
+            )));
+        }
+        let host = s.host()?.clone();
+        let pool = s.release_pool(&name, false)?;
+        if let Err(e) = host.export(&pool) {
+            s.take_pool(pool, false)?;
+            return Err(e.into());
+        }
+        tracing::info!(pool = %name, "exported");
+        Ok(Json(serde_json::json!({ "exported": name })))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Confirm {
+    /// The pool's name again: an export or destroy is never one stray request.
+    confirm: Option<String>,
+}
+
+pub(crate) async fn destroy_pool(
+    State(s): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    crate::api::Params(q): crate::api::Params<Confirm>,
+) -> ApiResult<serde_json::Value> {
+    blocking(move || {
+        if q.confirm.as_deref() != Some(name.as_str()) {
+            return Err(ApiError::bad(format!(
+                "destroying pool '{name}' wipes it: confirm with ?confirm={name}"
+            )));
+        }
+        let host = s.host()?.clone();
+        let pool = s.release_pool(&name, true)?;
+        if let Err(e) = host.destroy(&pool) {
+            s.take_pool(pool, false)?;
+            return Err(e.into());
+        }
+        tracing::info!(pool = %name, "destroyed");
+        Ok(Json(serde_json::json!({ "destroyed": name })))
+    })
+    .await
+}
+
+/// Replaces a device and resilvers onto the new one while the pool serves; answers
+/// when the resilver is done (its progress is in `GET /api/v1/operations`).
+pub(crate) async fn replace_device(
+    State(s): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    Body(req): Body<ReplaceDevice>,
+) -> ApiResult<ResilverSummary> {
+    blocking(move || {
+        let host = s.host()?.clone();
+        let pool = s.pool(&name)?;
+        let path = s.device_path(&req.new)?;
+        let op = s.operations.begin(&name, "resilver", Some(&req.old))?;
+        let (device, created) = host.open_device(&path, req.size)?;
+        let result = pool.replace(&req.old, device, &|p| op.progress(p));
+        drop(op);
+        match result {
+            Ok(summary) => {
+                host.devices_changed(&pool)?;
+                s.alerts.raise(
+                    crate::alerts::Severity::Info,
+                    "resilver.finished",
+                    &format!("pool {name}"),
+                    format!(
+                        "{} replaced by {}: {} bytes resilvered in {:.1} s, {} errors",
+                        req.old,
+                        path.display(),
+                        summary.bytes_written,
+                        summary.seconds,
+                        summary.errors
+                    ),
+                );
+                Ok(Json(summary))
+            }
+            Err(e) => {
+                if created {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(e.into())
+            }
+        }
+    })
+    .await
+}
+
+/// Brings a FAULTED device back by resilvering it in place (see `Pool::clear`).
+pub(crate) async fn clear_device(
+    State(s): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    Body(req): Body<DeviceName>,
+) -> ApiResult<ResilverSummary> {
+    blocking(move || {
+        let pool = s.pool(&name)?;
+        let op = s.operations.begin(&name, "resilver", Some(&req.device))?;
+        let summary = pool.clear(&req.device, &|p| op.progress(p))?;
+        Ok(Json(summary))
+    })
+    .await
+}
+
+pub(crate) async fn operations(State(s): State<Shared>) -> Json<Vec<Operation>> {
+    Json(s.operations.list())
+}
