@@ -451,3 +451,60 @@ export const saveWorksheet = (name: string, datasets: string[]) =>
   call<Worksheet>('PUT', `${V1}/analytics/worksheets/${encodeURIComponent(name)}`, { datasets });
 export const deleteWorksheet = (name: string) =>
   call<void>('DELETE', `${V1}/analytics/worksheets/${encodeURIComponent(name)}`);
+
+// --- pool administration -------------------------------------------------------------
+
+export interface Operation {
+  pool: string;
+  kind: 'scrub' | 'resilver';
+  device: string | null;
+  started_unix: number;
+  bytes_done: number;
+  bytes_total: number;
+  rate: number;
+  seconds_left: number | null;
+}
+
+export interface Candidate {
+  path: string;
+  size_bytes: number;
+  kind: 'file' | 'block';
+  pool: string | null;
+  pool_state: 'active' | 'exported' | 'destroyed' | null;
+  in_use: boolean;
+}
+
+export interface Prediction {
+  disks: number;
+  read_disks: number;
+  write_disks: number;
+  streaming_read_mb_per_s: number;
+  streaming_write_mb_per_s: number;
+  random_read_iops: number;
+  usable_bytes: number | null;
+}
+
+export interface ResilverSummary {
+  blocks: number;
+  bytes_written: number;
+  errors: number;
+  seconds: number;
+}
+
+export const operations = () => call<Operation[]>('GET', `${V1}/operations`);
+export const candidates = () => call<Candidate[]>('GET', `${V1}/devices`);
+export const plan = (layout: string, diskMbps: number, diskIops: number, diskSize?: number) =>
+  call<Prediction>(
+    'GET',
+    `${V1}/plan?${query({ layout, disk_mbps: String(diskMbps), disk_iops: String(diskIops), ...(diskSize ? { disk_size: String(diskSize) } : {}) })}`,
+  );
+export const createPool = (name: string, layout: string[]) => call<PoolStatus>('POST', `${V1}/pools`, { name, layout });
+export const importPool = (dir: string, name: string) => call<PoolStatus>('POST', `${V1}/pools/import`, { dir, name });
+export const exportPool = (name: string) =>
+  call<void>('POST', `${V1}/pools/${pathOf(name)}/export?confirm=${encodeURIComponent(name)}`);
+export const destroyPool = (name: string) =>
+  call<void>('DELETE', `${V1}/pools/${pathOf(name)}?confirm=${encodeURIComponent(name)}`);
+export const replaceDevice = (pool: string, old: string, device: string) =>
+  call<ResilverSummary>('POST', `${V1}/pools/${pathOf(pool)}/replace`, { old, new: device });
+export const clearDevice = (pool: string, device: string) =>
+  call<ResilverSummary>('POST', `${V1}/pools/${pathOf(pool)}/clear`, { device });

@@ -10,9 +10,7 @@
 // "LOAD POOL/ui"; the harness then reads files in that share from 127.0.0.1 and
 // 127.0.0.2, and the script waits until the daemon sees both clients. The last
 // line is "DONE".
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { assert, required, startBrowser, StepFailure } from './harness.mjs';
 
 const URL = required('SHOAL_URL').replace(/\/$/, '');
 const PASSWORD = process.env.SHOAL_PASSWORD ?? '';
@@ -25,76 +23,7 @@ const WORKSHEET = 'ui-acceptance';
 const REPLICA = `${POOL}/ui-replica`;
 const CLIENTS = ['127.0.0.1', '127.0.0.2'];
 
-function required(name) {
-  const v = process.env[name];
-  if (!v) {
-    console.error(`browser test: set ${name}`);
-    process.exit(2);
-  }
-  return v;
-}
-
-class StepFailure extends Error {}
-
-function assert(cond, message) {
-  if (!cond) throw new StepFailure(message);
-}
-
-mkdirSync(SHOT_DIR, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-  ],
-});
-const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-const page = await context.newPage();
-const pageErrors = [];
-page.on('pageerror', (e) => pageErrors.push(e.message));
-page.setDefaultTimeout(30000);
-
-/** Screenshots are named by step: 01-login.png, 02-filesystem.png, ... */
-let stepNo = 0;
-async function shot(name) {
-  const file = join(SHOT_DIR, `${String(stepNo).padStart(2, '0')}-${name}.png`);
-  await page.screenshot({ path: file });
-  return file;
-}
-
-let current = '';
-async function step(name, fn) {
-  stepNo++;
-  current = name;
-  const started = Date.now();
-  await fn();
-  assert(pageErrors.length === 0, `JavaScript errors in the page: ${pageErrors.join('; ')}`);
-  await shot(name);
-  console.log(`ok ${stepNo} ${name} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
-}
-
-/** Polls `fn` until it returns a truthy value or `seconds` pass; returns the value. */
-async function until(seconds, what, fn) {
-  const deadline = Date.now() + seconds * 1000;
-  let last;
-  for (;;) {
-    try {
-      last = await fn();
-      if (last) return last;
-    } catch (e) {
-      if (e instanceof StepFailure) throw e;
-      last = e.message;
-    }
-    if (Date.now() > deadline) throw new StepFailure(`waited ${seconds} s for ${what}${last ? ` (last: ${JSON.stringify(last)})` : ''}`);
-    await page.waitForTimeout(500);
-  }
-}
+const { page, step, shot, until, run } = await startBrowser(SHOT_DIR);
 
 /** An API call with the browser's session cookie. */
 async function apiGet(path) {
@@ -115,7 +44,7 @@ async function addStatistic(statistic, breakdown) {
   await page.locator('[data-test=add-stat-dialog]').waitFor({ state: 'detached' });
 }
 
-try {
+await run(async () => {
   await step('login', async () => {
     await page.goto(URL);
     await page.locator('[data-test=login-form]').waitFor();
@@ -342,16 +271,4 @@ try {
     await until(10, 'the alert acknowledged', async () => (await alertRow.first().getAttribute('data-acknowledged')) === 'true');
   });
 
-  console.log('DONE');
-  await browser.close();
-  process.exit(0);
-} catch (e) {
-  const why = e instanceof StepFailure ? e.message : e.stack ?? String(e);
-  try {
-    console.error(`FAILED at step "${current}": ${why}\nscreenshot: ${await shot(`${current}-failed`)}`);
-  } catch {
-    console.error(`FAILED at step "${current}": ${why}`);
-  }
-  await browser.close().catch(() => undefined);
-  process.exit(1);
-}
+});

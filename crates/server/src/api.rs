@@ -55,6 +55,8 @@ pub fn router(state: Shared) -> Router {
             post(crate::pools_admin::clear_device),
         )
         .route("/api/v1/operations", get(crate::pools_admin::operations))
+        .route("/api/v1/devices", get(crate::pools_admin::candidates))
+        .route("/api/v1/plan", get(crate::pools_admin::plan))
         .route("/api/v1/pools/{pool}/scrub", post(scrub))
         .route("/api/v1/pools/{pool}/check", get(check))
         .route("/api/v1/pools/{pool}/inject", post(inject))

@@ -548,3 +548,144 @@ pub(crate) async fn clear_device(
 pub(crate) async fn operations(State(s): State<Shared>) -> Json<Vec<Operation>> {
     Json(s.operations.list())
 }
+
+/// A device the storage page may build a pool from (or import from).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Candidate {
+    pub path: String,
+    pub size_bytes: u64,
+    /// `file` (in a device directory) or `block` (under /dev).
+    pub kind: String,
+    /// The pool whose label it carries, if any (an imported one is in use; another
+    /// one can be imported).
+    pub pool: Option<String>,
+    /// That pool's state by its label: `active`, `exported` or `destroyed`.
+    pub pool_state: Option<String>,
+    /// Whether the daemon holds that pool now.
+    pub in_use: bool,
+}
+
+/// Files of the device directories and block devices under /dev that hold no mounted
+/// filesystem and are no swap space, with what their labels say.
+pub(crate) async fn candidates(State(s): State<Shared>) -> ApiResult<Vec<Candidate>> {
+    blocking(move || {
+        let held: Vec<String> = s.pools().iter().map(|p| p.name.clone()).collect();
+        let mut out = Vec::new();
+        let mut paths: Vec<(PathBuf, &str)> = Vec::new();
+        for dir in &s.device_dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut files: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    std::fs::metadata(p)
+                        .is_ok_and(|m| m.is_file() && m.len() >= vdev::label::MIN_DEVICE_BYTES)
+                })
+                .collect();
+            files.sort();
+            paths.extend(files.into_iter().map(|p| (p, "file")));
+        }
+        paths.extend(free_block_devices().into_iter().map(|p| (p, "block")));
+        for (path, kind) in paths {
+            let Ok(dev) = vdev::FileDevice::open_buffered(&path) else {
+                continue;
+            };
+            let size_bytes = vdev::Device::size_bytes(&dev);
+            let label = vdev::label::read_any_config(&dev)
+                .ok()
+                .flatten()
+                .and_then(|b| pool::config::PoolConfig::from_bytes(&b));
+            let (pool, pool_state) = match label {
+                Some(c) => (
+                    Some(c.name),
+                    Some(format!("{:?}", c.state).to_ascii_lowercase()),
+                ),
+                None => (None, None),
+            };
+            out.push(Candidate {
+                path: path.display().to_string(),
+                size_bytes,
+                kind: kind.to_string(),
+                in_use: pool_state.as_deref() == Some("active")
+                    && pool.as_ref().is_some_and(|p| held.contains(p)),
+                pool,
+                pool_state,
+            });
+        }
+        Ok(Json(out))
+    })
+    .await
+}
+
+/// Whole block devices (from /sys/block) with a size, none of whose partitions is
+/// mounted or used as swap.
+fn free_block_devices() -> Vec<PathBuf> {
+    let busy: String = ["/proc/mounts", "/proc/swaps"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .collect();
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let sectors: u64 = std::fs::read_to_string(e.path().join("size"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let dev = PathBuf::from("/dev").join(&name);
+            let used = busy.lines().any(|l| {
+                l.split_whitespace()
+                    .next()
+                    .is_some_and(|d| d.starts_with(dev.to_str().unwrap_or("")))
+            });
+            (sectors * 512 >= vdev::label::MIN_DEVICE_BYTES
+                && !used
+                && !name.starts_with("loop")
+                && !name.starts_with("ram")
+                && dev.exists())
+            .then_some(dev)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct PlanQuery {
+    layout: String,
+    disk_mbps: f64,
+    disk_iops: f64,
+    #[serde(default)]
+    disk_size: Option<u64>,
+}
+
+/// `shoal plan --json` over the API: what the capacity model predicts for a layout.
+pub(crate) async fn plan(
+    crate::api::Params(q): crate::api::Params<PlanQuery>,
+) -> ApiResult<bench::plan::Prediction> {
+    if !(q.disk_mbps > 0.0
+        && q.disk_iops > 0.0
+        && q.disk_mbps.is_finite()
+        && q.disk_iops.is_finite())
+    {
+        return Err(ApiError::bad(
+            "disk_mbps and disk_iops must be positive numbers",
+        ));
+    }
+    if q.disk_size.is_some_and(|b| b > 1 << 60) {
+        return Err(ApiError::bad("disk_size is more than an exbibyte"));
+    }
+    let layout = bench::plan::parse_layout(&q.layout).map_err(|e| ApiError::bad(e.to_string()))?;
+    Ok(Json(bench::plan::predict(
+        layout,
+        q.disk_mbps,
+        q.disk_iops,
+        q.disk_size,
+    )))
+}

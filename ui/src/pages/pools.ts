@@ -1,12 +1,15 @@
 // The Pools page: per pool its health, capacity, the vdev tree with each device's
-// state and error counters, log and cache devices, ARC and intent-log figures,
-// and a Scrub button (the API answers when the scrub is done).
+// state and error counters, log and cache devices, ARC and intent-log figures, a
+// Scrub button (the API answers when the scrub is done), the progress of scrubs and
+// resilvers, and the storage configuration of storage.ts: new pools, imports,
+// exports, destroys, device replacement.
 
 import * as api from '../api';
 import { h, type Child } from '../dom';
 import { fmtBytes, fmtCount, fmtInt, fmtPercent, sig3 } from '../format';
 import { every, type Page } from '../page';
 import { busy, capacityBar, errorLine, healthBadge, loadInto, messageOf, pageHead, panel, toast } from '../widgets';
+import { deviceTools, importPanel, newPoolPanel, operationLine, poolTools } from './storage';
 
 /** Pools being scrubbed by this page, so a refresh keeps showing them busy. */
 const scrubbing = new Set<string>();
@@ -15,15 +18,51 @@ export function poolsPage(): Page {
   const body = h('div', { class: 'pools' });
   // Outside the refreshed body, so a refresh does not wipe an error.
   const err = errorLine();
-  const el = h('div', { class: 'page', 'data-test': 'page-pools' }, pageHead('Pools', 'Storage pools, their devices and caches'), err.el, body);
+  const changed = () => {
+    void refresh();
+    void refreshOps();
+  };
+  const el = h(
+    'div',
+    { class: 'page', 'data-test': 'page-pools' },
+    pageHead('Pools', 'Storage pools, their devices and caches'),
+    err.el,
+    body,
+    newPoolPanel(changed),
+    importPanel(changed),
+  );
+  /** Operation lines by pool, filled by the fast poll below. */
+  const opSlots = new Map<string, HTMLElement>();
+  let ops: api.Operation[] = [];
+  const refreshOps = async () => {
+    try {
+      ops = await api.operations();
+    } catch {
+      return;
+    }
+    for (const [pool, slot] of opSlots) {
+      const op = ops.find((o) => o.pool === pool);
+      slot.replaceChildren(...(op ? [operationLine(op)] : []));
+    }
+  };
   const refresh = () => loadInto(body, async () => {
     const pools = await api.pools();
+    opSlots.clear();
     if (pools.length === 0) return h('div', { class: 'empty' }, 'No pool is imported.');
-    return pools.map(poolPanel);
+    const panels = pools.map(poolPanel);
+    void refreshOps();
+    return panels;
   });
   void refresh();
   const stop = every(10000, refresh);
-  return { el, dispose: stop };
+  const stopOps = every(1000, refreshOps);
+  return {
+    el,
+    dispose: () => {
+      stop();
+      stopOps();
+    },
+  };
 
   function poolPanel(p: api.PoolStatus): HTMLElement {
     const scrubButton = h('button', { 'data-test': 'scrub', 'data-pool': p.name }, 'Scrub');
@@ -56,18 +95,21 @@ export function poolsPage(): Page {
       ['Last scrub', p.last_scrub ? scrubText(p.last_scrub) : 'never'],
     ];
 
+    const slot = h('div');
+    opSlots.set(p.name, slot);
     return panel(
       [p.name, ' ', healthBadge(p.health)],
       [
         p.suspended ? h('div', { class: 'error-line' }, `Suspended: ${p.suspended}`) : null,
+        slot,
         h('div', { class: 'pool-grid' },
           h('dl', { class: 'kv' }, facts.map(([k, v]) => [h('dt', null, k), h('dd', null, v)])),
           cacheFacts(p),
         ),
         h('h3', null, 'Devices'),
-        vdevTable(p),
+        vdevTable(p, changed),
       ],
-      scrubButton,
+      [scrubButton, ' ', ...poolTools(p, changed)],
       { 'data-test': 'pool', 'data-pool': p.name },
     );
   }
@@ -101,18 +143,19 @@ function cacheFacts(p: api.PoolStatus): HTMLElement {
   return h('dl', { class: 'kv' }, rows.map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
 }
 
-function vdevTable(p: api.PoolStatus): HTMLElement {
+function vdevTable(p: api.PoolStatus, changed: () => void): HTMLElement {
   const head = h(
     'tr',
     null,
-    ['Device', 'State', 'I/O', 'Read err', 'Write err', 'Cksum err', 'Reads', 'Writes', 'Read', 'Written', 'Repaired'].map((t, i) =>
+    ['Device', 'State', 'I/O', 'Read err', 'Write err', 'Cksum err', 'Reads', 'Writes', 'Read', 'Written', 'Repaired', ''].map((t, i) =>
       h('th', { class: i >= 3 ? 'num' : '' }, t),
     ),
   );
   const rows: HTMLElement[] = [];
   const group = (label: string, health: string, extra: string) =>
-    h('tr', { class: 'vdev-group' }, h('td', null, label, extra ? h('span', { class: 'dim' }, ` ${extra}`) : null), h('td', null, health ? healthBadge(health) : null), h('td', { colspan: 9 }));
-  const leaf = (d: api.Device, depth: number) => {
+    h('tr', { class: 'vdev-group' }, h('td', null, label, extra ? h('span', { class: 'dim' }, ` ${extra}`) : null), h('td', null, health ? healthBadge(health) : null), h('td', { colspan: 10 }));
+  // `data`: a device of a redundant vdev, which can be replaced or cleared.
+  const leaf = (d: api.Device, depth: number, data: boolean) => {
     const e = (n: number) => h('td', { class: `num ${n ? 'bad-text' : ''}` }, fmtInt(n));
     return h(
       'tr',
@@ -128,27 +171,28 @@ function vdevTable(p: api.PoolStatus): HTMLElement {
       h('td', { class: 'num' }, fmtBytes(d.read_bytes)),
       h('td', { class: 'num' }, fmtBytes(d.write_bytes)),
       h('td', { class: `num ${d.repaired_bytes ? 'warn-text' : ''}` }, fmtBytes(d.repaired_bytes)),
+      h('td', null, data ? deviceTools(p.name, d, changed) : null),
     );
   };
   rows.push(group(p.name, p.health, ''));
   for (const v of p.vdevs) {
     const single = v.children.length === 1 && (v.layout === 'disk' || v.layout === 'single');
     if (single) {
-      rows.push(leaf(v.children[0], 1));
+      rows.push(leaf(v.children[0], 1, false));
       continue;
     }
     const r = group(`${v.layout}-${v.id}`, v.health, `${fmtBytes(v.capacity_bytes - v.free_bytes)} used of ${fmtBytes(v.capacity_bytes)}`);
     r.firstElementChild?.setAttribute('style', 'padding-left:26px');
     rows.push(r);
-    for (const d of v.children) rows.push(leaf(d, 2));
+    for (const d of v.children) rows.push(leaf(d, 2, true));
   }
   if (p.log.length) {
     rows.push(group('logs', '', ''));
-    for (const d of p.log) rows.push(leaf(d, 1));
+    for (const d of p.log) rows.push(leaf(d, 1, false));
   }
   if (p.cache.length) {
     rows.push(group('cache', '', ''));
-    for (const d of p.cache) rows.push(leaf(d, 1));
+    for (const d of p.cache) rows.push(leaf(d, 1, false));
   }
   return h('table', { class: 'grid vdevs', 'data-test': 'vdev-tree' }, h('thead', null, head), h('tbody', null, rows));
 }

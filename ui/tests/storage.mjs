@@ -1,0 +1,146 @@
+// The browser acceptance test of storage configuration: a pool built from device
+// files on the Pools page (the layout's predicted figures checked against
+// `shoal plan --json`), a filesystem and a share made through their pages, then a
+// device failed by fault injection while an NFS client writes: the alert shows in
+// the banner, the device is replaced from the Pools page, and the resilver ends with
+// every device ONLINE.
+//
+//   SHOAL_URL=http://127.0.0.1:8080 SHOT_DIR=/tmp/shots DEVICE_DIR=/srv/devs \
+//   EXPECT_PLAN='{"...": ...}' node tests/storage.mjs
+//
+// Protocol with the harness: after sharing POOL/data the script prints
+// "LOAD POOL/data" and waits until the harness's writer has written ("WRITING" is not
+// needed: the script watches the pool's write counters); the last line is "DONE",
+// after which the harness stops its writer and reads every file back.
+import { assert, required, startBrowser } from './harness.mjs';
+
+const URL = required('SHOAL_URL').replace(/\/$/, '');
+const SHOT_DIR = required('SHOT_DIR');
+const DEVICE_DIR = required('DEVICE_DIR');
+const EXPECT = JSON.parse(required('EXPECT_PLAN'));
+const POOL = 'vault';
+const FS = `${POOL}/data`;
+const LAYOUT = '2x2mirror';
+const DATA = ['a', 'b', 'c', 'd'].map((d) => `${DEVICE_DIR}/${d}`);
+const SPARE = `${DEVICE_DIR}/e`;
+const FAILED = DATA[0];
+
+const { page, step, until, run } = await startBrowser(SHOT_DIR);
+
+async function api(method, path, data) {
+  const res = await page.request.fetch(`${URL}${path}`, { method, data });
+  assert(res.ok(), `${method} ${path}: ${res.status()} ${await res.text()}`);
+  return res.json();
+}
+
+const deviceRow = (path) => page.locator(`[data-test=pool][data-pool=${POOL}] [data-test=device]`, { has: page.locator(`code:text-is("${path}")`) });
+
+await run(async () => {
+  await step('candidates', async () => {
+    await page.goto(`${URL}/#/pools`);
+    await page.locator('[data-test=page-pools]').waitFor();
+    for (const path of [...DATA, SPARE]) {
+      await page.locator(`[data-test=candidate][data-path="${path}"]`).waitFor();
+    }
+  });
+
+  await step('layouts', async () => {
+    await page.fill('[data-test=new-pool-name]', POOL);
+    await page.fill('[data-test=disk-mbps]', String(EXPECT.mbps));
+    await page.fill('[data-test=disk-iops]', String(EXPECT.iops));
+    for (const path of DATA) {
+      await page.locator(`[data-test=candidate][data-path="${path}"] [data-test=candidate-use]`).check();
+    }
+    const row = page.locator(`[data-test=layout-option][data-layout="${LAYOUT}"]`);
+    await row.waitFor();
+    // Every layout four devices allow is offered.
+    const offered = await page.locator('[data-test=layout-option]').evaluateAll((els) => els.map((e) => e.getAttribute('data-layout')));
+    for (const l of ['4stripe', '2x2mirror', '1x(3+1)raidz', '1x(2+2)raidz2']) {
+      assert(offered.includes(l), `layout ${l} is not offered (offered: ${offered.join(', ')})`);
+    }
+    // The figures shown are shoal plan's, for this layout and these disks.
+    const shown = {
+      usable: Number(await row.getAttribute('data-usable')),
+      read: Number(await row.getAttribute('data-read')),
+      write: Number(await row.getAttribute('data-write')),
+      iops: Number(await row.getAttribute('data-iops')),
+    };
+    const want = EXPECT.plan;
+    assert(
+      shown.usable === want.usable_bytes &&
+        shown.read === want.streaming_read_mb_per_s &&
+        shown.write === want.streaming_write_mb_per_s &&
+        shown.iops === want.random_read_iops,
+      `the page shows ${JSON.stringify(shown)}, shoal plan says ${JSON.stringify(want)}`,
+    );
+    await row.locator('[data-test=layout-choose]').check();
+  });
+
+  await step('pool-created', async () => {
+    await page.click('[data-test=create-pool]');
+    await page.locator('[data-test=confirm-dialog]').waitFor();
+    await page.click('[data-test=confirm]');
+    await page.locator('[data-test=confirm-dialog]').waitFor({ state: 'detached' });
+    await page.locator(`[data-test=pool][data-pool=${POOL}]`).waitFor();
+    for (const path of DATA) await deviceRow(path).waitFor();
+    // Devices now in the pool are no longer candidates.
+    await page.locator(`[data-test=candidate][data-path="${DATA[0]}"]`).waitFor({ state: 'detached' });
+  });
+
+  await step('filesystem-and-share', async () => {
+    await page.click('[data-test=nav-filesystems]');
+    await page.fill('[data-test=fs-name]', FS);
+    await page.click('[data-test=fs-create]');
+    await page.locator(`[data-test=fs-row][data-name="${FS}"]`).waitFor();
+    await page.click('[data-test=nav-shares]');
+    await page.locator(`[data-test=share-dataset] option[value="${FS}"]`).waitFor({ state: 'attached' });
+    await page.selectOption('[data-test=share-dataset]', FS);
+    await page.fill('[data-test=share-rules]', '127.0.0.1(rw,no_root_squash,insecure)');
+    await page.click('[data-test=share-submit]');
+    await page.locator(`[data-test=share-row][data-dataset="${FS}"]`).waitFor();
+  });
+
+  await step('client-writing', async () => {
+    process.stdout.write(`LOAD ${FS}\n`);
+    await until(60, 'the client to write', async () => {
+      const p = await api('GET', `/api/v1/pools/${POOL}`);
+      return p.allocated_bytes > 8 << 20;
+    });
+  });
+
+  await step('device-failed-alert', async () => {
+    await api('POST', `/api/v1/pools/${POOL}/inject`, { device: FAILED, fault: 'fail' });
+    await page.click('[data-test=nav-pools]');
+    const banner = page.locator('[data-test=alert-banner]');
+    await banner.waitFor({ state: 'visible', timeout: 60000 });
+    await until(60, 'a critical alert in the banner', async () => (await banner.getAttribute('class')).includes('critical'));
+    await banner.click();
+    await page.locator('[data-test=page-alerts]').waitFor();
+    const row = page.locator('[data-test=alert-row][data-kind="device.faulted"]');
+    await row.first().waitFor();
+    assert((await row.first().textContent()).includes(FAILED), `the device alert reads ${await row.first().textContent()}`);
+    await until(30, `${FAILED} shown FAULTED`, async () => {
+      await page.goto(`${URL}/#/pools`);
+      await deviceRow(FAILED).waitFor();
+      return (await deviceRow(FAILED).textContent()).includes('FAULTED');
+    });
+  });
+
+  await step('replaced-and-resilvered', async () => {
+    await deviceRow(FAILED).locator('[data-test=replace]').click();
+    await page.locator('[data-test=replace-dialog]').waitFor();
+    await page.selectOption('[data-test=replace-with]', SPARE);
+    await page.click('[data-test=replace-go]');
+    await until(120, 'the resilver to end', async () => {
+      const ops = await api('GET', '/api/v1/operations');
+      const p = await api('GET', `/api/v1/pools/${POOL}`);
+      const devices = p.vdevs.flatMap((v) => v.children);
+      return ops.length === 0 && devices.every((d) => d.health === 'ONLINE') && devices.some((d) => d.path === SPARE) && !devices.some((d) => d.path === FAILED);
+    });
+    await page.goto(`${URL}/#/pools`);
+    await deviceRow(SPARE).waitFor();
+    assert((await deviceRow(SPARE).textContent()).includes('ONLINE'), 'the new device is not ONLINE');
+    const p = await api('GET', `/api/v1/pools/${POOL}`);
+    assert(p.health === 'ONLINE', `the pool is ${p.health}`);
+  });
+});
