@@ -100,6 +100,7 @@ export interface PoolStatus {
   vdevs: TopVdev[];
   log: Device[];
   cache: Device[];
+  spares?: Device[];
   arc: Record<string, number>;
   l2arc: Record<string, number> | null;
   suspended: string | null;

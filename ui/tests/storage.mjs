@@ -1,9 +1,10 @@
-// The browser acceptance test of storage configuration: a pool built from device
-// files on the Pools page (the layout's predicted figures checked against
-// `shoal plan --json`), a filesystem and a share made through their pages, then a
-// device failed by fault injection while an NFS client writes: the alert shows in
-// the banner, the device is replaced from the Pools page, and the resilver ends with
-// every device ONLINE.
+// The browser acceptance test of storage configuration: a pool with a hot spare
+// built from device files on the Pools page (the layout's predicted figures checked
+// against `shoal plan --json`), a filesystem and a share made through their pages,
+// then, while an NFS client writes, a device failed by fault injection: the alert
+// shows in the banner, the spare takes its place and is resilvered by itself; then a
+// second device failed and replaced from the Pools page by hand. Every device ends
+// ONLINE.
 //
 //   SHOAL_URL=http://127.0.0.1:8080 SHOT_DIR=/tmp/shots DEVICE_DIR=/srv/devs \
 //   EXPECT_PLAN='{"...": ...}' node tests/storage.mjs
@@ -23,7 +24,9 @@ const FS = `${POOL}/data`;
 const LAYOUT = '2x2mirror';
 const DATA = ['a', 'b', 'c', 'd'].map((d) => `${DEVICE_DIR}/${d}`);
 const SPARE = `${DEVICE_DIR}/e`;
+const FREE = `${DEVICE_DIR}/f`;
 const FAILED = DATA[0];
+const FAILED_TOO = DATA[1];
 
 const { page, step, until, run } = await startBrowser(SHOT_DIR);
 
@@ -39,7 +42,7 @@ await run(async () => {
   await step('candidates', async () => {
     await page.goto(`${URL}/#/pools`);
     await page.locator('[data-test=page-pools]').waitFor();
-    for (const path of [...DATA, SPARE]) {
+    for (const path of [...DATA, SPARE, FREE]) {
       await page.locator(`[data-test=candidate][data-path="${path}"]`).waitFor();
     }
   });
@@ -48,9 +51,10 @@ await run(async () => {
     await page.fill('[data-test=new-pool-name]', POOL);
     await page.fill('[data-test=disk-mbps]', String(EXPECT.mbps));
     await page.fill('[data-test=disk-iops]', String(EXPECT.iops));
-    for (const path of DATA) {
+    for (const path of [...DATA, SPARE]) {
       await page.locator(`[data-test=candidate][data-path="${path}"] [data-test=candidate-use]`).check();
     }
+    await page.selectOption(`[data-test=candidate][data-path="${SPARE}"] [data-test=candidate-role]`, 'spare');
     const row = page.locator(`[data-test=layout-option][data-layout="${LAYOUT}"]`);
     await row.waitFor();
     // Every layout four devices allow is offered.
@@ -82,7 +86,9 @@ await run(async () => {
     await page.click('[data-test=confirm]');
     await page.locator('[data-test=confirm-dialog]').waitFor({ state: 'detached' });
     await page.locator(`[data-test=pool][data-pool=${POOL}]`).waitFor();
-    for (const path of DATA) await deviceRow(path).waitFor();
+    for (const path of [...DATA, SPARE]) await deviceRow(path).waitFor();
+    const p = await api('GET', `/api/v1/pools/${POOL}`);
+    assert(p.spares.length === 1 && p.spares[0].path === SPARE, `the pool's spares: ${JSON.stringify(p.spares)}`);
     // Devices now in the pool are no longer candidates.
     await page.locator(`[data-test=candidate][data-path="${DATA[0]}"]`).waitFor({ state: 'detached' });
   });
@@ -119,28 +125,42 @@ await run(async () => {
     const row = page.locator('[data-test=alert-row][data-kind="device.faulted"]');
     await row.first().waitFor();
     assert((await row.first().textContent()).includes(FAILED), `the device alert reads ${await row.first().textContent()}`);
-    await until(30, `${FAILED} shown FAULTED`, async () => {
-      await page.goto(`${URL}/#/pools`);
-      await deviceRow(FAILED).waitFor();
-      return (await deviceRow(FAILED).textContent()).includes('FAULTED');
-    });
   });
 
-  await step('replaced-and-resilvered', async () => {
-    await deviceRow(FAILED).locator('[data-test=replace]').click();
-    await page.locator('[data-test=replace-dialog]').waitFor();
-    await page.selectOption('[data-test=replace-with]', SPARE);
-    await page.click('[data-test=replace-go]');
-    await until(120, 'the resilver to end', async () => {
+  /** Waits until no operation runs, `gone` is out of the pool, `now` in it, all ONLINE. */
+  const resilvered = (gone, now) =>
+    until(120, `${now} resilvered in place of ${gone}`, async () => {
       const ops = await api('GET', '/api/v1/operations');
       const p = await api('GET', `/api/v1/pools/${POOL}`);
       const devices = p.vdevs.flatMap((v) => v.children);
-      return ops.length === 0 && devices.every((d) => d.health === 'ONLINE') && devices.some((d) => d.path === SPARE) && !devices.some((d) => d.path === FAILED);
+      return ops.length === 0 && p.health === 'ONLINE' && devices.every((d) => d.health === 'ONLINE') && devices.some((d) => d.path === now) && !devices.some((d) => d.path === gone);
     });
+
+  await step('spare-took-over', async () => {
+    await resilvered(FAILED, SPARE);
+    const alerts = await api('GET', '/api/v1/alerts');
+    assert(alerts.alerts.some((a) => a.kind === 'spare.activated' && a.message.includes(SPARE)), 'no spare.activated alert');
     await page.goto(`${URL}/#/pools`);
     await deviceRow(SPARE).waitFor();
-    assert((await deviceRow(SPARE).textContent()).includes('ONLINE'), 'the new device is not ONLINE');
+    assert((await deviceRow(SPARE).textContent()).includes('ONLINE'), 'the spare is not ONLINE in its vdev');
     const p = await api('GET', `/api/v1/pools/${POOL}`);
-    assert(p.health === 'ONLINE', `the pool is ${p.health}`);
+    assert(p.spares.length === 0, 'the spare is still listed as a spare');
+  });
+
+  await step('replaced-by-hand', async () => {
+    await api('POST', `/api/v1/pools/${POOL}/inject`, { device: FAILED_TOO, fault: 'fail' });
+    await until(60, `${FAILED_TOO} shown FAULTED`, async () => {
+      await page.goto(`${URL}/#/pools`);
+      await deviceRow(FAILED_TOO).waitFor();
+      return (await deviceRow(FAILED_TOO).textContent()).includes('FAULTED');
+    });
+    await deviceRow(FAILED_TOO).locator('[data-test=replace]').click();
+    await page.locator('[data-test=replace-dialog]').waitFor();
+    await page.selectOption('[data-test=replace-with]', FREE);
+    await page.click('[data-test=replace-go]');
+    await resilvered(FAILED_TOO, FREE);
+    await page.goto(`${URL}/#/pools`);
+    await deviceRow(FREE).waitFor();
+    assert((await deviceRow(FREE).textContent()).includes('ONLINE'), 'the new device is not ONLINE');
   });
 });

@@ -47,6 +47,10 @@ pub struct PoolConfig {
     pub log: Vec<LeafConfig>,
     #[serde(default)]
     pub cache: Vec<LeafConfig>,
+    /// Hot spares: labelled with the pool's config so import finds them, holding no
+    /// data until one replaces a failed device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spares: Vec<LeafConfig>,
     /// The device this copy was written to (set per label).
     #[serde(default)]
     pub this_guid: u64,
@@ -66,6 +70,7 @@ impl PoolConfig {
             .flat_map(|t| t.children.iter())
             .chain(self.log.iter())
             .chain(self.cache.iter())
+            .chain(self.spares.iter())
     }
 }
 

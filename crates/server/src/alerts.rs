@@ -334,16 +334,22 @@ pub fn observe(seen: &mut Seen, st: &pool::pool::PoolStatus, now: Instant) -> Ve
             .or_insert_with(|| ("ONLINE".to_string(), leaf.cksum_errors, None));
         if leaf.health != entry.0 {
             let was = std::mem::replace(&mut entry.0, leaf.health.clone());
-            if leaf.health == "ONLINE" {
-                out.push((
-                    Severity::Info,
-                    "device.online",
-                    leaf.path.clone(),
-                    format!(
-                        "device {} of pool {pool} is ONLINE again (was {was})",
-                        leaf.path
-                    ),
-                ));
+            if leaf.health == "RESILVERING" {
+                // Being filled (a replacement or a clear): the operation says so, and
+                // its end is an alert of its own.
+            } else if leaf.health == "ONLINE" {
+                // Back after a resilver: said by the resilver's own alert.
+                if was != "RESILVERING" {
+                    out.push((
+                        Severity::Info,
+                        "device.online",
+                        leaf.path.clone(),
+                        format!(
+                            "device {} of pool {pool} is ONLINE again (was {was})",
+                            leaf.path
+                        ),
+                    ));
+                }
             } else {
                 out.push((
                     Severity::Critical,
@@ -416,6 +422,7 @@ pub fn start_monitor(state: Weak<crate::DaemonState>) {
                         for (severity, kind, object, message) in found {
                             s.alerts.raise(severity, kind, &object, message);
                         }
+                        crate::pools_admin::activate_spare(&s, &p, &st);
                     }
                 }
                 std::thread::sleep(SAMPLE_EVERY);

@@ -54,6 +54,14 @@ pub fn router(state: Shared) -> Router {
             "/api/v1/pools/{pool}/clear",
             post(crate::pools_admin::clear_device),
         )
+        .route(
+            "/api/v1/pools/{pool}/spares",
+            post(crate::pools_admin::add_spare),
+        )
+        .route(
+            "/api/v1/pools/{pool}/spares/remove",
+            post(crate::pools_admin::remove_spare),
+        )
         .route("/api/v1/operations", get(crate::pools_admin::operations))
         .route("/api/v1/devices", get(crate::pools_admin::candidates))
         .route("/api/v1/plan", get(crate::pools_admin::plan))

@@ -18,6 +18,10 @@
 //!   opens files elsewhere.
 //! - Long operations (scrub, resilver) publish their progress in `operations` while
 //!   they run; one per pool at a time.
+//! - A data device of a redundant vdev that is FAULTED or missing is replaced by the
+//!   pool's first spare big enough (`activate_spare`, run by the alert monitor every
+//!   2 s), as a resilver operation; a spare the replacement could not use is added
+//!   back.
 
 use crate::api::{ApiError, ApiResult, Body, Shared};
 use crate::{DaemonState, Result, ServerError};
@@ -308,8 +312,8 @@ impl DaemonState {
 }
 
 /// Words of a layout that are keywords, not devices.
-const LAYOUT_WORDS: [&str; 7] = [
-    "mirror", "raidz", "raidz1", "raidz2", "raidz3", "log", "cache",
+const LAYOUT_WORDS: [&str; 8] = [
+    "mirror", "raidz", "raidz1", "raidz2", "raidz3", "log", "cache", "spare",
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -540,6 +544,15 @@ pub(crate) async fn clear_device(
         let pool = s.pool(&name)?;
         let op = s.operations.begin(&name, "resilver", Some(&req.device))?;
         let summary = pool.clear(&req.device, &|p| op.progress(p))?;
+        s.alerts.raise(
+            crate::alerts::Severity::Info,
+            "resilver.finished",
+            &format!("pool {name}"),
+            format!(
+                "{} cleared: {} bytes resilvered in {:.1} s, {} errors",
+                req.device, summary.bytes_written, summary.seconds, summary.errors
+            ),
+        );
         Ok(Json(summary))
     })
     .await
@@ -688,4 +701,140 @@ pub(crate) async fn plan(
         q.disk_iops,
         q.disk_size,
     )))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewSpare {
+    /// A device named as in `NewPool`'s layout.
+    pub device: String,
+    /// Creates the device file with this many bytes if it is missing.
+    #[serde(default)]
+    pub size: Option<u64>,
+}
+
+pub(crate) async fn add_spare(
+    State(s): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    Body(req): Body<NewSpare>,
+) -> ApiResult<PoolStatus> {
+    blocking(move || {
+        let host = s.host()?.clone();
+        let pool = s.pool(&name)?;
+        let path = s.device_path(&req.device)?;
+        let (device, created) = host.open_device(&path, req.size)?;
+        if let Err(e) = pool.add_spare(device) {
+            if created {
+                let _ = std::fs::remove_file(&path);
+            }
+            return Err(e.into());
+        }
+        host.devices_changed(&pool)?;
+        Ok(Json(pool.status()))
+    })
+    .await
+}
+
+pub(crate) async fn remove_spare(
+    State(s): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    Body(req): Body<DeviceName>,
+) -> ApiResult<PoolStatus> {
+    blocking(move || {
+        let host = s.host()?.clone();
+        let pool = s.pool(&name)?;
+        pool.remove_spare(&req.device)?;
+        host.devices_changed(&pool)?;
+        Ok(Json(pool.status()))
+    })
+    .await
+}
+
+/// Puts a spare in place of a failed data device of `pool` (`st` is its status), if
+/// it has one and nothing else runs in it: the replacement runs on its own thread as
+/// a resilver operation, with alerts when the spare goes in and when it is done.
+pub(crate) fn activate_spare(s: &Arc<DaemonState>, pool: &Arc<Pool>, st: &PoolStatus) {
+    if st.spares.is_empty() || s.operations.in_pool(&pool.name).is_some() {
+        return;
+    }
+    let failed = st
+        .vdevs
+        .iter()
+        .filter(|t| t.layout != "disk" && t.children.len() > 1)
+        .flat_map(|t| t.children.iter())
+        .find(|c| c.health == "FAULTED" || c.health == "UNAVAIL");
+    let Some(failed) = failed else { return };
+    let Some(spare) = st
+        .spares
+        .iter()
+        .find(|sp| sp.health == "ONLINE")
+        .map(|sp| sp.path.clone())
+    else {
+        return;
+    };
+    // The thread claims the pool for the operation; if something claimed it since
+    // the check above, it gives up and the next sample tries again.
+    let (s, pool, failed) = (s.clone(), pool.clone(), failed.path.clone());
+    std::thread::spawn(move || {
+        let Ok(op) = s.operations.begin(&pool.name, "resilver", Some(&failed)) else {
+            return;
+        };
+        let object = format!("pool {}", pool.name);
+        let device = match pool.take_spare(&spare) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(pool = %pool.name, %spare, error = %e, "taking a spare");
+                return;
+            }
+        };
+        let keep = pool::pool::DeviceArg {
+            path: device.path.clone(),
+            device: device.device.clone(),
+        };
+        s.alerts.raise(
+            crate::alerts::Severity::Warning,
+            "spare.activated",
+            &object,
+            format!(
+                "spare {spare} replaces {failed} of pool {}: resilvering",
+                pool.name
+            ),
+        );
+        match pool.replace(&failed, device, &|p| op.progress(p)) {
+            Ok(summary) => {
+                if let Some(host) = &s.host {
+                    if let Err(e) = host.devices_changed(&pool) {
+                        tracing::warn!(pool = %pool.name, error = %e, "recording devices");
+                    }
+                }
+                s.alerts.raise(
+                    if summary.errors > 0 {
+                        crate::alerts::Severity::Critical
+                    } else {
+                        crate::alerts::Severity::Info
+                    },
+                    "resilver.finished",
+                    &object,
+                    format!(
+                        "spare {spare} took the place of {failed}: {} bytes resilvered in {:.1} s, {} errors",
+                        summary.bytes_written, summary.seconds, summary.errors
+                    ),
+                );
+            }
+            Err(e) => {
+                let back = pool.add_spare(keep);
+                s.alerts.raise(
+                    crate::alerts::Severity::Critical,
+                    "spare.failed",
+                    &object,
+                    format!(
+                        "spare {spare} could not replace {failed}: {e}{}",
+                        match back {
+                            Ok(()) => " (it stays a spare)".to_string(),
+                            Err(b) => format!(" (and could not be made a spare again: {b})"),
+                        }
+                    ),
+                );
+            }
+        }
+    });
 }

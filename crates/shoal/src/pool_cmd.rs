@@ -18,7 +18,8 @@ use vdev::{Device, FileDevice, Layout};
 
 #[derive(Subcommand)]
 pub enum PoolCommand {
-    /// Create a pool: LAYOUT reads like zpool's, e.g. `raidz2 a b c d e f log x cache y`.
+    /// Create a pool: LAYOUT reads like zpool's, e.g. `raidz2 a b c d e f log x cache y
+    /// spare z`.
     Create {
         /// Directory for relative device paths.
         #[arg(long)]
@@ -82,6 +83,26 @@ pub enum PoolCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Add or remove a hot spare. A running daemon puts a spare in place of a data
+    /// device that faults or goes missing, and resilvers it.
+    Spare {
+        #[command(subcommand)]
+        action: SpareAction,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum SpareAction {
+    /// Add DEVICE to pool NAME as a hot spare.
+    Add {
+        name: String,
+        device: PathBuf,
+        /// Create DEVICE as a file of this size if it does not exist.
+        #[arg(long)]
+        size: Option<String>,
+    },
+    /// Remove spare DEVICE (its path or guid) from pool NAME.
+    Remove { name: String, device: String },
 }
 
 pub fn run(cmd: PoolCommand) -> Result<()> {
@@ -106,6 +127,7 @@ pub fn run(cmd: PoolCommand) -> Result<()> {
             json,
         } => replace(&name, &old, &new, size, json),
         PoolCommand::Clear { name, device, json } => clear(&name, &device, json),
+        PoolCommand::Spare { action } => spare(action),
     }
 }
 
@@ -121,6 +143,7 @@ struct ParsedLayout {
     tops: Vec<(Layout, Vec<PathBuf>)>,
     log: Vec<PathBuf>,
     cache: Vec<PathBuf>,
+    spares: Vec<PathBuf>,
 }
 
 fn parse_layout(words: &[String], dir: &Path) -> Result<ParsedLayout> {
@@ -129,11 +152,13 @@ fn parse_layout(words: &[String], dir: &Path) -> Result<ParsedLayout> {
         Data,
         Log,
         Cache,
+        Spare,
     }
     let mut out = ParsedLayout {
         tops: Vec::new(),
         log: Vec::new(),
         cache: Vec::new(),
+        spares: Vec::new(),
     };
     let mut class = Class::Data;
     let mut group: Option<(Layout, Vec<PathBuf>)> = None;
@@ -174,7 +199,7 @@ fn parse_layout(words: &[String], dir: &Path) -> Result<ParsedLayout> {
         };
         if let Some(layout) = keyword {
             if class != Class::Data {
-                bail!("'{w}' after log/cache: log and cache devices are plain devices");
+                bail!("'{w}' after log/cache/spare: those are plain devices");
             }
             finish(&mut group, &mut out)?;
             group = Some((layout, Vec::new()));
@@ -189,9 +214,14 @@ fn parse_layout(words: &[String], dir: &Path) -> Result<ParsedLayout> {
                 finish(&mut group, &mut out)?;
                 class = Class::Cache;
             }
+            "spare" => {
+                finish(&mut group, &mut out)?;
+                class = Class::Spare;
+            }
             _ => match class {
                 Class::Log => out.log.push(resolve(w)),
                 Class::Cache => out.cache.push(resolve(w)),
+                Class::Spare => out.spares.push(resolve(w)),
                 Class::Data => match &mut group {
                     Some((_, devs)) => devs.push(resolve(w)),
                     None => out.tops.push((Layout::Disk, vec![resolve(w)])),
@@ -276,7 +306,9 @@ pub(crate) fn create(
         let layout: Vec<String> = words
             .iter()
             .map(|w| match w.as_str() {
-                "mirror" | "raidz" | "raidz1" | "raidz2" | "raidz3" | "log" | "cache" => w.clone(),
+                "mirror" | "raidz" | "raidz1" | "raidz2" | "raidz3" | "log" | "cache" | "spare" => {
+                    w.clone()
+                }
                 _ => cwd.join(&dir).join(w).display().to_string(),
             })
             .collect();
@@ -324,6 +356,7 @@ pub(crate) fn create_registered(
         .flat_map(|(_, d)| d.iter().cloned())
         .chain(layout.log.iter().cloned())
         .chain(layout.cache.iter().cloned())
+        .chain(layout.spares.iter().cloned())
         .collect();
     // Validate everything before touching the disk.
     let mut seen = std::collections::HashSet::new();
@@ -379,7 +412,15 @@ pub(crate) fn create_registered(
             .collect::<Result<Vec<_>>>()?;
         let log = layout.log.iter().map(arg).collect::<Result<Vec<_>>>()?;
         let cache = layout.cache.iter().map(arg).collect::<Result<Vec<_>>>()?;
-        Ok(Pool::create(name, tops, log, cache, options)?)
+        let spares = layout.spares.iter().map(arg).collect::<Result<Vec<_>>>()?;
+        let pool = Pool::create(name, tops, log, cache, options)?;
+        for s in spares {
+            if let Err(e) = pool.add_spare(s) {
+                let _ = pool.destroy();
+                return Err(e.into());
+            }
+        }
+        Ok(pool)
     })();
     let pool = match result {
         Ok(p) => p,
@@ -722,6 +763,7 @@ fn device_paths(st: &PoolStatus) -> Vec<String> {
         .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
         .chain(st.log.iter().map(|l| l.path.clone()))
         .chain(st.cache.iter().map(|l| l.path.clone()))
+        .chain(st.spares.iter().map(|l| l.path.clone()))
         .collect()
 }
 
@@ -905,6 +947,88 @@ fn destroy(name: &str) -> Result<()> {
     Ok(())
 }
 
+fn spare(action: SpareAction) -> Result<()> {
+    match action {
+        SpareAction::Add { name, device, size } => {
+            let size = size.map(|s| parse_size(&s)).transpose()?;
+            let path = std::env::current_dir()?.join(&device);
+            if let Some(api) = Api::running()? {
+                api.post::<PoolStatus>(
+                    &format!("/pools/{name}/spares"),
+                    &server::pools_admin::NewSpare {
+                        device: path.display().to_string(),
+                        size,
+                    },
+                )?;
+            } else {
+                let _lock = lock_pool(&name)?;
+                let pool = open_registered(&name)?;
+                let (arg, created) = new_device(&path, size)?;
+                if let Err(e) = pool.add_spare(arg) {
+                    if created {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    return Err(e.into());
+                }
+                record_devices(&pool)?;
+            }
+            println!("added spare {} to pool '{name}'", path.display());
+        }
+        SpareAction::Remove { name, device } => {
+            if let Some(api) = Api::running()? {
+                api.post::<PoolStatus>(
+                    &format!("/pools/{name}/spares/remove"),
+                    &server::pools_admin::DeviceName {
+                        device: device.clone(),
+                    },
+                )?;
+            } else {
+                let _lock = lock_pool(&name)?;
+                let pool = open_registered(&name)?;
+                pool.remove_spare(&device)?;
+                record_devices(&pool)?;
+            }
+            println!("removed spare {device} from pool '{name}'");
+        }
+    }
+    Ok(())
+}
+
+/// Opens `path` as a device (simulation and fault injection as the daemon's options
+/// say), creating a file of `size` bytes if none is there; true when it was created.
+fn new_device(path: &Path, size: Option<u64>) -> Result<(DeviceArg, bool)> {
+    let created = !path.exists();
+    if created {
+        let Some(size) = size else {
+            bail!(
+                "{} does not exist (give a size to create it)",
+                path.display()
+            );
+        };
+        FileDevice::create(
+            path,
+            size / vdev::SECTOR_SIZE as u64 * vdev::SECTOR_SIZE as u64,
+        )
+        .with_context(|| format!("creating {}", path.display()))?;
+    }
+    let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    match open_device(path) {
+        Ok(device) => Ok((
+            DeviceArg {
+                path: abs.display().to_string(),
+                device,
+            },
+            created,
+        )),
+        Err(e) => {
+            if created {
+                let _ = std::fs::remove_file(path);
+            }
+            Err(e)
+        }
+    }
+}
+
 /// A spinner for work the daemon does and answers when done.
 fn spinner(hidden: bool, what: &str) -> indicatif::ProgressBar {
     if hidden {
@@ -994,36 +1118,7 @@ impl server::pools_admin::PoolHost for DaemonPoolHost {
     }
 
     fn open_device(&self, path: &Path, size: Option<u64>) -> server::Result<(DeviceArg, bool)> {
-        let created = !path.exists();
-        if created {
-            let Some(size) = size else {
-                return Err(server::ServerError::Config(format!(
-                    "{} does not exist (give a size to create it)",
-                    path.display()
-                )));
-            };
-            FileDevice::create(
-                path,
-                size / vdev::SECTOR_SIZE as u64 * vdev::SECTOR_SIZE as u64,
-            )
-            .map_err(|e| server::ServerError::Io(format!("creating {}", path.display()), e))?;
-        }
-        let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        match open_device(path) {
-            Ok(device) => Ok((
-                DeviceArg {
-                    path: abs.display().to_string(),
-                    device,
-                },
-                created,
-            )),
-            Err(e) => {
-                if created {
-                    let _ = std::fs::remove_file(path);
-                }
-                Err(to_server(e))
-            }
-        }
+        new_device(path, size).map_err(to_server)
     }
 
     fn devices_changed(&self, pool: &Pool) -> server::Result<()> {

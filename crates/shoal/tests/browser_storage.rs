@@ -1,12 +1,12 @@
 //! Storage configured in the browser while the appliance serves: headless Chromium
-//! runs `ui/tests/storage.mjs` against `shoal serve` with a device directory of five
-//! empty device files and fault injection on. The script builds a pool on the Pools
-//! page (its layout's figures checked against `shoal plan --json`, run here), a
-//! filesystem and a share, then prints `LOAD`; this harness then writes files into
-//! the share over NFS without pause, while the script fails a device, sees the alert
-//! and replaces the device from the page. After `DONE` every write must have
-//! succeeded and every file must read back. Screenshots land in
-//! `target/artifacts/storage-screenshots/`.
+//! runs `ui/tests/storage.mjs` against `shoal serve` with a device directory of six
+//! empty device files and fault injection on. The script builds a pool with a hot
+//! spare on the Pools page (its layout's figures checked against `shoal plan
+//! --json`, run here), a filesystem and a share, then prints `LOAD`; this harness
+//! then writes files into the share over NFS without pause, while the script fails a
+//! device, sees the alert and the spare take over by itself, then fails another and
+//! replaces it from the page. After `DONE` every write must have succeeded and every
+//! file must read back. Screenshots land in `target/artifacts/storage-screenshots/`.
 //!
 //! Needs node, `ui/node_modules`, `/usr/bin/chromium` and libnfs-utils
 //! (`.ci/test-deps.sh`).
@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 const DEVICE_BYTES: u64 = 256 << 20;
+/// Files the writer writes at most (256 KiB each: 300 MiB, well inside the pool).
+const FILES: u32 = 1200;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -57,7 +59,7 @@ fn a_pool_built_in_the_browser_survives_a_failed_device_replaced_there() {
     let devs = t.path().join("devs");
     std::fs::create_dir_all(&devs).unwrap();
     let devs = std::fs::canonicalize(&devs).unwrap();
-    for name in ["a", "b", "c", "d", "e"] {
+    for name in ["a", "b", "c", "d", "e", "f"] {
         std::fs::File::create(devs.join(name))
             .unwrap()
             .set_len(DEVICE_BYTES)
@@ -109,11 +111,13 @@ fn a_pool_built_in_the_browser_survives_a_failed_device_replaced_there() {
             let (port, scratch, stop) = (d.nfs_port, t.path().to_path_buf(), stop.clone());
             // Writes without pause until told to stop; nfs_put_at fails the thread on
             // any error the client sees.
+            // A file every 40 ms or so, at most FILES (the pool must not fill up).
             writer = Some(std::thread::spawn(move || {
                 let mut i = 0;
-                while !stop.load(Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) && i < FILES {
                     nfs_put_at(port, &scratch, &export, &format!("f{i}"), &contents(i));
                     i += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(30));
                 }
                 (export, i)
             }));
@@ -138,7 +142,7 @@ fn a_pool_built_in_the_browser_survives_a_failed_device_replaced_there() {
             "file f{i} of {written}"
         );
     }
-    println!("{written} files written across the failure and the resilver, all read back");
+    println!("{written} files written across the failures and the resilvers, all read back");
     let check: serde_json::Value =
         serde_json::from_str(&ok(&state, &["pool", "check", "vault", "--json"])).unwrap();
     assert_eq!(check["problems"].as_array().unwrap().len(), 0, "{check}");

@@ -182,6 +182,34 @@ fn pools_are_created_repaired_exported_imported_and_destroyed_while_serving() {
     let alerts = ok(&state, &["alerts", "--all", "--json"]);
     assert!(alerts.contains("resilver.finished"), "{alerts}");
 
+    // A spare added and removed through the daemon.
+    let spare = devs.join("s");
+    ok(
+        &state,
+        &[
+            "pool",
+            "spare",
+            "add",
+            "vault",
+            spare.to_str().unwrap(),
+            "--size",
+            "256M",
+        ],
+    );
+    let spares = |state: &Path| pool_json(state)[0]["spares"].as_array().unwrap().clone();
+    assert_eq!(spares(&state).len(), 1);
+    assert_eq!(spares(&state)[0]["path"], spare.to_str().unwrap());
+    let err = String::from_utf8_lossy(
+        &shoal(&state, &["pool", "spare", "remove", "vault", "nope"]).stderr,
+    )
+    .into_owned();
+    assert!(err.contains("no spare 'nope'"), "{err}");
+    ok(
+        &state,
+        &["pool", "spare", "remove", "vault", spare.to_str().unwrap()],
+    );
+    assert!(spares(&state).is_empty());
+
     // Exported: no longer served; imported again: served with its share.
     ok(&state, &["pool", "export", "vault"]);
     assert!(pool_json(&state).as_array().unwrap().is_empty());

@@ -194,5 +194,9 @@ function vdevTable(p: api.PoolStatus, changed: () => void): HTMLElement {
     rows.push(group('cache', '', ''));
     for (const d of p.cache) rows.push(leaf(d, 1, false));
   }
+  if (p.spares?.length) {
+    rows.push(group('spares', '', 'take the place of a failed device by themselves'));
+    for (const d of p.spares) rows.push(leaf(d, 1, false));
+  }
   return h('table', { class: 'grid vdevs', 'data-test': 'vdev-tree' }, h('thead', null, head), h('tbody', null, rows));
 }

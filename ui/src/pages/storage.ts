@@ -113,7 +113,7 @@ export function newPoolPanel(created: () => void): HTMLElement {
     rows.length = 0;
     const trs = candidates.map((c) => {
       const use = h('input', { type: 'checkbox', 'data-test': 'candidate-use' });
-      const role = h('select', { 'data-test': 'candidate-role' }, ['data', 'log', 'cache'].map((r) => h('option', { value: r }, r)));
+      const role = h('select', { 'data-test': 'candidate-role' }, ['data', 'log', 'cache', 'spare'].map((r) => h('option', { value: r }, r)));
       use.addEventListener('change', relayout);
       role.addEventListener('change', relayout);
       rows.push({ c, use, role });
@@ -146,9 +146,17 @@ export function newPoolPanel(created: () => void): HTMLElement {
     const caches = selected('cache').map((c) => c.path);
     if (logs.length) words.push('log', ...logs);
     if (caches.length) words.push('cache', ...caches);
+    const spares = selected('spare').map((c) => c.path);
+    if (spares.length) words.push('spare', ...spares);
     confirmAction(
       `Create pool ${poolName}`,
-      [`${chosen.plan} from ${selected('data').length} devices`, logs.length ? `, ${logs.length} log` : '', caches.length ? `, ${caches.length} cache` : '', '. Whatever those devices hold is overwritten.'],
+      [
+        `${chosen.plan} from ${selected('data').length} devices`,
+        logs.length ? `, ${logs.length} log` : '',
+        caches.length ? `, ${caches.length} cache` : '',
+        spares.length ? `, ${spares.length} spare` : '',
+        '. Whatever those devices hold is overwritten.',
+      ],
       'Create',
       async () => {
         await api.createPool(poolName, words);

@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// The devices of a pool besides its data vdevs.
+pub(super) struct AuxLeaves {
+    pub log: Vec<Arc<Leaf>>,
+    pub cache: Vec<Arc<Leaf>>,
+    pub spares: Vec<Arc<Leaf>>,
+}
+
 impl Pool {
     /// Creates a new pool on the given devices and commits its first txg.
     pub fn create(
@@ -103,6 +110,7 @@ impl Pool {
                     faulted: false,
                 })
                 .collect(),
+            spares: Vec::new(),
             this_guid: 0,
         };
         let capacities: Vec<u64> = top_vdevs.iter().map(|t| t.capacity_bytes()).collect();
@@ -122,8 +130,11 @@ impl Pool {
             guid,
             config,
             storage,
-            log_leaves,
-            cache_leaves,
+            AuxLeaves {
+                log: log_leaves,
+                cache: cache_leaves,
+                spares: Vec::new(),
+            },
             opts,
         ));
         // Wipe stale uberblocks (a destroyed pool's) before the first label goes down.
@@ -149,10 +160,14 @@ impl Pool {
         guid: u64,
         config: PoolConfig,
         storage: Arc<Storage>,
-        log_leaves: Vec<Arc<Leaf>>,
-        cache_leaves: Vec<Arc<Leaf>>,
+        aux: AuxLeaves,
         opts: PoolOptions,
     ) -> Pool {
+        let AuxLeaves {
+            log: log_leaves,
+            cache: cache_leaves,
+            spares: spare_leaves,
+        } = aux;
         storage
             .deterministic
             .store(opts.deterministic_io, Ordering::Relaxed);
@@ -167,6 +182,7 @@ impl Pool {
             storage,
             log_leaves,
             cache_leaves,
+            spare_leaves: Mutex::new(spare_leaves),
             datasets: RwLock::new(BTreeMap::new()),
             next_objset_id: Mutex::new(1),
             pending_destroy: Mutex::new(Vec::new()),
@@ -246,6 +262,7 @@ impl Pool {
             .collect();
         v.extend(self.log_leaves.iter().cloned());
         v.extend(self.cache_leaves.iter().cloned());
+        v.extend(self.spare_leaves.lock().unwrap().iter().cloned());
         v
     }
 
@@ -372,6 +389,7 @@ impl Pool {
         }
         let log_leaves: Vec<Arc<Leaf>> = config.log.iter().map(|l| leaf_of(l, 0)).collect();
         let cache_leaves: Vec<Arc<Leaf>> = config.cache.iter().map(|l| leaf_of(l, 0)).collect();
+        let spare_leaves: Vec<Arc<Leaf>> = config.spares.iter().map(|l| leaf_of(l, 0)).collect();
 
         let mut slots = Vec::new();
         for t in &tops {
@@ -405,8 +423,11 @@ impl Pool {
                 config.guid,
                 cfg,
                 storage,
-                log_leaves.clone(),
-                cache_leaves.clone(),
+                AuxLeaves {
+                    log: log_leaves.clone(),
+                    cache: cache_leaves.clone(),
+                    spares: spare_leaves.clone(),
+                },
                 opts.clone(),
             );
             match pool.load(&ub) {

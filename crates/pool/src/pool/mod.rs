@@ -396,6 +396,8 @@ pub struct PoolStatus {
     pub vdevs: Vec<TopStatus>,
     pub log: Vec<LeafStatus>,
     pub cache: Vec<LeafStatus>,
+    #[serde(default)]
+    pub spares: Vec<LeafStatus>,
     pub arc: ArcStatus,
     pub l2arc: Option<crate::l2arc::L2Stats>,
     pub suspended: Option<String>,
@@ -411,6 +413,8 @@ pub struct Pool {
     pub storage: Arc<Storage>,
     log_leaves: Vec<Arc<Leaf>>,
     cache_leaves: Vec<Arc<Leaf>>,
+    /// Hot spares (see `spares.rs`); they change while the pool is imported.
+    spare_leaves: Mutex<Vec<Arc<Leaf>>>,
     datasets: RwLock<BTreeMap<u64, DatasetEntry>>,
     next_objset_id: Mutex<u64>,
     pending_destroy: Mutex<Vec<(BlockPointer, Deadlist)>>,
@@ -561,6 +565,7 @@ mod lifecycle;
 mod objects;
 mod repair;
 mod snapshots;
+mod spares;
 mod streams;
 mod tx;
 mod txg;

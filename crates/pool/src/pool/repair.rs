@@ -53,6 +53,13 @@ impl Pool {
             intent_log: self.intent_log.stats(),
             log: self.log_leaves.iter().map(|l| leaf_status(l)).collect(),
             cache: self.cache_leaves.iter().map(|l| leaf_status(l)).collect(),
+            spares: self
+                .spare_leaves
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|l| leaf_status(l))
+                .collect(),
             arc: self.storage.arc.stats().into(),
             l2arc: self.storage.l2.get().map(|l| l.stats()),
             suspended: self.suspended.lock().unwrap().clone(),

@@ -1,0 +1,90 @@
+//! Hot spares: devices that carry the pool's labels (so import finds them) and no
+//! data, until one replaces a failed data device (`take_spare`, then `replace`).
+//!
+//! Crash safety: a spare is added by labelling it first and only then writing the
+//! config that names it to every other device, so no label ever names a spare that
+//! does not carry the pool's label. A spare is taken by writing the config without it
+//! and then wiping its labels; a crash in between leaves a device whose own label
+//! still names it as a spare of a config the others have moved past (import follows
+//! the highest config, which does not name it, so it is simply free). A taken spare
+//! that the replacement then fails to use is added back; a crash before that leaves
+//! it free, never half in the pool.
+
+use super::*;
+
+impl Pool {
+    /// Adds `d` as a hot spare.
+    pub fn add_spare(&self, d: DeviceArg) -> Result<(), PoolError> {
+        self.check_writable()?;
+        check_device_free(&d)?;
+        if self.all_leaves().iter().any(|l| l.path() == d.path) {
+            return Err(PoolError::Exists(format!(
+                "{} is a device of pool '{}' already",
+                d.path, self.name
+            )));
+        }
+        let leaf = Arc::new(Leaf::new(new_guid(), d.path.clone(), d.device.clone()));
+        label::clear_labels(&*d.device)?;
+        {
+            let mut cfg = self.config.lock().unwrap();
+            cfg.spares.push(LeafConfig {
+                guid: leaf.guid(),
+                path: leaf.path(),
+                faulted: false,
+            });
+            cfg.config_txg += 1;
+        }
+        self.spare_leaves.lock().unwrap().push(leaf.clone());
+        if let Some((a, _)) = self.analytics.get() {
+            leaf.attach_analytics(a, &self.name);
+        }
+        // The spare's own label first: no other label names it before it has one.
+        self.write_labels_first(Some(&leaf))
+    }
+
+    /// Removes spare `name` (its path or guid) from the pool; its labels are wiped.
+    pub fn remove_spare(&self, name: &str) -> Result<(), PoolError> {
+        self.take_spare(name).map(|_| ())
+    }
+
+    /// Takes spare `name` (its path or guid) out of the pool for a replacement: the
+    /// config no longer names it and its labels are wiped, so `replace` sees a free
+    /// device. Give it back with `add_spare` if the replacement fails.
+    pub fn take_spare(&self, name: &str) -> Result<DeviceArg, PoolError> {
+        self.check_writable()?;
+        let leaf = {
+            let mut spares = self.spare_leaves.lock().unwrap();
+            let i = spares
+                .iter()
+                .position(|l| l.path() == name || l.guid().to_string() == name)
+                .ok_or_else(|| {
+                    PoolError::NotFound(format!("no spare '{name}' in pool '{}'", self.name))
+                })?;
+            spares.remove(i)
+        };
+        {
+            let mut cfg = self.config.lock().unwrap();
+            cfg.spares.retain(|s| s.guid != leaf.guid());
+            cfg.config_txg += 1;
+        }
+        self.write_labels()?;
+        let device = leaf.device().ok_or_else(|| {
+            PoolError::InvalidArgument(format!("spare {} is missing", leaf.path()))
+        })?;
+        label::clear_labels(&*device)?;
+        Ok(DeviceArg {
+            path: leaf.path(),
+            device,
+        })
+    }
+
+    /// The spares present (path, bytes), in the order they were added.
+    pub fn spares(&self) -> Vec<(String, u64)> {
+        self.spare_leaves
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| Some((l.path(), l.device()?.size_bytes())))
+            .collect()
+    }
+}
