@@ -367,6 +367,21 @@ async fn blocking<T: Send + 'static>(
     })?
 }
 
+/// Takes a pool just created or imported; one the daemon cannot take is exported
+/// again, so no pool is left registered and unserved.
+fn take_new(
+    s: &Shared,
+    host: &dyn PoolHost,
+    pool: Arc<Pool>,
+) -> std::result::Result<PoolStatus, ApiError> {
+    let st = pool.status();
+    if let Err(e) = s.take_pool(pool.clone(), false) {
+        let _ = host.export(&pool);
+        return Err(e.into());
+    }
+    Ok(st)
+}
+
 pub(crate) async fn create_pool(
     State(s): State<Shared>,
     Body(n): Body<NewPool>,
@@ -385,13 +400,7 @@ pub(crate) async fn create_pool(
                 layout.push(s.device_path(w)?.display().to_string());
             }
         }
-        let pool = host.create(&n.name, &layout, n.size)?;
-        let st = pool.status();
-        if let Err(e) = s.take_pool(pool.clone(), false) {
-            let _ = host.export(&pool);
-            return Err(e.into());
-        }
-        Ok(st)
+        take_new(&s, &*host, host.create(&n.name, &layout, n.size)?)
     })
     .await?;
     Ok((StatusCode::CREATED, Json(st)))
@@ -426,13 +435,7 @@ pub(crate) async fn import_pool(
                 );
             }
         }
-        let pool = host.import(&dir, req.name.as_deref())?;
-        let st = pool.status();
-        if let Err(e) = s.take_pool(pool.clone(), false) {
-            let _ = host.export(&pool);
-            return Err(e.into());
-        }
-        Ok(st)
+        take_new(&s, &*host, host.import(&dir, req.name.as_deref())?)
     })
     .await?;
     Ok((StatusCode::CREATED, Json(st)))
@@ -443,22 +446,15 @@ pub(crate) async fn export_pool(
     UrlPath(name): UrlPath<String>,
     crate::api::Params(q): crate::api::Params<Confirm>,
 ) -> ApiResult<serde_json::Value> {
-    blocking(move || {
-        if q.confirm.as_deref() != Some(name.as_str()) {
-            return Err(ApiError::bad(format!(
-                "exporting pool '{name}' ends its shares: confirm with ?confirm={name}"
-            )));
-        }
-        let host = s.host()?.clone();
-        let pool = s.release_pool(&name, false)?;
-        if let Err(e) = host.export(&pool) {
-            s.take_pool(pool, false)?;
-            return Err(e.into());
-        }
-        tracing::info!(pool = %name, "exported");
-        Ok(Json(serde_json::json!({ "exported": name })))
-    })
-    .await
+    blocking(move || let_go(&s, &name, q.confirm.as_deref(), false)).await
+}
+
+pub(crate) async fn destroy_pool(
+    State(s): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    crate::api::Params(q): crate::api::Params<Confirm>,
+) -> ApiResult<serde_json::Value> {
+    blocking(move || let_go(&s, &name, q.confirm.as_deref(), true)).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -467,27 +463,37 @@ pub(crate) struct Confirm {
     confirm: Option<String>,
 }
 
-pub(crate) async fn destroy_pool(
-    State(s): State<Shared>,
-    UrlPath(name): UrlPath<String>,
-    crate::api::Params(q): crate::api::Params<Confirm>,
+/// Exports or destroys pool `name` once `confirm` names it again; a pool the host
+/// could not let go of is taken back.
+fn let_go(
+    s: &Shared,
+    name: &str,
+    confirm: Option<&str>,
+    destroy: bool,
 ) -> ApiResult<serde_json::Value> {
-    blocking(move || {
-        if q.confirm.as_deref() != Some(name.as_str()) {
-            return Err(ApiError::bad(format!(
-                "destroying pool '{name}' wipes it: confirm with ?confirm={name}"
-            )));
-        }
-        let host = s.host()?.clone();
-        let pool = s.release_pool(&name, true)?;
-        if let Err(e) = host.destroy(&pool) {
-            s.take_pool(pool, false)?;
-            return Err(e.into());
-        }
-        tracing::info!(pool = %name, "destroyed");
-        Ok(Json(serde_json::json!({ "destroyed": name })))
-    })
-    .await
+    let (doing, done, why) = if destroy {
+        ("destroying", "destroyed", "wipes it")
+    } else {
+        ("exporting", "exported", "ends its shares")
+    };
+    if confirm != Some(name) {
+        return Err(ApiError::bad(format!(
+            "{doing} pool '{name}' {why}: confirm with ?confirm={name}"
+        )));
+    }
+    let host = s.host()?.clone();
+    let pool = s.release_pool(name, destroy)?;
+    let result = if destroy {
+        host.destroy(&pool)
+    } else {
+        host.export(&pool)
+    };
+    if let Err(e) = result {
+        s.take_pool(pool, false)?;
+        return Err(e.into());
+    }
+    tracing::info!(pool = %name, "{done}");
+    Ok(Json(serde_json::json!({ done: name })))
 }
 
 /// Replaces a device and resilvers onto the new one while the pool serves; answers

@@ -28,19 +28,6 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// 256 KiB of bytes that differ per file.
-fn contents(i: u32) -> Vec<u8> {
-    let mut x = i.wrapping_mul(2_654_435_761) | 1;
-    (0..256 << 10)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn a_pool_built_in_the_browser_survives_a_failed_device_replaced_there() {
     let ui = repo().join("ui");
@@ -115,7 +102,13 @@ fn a_pool_built_in_the_browser_survives_a_failed_device_replaced_there() {
             writer = Some(std::thread::spawn(move || {
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) && i < FILES {
-                    nfs_put_at(port, &scratch, &export, &format!("f{i}"), &contents(i));
+                    nfs_put_at(
+                        port,
+                        &scratch,
+                        &export,
+                        &format!("f{i}"),
+                        &pattern(256 << 10, i),
+                    );
                     i += 1;
                     std::thread::sleep(std::time::Duration::from_millis(30));
                 }
@@ -138,7 +131,7 @@ fn a_pool_built_in_the_browser_survives_a_failed_device_replaced_there() {
     for i in 0..written {
         assert_eq!(
             nfs_get(&d, &export, &format!("f{i}")).as_deref(),
-            Some(&contents(i)[..]),
+            Some(&pattern(256 << 10, i)[..]),
             "file f{i} of {written}"
         );
     }

@@ -13,18 +13,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
-
 fn pool_json(state: &Path) -> serde_json::Value {
     serde_json::from_str(&ok(state, &["pool", "status", "--json"])).unwrap()
 }

@@ -68,18 +68,6 @@ fn xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 7) as u8
-        })
-        .collect()
-}
-
 /// The first tree: every kind of object a replica must carry.
 fn populate(root: &Path) {
     std::fs::create_dir_all(root.join("dir/sub")).unwrap();
@@ -791,15 +779,7 @@ fn scheduled_runs_counted_in_analytics_on_both_sides() {
     );
     // Nobody runs it: the schedule does, a run every two seconds when something
     // changed (a scheduled run with nothing to send is skipped).
-    ok(
-        &p,
-        &[
-            "share",
-            "set",
-            "tank/data",
-            "127.0.0.1(rw,no_root_squash,insecure)",
-        ],
-    );
+    share_to_loopback(&p, "tank/data");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut changes = 0;
     let runs = loop {
@@ -823,6 +803,14 @@ fn scheduled_runs_counted_in_analytics_on_both_sides() {
     // Pruned to two replication snapshots on each side.
     assert_eq!(snapshots(&p, "tank/data").len(), 2);
     assert_eq!(snapshots(&r, "tank/copy").len(), 2);
+}
+
+/// Shares `fs` of `state` read-write to 127.0.0.1 (libnfs clients, root not squashed).
+fn share_to_loopback(state: &Path, fs: &str) {
+    ok(
+        state,
+        &["share", "set", fs, "127.0.0.1(rw,no_root_squash,insecure)"],
+    );
 }
 
 /// Alerts of `kind` about `object` in the primary's list (acknowledged ones too).
@@ -905,15 +893,7 @@ fn continuous_replication_runs_only_when_something_changed() {
     let r = appliance(&t.path().join("replica"), None);
     let primary = Served::start(&p, &t.path().join("p.log"), &[]);
     let replica = Served::start(&r, &t.path().join("r.log"), &[]);
-    ok(
-        &p,
-        &[
-            "share",
-            "set",
-            "tank/data",
-            "127.0.0.1(rw,no_root_squash,insecure)",
-        ],
-    );
+    share_to_loopback(&p, "tank/data");
     pair(&p, &replica, "vault", None);
     add_action(&p, "tank/data", "vault", "tank/copy", &["--continuous"]);
     let settled = |want: usize| {

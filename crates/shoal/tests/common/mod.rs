@@ -408,3 +408,17 @@ pub fn nfs_get(d: &Served, export: &str, file: &str) -> Option<Vec<u8>> {
         .expect("libnfs-utils");
     out.status.success().then_some(out.stdout)
 }
+
+/// `len` bytes of a xorshift sequence seeded by `seed`: contents that differ per file
+/// and compress poorly.
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 7) as u8
+        })
+        .collect()
+}
