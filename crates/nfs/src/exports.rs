@@ -1,12 +1,15 @@
 //! Export rules: which clients may reach a share, and as whom.
 //!
 //! The text form is the one storage engineers know from `/etc/exports`: a space
-//! separated list of `CLIENTS(OPTIONS)`, where CLIENTS is `*`, an IP address or a
-//! CIDR block (`10.0.0.0/8`, `fd00::/8`) and OPTIONS a comma separated list of `rw`,
+//! separated list of `CLIENTS(OPTIONS)`, where CLIENTS is `*`, an IP address, a CIDR
+//! block (`10.0.0.0/8`, `fd00::/8`), a host name (`nas.example.org`) or a netgroup
+//! (`@servers`), and OPTIONS a comma separated list of `rw`,
 //! `ro`, `root_squash` (the default), `no_root_squash`, `all_squash`, `anonuid=N`,
 //! `anongid=N`, `secure` (client port below 1024) and `insecure` (the default). The
 //! first rule that matches a client applies; a client no rule matches is refused.
-//! Host names are not accepted: resolving them would make access depend on DNS.
+//! Host names and netgroups match the addresses they resolve to, cached, with the
+//! failure mode of `client_names` (closed: a name that no longer resolves matches no
+//! one after a grace period); wildcard names are refused.
 
 use crate::rpc::Credential;
 use serde::Serialize;
@@ -26,13 +29,25 @@ pub enum Squash {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Clients {
     Any,
-    Net { addr: IpAddr, prefix: u8 },
+    Net {
+        addr: IpAddr,
+        prefix: u8,
+    },
+    /// A host name, matched by the addresses it resolves to.
+    Host(String),
+    /// `@name`: the hosts of a netgroup.
+    Netgroup(String),
 }
 
 impl Clients {
     fn matches(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
+        let resolved = |host: &str| crate::client_names::addresses_of(host).contains(&ip);
         match *self {
+            Clients::Host(ref name) => resolved(name),
+            Clients::Netgroup(ref group) => crate::client_names::netgroup_hosts(group)
+                .iter()
+                .any(|h| resolved(h)),
             Clients::Any => true,
             Clients::Net { addr, prefix } => match (addr, ip) {
                 (IpAddr::V4(a), IpAddr::V4(b)) => {
@@ -69,6 +84,8 @@ impl fmt::Display for Clients {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Clients::Any => f.write_str("*"),
+            Clients::Host(name) => f.write_str(name),
+            Clients::Netgroup(group) => write!(f, "@{group}"),
             Clients::Net { addr, prefix } => {
                 let full = if addr.is_ipv4() { 32 } else { 128 };
                 if *prefix == full {
@@ -255,13 +272,31 @@ fn parse_clients(who: &str) -> Result<Clients, String> {
     if who == "*" {
         return Ok(Clients::Any);
     }
+    if let Some(group) = who.strip_prefix('@') {
+        if group.is_empty()
+            || !group
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(format!(
+                "'{who}': a netgroup name is letters, digits, - _ ."
+            ));
+        }
+        return Ok(Clients::Netgroup(group.to_string()));
+    }
     let (addr, prefix) = match who.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (who, None),
     };
-    let addr: IpAddr = addr.parse().map_err(|_| {
-        format!("'{who}': clients are '*', an IP address or a CIDR block (no host names)")
-    })?;
+    let Ok(addr) = addr.parse::<IpAddr>() else {
+        if prefix.is_none() && crate::client_names::valid_host_name(who) {
+            return Ok(Clients::Host(who.to_ascii_lowercase()));
+        }
+        return Err(format!(
+            "'{who}': clients are '*', an IP address, a CIDR block, a host name or \
+             @netgroup (no wildcard names)"
+        ));
+    };
     let full = if addr.is_ipv4() { 32 } else { 128 };
     let prefix = match prefix {
         Some(p) => p
@@ -340,7 +375,15 @@ mod tests {
             r.access("127.0.0.2:700".parse().unwrap(), &sys(1, 1)),
             Err(Refusal::NotAllowed)
         );
-        for bad in ["", "host.example(rw)", "10.0.0.0/33", "*(rw,bogus)", "*(rw"] {
+        for bad in [
+            "",
+            "*.example(rw)",
+            "10.0.0.0/33",
+            "*(rw,bogus)",
+            "*(rw",
+            "@(rw)",
+            "a/8",
+        ] {
             assert!(ExportRules::parse(bad).is_err(), "{bad}");
         }
         let text = ExportRules::parse("10.0.0.0/8(ro) ::1")
@@ -350,5 +393,51 @@ mod tests {
             ExportRules::parse(&text).unwrap(),
             ExportRules::parse("10.0.0.0/8(ro) ::1").unwrap()
         );
+    }
+
+    #[test]
+    fn host_names_and_netgroups_match_what_they_resolve_to() {
+        // Only names /etc/hosts answers: no query leaves the machine.
+        let r = ExportRules::parse("localhost(ro) 10.0.0.0/8(rw)").unwrap();
+        assert_eq!(
+            r.to_string().split(' ').next().unwrap().split('(').next(),
+            Some("localhost")
+        );
+        let a = r
+            .access("127.0.0.1:900".parse().unwrap(), &sys(1, 1))
+            .unwrap();
+        assert!(a.read_only);
+        assert!(
+            !r.access("10.1.1.1:900".parse().unwrap(), &sys(1, 1))
+                .unwrap()
+                .read_only
+        );
+        assert_eq!(
+            r.access("127.0.0.2:900".parse().unwrap(), &sys(1, 1)),
+            Err(Refusal::NotAllowed)
+        );
+        let dir = std::env::temp_dir().join(format!("shoal-netgroup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("netgroup");
+        std::fs::write(&file, "lab (localhost,,) (,bob,)\nall lab\n").unwrap();
+        std::env::set_var("SHOAL_NETGROUP_FILE", &file);
+        let r = ExportRules::parse("@all(rw,no_root_squash)").unwrap();
+        assert_eq!(
+            r.to_string(),
+            "@all(rw,no_root_squash,anonuid=65534,anongid=65534,insecure)"
+        );
+        assert!(r
+            .access("127.0.0.1:900".parse().unwrap(), &sys(0, 0))
+            .is_ok());
+        assert_eq!(
+            r.access("127.0.0.3:900".parse().unwrap(), &sys(0, 0)),
+            Err(Refusal::NotAllowed)
+        );
+        let r = ExportRules::parse("@nobody-here(rw)").unwrap();
+        assert_eq!(
+            r.access("127.0.0.1:900".parse().unwrap(), &sys(0, 0)),
+            Err(Refusal::NotAllowed)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

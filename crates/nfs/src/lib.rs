@@ -15,6 +15,7 @@
 //! - `handle` the file handles; `exports` the client rules; `names` the share and
 //!   file names analytics shows; `fuzzing` the harness of the fuzz targets.
 
+pub mod client_names;
 pub mod exports;
 pub mod fuzzing;
 pub mod handle;

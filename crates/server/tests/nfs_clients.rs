@@ -386,3 +386,16 @@ fn read_only_rules_and_root_squash_are_enforced() {
     c.cred = user(1234);
     assert_eq!(c.write(&fh, 0, b"x", 2).0, 13);
 }
+
+/// A host name in the rules matches the addresses it resolves to (localhost: from
+/// /etc/hosts, no query leaves the machine); other clients are refused at mount.
+#[test]
+fn a_host_name_rule_admits_its_addresses_only() {
+    let server = TestServer::start("localhost(ro)");
+    let mut c = common::http::client_from("127.0.0.1", server.addr);
+    let (st, root) = c.mount("/tp/share");
+    assert_eq!(st, 0);
+    assert_eq!(c.create(&root, "nope").0, 30, "the rule says ro");
+    let mut other = common::http::client_from("127.0.0.2", server.addr);
+    assert_ne!(other.mount("/tp/share").0, 0, "127.0.0.2 is not localhost");
+}
