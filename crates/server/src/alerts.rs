@@ -423,6 +423,7 @@ pub fn start_monitor(state: Weak<crate::DaemonState>) {
                             s.alerts.raise(severity, kind, &object, message);
                         }
                         crate::pools_admin::activate_spare(&s, &p, &st);
+                        s.scrub_if_due(&p);
                     }
                 }
                 std::thread::sleep(SAMPLE_EVERY);

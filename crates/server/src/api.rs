@@ -455,29 +455,7 @@ async fn scrub(
 ) -> ApiResult<pool::pool::ScrubSummary> {
     blocking(move || {
         let p = s.pool(&name)?;
-        let summary = s.scrub_pool(&p)?;
-        p.storage.flush_all();
-        let (severity, what) = if summary.errors > 0 {
-            (
-                crate::alerts::Severity::Critical,
-                "blocks no copy of which is readable",
-            )
-        } else if summary.repaired_bytes > 0 {
-            (crate::alerts::Severity::Warning, "damage repaired")
-        } else {
-            (crate::alerts::Severity::Info, "no damage")
-        };
-        s.alerts.raise(
-            severity,
-            "scrub.finished",
-            &name,
-            format!(
-                "scrub of pool {name} finished in {:.0} s: {} blocks read, {} bytes repaired, \
-                 {} unreadable ({what})",
-                summary.seconds, summary.blocks, summary.repaired_bytes, summary.errors
-            ),
-        );
-        Ok(summary)
+        Ok(s.scrub_pool(&p)?)
     })
     .await
 }

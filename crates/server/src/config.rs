@@ -22,6 +22,7 @@
 //!
 //! [storage]
 //! device_dirs = ["/srv/shoal"]  # device files the API may create pools on (and make)
+//! scrub_every = "30d"           # scrub each pool this long after its last scrub
 //!
 //! [[share]]
 //! dataset = "tank/home"
@@ -107,6 +108,42 @@ pub struct StorageConfig {
     /// the API uses block devices only.
     #[serde(default)]
     pub device_dirs: Vec<PathBuf>,
+    /// Scrub every pool this long after its last scrub (`30d`, `12h`, `90s`); absent:
+    /// only on request. A pool first seen counts from then.
+    #[serde(default, deserialize_with = "duration_or_none")]
+    pub scrub_every: Option<std::time::Duration>,
+}
+
+/// Parses `30d`, `12h`, `15m` or `90s` (a whole number and one unit).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("duration '{s}' is a whole number and a unit (d, h, m, s)"))?;
+    let unit_secs = match unit {
+        "d" => 86_400,
+        "h" => 3_600,
+        "m" => 60,
+        "s" | "" => 1,
+        _ => return Err(format!("unknown unit in duration '{s}' (use d, h, m or s)")),
+    };
+    if n == 0 {
+        return Err(format!("duration '{s}' must be more than zero"));
+    }
+    n.checked_mul(unit_secs)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("duration '{s}' out of range"))
+}
+
+fn duration_or_none<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::time::Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// Analytics (`/api/v1/analytics`, `/metrics`).

@@ -14,6 +14,7 @@
 //! - `api-password` and `api-token`: the UI's password hash and the local API token
 //!   (`auth.rs`);
 //! - `worksheets.json`: saved analytics worksheets (`worksheets.rs`);
+//! - `scrubs.json`: when each pool's last scrub ended, for `[storage] scrub_every`;
 //! - `analytics/`: analytics history and the enabled datasets (`analytics::archive`).
 
 pub mod alerts;
@@ -76,6 +77,9 @@ pub struct DaemonState {
     device_dirs: Vec<PathBuf>,
     /// Scrubs and resilvers running, with their progress.
     pub operations: pools_admin::Operations,
+    /// `[storage] scrub_every`: every pool is scrubbed this long after its last scrub.
+    scrub_every: Option<std::time::Duration>,
+    scrub_book_lock: Mutex<()>,
     pub service: Arc<NfsService>,
     pub analytics: Arc<analytics::Analytics>,
     pub nfs_addrs: Vec<SocketAddr>,
@@ -454,6 +458,8 @@ impl Daemon {
             config_shares,
             device_dirs: config.storage.device_dirs.clone(),
             operations: Default::default(),
+            scrub_every: config.storage.scrub_every,
+            scrub_book_lock: Mutex::new(()),
             service: service.clone(),
             analytics,
             nfs_addrs,

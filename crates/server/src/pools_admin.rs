@@ -304,12 +304,88 @@ impl DaemonState {
         Ok(p)
     }
 
-    /// Runs a scrub of `pool` as an operation (progress in `operations`).
+    /// Runs a scrub of `pool` as an operation (progress in `operations`), flushes its
+    /// repairs, raises its alert and notes when it ended (for `scrub_every`).
     pub(crate) fn scrub_pool(&self, pool: &Pool) -> Result<pool::pool::ScrubSummary> {
         let op = self.operations.begin(&pool.name, "scrub", None)?;
-        Ok(pool.scrub(&|p| op.progress(p))?)
+        let summary = pool.scrub(&|p| op.progress(p))?;
+        pool.storage.flush_all();
+        drop(op);
+        let name = &pool.name;
+        let (severity, what) = if summary.errors > 0 {
+            (
+                crate::alerts::Severity::Critical,
+                "blocks no copy of which is readable",
+            )
+        } else if summary.repaired_bytes > 0 {
+            (crate::alerts::Severity::Warning, "damage repaired")
+        } else {
+            (crate::alerts::Severity::Info, "no damage")
+        };
+        self.alerts.raise(
+            severity,
+            "scrub.finished",
+            name,
+            format!(
+                "scrub of pool {name} finished in {:.0} s: {} blocks read, {} bytes repaired, \
+                 {} unreadable ({what})",
+                summary.seconds, summary.blocks, summary.repaired_bytes, summary.errors
+            ),
+        );
+        self.note_scrub(pool.guid, crate::replication::unix_now());
+        Ok(summary)
+    }
+
+    /// The scrub schedule's book: pool guid -> when its last scrub ended (or, before
+    /// the first, when the daemon first saw the pool).
+    fn scrub_book(&self) -> std::collections::BTreeMap<String, u64> {
+        std::fs::read(self.state_dir.join(SCRUB_BOOK))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    fn note_scrub(&self, guid: u64, unix: u64) {
+        let _one = self.scrub_book_lock.lock().unwrap();
+        let mut book = self.scrub_book();
+        book.insert(format!("{guid:016x}"), unix);
+        let bytes = serde_json::to_vec_pretty(&book).expect("a map of numbers serialises");
+        if let Err(e) = crate::write_atomically(&self.state_dir.join(SCRUB_BOOK), &bytes, 0o644) {
+            tracing::warn!(error = %e, "recording a scrub's end");
+        }
+    }
+
+    /// Starts a scrub of `pool` on its own thread when `[storage] scrub_every` has
+    /// passed since its last one and nothing else runs in it (called by the alert
+    /// monitor every 2 s).
+    pub(crate) fn scrub_if_due(self: &Arc<Self>, pool: &Arc<Pool>) {
+        let Some(every) = self.scrub_every else {
+            return;
+        };
+        if self.operations.in_pool(&pool.name).is_some() {
+            return;
+        }
+        let now = crate::replication::unix_now();
+        let Some(&last) = self.scrub_book().get(&format!("{:016x}", pool.guid)) else {
+            // First seen: the schedule counts from now.
+            self.note_scrub(pool.guid, now);
+            return;
+        };
+        if now < last.saturating_add(every.as_secs()) {
+            return;
+        }
+        let (s, pool) = (self.clone(), pool.clone());
+        std::thread::spawn(move || {
+            tracing::info!(pool = %pool.name, "scheduled scrub");
+            if let Err(e) = s.scrub_pool(&pool) {
+                tracing::warn!(pool = %pool.name, error = %e, "scheduled scrub");
+            }
+        });
     }
 }
+
+/// The scrub schedule's book in the state directory.
+const SCRUB_BOOK: &str = "scrubs.json";
 
 /// Words of a layout that are keywords, not devices.
 const LAYOUT_WORDS: [&str; 8] = [

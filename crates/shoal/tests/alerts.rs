@@ -191,3 +191,61 @@ fn a_failed_device_is_alerted_to_the_hooks_and_kept() {
     assert!(!wrong.status.success());
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("no alert 99999"));
 }
+
+/// `[storage] scrub_every`: a pool is scrubbed that long after the daemon first saw it
+/// and again that long after each scrub; each scrub is alerted.
+#[test]
+fn pools_are_scrubbed_on_their_schedule() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = t.path().join("state");
+    create_tank(&state, t.path(), "128M", &["mirror", "a", "b"]);
+    let config = t.path().join("shoal.toml");
+    std::fs::write(&config, "[storage]\nscrub_every = \"4s\"\n").unwrap();
+    let started = Instant::now();
+    let _d = Served::start(
+        &state,
+        &t.path().join("log"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let scrubs = |state: &std::path::Path| {
+        alerts(state, true)["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["kind"] == "scrub.finished" && a["object"] == "tank")
+            .count()
+    };
+    // Not at once: the schedule counts from when the daemon first saw the pool.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(scrubs(&state), 0, "scrubbed before its interval");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while scrubs(&state) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "two scheduled scrubs did not happen"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(8),
+        "two intervals of 4 s"
+    );
+    let book: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("scrubs.json")).unwrap()).unwrap();
+    assert_eq!(book.as_object().unwrap().len(), 1, "{book}");
+    // A wrong duration is refused at start with a clear error.
+    std::fs::write(&config, "[storage]\nscrub_every = \"soon\"\n").unwrap();
+    let out = shoal(
+        &state,
+        &[
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--api",
+            "off",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("duration 'soon'"), "{err}");
+}
