@@ -63,6 +63,11 @@ pub fn router(state: Shared) -> Router {
             post(crate::pools_admin::remove_spare),
         )
         .route("/api/v1/operations", get(crate::pools_admin::operations))
+        .route(
+            "/api/v1/mounts",
+            get(crate::mounts::list).post(crate::mounts::mount),
+        )
+        .route("/api/v1/mounts/unmount", post(crate::mounts::unmount))
         .route("/api/v1/devices", get(crate::pools_admin::candidates))
         .route("/api/v1/plan", get(crate::pools_admin::plan))
         .route("/api/v1/pools/{pool}/scrub", post(scrub))
@@ -199,7 +204,7 @@ impl ApiError {
         &self.message
     }
 
-    fn not_found(message: impl Into<String>) -> ApiError {
+    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, message)
     }
 }

@@ -22,6 +22,7 @@ pub mod analytics_api;
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod mounts;
 pub mod pools_admin;
 pub mod receive_tokens;
 pub mod replication;
@@ -70,6 +71,10 @@ pub struct DaemonState {
     /// Makes, finds and lets go of pools for the pool administration API; none: the
     /// set of pools is fixed (embedded daemons, tests).
     host: Option<Arc<dyn pools_admin::PoolHost>>,
+    /// Runs local (FUSE) mounts for `mounts.rs`; none: the daemon serves none.
+    mount_host: Option<Arc<dyn mounts::MountHost>>,
+    /// Local mounts the daemon serves.
+    pub mounts: mounts::Mounts,
     analytics_enabled: bool,
     /// Shares of the config file, applied to a pool whenever it is taken.
     config_shares: Vec<(String, String)>,
@@ -397,6 +402,7 @@ impl Daemon {
         pools: Vec<Arc<Pool>>,
         state_dir: &Path,
         host: Option<Arc<dyn pools_admin::PoolHost>>,
+        mount_host: Option<Arc<dyn mounts::MountHost>>,
     ) -> Result<Daemon> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -454,6 +460,8 @@ impl Daemon {
         let state = Arc::new(DaemonState {
             held: RwLock::new(BTreeMap::new()),
             host,
+            mount_host,
+            mounts: Default::default(),
             analytics_enabled: config.analytics.enabled,
             config_shares,
             device_dirs: config.storage.device_dirs.clone(),
@@ -544,6 +552,7 @@ impl Daemon {
         if let Some(rpc) = self.rpc.take() {
             rpc.stop();
         }
+        self.state.mounts.unmount_all();
         for p in self.state.pools() {
             p.sync()?;
         }

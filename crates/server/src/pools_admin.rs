@@ -227,6 +227,7 @@ impl DaemonState {
                 "pool '{name}' is busy: {what}; wait for it to end"
             )));
         }
+        self.refuse_if_mounted(name)?;
         if let Some(op) = self.operations.in_pool(name) {
             return Err(ServerError::Conflict(format!(
                 "a {} runs in pool '{name}'; wait for it to end",

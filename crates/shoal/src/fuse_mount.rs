@@ -30,11 +30,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// How long the kernel may keep attributes and names (found or not) without asking.
-/// While mounted, this process is the only writer of the dataset (it holds the pool),
-/// and the kernel drops what its own requests change, so the cache stays true; 60 s
-/// only bounds how long an overlooked case could stay stale.
-const TTL: Duration = Duration::from_secs(60);
+/// How long the kernel may keep attributes and names (found or not) without asking,
+/// in milliseconds. A `shoal mount` process is the only writer of the dataset (it
+/// holds the pool), and the kernel drops what its own requests change, so the cache
+/// stays true; 60 s only bounds how long an overlooked case could stay stale. In the
+/// daemon, NFS clients write the same files, so its mounts revalidate after
+/// `DAEMON_TTL_MS`, as an NFS client's attribute cache does.
+static TTL_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(60_000);
+const DAEMON_TTL_MS: u64 = 1_000;
+
+fn ttl() -> Duration {
+    Duration::from_millis(TTL_MS.load(std::sync::atomic::Ordering::Relaxed))
+}
 
 struct ShoalFuse {
     fs: Arc<fs::Filesystem>,
@@ -118,7 +125,7 @@ fn done(r: fs::Result<()>, reply: ReplyEmpty) {
 
 fn attr(r: fs::Result<Attr>, reply: ReplyAttr) {
     match r {
-        Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
+        Ok(a) => reply.attr(&ttl(), &fuse_attr(&a)),
         Err(e) => reply.error(errno(e)),
     }
 }
@@ -341,7 +348,7 @@ impl ShoalFuse {
 
     fn entry(&self, r: fs::Result<Attr>, reply: ReplyEntry) {
         match r {
-            Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(a.generation)),
+            Ok(a) => reply.entry(&ttl(), &fuse_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -393,13 +400,13 @@ impl fuser::Filesystem for ShoalFuse {
         let root_ctl = parent.0 == fs::filesystem::ROOT_INO && name.as_bytes() == CTL_NAME;
         if special(parent) || root_ctl {
             return match self.special_lookup(parent.0, name.as_bytes()) {
-                Ok((a, generation)) => reply.entry(&TTL, &a, Generation(generation)),
+                Ok((a, generation)) => reply.entry(&ttl(), &a, Generation(generation)),
                 Err(e) => reply.error(e),
             };
         }
         match self.fs.lookup(parent.0, name.as_bytes()) {
             // Node id 0 is a negative entry: the kernel remembers the name is absent.
-            Err(FsError::NotFound(_)) => reply.entry(&TTL, &negative_entry(), Generation(0)),
+            Err(FsError::NotFound(_)) => reply.entry(&ttl(), &negative_entry(), Generation(0)),
             r => self.entry(r, reply),
         }
     }
@@ -415,7 +422,7 @@ impl fuser::Filesystem for ShoalFuse {
                 Err(e) => Err(e),
             };
             return match r {
-                Ok(a) => reply.attr(&TTL, &a),
+                Ok(a) => reply.attr(&ttl(), &a),
                 Err(e) => reply.error(e),
             };
         }
@@ -841,7 +848,7 @@ impl fuser::Filesystem for ShoalFuse {
             Ok(a) => {
                 self.fs.opened(a.ino);
                 reply.created(
-                    &TTL,
+                    &ttl(),
                     &fuse_attr(&a),
                     Generation(a.generation),
                     FileHandle(0),
@@ -891,8 +898,8 @@ impl fuser::Filesystem for ShoalFuse {
     }
 }
 
-/// `shoal mount POOL/FS MOUNTPOINT [-o ro,allow_other]`: runs until unmounted.
-pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()> {
+/// Mount options as `shoal mount -o` takes them: (read-only, allow other users).
+fn parse_options(options: &[String]) -> Result<(bool, bool)> {
     let mut ro = false;
     let mut allow_other = false;
     for o in options.iter().flat_map(|o| o.split(',')) {
@@ -904,13 +911,20 @@ pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()>
             other => bail!("unknown mount option '{other}' (known: ro, rw, allow_other)"),
         }
     }
+    Ok((ro, allow_other))
+}
+
+/// A FUSE session of `dataset` (of `datasets`) on `mountpoint`, mounted, not yet run.
+fn session(
+    datasets: Arc<fs::Datasets>,
+    dataset: &str,
+    mountpoint: &Path,
+    options: &[String],
+) -> Result<fuser::Session<ShoalFuse>> {
+    let (ro, allow_other) = parse_options(options)?;
     if !mountpoint.is_dir() {
         bail!("mount point {} is not a directory", mountpoint.display());
     }
-    let pool_name = dataset.split('/').next().unwrap_or(dataset);
-    let _lock = lock_pool(pool_name)?;
-    let pool = open_registered_long_lived(pool_name, None)?;
-    let datasets = fs::Datasets::new(pool.clone())?;
     let filesystem = datasets
         .open(dataset)
         .with_context(|| format!("opening {dataset}"))?;
@@ -932,18 +946,42 @@ pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()>
         SessionACL::Owner
     };
     config.n_threads = Some(4);
-    let datasets = Arc::new(datasets);
-    let mut session = fuser::Session::new(
+    fuser::Session::new(
         ShoalFuse {
-            fs: filesystem.clone(),
-            datasets: datasets.clone(),
+            fs: filesystem,
+            datasets,
             dataset: dataset.to_string(),
             snapshots: Default::default(),
         },
         mountpoint,
         &config,
     )
-    .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    .with_context(|| format!("mounting on {}", mountpoint.display()))
+}
+
+/// `shoal mount POOL/FS MOUNTPOINT [-o ro,allow_other]`: runs until unmounted; while
+/// `shoal serve` runs, the daemon serves the mount and this returns at once.
+pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()> {
+    parse_options(options)?;
+    if let Some(api) = crate::admin::Api::running()? {
+        let dir = std::env::current_dir()?.join(mountpoint);
+        let dir = dir.canonicalize().unwrap_or(dir);
+        let m: server::mounts::MountInfo = api.post(
+            "/mounts",
+            &server::mounts::MountRequest {
+                dataset: dataset.to_string(),
+                dir: dir.display().to_string(),
+                options: options.to_vec(),
+            },
+        )?;
+        eprintln!("mounted {} on {} (served by shoal serve)", m.dataset, m.dir);
+        return Ok(());
+    }
+    let pool_name = dataset.split('/').next().unwrap_or(dataset);
+    let _lock = lock_pool(pool_name)?;
+    let pool = open_registered_long_lived(pool_name, None)?;
+    let datasets = Arc::new(fs::Datasets::new(pool.clone())?);
+    let mut session = session(datasets.clone(), dataset, mountpoint, options)?;
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -962,19 +1000,62 @@ pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()>
     let result = session.run();
     handle.close();
     let _ = signal_thread.join();
-    drop(filesystem);
     drop(datasets);
     pool.sync().context("committing on unmount")?;
     result.context("FUSE session")?;
     Ok(())
 }
 
-/// `shoal unmount MOUNTPOINT`: asks the kernel to unmount; the mount process then
-/// commits and exits.
+/// A mount the daemon serves (`shoal mount` while `shoal serve` runs): the FUSE
+/// session runs on its own threads in the daemon.
+pub(crate) struct DaemonMount(fuser::BackgroundSession);
+
+impl server::mounts::MountHandle for DaemonMount {
+    fn unmount(self: Box<Self>) -> std::result::Result<(), String> {
+        self.0.umount_and_join().map_err(|e| e.to_string())
+    }
+}
+
+/// Starts the daemon's FUSE sessions (see `DaemonMount`).
+pub(crate) struct FuseHost;
+
+impl server::mounts::MountHost for FuseHost {
+    fn mount(
+        &self,
+        datasets: Arc<fs::Datasets>,
+        dataset: &str,
+        dir: &Path,
+        options: &[String],
+    ) -> std::result::Result<Box<dyn server::mounts::MountHandle>, String> {
+        TTL_MS.store(DAEMON_TTL_MS, std::sync::atomic::Ordering::Relaxed);
+        let s = session(datasets, dataset, dir, options).map_err(|e| format!("{e:#}"))?;
+        let background = s
+            .spawn()
+            .map_err(|e| format!("starting the FUSE session: {e}"))?;
+        Ok(Box::new(DaemonMount(background)))
+    }
+}
+
+/// `shoal unmount MOUNTPOINT`: a mount the daemon serves is unmounted and committed by
+/// it before this returns; otherwise asks the kernel to unmount, and the mount process
+/// then commits and exits.
 pub fn unmount(mountpoint: &Path) -> Result<()> {
     let path: PathBuf = mountpoint
         .canonicalize()
         .with_context(|| format!("{}", mountpoint.display()))?;
+    if let Some(api) = crate::admin::Api::running()? {
+        let mounts: Vec<server::mounts::MountInfo> = api.get("/mounts")?;
+        if mounts.iter().any(|m| Path::new(&m.dir) == path) {
+            // The daemon answers once the mount is gone and the pool committed.
+            api.post::<server::mounts::MountInfo>(
+                "/mounts/unmount",
+                &server::mounts::UnmountRequest {
+                    dir: path.display().to_string(),
+                },
+            )?;
+            return Ok(());
+        }
+    }
     let mounts = std::fs::read_to_string("/proc/self/mounts")?;
     let is_shoal = mounts.lines().any(|l| {
         let mut f = l.split_whitespace();

@@ -81,6 +81,43 @@ fn pools_are_created_repaired_exported_imported_and_destroyed_while_serving() {
     );
     nfs_put(&d, "/vault/data", "first", &pattern(3 << 20, 1));
 
+    // Mounted locally by the daemon beside the share: both see one filesystem, a
+    // snapshot is taken while mounted, the pool cannot be exported from under the
+    // mount, and unmount returns with the mount gone.
+    let at = t.path().join("mnt");
+    std::fs::create_dir_all(&at).unwrap();
+    let out = shoal(&state, &["mount", "vault/data", at.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(is_mounted(&std::fs::canonicalize(&at).unwrap()));
+    std::fs::write(at.join("local"), b"written through FUSE").unwrap();
+    assert_eq!(
+        nfs_get(&d, "/vault/data", "local").as_deref(),
+        Some(&b"written through FUSE"[..])
+    );
+    assert_eq!(
+        std::fs::read(at.join("first")).unwrap(),
+        pattern(3 << 20, 1)
+    );
+    ok(&state, &["snapshot", "create", "vault/data@mounted"]);
+    assert_eq!(
+        std::fs::read(at.join(".shoal/snapshot/mounted/local")).unwrap(),
+        b"written through FUSE"
+    );
+    let busy = shoal(&state, &["pool", "export", "vault"]);
+    let err = String::from_utf8_lossy(&busy.stderr);
+    assert!(
+        !busy.status.success() && err.contains("is mounted on"),
+        "{err}"
+    );
+    let (code, _) = d.post(
+        "/api/v1/mounts",
+        &serde_json::json!({"dataset": "vault/data", "dir": t.path().to_str().unwrap()}),
+    );
+    assert_eq!(code, 409, "a directory that is not empty is refused");
+    ok(&state, &["unmount", at.to_str().unwrap()]);
+    assert!(!is_mounted(&std::fs::canonicalize(&at).unwrap()));
+    ok(&state, &["snapshot", "destroy", "vault/data@mounted"]);
+
     // Paths outside the device directory are refused, and nothing is created.
     let outside = t.path().join("elsewhere");
     let (code, body) = d.post(

@@ -115,6 +115,7 @@ impl TestServer {
             vec![self.pool.clone()],
             &self.dir.path().join("state"),
             None,
+            None,
         )
         .unwrap();
         self.addr = daemon.nfs_addrs()[0];

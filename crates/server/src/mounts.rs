@@ -1,0 +1,237 @@
+//! Local mounts served by the daemon: `shoal mount pool/fs DIR` while `shoal serve`
+//! runs asks the daemon (`POST /api/v1/mounts`) to run the FUSE session beside the
+//! NFS shares of the same filesystems, from the same open datasets, so snapshots and
+//! every other change go on through the API; `shoal unmount DIR`
+//! (`POST /api/v1/mounts/unmount`) returns once the mount is gone and the pool has
+//! committed.
+//!
+//! Invariants:
+//! - A mount point must be an empty directory given by its absolute path, and not a
+//!   mount already: a request can never hide files under a mount.
+//! - A pool with mounts is not let go (export, destroy); the daemon unmounts every
+//!   mount before it commits its pools and exits.
+//! - The FUSE sessions themselves are the `shoal` binary's (`MountHost`).
+
+use crate::api::{ApiError, ApiResult, Body, Shared};
+use crate::DaemonState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A running FUSE session; `unmount` returns when the kernel has let go of it.
+pub trait MountHandle: Send {
+    fn unmount(self: Box<Self>) -> Result<(), String>;
+}
+
+/// Starts FUSE sessions for the daemon.
+pub trait MountHost: Send + Sync {
+    fn mount(
+        &self,
+        datasets: Arc<fs::Datasets>,
+        dataset: &str,
+        dir: &Path,
+        options: &[String],
+    ) -> Result<Box<dyn MountHandle>, String>;
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MountRequest {
+    pub dataset: String,
+    /// An empty directory, by its absolute path.
+    pub dir: String,
+    /// As `shoal mount -o`: `ro`, `rw`, `allow_other`.
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MountInfo {
+    pub dataset: String,
+    pub dir: String,
+    pub options: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnmountRequest {
+    pub dir: String,
+}
+
+struct Entry {
+    info: MountInfo,
+    handle: Box<dyn MountHandle>,
+}
+
+/// The daemon's mounts, by directory.
+#[derive(Default)]
+pub struct Mounts {
+    by_dir: Mutex<BTreeMap<PathBuf, Entry>>,
+}
+
+impl Mounts {
+    pub fn list(&self) -> Vec<MountInfo> {
+        self.by_dir
+            .lock()
+            .unwrap()
+            .values()
+            .map(|e| e.info.clone())
+            .collect()
+    }
+
+    /// A mount of a filesystem of pool `pool`, if any.
+    pub fn in_pool(&self, pool: &str) -> Option<String> {
+        self.by_dir
+            .lock()
+            .unwrap()
+            .values()
+            .find(|e| fs::pool_of(&e.info.dataset) == pool)
+            .map(|e| e.info.dir.clone())
+    }
+
+    /// Unmounts everything (the daemon is stopping).
+    pub fn unmount_all(&self) {
+        let all = std::mem::take(&mut *self.by_dir.lock().unwrap());
+        for (dir, e) in all {
+            if let Err(err) = e.handle.unmount() {
+                tracing::warn!(dir = %dir.display(), error = %err, "unmounting at stop");
+            }
+        }
+    }
+}
+
+fn is_mount_point(dir: &Path) -> bool {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
+    let d = dir.to_string_lossy();
+    mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(&*d))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the request failed inside the daemon: {e}"),
+        )
+    })?
+}
+
+pub(crate) async fn list(State(s): State<Shared>) -> Json<Vec<MountInfo>> {
+    Json(s.mounts.list())
+}
+
+pub(crate) async fn mount(
+    State(s): State<Shared>,
+    Body(req): Body<MountRequest>,
+) -> Result<(StatusCode, Json<MountInfo>), ApiError> {
+    let info = blocking(move || {
+        let host = s.mount_host.clone().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "this daemon does not serve local mounts".to_string(),
+            )
+        })?;
+        let dir = PathBuf::from(&req.dir);
+        if !dir.is_absolute()
+            || dir
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
+            return Err(ApiError::bad(format!(
+                "'{}': give the mount point's absolute path",
+                req.dir
+            )));
+        }
+        let empty = std::fs::read_dir(&dir)
+            .map_err(|e| ApiError::bad(format!("mount point {}: {e}", dir.display())))?
+            .next()
+            .is_none();
+        if !empty || is_mount_point(&dir) || dir == Path::new("/") {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "{} is not an empty directory that is no mount point",
+                    dir.display()
+                ),
+            ));
+        }
+        let datasets = s.datasets_of(&req.dataset)?;
+        let mut by_dir = s.mounts.by_dir.lock().unwrap();
+        if by_dir.contains_key(&dir) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{} is mounted already", dir.display()),
+            ));
+        }
+        let handle = host
+            .mount(datasets, &req.dataset, &dir, &req.options)
+            .map_err(ApiError::bad)?;
+        let info = MountInfo {
+            dataset: req.dataset.clone(),
+            dir: dir.display().to_string(),
+            options: req.options.clone(),
+        };
+        by_dir.insert(
+            dir,
+            Entry {
+                info: info.clone(),
+                handle,
+            },
+        );
+        tracing::info!(dataset = %info.dataset, dir = %info.dir, "mounted");
+        Ok(info)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(info)))
+}
+
+/// Unmounts, then commits the pool: the answer means the mount is gone and what was
+/// written through it is on disk.
+pub(crate) async fn unmount(
+    State(s): State<Shared>,
+    Body(req): Body<UnmountRequest>,
+) -> ApiResult<MountInfo> {
+    blocking(move || {
+        let entry = s
+            .mounts
+            .by_dir
+            .lock()
+            .unwrap()
+            .remove(Path::new(&req.dir))
+            .ok_or_else(|| {
+                ApiError::not_found(format!("{} is no mount of this daemon", req.dir))
+            })?;
+        let info = entry.info.clone();
+        entry.handle.unmount().map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("unmounting {}: {e}", info.dir),
+            )
+        })?;
+        if let Some(ds) = s.datasets_of_pool(fs::pool_of(&info.dataset)) {
+            ds.pool().sync()?;
+        }
+        tracing::info!(dataset = %info.dataset, dir = %info.dir, "unmounted");
+        Ok(Json(info))
+    })
+    .await
+}
+
+impl DaemonState {
+    /// 409 when pool `pool` has local mounts.
+    pub(crate) fn refuse_if_mounted(&self, pool: &str) -> crate::Result<()> {
+        match self.mounts.in_pool(pool) {
+            Some(dir) => Err(crate::ServerError::Conflict(format!(
+                "pool '{pool}' is mounted on {dir}: unmount it first"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
