@@ -173,7 +173,7 @@ pub fn serve(config: &ServeConfig, ready: impl FnOnce(&server::Daemon)) -> Resul
     ])?;
     // The host holds the pools' locks from here on: a pool exported through the API
     // is unlocked then, one created or imported is locked while the daemon holds it.
-    let host = Arc::new(crate::pool_cmd::DaemonPoolHost::new(
+    let host = Arc::new(crate::pool_host::DaemonPoolHost::new(
         config.cache.arc_max,
         locks,
     ));
