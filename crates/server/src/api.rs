@@ -306,17 +306,23 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestP
     }
 }
 
-/// Runs pool work on a blocking thread.
+/// Runs pool work on a blocking thread; its answer as JSON.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> ApiResult<T> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r.map(Json),
-        Err(e) => Err(ApiError::new(
+    run_blocking(f).await.map(Json)
+}
+
+/// Runs pool work on a blocking thread (the one way every handler leaves the runtime).
+pub(crate) async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the request failed inside the daemon: {e}"),
-        )),
-    }
+        )
+    })?
 }
 
 impl DaemonState {

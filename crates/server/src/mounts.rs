@@ -12,7 +12,7 @@
 //!   mount before it commits its pools and exits.
 //! - The FUSE sessions themselves are the `shoal` binary's (`MountHost`).
 
-use crate::api::{ApiError, ApiResult, Body, Shared};
+use crate::api::{run_blocking as blocking, ApiError, ApiResult, Body, Shared};
 use crate::DaemonState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -110,17 +110,6 @@ fn is_mount_point(dir: &Path) -> bool {
     mounts
         .lines()
         .any(|l| l.split_whitespace().nth(1) == Some(&*d))
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the request failed inside the daemon: {e}"),
-        )
-    })?
 }
 
 pub(crate) async fn list(State(s): State<Shared>) -> Json<Vec<MountInfo>> {

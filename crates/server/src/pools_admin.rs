@@ -23,7 +23,7 @@
 //!   2 s), as a resilver operation; a spare the replacement could not use is added
 //!   back.
 
-use crate::api::{ApiError, ApiResult, Body, Shared};
+use crate::api::{run_blocking as blocking, ApiError, ApiResult, Body, Shared};
 use crate::{DaemonState, Result, ServerError};
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
@@ -431,17 +431,6 @@ pub struct ReplaceDevice {
 pub struct DeviceName {
     /// A device's path or guid.
     pub device: String,
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> std::result::Result<T, ApiError> + Send + 'static,
-) -> std::result::Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the request failed inside the daemon: {e}"),
-        )
-    })?
 }
 
 /// Takes a pool just created or imported; one the daemon cannot take is exported

@@ -852,27 +852,7 @@ fn replace(name: &str, old: &str, new: &Path, size: Option<String>, json: bool) 
     }
     let _lock = lock_pool(name)?;
     let pool = open_registered(name)?;
-    let created = if new.exists() {
-        false
-    } else {
-        let Some(size) = size else {
-            bail!(
-                "{} does not exist (give --size to create it)",
-                new.display()
-            );
-        };
-        FileDevice::create(
-            new,
-            size / vdev::SECTOR_SIZE as u64 * vdev::SECTOR_SIZE as u64,
-        )
-        .with_context(|| format!("creating {}", new.display()))?;
-        true
-    };
-    let abs = std::fs::canonicalize(new).unwrap_or_else(|_| new.to_path_buf());
-    let arg = DeviceArg {
-        path: abs.display().to_string(),
-        device: open_device(new)?,
-    };
+    let (arg, created) = new_device(new, size)?;
     let bar = progress_bar(json, "resilver");
     let result = pool.replace(old, arg, &|p| {
         bar.set_length(p.bytes_total);

@@ -77,14 +77,4 @@ impl Pool {
             device,
         })
     }
-
-    /// The spares present (path, bytes), in the order they were added.
-    pub fn spares(&self) -> Vec<(String, u64)> {
-        self.spare_leaves
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|l| Some((l.path(), l.device()?.size_bytes())))
-            .collect()
-    }
 }

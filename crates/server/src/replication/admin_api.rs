@@ -15,7 +15,7 @@
 //!   common snapshot: the reverse direction after a failover.
 
 use super::{check_label, Action, ActionStatus, Incoming, RunRecord, Target, TargetInfo};
-use crate::api::{ApiError, Body, Shared};
+use crate::api::{run_blocking as blocking, ApiError, Body, Shared};
 use crate::ServerError;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -69,14 +69,6 @@ pub struct NewAction {
 
 /// Replication snapshots kept on each side unless told otherwise.
 pub const DEFAULT_KEEP: u32 = 3;
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-}
 
 pub async fn overview(State(s): State<Shared>) -> Json<Overview> {
     Json(overview_of(&s))
