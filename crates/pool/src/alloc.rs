@@ -209,6 +209,13 @@ impl Allocator {
         }
     }
 
+    /// A top-level vdev added to the pool: all of it free. Its space joins the space
+    /// log only as blocks are allocated there, so an import that finds the vdev and
+    /// no entry for it sees it empty, which it is.
+    pub fn add_vdev(&mut self, capacity: u64) {
+        self.vdevs.push(VdevSpace::new(capacity));
+    }
+
     pub fn free_bytes(&self) -> u64 {
         self.vdevs.iter().map(|v| v.free_bytes()).sum()
     }

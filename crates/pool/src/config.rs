@@ -1,7 +1,9 @@
 //! The pool configuration kept in every device label: which devices form the pool and
 //! how. Stored as UTF-8 JSON in the label's config area (see `vdev::label` and
 //! `docs/format.md`). It changes only when the topology or the pool state does
-//! (create, export, import, replace, destroy) or a device faults or is cleared.
+//! (create, export, import, replace, destroy, a vdev added, a mirror side attached or
+//! detached, a log, cache or spare device added or removed) or a device faults, is
+//! cleared, or is taken offline or online.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +26,21 @@ pub struct LeafConfig {
     /// `Pool::clear` resilvers it or it is replaced. Absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub faulted: bool,
+    /// Taken offline by the operator (`Pool::offline`): import keeps it OFFLINE until
+    /// `Pool::online` resilvers it. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub offline: bool,
+}
+
+impl LeafConfig {
+    pub fn new(guid: u64, path: String) -> LeafConfig {
+        LeafConfig {
+            guid,
+            path,
+            faulted: false,
+            offline: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

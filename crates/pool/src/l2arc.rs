@@ -14,6 +14,10 @@
 //!   wrong data: every L2 read is verified against the checksum kept in the index, and a
 //!   mismatch is a miss (counted), after which the block is read from the pool.
 //! - Nothing on a cache device is ever needed for correctness: losing one loses speed.
+//! - Cache devices come and go while the pool is imported (`add_device`,
+//!   `remove_device`). Index entries name their ring by a number never reused, so an
+//!   entry can never point into another device; removing a device drops its entries
+//!   and waits for a batch being written to it, so nothing writes to it afterwards.
 
 use crate::arc::Weighted;
 use crate::checksum::{self, Checksum, ChecksumKind};
@@ -31,7 +35,8 @@ const WRITE_BATCH_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    device: usize,
+    /// `Ring::id` of the ring holding it.
+    device: u64,
     offset: u64,
     len: u32,
     stored: u32,
@@ -39,6 +44,7 @@ struct Entry {
 }
 
 struct Ring {
+    id: u64,
     device: Arc<dyn Device>,
     start: u64,
     len: u64,
@@ -51,6 +57,26 @@ struct State {
     rings: Vec<Ring>,
     index: HashMap<BlockKey, Entry>,
     next_ring: usize,
+    next_id: u64,
+}
+
+impl State {
+    fn ring_mut(&mut self, id: u64) -> Option<&mut Ring> {
+        self.rings.iter_mut().find(|r| r.id == id)
+    }
+
+    fn add(&mut self, device: Arc<dyn Device>) {
+        let (start, len) = label::data_area(device.size_bytes());
+        self.rings.push(Ring {
+            id: self.next_id,
+            device,
+            start,
+            len,
+            hand: 0,
+            by_offset: BTreeMap::new(),
+        });
+        self.next_id += 1;
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
@@ -66,6 +92,8 @@ pub struct L2Stats {
 
 pub struct L2Arc {
     state: Mutex<State>,
+    /// Held while a batch is written to a device, so `remove_device` can wait for it.
+    writing: Mutex<()>,
     feed: Mutex<Option<SyncSender<(BlockKey, CachedBlock)>>>,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -84,26 +112,19 @@ impl L2Arc {
         if devices.is_empty() {
             return None;
         }
-        let rings = devices
-            .into_iter()
-            .map(|device| {
-                let (start, len) = label::data_area(device.size_bytes());
-                Ring {
-                    device,
-                    start,
-                    len,
-                    hand: 0,
-                    by_offset: BTreeMap::new(),
-                }
-            })
-            .collect();
+        let mut state = State {
+            rings: Vec::new(),
+            index: HashMap::new(),
+            next_ring: 0,
+            next_id: 0,
+        };
+        for device in devices {
+            state.add(device);
+        }
         let (tx, rx) = std::sync::mpsc::sync_channel(FEED_QUEUE);
         let l2 = Arc::new(L2Arc {
-            state: Mutex::new(State {
-                rings,
-                index: HashMap::new(),
-                next_ring: 0,
-            }),
+            state: Mutex::new(state),
+            writing: Mutex::new(()),
             feed: Mutex::new(Some(tx)),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -117,6 +138,28 @@ impl L2Arc {
             .spawn(move || writer(weak, rx))
             .expect("spawn l2arc writer");
         Some(l2)
+    }
+
+    /// Starts caching on one more device (empty: the cache fills from evictions).
+    pub fn add_device(&self, device: Arc<dyn Device>) {
+        self.state.lock().unwrap().add(device);
+    }
+
+    /// Stops using `device`: its entries are forgotten, and a batch being written to
+    /// it finishes before this returns. The cache may be left with no device; it
+    /// then caches nothing.
+    pub fn remove_device(&self, device: &Arc<dyn Device>) {
+        {
+            let mut st = self.state.lock().unwrap();
+            let Some(i) = st.rings.iter().position(|r| Arc::ptr_eq(&r.device, device)) else {
+                return;
+            };
+            let ring = st.rings.remove(i);
+            for key in ring.by_offset.values() {
+                st.index.remove(key);
+            }
+        }
+        drop(self.writing.lock().unwrap());
     }
 
     /// Offers blocks the ARC evicted. Never blocks.
@@ -141,11 +184,11 @@ impl L2Arc {
         let (entry, device, start) = {
             let st = self.state.lock().unwrap();
             match st.index.get(key) {
-                Some(e) => (
-                    *e,
-                    st.rings[e.device].device.clone(),
-                    st.rings[e.device].start,
-                ),
+                Some(e) => {
+                    let ring = st.rings.iter().find(|r| r.id == e.device);
+                    let ring = ring.expect("an index entry names a ring of the cache");
+                    (*e, ring.device.clone(), ring.start)
+                }
                 None => {
                     drop(st);
                     self.misses.fetch_add(1, Ordering::Relaxed);
@@ -172,7 +215,9 @@ impl L2Arc {
     pub fn forget(&self, key: &BlockKey) {
         let mut st = self.state.lock().unwrap();
         if let Some(e) = st.index.remove(key) {
-            st.rings[e.device].by_offset.remove(&e.offset);
+            if let Some(ring) = st.ring_mut(e.device) {
+                ring.by_offset.remove(&e.offset);
+            }
         }
     }
 
@@ -203,10 +248,14 @@ impl L2Arc {
         if total == 0 {
             return;
         }
+        let writing = self.writing.lock().unwrap();
         // Reserve the region and retire what it overwrites.
-        let (ring_index, device, start, offset) = {
+        let (ring_id, device, start, offset) = {
             let mut st = self.state.lock().unwrap();
             let n = st.rings.len();
+            if n == 0 {
+                return;
+            }
             let r = st.next_ring % n;
             st.next_ring = st.next_ring.wrapping_add(1);
             let ring = &mut st.rings[r];
@@ -228,7 +277,7 @@ impl L2Arc {
                 st.rings[r].by_offset.remove(&o);
                 st.index.remove(&k);
             }
-            (r, device, start, offset)
+            (st.rings[r].id, device, start, offset)
         };
         let mut buf = AlignedBuf::zeroed(total);
         let mut pos = 0;
@@ -240,7 +289,7 @@ impl L2Arc {
             entries.push((
                 *key,
                 Entry {
-                    device: ring_index,
+                    device: ring_id,
                     offset: offset + pos as u64,
                     len: data.len() as u32,
                     stored: stored as u32,
@@ -252,14 +301,23 @@ impl L2Arc {
         if device.write_at(start + offset, &buf).is_err() {
             return; // a failing cache device just caches nothing
         }
+        drop(writing);
         self.written_bytes
             .fetch_add(total as u64, Ordering::Relaxed);
         let mut st = self.state.lock().unwrap();
+        if st.ring_mut(ring_id).is_none() {
+            return; // the device was removed meanwhile
+        }
         for (key, e) in entries {
             if let Some(old) = st.index.insert(key, e) {
-                st.rings[old.device].by_offset.remove(&old.offset);
+                if let Some(ring) = st.ring_mut(old.device) {
+                    ring.by_offset.remove(&old.offset);
+                }
             }
-            st.rings[ring_index].by_offset.insert(e.offset, key);
+            st.ring_mut(ring_id)
+                .expect("checked above")
+                .by_offset
+                .insert(e.offset, key);
         }
     }
 }

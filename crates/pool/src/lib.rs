@@ -44,6 +44,10 @@ pub enum PoolError {
     ReadOnly(String),
     #[error("pool is suspended after an I/O failure: {0}")]
     Suspended(String),
+    /// Another operation holds what this one needs (a resilver while a device is
+    /// detached, say); trying again later may succeed.
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 impl From<std::io::Error> for PoolError {

@@ -252,7 +252,11 @@ impl InFlight {
 
 /// The vdevs, allocator and ARC of one pool.
 pub struct Storage {
-    pub tops: Vec<Arc<TopVdev>>,
+    /// The top-level vdevs, indexed by id. Replaced whole (`set_tops`) when the
+    /// topology changes while the pool is imported (a vdev added, a mirror side
+    /// attached or detached); readers load the current set once per operation, and a
+    /// vdev, once added, keeps its index for the life of the pool.
+    tops: arc_swap::ArcSwap<Vec<Arc<TopVdev>>>,
     pub alloc: Mutex<Allocator>,
     pub arc: AdaptiveCache<BlockKey, CachedBlock>,
     pub counters: PoolCounters,
@@ -303,7 +307,7 @@ fn sector_round(n: u64) -> u64 {
 impl Storage {
     pub fn new(tops: Vec<Arc<TopVdev>>, alloc: Allocator, arc_max_bytes: u64) -> Storage {
         Storage {
-            tops,
+            tops: arc_swap::ArcSwap::from_pointee(tops),
             alloc: Mutex::new(alloc),
             arc: AdaptiveCache::new(arc_max_bytes),
             counters: PoolCounters::default(),
@@ -314,6 +318,23 @@ impl Storage {
             read_pins: Mutex::new(ReadPins::default()),
             pins_enabled: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// The current top-level vdevs.
+    pub fn tops(&self) -> arc_swap::Guard<Arc<Vec<Arc<TopVdev>>>> {
+        self.tops.load()
+    }
+
+    /// Installs a new set of top-level vdevs: the same vdevs at the same indexes, one
+    /// of them possibly rebuilt with other leaves, or one more at the end. The caller
+    /// holds the pool's sync lock, so no sync is writing meanwhile.
+    pub(crate) fn set_tops(&self, tops: Vec<Arc<TopVdev>>) {
+        let old = self.tops.load();
+        assert!(tops.len() >= old.len(), "a top-level vdev cannot go away");
+        for (i, t) in tops.iter().enumerate() {
+            assert_eq!(t.id as usize, i, "top-level vdev out of place");
+        }
+        self.tops.store(Arc::new(tops));
     }
 
     /// Pins freed space for a reader that takes block pointers from a tree and then
@@ -376,7 +397,7 @@ impl Storage {
         const REF: u64 = 128 * 1024;
         bp.copies()
             .map(|d| {
-                let top = &self.tops[d.vdev as usize];
+                let top = &self.tops.load()[d.vdev as usize];
                 (d.asize() as u128 * REF as u128 / top.asize(REF) as u128) as u64
             })
             .sum()
@@ -388,7 +409,12 @@ impl Storage {
 
     pub fn new_batch(&self) -> WriteBatch {
         WriteBatch {
-            per_top: self.tops.iter().map(|_| Mutex::new(Vec::new())).collect(),
+            per_top: self
+                .tops
+                .load()
+                .iter()
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
         }
     }
 
@@ -398,8 +424,8 @@ impl Storage {
     /// tests) everything is written in one order on the calling thread.
     pub fn submit_batch(&self, batch: WriteBatch) -> Result<(), PoolError> {
         let parallel = !self.is_deterministic();
-        let work: Vec<_> = self
-            .tops
+        let tops = self.tops.load();
+        let work: Vec<_> = tops
             .iter()
             .zip(batch.per_top)
             .map(|(top, writes)| (top, writes.into_inner().unwrap()))
@@ -479,10 +505,13 @@ impl Storage {
         let cksum = checksum::compute(spec.checksum, &io[..psize]);
 
         let copies = spec.copies.clamp(1, MAX_DVAS);
+        // Loaded before the allocator: a vdev the allocator knows is in this set
+        // (`Pool::add_vdev` installs the vdev before its space).
+        let tops = self.tops.load();
         let extents = {
             let mut alloc = self.alloc.lock().unwrap();
             alloc
-                .allocate(copies, &|v| self.tops[v].asize(io_size as u64), logged)
+                .allocate(copies, &|v| tops[v].asize(io_size as u64), logged)
                 .ok_or(PoolError::NoSpace)?
         };
         let mut dvas = [Dva::default(); MAX_DVAS];
@@ -493,11 +522,12 @@ impl Storage {
                 asize_sectors: (e.len / SECTOR_SIZE as u64) as u32,
                 offset: e.offset,
             };
-            let top = &self.tops[e.vdev as usize];
+            let top = &tops[e.vdev as usize];
             let planned = top.plan_write(e.offset, io.clone());
-            match batch {
-                Some(b) => b.per_top[e.vdev as usize].lock().unwrap().extend(planned),
-                // Single metadata blocks: leaf by leaf, no threads to spawn for them.
+            match batch.and_then(|b| b.per_top.get(e.vdev as usize)) {
+                Some(writes) => writes.lock().unwrap().extend(planned),
+                // Single metadata blocks (and a vdev added since the batch began):
+                // leaf by leaf, no threads to spawn for them.
                 None => {
                     if let Err(err) = top.write_planned(planned, false) {
                         result = Err(PoolError::Io(err.to_string()));
@@ -606,8 +636,8 @@ impl Storage {
             .into_iter()
             .collect();
         let parallel = !self.is_deterministic();
-        tops.into_iter()
-            .all(|v| self.tops[v as usize].flush(parallel))
+        let all = self.tops.load();
+        tops.into_iter().all(|v| all[v as usize].flush(parallel))
     }
 
     /// The syncing txg keeps a placed block: its allocation joins this txg's space log.
@@ -829,8 +859,9 @@ impl Storage {
         let mut good: Option<AlignedBuf> = None;
         let mut bad_dvas: Vec<Dva> = Vec::new();
         let mut last_err = String::new();
+        let tops = self.tops.load();
         for dva in bp.copies() {
-            let Some(top) = self.tops.get(dva.vdev as usize) else {
+            let Some(top) = tops.get(dva.vdev as usize) else {
                 last_err = format!("pointer names vdev {} which does not exist", dva.vdev);
                 continue;
             };
@@ -867,7 +898,7 @@ impl Storage {
         // A whole DVA was lost but another copy was good: rewrite it in place of the bad
         // one (its space is still allocated to this block).
         for dva in bad_dvas {
-            if self.tops[dva.vdev as usize].write(dva.offset, &io).is_ok() {
+            if tops[dva.vdev as usize].write(dva.offset, &io).is_ok() {
                 report.bad_copies += 1;
                 report.repaired_bytes += io_size;
             }
@@ -891,8 +922,9 @@ impl Storage {
             by_top.entry(bps[i].dvas[0].vdev).or_default().push(i);
         }
         let mut out = Vec::with_capacity(idxs.len());
+        let tops = self.tops.load();
         for (vdev, idxs) in by_top {
-            let Some(top) = self.tops.get(vdev as usize) else {
+            let Some(top) = tops.get(vdev as usize) else {
                 continue;
             };
             let reqs: Vec<(u64, u64)> = idxs
@@ -940,7 +972,7 @@ impl Storage {
     pub fn flush_all(&self) -> bool {
         let parallel = !self.is_deterministic();
         let mut ok = true;
-        for t in &self.tops {
+        for t in self.tops.load().iter() {
             ok &= t.flush(parallel);
         }
         ok

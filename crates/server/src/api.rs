@@ -245,7 +245,7 @@ impl From<pool::PoolError> for ApiError {
         use pool::PoolError::*;
         let status = match &e {
             NotFound(_) => StatusCode::NOT_FOUND,
-            Exists(_) | ReadOnly(_) => StatusCode::CONFLICT,
+            Exists(_) | ReadOnly(_) | Busy(_) => StatusCode::CONFLICT,
             InvalidArgument(_) => StatusCode::BAD_REQUEST,
             NoSpace => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,

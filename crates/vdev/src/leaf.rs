@@ -31,6 +31,9 @@ pub enum Health {
     Unavail,
     /// A replacement being filled: written to, not yet read from.
     Resilvering,
+    /// Taken out of service by the operator: neither read nor written until brought
+    /// back online (and resilvered with what it missed).
+    Offline,
 }
 
 impl Health {
@@ -41,6 +44,7 @@ impl Health {
             Health::Faulted => "FAULTED",
             Health::Unavail => "UNAVAIL",
             Health::Resilvering => "RESILVERING",
+            Health::Offline => "OFFLINE",
         }
     }
 }

@@ -121,6 +121,34 @@ impl TopVdev {
         }
     }
 
+    /// The same vdev (id, and each child's usable size, which the allocator's map
+    /// was made for) with other leaves: a mirror side attached or detached, a plain
+    /// disk becoming a mirror and back. Every present leaf must be as large.
+    pub fn with_leaves(&self, layout: Layout, leaves: Vec<Arc<Leaf>>) -> TopVdev {
+        assert!(
+            matches!(
+                (self.layout, layout),
+                (Layout::Disk | Layout::Mirror, Layout::Disk | Layout::Mirror)
+            ),
+            "only plain disks and mirrors change their children"
+        );
+        let mut top = TopVdev::new(self.id, layout, leaves);
+        assert!(
+            top.leaves
+                .iter()
+                .filter(|l| l.device().is_some())
+                .all(|l| l.data_len() >= self.child_bytes),
+            "a child smaller than its vdev"
+        );
+        top.child_bytes = self.child_bytes;
+        top
+    }
+
+    /// Usable bytes of each child's data area.
+    pub fn child_bytes(&self) -> u64 {
+        self.child_bytes
+    }
+
     /// Logical bytes the allocator may hand out.
     pub fn capacity_bytes(&self) -> u64 {
         match self.layout {

@@ -250,6 +250,16 @@ pub struct IntentLogStats {
     pub replay_failures: u64,
 }
 
+/// Ends `IntentLog::switch_rings`'s hold on the writer slot, also when it unwinds.
+struct WriterRelease<'a>(&'a IntentLog);
+
+impl Drop for WriterRelease<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap().writing = None;
+        self.0.cv.notify_all();
+    }
+}
+
 /// What the pool needs from itself to write the log: reading object data and
 /// committing a txg. Kept as a trait so this module does not reach into the pool.
 pub trait LogSource {
@@ -279,7 +289,7 @@ pub struct IntentLog {
     cv: Condvar,
     /// The pool's own ring and the log devices' ring (either may be unusable).
     pool_ring: Mutex<Option<Arc<Ring>>>,
-    device_ring: Option<Arc<Ring>>,
+    device_ring: Mutex<Option<Arc<Ring>>>,
     parallel: bool,
     stats: Mutex<IntentLogStats>,
 }
@@ -290,7 +300,7 @@ impl IntentLog {
             state: Mutex::new(LogState::default()),
             cv: Condvar::new(),
             pool_ring: Mutex::new(None),
-            device_ring: device_ring.map(Arc::new),
+            device_ring: Mutex::new(device_ring.map(Arc::new)),
             parallel,
             stats: Mutex::new(IntentLogStats::default()),
         }
@@ -306,7 +316,8 @@ impl IntentLog {
     /// logged. Nothing may write the rings meanwhile.
     pub fn preallocate_rings(&self) -> Result<(), String> {
         let pool_ring = self.pool_ring.lock().unwrap().clone();
-        for ring in [self.device_ring.clone(), pool_ring].into_iter().flatten() {
+        let device_ring = self.device_ring.lock().unwrap().clone();
+        for ring in [device_ring, pool_ring].into_iter().flatten() {
             ring.preallocate()?;
         }
         Ok(())
@@ -316,13 +327,14 @@ impl IntentLog {
         match kind {
             RingKind::None => None,
             RingKind::Pool => self.pool_ring.lock().unwrap().clone(),
-            RingKind::LogDevices => self.device_ring.clone(),
+            RingKind::LogDevices => self.device_ring.lock().unwrap().clone(),
         }
     }
 
     /// The ring new chains go to: the log devices if any is usable, else the pool's.
     fn preferred_ring(&self) -> Option<Arc<Ring>> {
-        self.device_ring.clone().filter(|r| r.usable()).or_else(|| {
+        let device_ring = self.device_ring.lock().unwrap().clone();
+        device_ring.filter(|r| r.usable()).or_else(|| {
             self.pool_ring
                 .lock()
                 .unwrap()
@@ -334,9 +346,53 @@ impl IntentLog {
     /// Starts a fresh chain at ring position `start` (a new guid, so nothing of an
     /// older chain is ever taken for part of it).
     pub fn start_chain(&self, start: u64) {
+        assert!(
+            self.state.lock().unwrap().writing.is_none(),
+            "new chain while a batch is in flight"
+        );
+        self.begin_chain(start);
+    }
+
+    /// Changes the rings under a live log (a log device added or removed, a side of
+    /// vdev 0 attached or detached): `device` and `pool` replace the log devices' and
+    /// the pool's ring where given. With `restart`, the chain then starts afresh on the
+    /// preferred ring and `commit_txg` commits a txg whose uberblock names it, before
+    /// any record is written there: every record logged so far is in that txg, so
+    /// nothing the old chain held is needed any more, and no acknowledged record is
+    /// ever in a block the durable header cannot reach. No batch is in flight
+    /// meanwhile and none starts (commits wait); `commit_txg` must not wait for the
+    /// log.
+    pub fn switch_rings(
+        &self,
+        device: Option<Option<Ring>>,
+        pool: Option<Option<Ring>>,
+        restart: bool,
+        commit_txg: impl FnOnce() -> Result<(), PoolError>,
+    ) -> Result<(), PoolError> {
+        let mut st = self.state.lock().unwrap();
+        while st.writing.is_some() {
+            st = self.cv.wait(st).unwrap();
+        }
+        // A batch of nothing, of no txg: holds off other writers, blocks no commit.
+        st.writing = Some((st.next_id, 0));
+        drop(st);
+        let _release = WriterRelease(self);
+        if let Some(d) = device {
+            *self.device_ring.lock().unwrap() = d.map(Arc::new);
+        }
+        if let Some(p) = pool {
+            *self.pool_ring.lock().unwrap() = p.map(Arc::new);
+        }
+        if !restart {
+            return Ok(());
+        }
+        self.begin_chain(0);
+        commit_txg()
+    }
+
+    fn begin_chain(&self, start: u64) {
         let ring = self.preferred_ring();
         let mut st = self.state.lock().unwrap();
-        assert!(st.writing.is_none(), "new chain while a batch is in flight");
         st.guid = crate::config::new_guid();
         st.kind = ring.as_ref().map_or(RingKind::None, |r| r.kind);
         let start = ring.as_ref().map_or(0, |r| r.next_pos(start.min(r.len)));

@@ -52,7 +52,7 @@ impl Ring {
     /// `Leaf::preallocate` of the ring's first `PREALLOCATE_MAX_BYTES` on every usable
     /// replica. It never changes what the ring holds, so it is safe on an imported
     /// ring too, before anything is logged to it. The error names the device.
-    pub(super) fn preallocate(&self) -> Result<(), String> {
+    pub fn preallocate(&self) -> Result<(), String> {
         for (leaf, base) in self.replicas.iter().filter(|(l, _)| l.is_usable()) {
             leaf.preallocate(*base, self.len.min(PREALLOCATE_MAX_BYTES))
                 .map_err(|e| format!("{}: {e}", leaf.path()))?;

@@ -27,27 +27,7 @@ impl Pool {
         }
         let mut seen = std::collections::HashSet::new();
         for t in &tops {
-            match t.layout {
-                Layout::Disk if t.devices.len() != 1 => {
-                    return Err(PoolError::InvalidArgument(
-                        "a plain disk vdev has exactly one device".into(),
-                    ))
-                }
-                Layout::Mirror if t.devices.len() < 2 => {
-                    return Err(PoolError::InvalidArgument(
-                        "a mirror needs at least 2 devices".into(),
-                    ))
-                }
-                Layout::RaidZ { nparity }
-                    if t.devices.len() < nparity + 2 || t.devices.len() > 255 =>
-                {
-                    return Err(PoolError::InvalidArgument(format!(
-                        "raidz{nparity} needs at least {} devices",
-                        nparity + 2
-                    )))
-                }
-                _ => {}
-            }
+            check_top_arg(t)?;
         }
         for d in tops
             .iter()
@@ -76,11 +56,7 @@ impl Pool {
                 layout: t.layout.name(),
                 children: leaves
                     .iter()
-                    .map(|l| LeafConfig {
-                        guid: l.guid(),
-                        path: l.path(),
-                        faulted: false,
-                    })
+                    .map(|l| LeafConfig::new(l.guid(), l.path()))
                     .collect(),
             });
             top_vdevs.push(Arc::new(TopVdev::new(i as u32, t.layout, leaves)));
@@ -96,19 +72,11 @@ impl Pool {
             vdevs: top_cfgs,
             log: log_leaves
                 .iter()
-                .map(|l| LeafConfig {
-                    guid: l.guid(),
-                    path: l.path(),
-                    faulted: false,
-                })
+                .map(|l| LeafConfig::new(l.guid(), l.path()))
                 .collect(),
             cache: cache_leaves
                 .iter()
-                .map(|l| LeafConfig {
-                    guid: l.guid(),
-                    path: l.path(),
-                    faulted: false,
-                })
+                .map(|l| LeafConfig::new(l.guid(), l.path()))
                 .collect(),
             spares: Vec::new(),
             this_guid: 0,
@@ -180,8 +148,8 @@ impl Pool {
             guid,
             config: Mutex::new(config),
             storage,
-            log_leaves,
-            cache_leaves,
+            log_leaves: RwLock::new(log_leaves),
+            cache_leaves: RwLock::new(cache_leaves),
             spare_leaves: Mutex::new(spare_leaves),
             datasets: RwLock::new(BTreeMap::new()),
             next_objset_id: Mutex::new(1),
@@ -216,6 +184,7 @@ impl Pool {
             opts,
             analytics: std::sync::OnceLock::new(),
             repair: RepairProgress::default(),
+            topology: Mutex::new(()),
         }
     }
 
@@ -256,12 +225,12 @@ impl Pool {
     pub(super) fn all_leaves(&self) -> Vec<Arc<Leaf>> {
         let mut v: Vec<Arc<Leaf>> = self
             .storage
-            .tops
+            .tops()
             .iter()
             .flat_map(|t| t.leaves.iter().cloned())
             .collect();
-        v.extend(self.log_leaves.iter().cloned());
-        v.extend(self.cache_leaves.iter().cloned());
+        v.extend(self.log_leaves.read().unwrap().iter().cloned());
+        v.extend(self.cache_leaves.read().unwrap().iter().cloned());
         v.extend(self.spare_leaves.lock().unwrap().iter().cloned());
         v
     }
@@ -347,6 +316,8 @@ impl Pool {
                     // checksums would pass (a block rewritten in place by a repair).
                     if lc.faulted {
                         leaf.set_health(Health::Faulted);
+                    } else if lc.offline {
+                        leaf.set_health(Health::Offline);
                     }
                     Arc::new(leaf)
                 }
@@ -434,6 +405,8 @@ impl Pool {
                 Ok(()) => {
                     let l2_devices: Vec<Arc<dyn Device>> = pool
                         .cache_leaves
+                        .read()
+                        .unwrap()
                         .iter()
                         .filter(|l| l.is_usable())
                         .filter_map(|l| l.device())
@@ -500,7 +473,7 @@ impl Pool {
         *self.next_objset_id.lock().unwrap() = next_id;
         *self.log_area.lock().unwrap() = (ub.log.area_offset, ub.log.area_len);
         self.intent_log.set_pool_ring(pool_ring(
-            &self.storage.tops[0],
+            &self.storage.tops()[0],
             ub.log.area_offset,
             ub.log.area_len,
         ));
@@ -611,7 +584,7 @@ impl Pool {
     pub(super) fn inflation(&self) -> f64 {
         let worst = self
             .storage
-            .tops
+            .tops()
             .iter()
             .map(|t| t.asize(128 * 1024) as f64 / (128.0 * 1024.0))
             .fold(1.0, f64::max);
@@ -727,7 +700,7 @@ impl Pool {
     /// pool that has none): 1/32 of each child, at most `AREA_MAX_BYTES_PER_CHILD`.
     /// Committed by the next txg like any allocation.
     pub(super) fn reserve_log_area(&self) {
-        let top = &self.storage.tops[0];
+        let top = &self.storage.tops()[0];
         let sector = vdev::SECTOR_SIZE as u64;
         // Bytes of each child's data area the layout uses.
         let child = match top.layout {
@@ -812,6 +785,25 @@ impl Pool {
 }
 
 /// Writes `cfg` into a usable leaf's labels, naming the leaf as the device it is on.
+/// A data vdev's device count fits its layout.
+pub(super) fn check_top_arg(t: &TopArg) -> Result<(), PoolError> {
+    match t.layout {
+        Layout::Disk if t.devices.len() != 1 => Err(PoolError::InvalidArgument(
+            "a plain disk vdev has exactly one device".into(),
+        )),
+        Layout::Mirror if t.devices.len() < 2 => Err(PoolError::InvalidArgument(
+            "a mirror needs at least 2 devices".into(),
+        )),
+        Layout::RaidZ { nparity } if t.devices.len() < nparity + 2 || t.devices.len() > 255 => {
+            Err(PoolError::InvalidArgument(format!(
+                "raidz{nparity} needs at least {} devices",
+                nparity + 2
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn write_leaf_config(leaf: &Leaf, cfg: &PoolConfig) -> Result<(), PoolError> {
     let mut c = cfg.clone();
     c.this_guid = leaf.guid();

@@ -3,8 +3,10 @@
 //! (create, import with log replay, export, destroy, labels, admission of dirty data),
 //! `txg.rs` (quiesce and sync, the sync thread), `tx.rs` (`Tx`), `objects.rs` (object
 //! sets and objects), `snapshots.rs`, `directory.rs` (the directory block's encoding),
-//! `repair.rs` (status, scrub, resilver, check), `streams.rs` (what snapshot streams,
-//! `crate::send`, need of the pool). This file keeps the types they share.
+//! `repair.rs` (status, scrub, resilver, check), `topology.rs` (vdevs added, mirror
+//! sides attached and detached, log and cache devices added and removed, devices
+//! taken offline and online, all while imported), `spares.rs`, `streams.rs` (what
+//! snapshot streams, `crate::send`, need of the pool). This file keeps the types they share.
 //!
 //! Transaction groups: every change joins the *open* txg while holding the txg gate
 //! shared. The sync thread (every `txg_interval`, when dirty data passes
@@ -102,6 +104,10 @@ pub struct PoolOptions {
     /// trust it (`Pool::record_faults`). Off only in the test that shows what a stale
     /// device does without it.
     pub record_faults: bool,
+    /// A change of the log devices first moves the intent log's chain off them
+    /// (`topology.rs`). Off only in the test that shows the acknowledged writes a
+    /// removed log device takes with it otherwise.
+    pub move_log_chain: bool,
 }
 
 /// The smallest share of `object_cache_max` an object set gets.
@@ -120,6 +126,7 @@ impl Default for PoolOptions {
             object_cache_max: 128 * 1024,
             pin_reads: true,
             record_faults: true,
+            move_log_chain: true,
         }
     }
 }
@@ -411,8 +418,10 @@ pub struct Pool {
     pub guid: u64,
     config: Mutex<PoolConfig>,
     pub storage: Arc<Storage>,
-    log_leaves: Vec<Arc<Leaf>>,
-    cache_leaves: Vec<Arc<Leaf>>,
+    /// Log and cache devices; they change while the pool is imported (`topology.rs`),
+    /// under the sync lock, in step with the config.
+    log_leaves: RwLock<Vec<Arc<Leaf>>>,
+    cache_leaves: RwLock<Vec<Arc<Leaf>>>,
     /// Hot spares (see `spares.rs`); they change while the pool is imported.
     spare_leaves: Mutex<Vec<Arc<Leaf>>>,
     datasets: RwLock<BTreeMap<u64, DatasetEntry>>,
@@ -442,6 +451,10 @@ pub struct Pool {
     analytics: std::sync::OnceLock<(Arc<analytics::Analytics>, u32)>,
     /// The scrub or resilver in progress.
     pub repair: RepairProgress,
+    /// Held by every change of the devices (`topology.rs`, replace, clear, spares)
+    /// for its whole run, resilver included: one at a time, so none finds the vdev
+    /// it works on changed under it.
+    topology: Mutex<()>,
 }
 
 /// A scrub or resilver in progress, readable at any time without a lock.
@@ -567,6 +580,7 @@ mod repair;
 mod snapshots;
 mod spares;
 mod streams;
+mod topology;
 mod tx;
 mod txg;
 

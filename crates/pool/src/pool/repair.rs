@@ -7,10 +7,12 @@ use super::*;
 impl Pool {
     pub fn health(&self) -> Health {
         let mut worst = Health::Online;
-        for t in &self.storage.tops {
+        for t in self.storage.tops().iter() {
             match t.health() {
                 Health::Faulted | Health::Unavail => return Health::Faulted,
-                Health::Degraded | Health::Resilvering => worst = Health::Degraded,
+                Health::Degraded | Health::Resilvering | Health::Offline => {
+                    worst = Health::Degraded
+                }
                 Health::Online => {}
             }
         }
@@ -39,20 +41,32 @@ impl Pool {
             free_bytes: free,
             vdevs: self
                 .storage
-                .tops
+                .tops()
                 .iter()
                 .map(|t| TopStatus {
                     id: t.id,
                     layout: t.layout.name(),
                     health: t.health().name().into(),
                     capacity_bytes: t.capacity_bytes(),
-                    free_bytes: per_vdev_free[t.id as usize],
+                    free_bytes: per_vdev_free.get(t.id as usize).copied().unwrap_or(0),
                     children: t.leaves.iter().map(|l| leaf_status(l)).collect(),
                 })
                 .collect(),
             intent_log: self.intent_log.stats(),
-            log: self.log_leaves.iter().map(|l| leaf_status(l)).collect(),
-            cache: self.cache_leaves.iter().map(|l| leaf_status(l)).collect(),
+            log: self
+                .log_leaves
+                .read()
+                .unwrap()
+                .iter()
+                .map(|l| leaf_status(l))
+                .collect(),
+            cache: self
+                .cache_leaves
+                .read()
+                .unwrap()
+                .iter()
+                .map(|l| leaf_status(l))
+                .collect(),
             spares: self
                 .spare_leaves
                 .lock()
@@ -209,9 +223,10 @@ impl Pool {
         progress: &dyn Fn(ScrubProgress),
     ) -> Result<ResilverSummary, PoolError> {
         self.check_writable()?;
+        let _one = self.topology_change()?;
         check_device_free(&new)?;
         let (top_index, leaf_index) = self.find_data_leaf(old)?;
-        let top = self.storage.tops[top_index].clone();
+        let top = self.storage.tops()[top_index].clone();
         if top.layout == Layout::Disk {
             return Err(PoolError::InvalidArgument(
                 "a plain disk has no redundancy to resilver from; use a mirror or raidz".into(),
@@ -266,8 +281,9 @@ impl Pool {
         progress: &dyn Fn(ScrubProgress),
     ) -> Result<ResilverSummary, PoolError> {
         self.check_writable()?;
+        let _one = self.topology_change()?;
         let (top_index, leaf_index) = self.find_data_leaf(device)?;
-        let top = self.storage.tops[top_index].clone();
+        let top = self.storage.tops()[top_index].clone();
         let leaf = top.leaves[leaf_index].clone();
         match leaf.health() {
             Health::Faulted => {}
@@ -306,9 +322,9 @@ impl Pool {
     }
 
     /// The data device named by `name` (its path or guid): (top vdev, child).
-    fn find_data_leaf(&self, name: &str) -> Result<(usize, usize), PoolError> {
+    pub(super) fn find_data_leaf(&self, name: &str) -> Result<(usize, usize), PoolError> {
         self.storage
-            .tops
+            .tops()
             .iter()
             .enumerate()
             .find_map(|(t, top)| {
@@ -328,7 +344,7 @@ impl Pool {
     /// in the list taken then or written to the child by a later sync. Held frees keep
     /// the listed blocks where they are until the walk ends. The child is flushed and
     /// ONLINE when this returns.
-    fn resilver(
+    pub(super) fn resilver(
         &self,
         top_index: usize,
         leaf_index: usize,
@@ -336,11 +352,12 @@ impl Pool {
         progress: &dyn Fn(ScrubProgress),
         start: impl FnOnce(),
     ) -> Result<ResilverSummary, PoolError> {
-        let top = self.storage.tops[top_index].clone();
-        let leaf = top.leaves[leaf_index].clone();
         let hold = self.sync_lock.lock().unwrap();
         let gate = self.gate.write().unwrap();
         start();
+        // After `start`: it may install the vdev the child joins (`attach`).
+        let top = self.storage.tops()[top_index].clone();
+        let leaf = top.leaves[leaf_index].clone();
         let mut blocks = self.committed_blocks()?;
         // Blocks the intent log placed ahead of their txg (large sync writes) went to
         // the other children only and join the tree with a txg that commits after
@@ -393,7 +410,7 @@ impl Pool {
 
     /// Records in the config that a resilvered child is whole (with its new identity
     /// after a replace) and writes it to every label, the child's own first.
-    fn mark_whole(
+    pub(super) fn mark_whole(
         &self,
         top_index: usize,
         leaf_index: usize,
@@ -409,9 +426,10 @@ impl Pool {
                 child.path = path;
             }
             child.faulted = false;
+            child.offline = false;
             cfg.config_txg += 1;
         }
-        let leaf = self.storage.tops[top_index].leaves[leaf_index].clone();
+        let leaf = self.storage.tops()[top_index].leaves[leaf_index].clone();
         self.write_labels_first(Some(&leaf))
     }
 
@@ -437,16 +455,19 @@ impl Pool {
             let mut changed = Vec::new();
             {
                 let mut cfg = self.config.lock().unwrap();
-                for (t, top) in self.storage.tops.iter().enumerate() {
+                for (t, top) in self.storage.tops().iter().enumerate() {
                     for (i, leaf) in top.leaves.iter().enumerate() {
-                        let lc = &mut cfg.vdevs[t].children[i];
+                        // A side being attached is not in the config until it is whole.
+                        let Some(lc) = cfg.vdevs[t].children.get_mut(i) else {
+                            continue;
+                        };
                         if newly_faulted(leaf, lc) {
                             lc.faulted = true;
                             changed.push(leaf.path());
                         }
                     }
                 }
-                for (i, leaf) in self.log_leaves.iter().enumerate() {
+                for (i, leaf) in self.log_leaves.read().unwrap().iter().enumerate() {
                     let lc = &mut cfg.log[i];
                     if newly_faulted(leaf, lc) {
                         lc.faulted = true;

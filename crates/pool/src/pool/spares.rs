@@ -16,22 +16,13 @@ impl Pool {
     /// Adds `d` as a hot spare.
     pub fn add_spare(&self, d: DeviceArg) -> Result<(), PoolError> {
         self.check_writable()?;
-        check_device_free(&d)?;
-        if self.all_leaves().iter().any(|l| l.path() == d.path) {
-            return Err(PoolError::Exists(format!(
-                "{} is a device of pool '{}' already",
-                d.path, self.name
-            )));
-        }
+        let _one = self.topology_change()?;
+        self.check_new_device(&d)?;
         let leaf = Arc::new(Leaf::new(new_guid(), d.path.clone(), d.device.clone()));
         label::clear_labels(&*d.device)?;
         {
             let mut cfg = self.config.lock().unwrap();
-            cfg.spares.push(LeafConfig {
-                guid: leaf.guid(),
-                path: leaf.path(),
-                faulted: false,
-            });
+            cfg.spares.push(LeafConfig::new(leaf.guid(), leaf.path()));
             cfg.config_txg += 1;
         }
         self.spare_leaves.lock().unwrap().push(leaf.clone());
@@ -52,6 +43,7 @@ impl Pool {
     /// device. Give it back with `add_spare` if the replacement fails.
     pub fn take_spare(&self, name: &str) -> Result<DeviceArg, PoolError> {
         self.check_writable()?;
+        let _one = self.topology_change()?;
         let leaf = {
             let mut spares = self.spare_leaves.lock().unwrap();
             let i = spares

@@ -202,7 +202,7 @@ impl Pool {
             log,
         };
         let image = ub.encode();
-        for top in &st.tops {
+        for top in st.tops().iter() {
             let mut written = 0;
             for leaf in &top.leaves {
                 if let Some(dev) = leaf.device().filter(|_| leaf.is_usable()) {
