@@ -59,6 +59,30 @@ pub fn router(state: Shared) -> Router {
             post(crate::pools_admin::add_spare),
         )
         .route(
+            "/api/v1/pools/{pool}/add",
+            post(crate::pool_devices::add_devices),
+        )
+        .route(
+            "/api/v1/pools/{pool}/remove",
+            post(crate::pool_devices::remove_device),
+        )
+        .route(
+            "/api/v1/pools/{pool}/attach",
+            post(crate::pool_devices::attach_device),
+        )
+        .route(
+            "/api/v1/pools/{pool}/detach",
+            post(crate::pool_devices::detach_device),
+        )
+        .route(
+            "/api/v1/pools/{pool}/offline",
+            post(crate::pool_devices::offline_device),
+        )
+        .route(
+            "/api/v1/pools/{pool}/online",
+            post(crate::pool_devices::online_device),
+        )
+        .route(
             "/api/v1/pools/{pool}/spares/remove",
             post(crate::pools_admin::remove_spare),
         )

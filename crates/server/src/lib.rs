@@ -23,6 +23,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod mounts;
+pub mod pool_devices;
 pub mod pools_admin;
 pub mod receive_tokens;
 pub mod replication;

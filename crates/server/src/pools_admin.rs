@@ -81,7 +81,12 @@ pub struct Operations {
 
 impl Operations {
     /// Claims `pool` for an operation; 409 when one runs there already.
-    fn begin(&self, pool: &str, kind: &str, device: Option<&str>) -> Result<OperationGuard<'_>> {
+    pub(crate) fn begin(
+        &self,
+        pool: &str,
+        kind: &str,
+        device: Option<&str>,
+    ) -> Result<OperationGuard<'_>> {
         let mut running = self.running.lock().unwrap();
         if let Some((op, _)) = running.get(pool) {
             return Err(ServerError::Conflict(format!(
@@ -130,13 +135,13 @@ impl Operations {
 }
 
 /// Ends its operation when dropped (however the operation ends).
-struct OperationGuard<'a> {
+pub(crate) struct OperationGuard<'a> {
     ops: &'a Operations,
     pool: String,
 }
 
 impl OperationGuard<'_> {
-    fn progress(&self, p: ScrubProgress) {
+    pub(crate) fn progress(&self, p: ScrubProgress) {
         let mut running = self.ops.running.lock().unwrap();
         if let Some((op, started)) = running.get_mut(&self.pool) {
             op.bytes_done = p.bytes_done;
@@ -247,7 +252,7 @@ impl DaemonState {
         Ok(pool)
     }
 
-    fn host(&self) -> std::result::Result<&Arc<dyn PoolHost>, ApiError> {
+    pub(crate) fn host(&self) -> std::result::Result<&Arc<dyn PoolHost>, ApiError> {
         self.host.as_ref().ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
@@ -258,7 +263,7 @@ impl DaemonState {
 
     /// `path` (absolute, or relative to the first device directory) if it lies in a
     /// configured device directory or is a block device under /dev.
-    fn device_path(&self, path: &str) -> Result<PathBuf> {
+    pub(crate) fn device_path(&self, path: &str) -> Result<PathBuf> {
         let p = Path::new(path);
         let p = if p.is_absolute() {
             p.to_path_buf()
@@ -389,7 +394,8 @@ impl DaemonState {
 const SCRUB_BOOK: &str = "scrubs.json";
 
 /// Words of a layout that are keywords, not devices.
-const LAYOUT_WORDS: [&str; 8] = [
+/// The words of a layout that are no device.
+pub const LAYOUT_WORDS: [&str; 8] = [
     "mirror", "raidz", "raidz1", "raidz2", "raidz3", "log", "cache", "spare",
 ];
 

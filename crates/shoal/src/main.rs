@@ -10,6 +10,7 @@ mod demo;
 mod fs_cmd;
 mod fuse_mount;
 mod pool_cmd;
+mod pool_devices_cmd;
 mod pool_host;
 mod registry;
 mod replication_cmd;

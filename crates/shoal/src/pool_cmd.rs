@@ -1,5 +1,5 @@
 //! `shoal pool ...`: create, status, scrub, check, export, import, destroy, replace,
-//! clear.
+//! clear, spare (the device changes of an imported pool: `pool_devices_cmd.rs`).
 //!
 //! Every command validates all of its arguments before it writes anything, and
 //! `create` removes the files it made if anything fails, so a wrong argument never
@@ -12,9 +12,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
 use pool::pool::{DeviceArg, PoolStatus, TopArg};
 use pool::{Pool, PoolOptions};
+use server::pool_devices::ParsedLayout;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vdev::{Device, FileDevice, Layout};
+use vdev::{Device, FileDevice};
 
 #[derive(Subcommand)]
 pub enum PoolCommand {
@@ -89,6 +90,62 @@ pub enum PoolCommand {
         #[command(subcommand)]
         action: SpareAction,
     },
+    /// Grow a pool or give it log, cache and spare devices while it serves: LAYOUT as
+    /// for create, e.g. `mirror c d`, `log e`, `cache f`.
+    Add {
+        /// Directory for relative device paths.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Create missing device files of this size (e.g. 1G).
+        #[arg(long)]
+        size: Option<String>,
+        name: String,
+        #[arg(required = true, num_args = 1..)]
+        layout: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a log, cache or spare device (by path or guid).
+    Remove {
+        name: String,
+        device: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Attach NEW beside DEVICE (a plain disk becomes a mirror, a mirror gains a side)
+    /// and resilver it.
+    Attach {
+        name: String,
+        device: String,
+        new: PathBuf,
+        /// Create NEW as a file of this size if it does not exist.
+        #[arg(long)]
+        size: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Detach a side of a mirror (by path or guid); another side must be whole.
+    Detach {
+        name: String,
+        device: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take a data device out of service (it stays OFFLINE across restarts); its vdev
+    /// must stay readable without it.
+    Offline {
+        name: String,
+        device: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring an OFFLINE device back: it is resilvered with what it missed.
+    Online {
+        name: String,
+        device: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -128,6 +185,32 @@ pub fn run(cmd: PoolCommand) -> Result<()> {
         } => replace(&name, &old, &new, size, json),
         PoolCommand::Clear { name, device, json } => clear(&name, &device, json),
         PoolCommand::Spare { action } => spare(action),
+        PoolCommand::Add {
+            dir,
+            size,
+            name,
+            layout,
+            json,
+        } => crate::pool_devices_cmd::add(dir, size, &name, &layout, json),
+        PoolCommand::Remove { name, device, json } => {
+            crate::pool_devices_cmd::remove(&name, &device, json)
+        }
+        PoolCommand::Attach {
+            name,
+            device,
+            new,
+            size,
+            json,
+        } => crate::pool_devices_cmd::attach(&name, &device, &new, size, json),
+        PoolCommand::Detach { name, device, json } => {
+            crate::pool_devices_cmd::detach(&name, &device, json)
+        }
+        PoolCommand::Offline { name, device, json } => {
+            crate::pool_devices_cmd::offline(&name, &device, json)
+        }
+        PoolCommand::Online { name, device, json } => {
+            crate::pool_devices_cmd::online(&name, &device, json)
+        }
     }
 }
 
@@ -138,98 +221,9 @@ fn cli_options() -> PoolOptions {
     }
 }
 
-#[derive(Debug)]
-struct ParsedLayout {
-    tops: Vec<(Layout, Vec<PathBuf>)>,
-    log: Vec<PathBuf>,
-    cache: Vec<PathBuf>,
-    spares: Vec<PathBuf>,
-}
-
+/// A layout as `create` takes it: at least one data vdev.
 fn parse_layout(words: &[String], dir: &Path) -> Result<ParsedLayout> {
-    #[derive(PartialEq)]
-    enum Class {
-        Data,
-        Log,
-        Cache,
-        Spare,
-    }
-    let mut out = ParsedLayout {
-        tops: Vec::new(),
-        log: Vec::new(),
-        cache: Vec::new(),
-        spares: Vec::new(),
-    };
-    let mut class = Class::Data;
-    let mut group: Option<(Layout, Vec<PathBuf>)> = None;
-    let resolve = |w: &str| -> PathBuf {
-        let p = PathBuf::from(w);
-        if p.is_absolute() {
-            p
-        } else {
-            dir.join(p)
-        }
-    };
-    let finish =
-        |group: &mut Option<(Layout, Vec<PathBuf>)>, out: &mut ParsedLayout| -> Result<()> {
-            if let Some((layout, devs)) = group.take() {
-                let min = match layout {
-                    Layout::Disk => 1,
-                    Layout::Mirror => 2,
-                    Layout::RaidZ { nparity } => nparity + 2,
-                };
-                if devs.len() < min {
-                    bail!(
-                        "{} needs at least {min} devices, got {}",
-                        layout.name(),
-                        devs.len()
-                    );
-                }
-                out.tops.push((layout, devs));
-            }
-            Ok(())
-        };
-    for w in words {
-        let keyword = match w.as_str() {
-            "mirror" => Some(Layout::Mirror),
-            "raidz" | "raidz1" => Some(Layout::RaidZ { nparity: 1 }),
-            "raidz2" => Some(Layout::RaidZ { nparity: 2 }),
-            "raidz3" => Some(Layout::RaidZ { nparity: 3 }),
-            _ => None,
-        };
-        if let Some(layout) = keyword {
-            if class != Class::Data {
-                bail!("'{w}' after log/cache/spare: those are plain devices");
-            }
-            finish(&mut group, &mut out)?;
-            group = Some((layout, Vec::new()));
-            continue;
-        }
-        match w.as_str() {
-            "log" => {
-                finish(&mut group, &mut out)?;
-                class = Class::Log;
-            }
-            "cache" => {
-                finish(&mut group, &mut out)?;
-                class = Class::Cache;
-            }
-            "spare" => {
-                finish(&mut group, &mut out)?;
-                class = Class::Spare;
-            }
-            _ => match class {
-                Class::Log => out.log.push(resolve(w)),
-                Class::Cache => out.cache.push(resolve(w)),
-                Class::Spare => out.spares.push(resolve(w)),
-                Class::Data => match &mut group {
-                    Some((_, devs)) => devs.push(resolve(w)),
-                    None => out.tops.push((Layout::Disk, vec![resolve(w)])),
-                },
-            },
-        }
-    }
-    finish(&mut group, &mut out)?;
+    let out = server::pool_devices::parse_layout(words, dir).map_err(|e| anyhow!(e))?;
     if out.tops.is_empty() {
         bail!("no data devices: give at least one device, mirror or raidz group");
     }
@@ -490,7 +484,7 @@ fn open_registered_with(name: &str, options: PoolOptions) -> Result<Arc<Pool>> {
     Ok(Pool::import(devices, Some(name), options)?)
 }
 
-fn print_status(st: &PoolStatus) {
+pub(crate) fn print_status(st: &PoolStatus) {
     println!("  pool: {}", st.name);
     println!(" state: {}", st.health);
     if let Some(s) = &st.suspended {
@@ -821,7 +815,7 @@ fn import(dir: Option<PathBuf>, name: Option<String>, json: bool) -> Result<()> 
     Ok(())
 }
 
-fn progress_bar(hidden: bool, what: &str) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(hidden: bool, what: &str) -> indicatif::ProgressBar {
     if hidden {
         return indicatif::ProgressBar::hidden();
     }
@@ -896,7 +890,7 @@ fn clear(name: &str, device: &str, json: bool) -> Result<()> {
     report_resilver(&summary, json)
 }
 
-fn report_resilver(summary: &pool::pool::ResilverSummary, json: bool) -> Result<()> {
+pub(crate) fn report_resilver(summary: &pool::pool::ResilverSummary, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(summary)?);
     } else {
@@ -1010,7 +1004,7 @@ pub(crate) fn new_device(path: &Path, size: Option<u64>) -> Result<(DeviceArg, b
 }
 
 /// A spinner for work the daemon does and answers when done.
-fn spinner(hidden: bool, what: &str) -> indicatif::ProgressBar {
+pub(crate) fn spinner(hidden: bool, what: &str) -> indicatif::ProgressBar {
     if hidden {
         return indicatif::ProgressBar::hidden();
     }
@@ -1022,6 +1016,7 @@ fn spinner(hidden: bool, what: &str) -> indicatif::ProgressBar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vdev::Layout;
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()

@@ -482,6 +482,8 @@ fn every_documented_operation_is_served() {
                     "#/components/schemas/ReplaceDevice" => r#"{"old": "a", "new": "b"}"#,
                     "#/components/schemas/DeviceName" => r#"{"device": "a"}"#,
                     "#/components/schemas/NewSpare" => r#"{"device": "a"}"#,
+                    "#/components/schemas/AddDevices" => r#"{"layout": ["log", "a"]}"#,
+                    "#/components/schemas/AttachDevice" => r#"{"device": "a", "new": "b"}"#,
                     "#/components/schemas/MountRequest" => {
                         r#"{"dataset": "tank/home", "dir": "/nonexistent/mount/point"}"#
                     }
@@ -505,7 +507,7 @@ fn every_documented_operation_is_served() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 64, "docs/openapi.json has 64 operations");
+    assert_eq!(operations, 70, "docs/openapi.json has 70 operations");
     d.stop(&state);
 }
 
