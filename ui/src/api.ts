@@ -509,3 +509,15 @@ export const replaceDevice = (pool: string, old: string, device: string) =>
   call<ResilverSummary>('POST', `${V1}/pools/${pathOf(pool)}/replace`, { old, new: device });
 export const clearDevice = (pool: string, device: string) =>
   call<ResilverSummary>('POST', `${V1}/pools/${pathOf(pool)}/clear`, { device });
+export const addDevices = (pool: string, layout: string[]) =>
+  call<PoolStatus>('POST', `${V1}/pools/${pathOf(pool)}/add`, { layout });
+export const removeDevice = (pool: string, device: string) =>
+  call<PoolStatus>('POST', `${V1}/pools/${pathOf(pool)}/remove`, { device });
+export const attachDevice = (pool: string, device: string, added: string) =>
+  call<ResilverSummary>('POST', `${V1}/pools/${pathOf(pool)}/attach`, { device, new: added });
+export const detachDevice = (pool: string, device: string) =>
+  call<PoolStatus>('POST', `${V1}/pools/${pathOf(pool)}/detach`, { device });
+export const offlineDevice = (pool: string, device: string) =>
+  call<PoolStatus>('POST', `${V1}/pools/${pathOf(pool)}/offline`, { device });
+export const onlineDevice = (pool: string, device: string) =>
+  call<ResilverSummary>('POST', `${V1}/pools/${pathOf(pool)}/online`, { device });

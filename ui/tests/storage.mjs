@@ -3,8 +3,10 @@
 // against `shoal plan --json`), a filesystem and a share made through their pages,
 // then, while an NFS client writes, a device failed by fault injection: the alert
 // shows in the banner, the spare takes its place and is resilvered by itself; then a
-// second device failed and replaced from the Pools page by hand. Every device ends
-// ONLINE.
+// second device failed and replaced from the Pools page by hand; then, still while
+// the client writes, a log device added, a mirror side taken offline and brought back
+// online, a third side attached and detached again, and the log device removed, each
+// from the page. Every device ends ONLINE.
 //
 //   SHOAL_URL=http://127.0.0.1:8080 SHOT_DIR=/tmp/shots DEVICE_DIR=/srv/devs \
 //   EXPECT_PLAN='{"...": ...}' node tests/storage.mjs
@@ -25,6 +27,8 @@ const LAYOUT = '2x2mirror';
 const DATA = ['a', 'b', 'c', 'd'].map((d) => `${DEVICE_DIR}/${d}`);
 const SPARE = `${DEVICE_DIR}/e`;
 const FREE = `${DEVICE_DIR}/f`;
+const LOG = `${DEVICE_DIR}/g`;
+const THIRD = `${DEVICE_DIR}/h`;
 const FAILED = DATA[0];
 const FAILED_TOO = DATA[1];
 
@@ -162,5 +166,67 @@ await run(async () => {
     await page.goto(`${URL}/#/pools`);
     await deviceRow(FREE).waitFor();
     assert((await deviceRow(FREE).textContent()).includes('ONLINE'), 'the new device is not ONLINE');
+  });
+
+  const pool = () => api('GET', `/api/v1/pools/${POOL}`);
+  const confirm = async () => {
+    await page.locator('[data-test=confirm-dialog]').waitFor();
+    await page.click('[data-test=confirm]');
+    await page.locator('[data-test=confirm-dialog]').waitFor({ state: 'detached' });
+  };
+  const health = async (path) => {
+    const p = await pool();
+    const all = [...p.vdevs.flatMap((v) => v.children), ...p.log, ...p.cache, ...p.spares];
+    return all.find((d) => d.path === path)?.health ?? null;
+  };
+
+  await step('log-device-added', async () => {
+    await page.click(`[data-test=add-devices][data-pool=${POOL}]`);
+    await page.locator('[data-test=add-dialog]').waitFor();
+    await page.locator(`[data-test=add-candidate][data-path="${LOG}"] [data-test=add-use]`).check();
+    await page.selectOption('[data-test=add-kind]', 'log');
+    await page.click('[data-test=add-go]');
+    await page.locator('[data-test=add-dialog]').waitFor({ state: 'detached' });
+    await deviceRow(LOG).waitFor();
+    const p = await pool();
+    assert(p.log.length === 1 && p.log[0].path === LOG, `the pool's log devices: ${JSON.stringify(p.log)}`);
+    assert(p.intent_log.ring === 'log devices', `the intent log is on ${p.intent_log.ring}`);
+  });
+
+  await step('offline-online', async () => {
+    const side = DATA[2];
+    await deviceRow(side).locator('[data-test=offline]').click();
+    await confirm();
+    await until(30, `${side} shown OFFLINE`, async () => (await deviceRow(side).textContent()).includes('OFFLINE'));
+    assert((await pool()).health === 'DEGRADED', 'the pool is not DEGRADED with a side offline');
+    await deviceRow(side).locator('[data-test=online]').click();
+    await until(120, `${side} back ONLINE`, async () => (await health(side)) === 'ONLINE' && (await pool()).health === 'ONLINE');
+  });
+
+  await step('attach-detach', async () => {
+    const beside = DATA[3];
+    await page.goto(`${URL}/#/pools`);
+    await deviceRow(beside).locator('[data-test=attach]').click();
+    await page.locator('[data-test=attach-dialog]').waitFor();
+    await page.selectOption('[data-test=attach-with]', THIRD);
+    await page.click('[data-test=attach-go]');
+    await until(120, `${THIRD} attached and resilvered`, async () => (await health(THIRD)) === 'ONLINE' && (await api('GET', '/api/v1/operations')).length === 0);
+    const p = await pool();
+    const vdev = p.vdevs.find((v) => v.children.some((d) => d.path === THIRD));
+    assert(vdev.layout === 'mirror' && vdev.children.length === 3, `the vdev after attach: ${JSON.stringify(vdev)}`);
+    await page.goto(`${URL}/#/pools`);
+    await deviceRow(THIRD).locator('[data-test=detach]').click();
+    await confirm();
+    await deviceRow(THIRD).waitFor({ state: 'detached' });
+    assert((await health(THIRD)) === null, `${THIRD} is still in the pool`);
+  });
+
+  await step('log-device-removed', async () => {
+    await deviceRow(LOG).locator('[data-test=remove]').click();
+    await confirm();
+    await deviceRow(LOG).waitFor({ state: 'detached' });
+    const p = await pool();
+    assert(p.log.length === 0 && p.intent_log.ring === 'pool', `after removing the log device: ${JSON.stringify(p.log)}, ring ${p.intent_log.ring}`);
+    assert(p.health === 'ONLINE', `the pool ends ${p.health}`);
   });
 });

@@ -46,7 +46,7 @@ fn a_pool_built_in_the_browser_survives_a_failed_device_replaced_there() {
     let devs = t.path().join("devs");
     std::fs::create_dir_all(&devs).unwrap();
     let devs = std::fs::canonicalize(&devs).unwrap();
-    for name in ["a", "b", "c", "d", "e", "f"] {
+    for name in ["a", "b", "c", "d", "e", "f", "g", "h"] {
         std::fs::File::create(devs.join(name))
             .unwrap()
             .set_len(DEVICE_BYTES)

@@ -9,7 +9,7 @@ import { h, type Child } from '../dom';
 import { fmtBytes, fmtCount, fmtInt, fmtPercent, sig3 } from '../format';
 import { every, type Page } from '../page';
 import { busy, capacityBar, errorLine, healthBadge, loadInto, messageOf, pageHead, panel, toast } from '../widgets';
-import { deviceTools, importPanel, newPoolPanel, operationLine, poolTools } from './storage';
+import { deviceTools, importPanel, newPoolPanel, operationLine, poolTools, type DevicePlace } from './storage';
 
 /** Pools being scrubbed by this page, so a refresh keeps showing them busy. */
 const scrubbing = new Set<string>();
@@ -154,8 +154,7 @@ function vdevTable(p: api.PoolStatus, changed: () => void): HTMLElement {
   const rows: HTMLElement[] = [];
   const group = (label: string, health: string, extra: string) =>
     h('tr', { class: 'vdev-group' }, h('td', null, label, extra ? h('span', { class: 'dim' }, ` ${extra}`) : null), h('td', null, health ? healthBadge(health) : null), h('td', { colspan: 10 }));
-  // `data`: a device of a redundant vdev, which can be replaced or cleared.
-  const leaf = (d: api.Device, depth: number, data: boolean) => {
+  const leaf = (d: api.Device, depth: number, place: DevicePlace) => {
     const e = (n: number) => h('td', { class: `num ${n ? 'bad-text' : ''}` }, fmtInt(n));
     return h(
       'tr',
@@ -171,32 +170,33 @@ function vdevTable(p: api.PoolStatus, changed: () => void): HTMLElement {
       h('td', { class: 'num' }, fmtBytes(d.read_bytes)),
       h('td', { class: 'num' }, fmtBytes(d.write_bytes)),
       h('td', { class: `num ${d.repaired_bytes ? 'warn-text' : ''}` }, fmtBytes(d.repaired_bytes)),
-      h('td', null, data ? deviceTools(p.name, d, changed) : null),
+      h('td', null, deviceTools(p.name, d, place, changed)),
     );
   };
   rows.push(group(p.name, p.health, ''));
   for (const v of p.vdevs) {
     const single = v.children.length === 1 && (v.layout === 'disk' || v.layout === 'single');
+    const place: DevicePlace = { role: 'data', layout: v.layout, redundant: v.layout !== 'disk' };
     if (single) {
-      rows.push(leaf(v.children[0], 1, false));
+      rows.push(leaf(v.children[0], 1, place));
       continue;
     }
     const r = group(`${v.layout}-${v.id}`, v.health, `${fmtBytes(v.capacity_bytes - v.free_bytes)} used of ${fmtBytes(v.capacity_bytes)}`);
     r.firstElementChild?.setAttribute('style', 'padding-left:26px');
     rows.push(r);
-    for (const d of v.children) rows.push(leaf(d, 2, true));
+    for (const d of v.children) rows.push(leaf(d, 2, place));
   }
   if (p.log.length) {
     rows.push(group('logs', '', ''));
-    for (const d of p.log) rows.push(leaf(d, 1, false));
+    for (const d of p.log) rows.push(leaf(d, 1, { role: 'log' }));
   }
   if (p.cache.length) {
     rows.push(group('cache', '', ''));
-    for (const d of p.cache) rows.push(leaf(d, 1, false));
+    for (const d of p.cache) rows.push(leaf(d, 1, { role: 'cache' }));
   }
   if (p.spares?.length) {
     rows.push(group('spares', '', 'take the place of a failed device by themselves'));
-    for (const d of p.spares) rows.push(leaf(d, 1, false));
+    for (const d of p.spares) rows.push(leaf(d, 1, { role: 'spare' }));
   }
   return h('table', { class: 'grid vdevs', 'data-test': 'vdev-tree' }, h('thead', null, head), h('tbody', null, rows));
 }

@@ -1,8 +1,10 @@
 // Storage configuration on the Pools page: a new pool from candidate devices with
 // every layout they allow side by side (usable capacity, streaming and random
 // figures from the same model as `shoal plan`, asked of the API), importing exported
-// pools, and per pool exporting, destroying, replacing and clearing devices, with the
-// progress of scrubs and resilvers. Everything that writes asks first.
+// pools, and per pool adding devices (data vdevs, log, cache, spares), exporting and
+// destroying; per device replacing, clearing, attaching, detaching, taking offline and
+// online, removing; with the progress of scrubs and resilvers. Everything that takes
+// data or a device away asks first.
 
 import * as api from '../api';
 import { h } from '../dom';
@@ -215,8 +217,10 @@ export function importPanel(imported: () => void): HTMLElement {
   return panel('Import', body, null, { 'data-test': 'import-panel' });
 }
 
-/** Export and Destroy buttons for a pool. */
+/** Add devices, Export and Destroy buttons for a pool. */
 export function poolTools(p: api.PoolStatus, changed: () => void): HTMLElement[] {
+  const add = h('button', { 'data-test': 'add-devices', 'data-pool': p.name }, 'Add devices…');
+  add.addEventListener('click', () => addDialog(p, changed));
   const exp = h('button', { 'data-test': 'export', 'data-pool': p.name }, 'Export…');
   exp.addEventListener('click', () =>
     confirmAction(`Export pool ${p.name}`, 'Its shares stop until it is imported again; clients see errors meanwhile.', 'Export', async () => {
@@ -233,52 +237,182 @@ export function poolTools(p: api.PoolStatus, changed: () => void): HTMLElement[]
       changed();
     }),
   );
-  return [exp, destroy];
+  return [add, exp, destroy];
 }
 
-/** Replace (and, for a FAULTED device, Clear) buttons for one data device. */
-export function deviceTools(pool: string, d: api.Device, changed: () => void): HTMLElement {
-  const replace = h('button', { class: 'small', 'data-test': 'replace', 'data-path': d.path }, 'Replace…');
-  replace.addEventListener('click', async () => {
-    const err = errorLine('replace-error');
-    const choices = (await api.candidates()).filter(free);
-    const select = h('select', { 'data-test': 'replace-with' }, choices.map((c) => h('option', { value: c.path }, `${c.path} (${fmtBytes(c.size_bytes)})`)));
-    const go = h('button', { class: 'primary', 'data-test': 'replace-go' }, 'Replace and resilver');
-    const cancel = h('button', null, 'Cancel');
-    const dlg = dialog(
-      `Replace ${d.path}`,
-      [choices.length ? field('New device', select) : h('div', { class: 'empty' }, 'No free device to replace it with.'), err.el],
-      [cancel, go],
-      'replace-dialog',
+/** How the devices chosen in the Add dialog join the pool, in `shoal pool add` words. */
+const ADD_KINDS: [string, string][] = [
+  ['mirror', 'one mirror vdev'],
+  ['raidz1', 'one raidz1 vdev'],
+  ['raidz2', 'one raidz2 vdev'],
+  ['disk', 'plain disk vdevs (no redundancy)'],
+  ['log', 'log devices (fast synchronous writes)'],
+  ['cache', 'cache devices (second-level read cache)'],
+  ['spare', 'hot spares'],
+];
+
+async function addDialog(p: api.PoolStatus, changed: () => void): Promise<void> {
+  const err = errorLine('add-error');
+  const choices = (await api.candidates()).filter(free);
+  const kind = h('select', { 'data-test': 'add-kind' }, ADD_KINDS.map(([k, label]) => h('option', { value: k }, label)));
+  const boxes = choices.map((c) => {
+    const use = h('input', { type: 'checkbox', 'data-test': 'add-use' }) as HTMLInputElement;
+    return { c, use, row: h('label', { class: 'check', 'data-test': 'add-candidate', 'data-path': c.path }, use, ` ${c.path} (${fmtBytes(c.size_bytes)})`) };
+  });
+  const go = h('button', { class: 'primary', 'data-test': 'add-go' }, 'Add');
+  const cancel = h('button', null, 'Cancel');
+  const dlg = dialog(
+    `Add devices to ${p.name}`,
+    [
+      choices.length ? h('div', null, boxes.map((b) => h('div', null, b.row))) : h('div', { class: 'empty' }, 'No free device to add.'),
+      field('Add them as', kind),
+      h('div', { class: 'dim' }, 'Data vdevs grow the pool at once; they cannot be removed again. Log, cache and spare devices can.'),
+      err.el,
+    ],
+    [cancel, go],
+    'add-dialog',
+  );
+  cancel.addEventListener('click', () => dlg.close());
+  go.addEventListener('click', async () => {
+    err.clear();
+    const paths = boxes.filter((b) => b.use.checked).map((b) => b.c.path);
+    if (!paths.length) {
+      err.show(new Error('Choose at least one device.'));
+      return;
+    }
+    const words = kind.value === 'disk' ? paths : [kind.value, ...paths];
+    try {
+      await busy(go, 'Adding…', () => api.addDevices(p.name, words));
+      dlg.close();
+      toast(`Added ${paths.length} device${paths.length > 1 ? 's' : ''} to ${p.name}`);
+      changed();
+    } catch (e) {
+      err.show(e);
+    }
+  });
+}
+
+/** Where a device sits: a data vdev (its layout, whether it tolerates losing one), or
+ * the pool's log, cache or spare devices. */
+export interface DevicePlace {
+  role: 'data' | 'log' | 'cache' | 'spare';
+  layout?: string;
+  redundant?: boolean;
+}
+
+/** The buttons for one device: replace, clear, attach, detach, offline and online for
+ * data devices as their vdev allows; remove for log, cache and spare devices. */
+export function deviceTools(pool: string, d: api.Device, place: DevicePlace, changed: () => void): HTMLElement {
+  const tools: HTMLElement[] = [];
+  const button = (test: string, label: string) => {
+    const b = h('button', { class: 'small', 'data-test': test, 'data-path': d.path }, label);
+    tools.push(b);
+    return b;
+  };
+  const failed = (what: string) => (e: unknown) => toast(`${what} ${d.path}: ${e instanceof Error ? e.message : String(e)}`);
+  if (place.role !== 'data') {
+    button('remove', 'Remove…').addEventListener('click', () =>
+      confirmAction(
+        `Remove ${place.role} device ${d.path}`,
+        place.role === 'log' ? 'The intent log moves to the other log devices, or into the pool, first: nothing is lost.' : 'It holds no data the pool needs.',
+        'Remove',
+        async () => {
+          await api.removeDevice(pool, d.path);
+          toast(`${d.path} removed from ${pool}`);
+          changed();
+        },
+      ),
     );
-    cancel.addEventListener('click', () => dlg.close());
-    go.addEventListener('click', async () => {
-      err.clear();
-      try {
-        // The dialog closes at once: the resilver's progress shows on the pool.
-        const work = api.replaceDevice(pool, d.path, select.value);
-        dlg.close();
+    return h('span', { class: 'device-tools' }, tools);
+  }
+  if (place.redundant) {
+    button('replace', 'Replace…').addEventListener('click', () => pickDevice(`Replace ${d.path}`, 'replace', 'Replace and resilver', async (added) => {
+      const s = await api.replaceDevice(pool, d.path, added);
+      toast(`${d.path} replaced: ${fmtBytes(s.bytes_written)} resilvered in ${sig3(s.seconds)} s`);
+    }, changed, failed('Replacing')));
+  }
+  if (place.layout === 'disk' || place.layout === 'mirror') {
+    button('attach', 'Attach…').addEventListener('click', () => pickDevice(`Attach a side beside ${d.path}`, 'attach', 'Attach and resilver', async (added) => {
+      const s = await api.attachDevice(pool, d.path, added);
+      toast(`${added} attached: ${fmtBytes(s.bytes_written)} resilvered in ${sig3(s.seconds)} s`);
+    }, changed, failed('Attaching beside')));
+  }
+  if (place.layout === 'mirror') {
+    button('detach', 'Detach…').addEventListener('click', () =>
+      confirmAction(`Detach ${d.path}`, 'The mirror keeps its other sides; this device leaves the pool and its labels are wiped.', 'Detach', async () => {
+        await api.detachDevice(pool, d.path);
+        toast(`${d.path} detached`);
         changed();
-        const s = await work;
-        toast(`${d.path} replaced: ${fmtBytes(s.bytes_written)} resilvered in ${sig3(s.seconds)} s`);
+      }),
+    );
+  }
+  if (d.health === 'FAULTED' && place.redundant) {
+    const clear = button('clear', 'Clear');
+    clear.addEventListener('click', async () => {
+      try {
+        const s = await busy(clear, 'Resilvering…', () => api.clearDevice(pool, d.path));
+        toast(`${d.path} is back: ${fmtBytes(s.bytes_written)} resilvered`);
       } catch (e) {
-        toast(`Replacing ${d.path}: ${e instanceof Error ? e.message : String(e)}`);
+        failed('Clearing')(e);
       }
       changed();
     });
-  });
-  if (d.health !== 'FAULTED') return replace;
-  const clear = h('button', { class: 'small', 'data-test': 'clear', 'data-path': d.path }, 'Clear');
-  clear.addEventListener('click', async () => {
+  }
+  if (d.health === 'ONLINE' && place.redundant) {
+    button('offline', 'Offline…').addEventListener('click', () =>
+      confirmAction(`Take ${d.path} offline`, 'The vdev runs degraded on its other devices until it is brought online again (and resilvered).', 'Offline', async () => {
+        await api.offlineDevice(pool, d.path);
+        toast(`${d.path} is offline`);
+        changed();
+      }),
+    );
+  }
+  if (d.health === 'OFFLINE') {
+    const online = button('online', 'Online');
+    online.addEventListener('click', async () => {
+      try {
+        const work = api.onlineDevice(pool, d.path);
+        changed();
+        const s = await busy(online, 'Resilvering…', () => work);
+        toast(`${d.path} is online: ${fmtBytes(s.bytes_written)} resilvered`);
+      } catch (e) {
+        failed('Bringing online')(e);
+      }
+      changed();
+    });
+  }
+  return h('span', { class: 'device-tools' }, tools);
+}
+
+/** A dialog choosing a free device for `act` (replace, attach); the dialog closes at
+ * once and the resilver's progress shows on the pool. */
+async function pickDevice(
+  title: string,
+  test: string,
+  goLabel: string,
+  act: (device: string) => Promise<void>,
+  changed: () => void,
+  failed: (e: unknown) => void,
+): Promise<void> {
+  const err = errorLine(`${test}-error`);
+  const choices = (await api.candidates()).filter(free);
+  const select = h('select', { 'data-test': `${test}-with` }, choices.map((c) => h('option', { value: c.path }, `${c.path} (${fmtBytes(c.size_bytes)})`)));
+  const go = h('button', { class: 'primary', 'data-test': `${test}-go` }, goLabel);
+  const cancel = h('button', null, 'Cancel');
+  const dlg = dialog(title, [choices.length ? field('New device', select) : h('div', { class: 'empty' }, 'No free device.'), err.el], [cancel, go], `${test}-dialog`);
+  cancel.addEventListener('click', () => dlg.close());
+  go.addEventListener('click', async () => {
+    err.clear();
+    const work = act(select.value);
+    dlg.close();
+    changed();
     try {
-      const s = await busy(clear, 'Resilvering…', () => api.clearDevice(pool, d.path));
-      toast(`${d.path} is back: ${fmtBytes(s.bytes_written)} resilvered`);
+      await work;
     } catch (e) {
-      toast(`Clearing ${d.path}: ${e instanceof Error ? e.message : String(e)}`);
+      failed(e);
     }
     changed();
   });
-  return h('span', null, replace, ' ', clear);
 }
 
 /** A scrub's or resilver's progress, with rate and time left. */
