@@ -229,7 +229,10 @@ fn devices_change_while_the_pool_serves_and_the_change_survives_a_restart() {
 
     stop.store(true, Ordering::Relaxed);
     let written = writer.join().unwrap();
-    eprintln!("{} files written over NFS during the changes", written.len());
+    eprintln!(
+        "{} files written over NFS during the changes",
+        written.len()
+    );
 
     // A restart imports the pool as it was left.
     d.restart();
