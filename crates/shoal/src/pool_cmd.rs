@@ -867,10 +867,27 @@ fn replace(name: &str, old: &str, new: &Path, size: Option<String>, json: bool) 
 }
 
 fn clear(name: &str, device: &str, json: bool) -> Result<()> {
+    resilver_device(name, device, "clear", json, |pool, progress| {
+        pool.clear(device, progress)
+    })
+}
+
+/// A resilver of `device` in place (`clear`, `online`): through the daemon's `route`
+/// when one runs (a spinner), else `direct` on the pool (a progress bar).
+pub(crate) fn resilver_device(
+    name: &str,
+    device: &str,
+    route: &str,
+    json: bool,
+    direct: impl FnOnce(
+        &Pool,
+        &dyn Fn(pool::pool::ScrubProgress),
+    ) -> std::result::Result<pool::pool::ResilverSummary, pool::PoolError>,
+) -> Result<()> {
     if let Some(api) = Api::running()? {
         let bar = spinner(json, "resilver (in the daemon)");
         let summary: pool::pool::ResilverSummary = api.post(
-            &format!("/pools/{name}/clear"),
+            &format!("/pools/{name}/{route}"),
             &server::pools_admin::DeviceName {
                 device: device.to_string(),
             },
@@ -881,7 +898,7 @@ fn clear(name: &str, device: &str, json: bool) -> Result<()> {
     let _lock = lock_pool(name)?;
     let pool = open_registered(name)?;
     let bar = progress_bar(json, "resilver");
-    let result = pool.clear(device, &|p| {
+    let result = direct(&pool, &|p| {
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
     });

@@ -7,7 +7,7 @@
 use crate::admin::Api;
 use crate::pool_cmd::{
     new_device, open_registered, print_status, progress_bar, record_devices, report_resilver,
-    spinner,
+    resilver_device, spinner,
 };
 use crate::registry::lock_pool;
 use crate::units::parse_size;
@@ -230,24 +230,7 @@ pub(crate) fn attach(
 }
 
 pub(crate) fn online(name: &str, device: &str, json: bool) -> Result<()> {
-    if let Some(api) = Api::running()? {
-        let bar = spinner(json, "resilver (in the daemon)");
-        let summary: ResilverSummary = api.post(
-            &format!("/pools/{name}/online"),
-            &DeviceName {
-                device: device.to_string(),
-            },
-        )?;
-        bar.finish_and_clear();
-        return report_resilver(&summary, json);
-    }
-    let _lock = lock_pool(name)?;
-    let pool = open_registered(name)?;
-    let bar = progress_bar(json, "resilver");
-    let result = pool.online(device, &|p| {
-        bar.set_length(p.bytes_total);
-        bar.set_position(p.bytes_done);
-    });
-    bar.finish_and_clear();
-    report_resilver(&result?, json)
+    resilver_device(name, device, "online", json, |pool, progress| {
+        pool.online(device, progress)
+    })
 }

@@ -10,8 +10,6 @@ mod common;
 use common::*;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 fn pool_json(state: &Path) -> serde_json::Value {
     serde_json::from_str(&ok(state, &["pool", "status", "--json"])).unwrap()
@@ -134,28 +132,7 @@ fn pools_are_created_repaired_exported_imported_and_destroyed_while_serving() {
     assert_eq!(code, 400, "{body}");
 
     // A device replaced while a client writes: resilvered, nothing lost.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        let (port, scratch) = (d.nfs_port, t.path().to_path_buf());
-        std::thread::spawn(move || {
-            let mut written = Vec::new();
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) || i < 3 {
-                let name = format!("during{i}");
-                nfs_put_at(
-                    port,
-                    &scratch,
-                    "/vault/data",
-                    &name,
-                    &pattern(1 << 20, 100 + i),
-                );
-                written.push((name, 100 + i));
-                i += 1;
-            }
-            written
-        })
-    };
+    let writer = NfsWriter::start(&d, t.path(), "/vault/data", "during", 1 << 20, 100);
     std::thread::sleep(std::time::Duration::from_millis(500));
     let a = devs.join("a");
     let c = devs.join("c");
@@ -178,8 +155,7 @@ fn pools_are_created_repaired_exported_imported_and_destroyed_while_serving() {
         summary["bytes_written"].as_u64().unwrap() >= 3 << 20,
         "{summary}"
     );
-    stop.store(true, Ordering::Relaxed);
-    let written = writer.join().unwrap();
+    let written = writer.finish();
     let now = devices(&state, "vault");
     assert!(
         now.contains(&format!("{} \"ONLINE\"", c.display())),

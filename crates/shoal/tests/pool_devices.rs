@@ -11,8 +11,6 @@ mod common;
 use common::*;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 fn status(state: &Path) -> serde_json::Value {
     let all: serde_json::Value =
@@ -96,28 +94,7 @@ fn devices_change_while_the_pool_serves_and_the_change_survives_a_restart() {
     nfs_put(&d, "/tank/data", "first", &pattern(3 << 20, 1));
 
     // A client writes all along.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        let (port, scratch) = (d.nfs_port, t.path().to_path_buf());
-        std::thread::spawn(move || {
-            let mut written = Vec::new();
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) || i < 3 {
-                let name = format!("during{i}");
-                nfs_put_at(
-                    port,
-                    &scratch,
-                    "/tank/data",
-                    &name,
-                    &pattern(512 << 10, 200 + i),
-                );
-                written.push((name, 200 + i));
-                i += 1;
-            }
-            written
-        })
-    };
+    let writer = NfsWriter::start(&d, t.path(), "/tank/data", "during", 512 << 10, 200);
 
     // Attach: the plain disk becomes a mirror, resilvered.
     let out = ok(
@@ -227,8 +204,7 @@ fn devices_change_while_the_pool_serves_and_the_change_survives_a_restart() {
     );
     assert_eq!(st["intent_log"]["ring"], "pool");
 
-    stop.store(true, Ordering::Relaxed);
-    let written = writer.join().unwrap();
+    let written = writer.finish();
     eprintln!(
         "{} files written over NFS during the changes",
         written.len()

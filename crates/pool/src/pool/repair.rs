@@ -307,6 +307,18 @@ impl Pool {
                     .into(),
             ));
         }
+        self.resilver_in_place(top_index, leaf_index, progress)
+    }
+
+    /// Rebuilds a child that missed writes (FAULTED, OFFLINE) from the rest of its
+    /// vdev, then records it whole (`clear`, `online`).
+    pub(super) fn resilver_in_place(
+        &self,
+        top_index: usize,
+        leaf_index: usize,
+        progress: &dyn Fn(ScrubProgress),
+    ) -> Result<ResilverSummary, PoolError> {
+        let leaf = self.storage.tops()[top_index].leaves[leaf_index].clone();
         let started = Instant::now();
         let summary = self.resilver(top_index, leaf_index, started, progress, || {
             leaf.clear_counters();

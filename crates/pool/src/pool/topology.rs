@@ -306,18 +306,7 @@ impl Pool {
                 "{device} is missing: replace it"
             )));
         }
-        let started = Instant::now();
-        let summary = self.resilver(top_index, leaf_index, started, progress, || {
-            leaf.clear_counters();
-            leaf.set_health(Health::Resilvering);
-        })?;
-        self.mark_whole(top_index, leaf_index, None)?;
-        self.directory_dirty.store(true, Ordering::SeqCst);
-        self.sync()?;
-        Ok(ResilverSummary {
-            seconds: started.elapsed().as_secs_f64(),
-            ..summary
-        })
+        self.resilver_in_place(top_index, leaf_index, progress)
     }
 
     /// Adds a log device: synchronous writes are logged there from now on.

@@ -400,6 +400,47 @@ pub fn nfs_put_at(port: u16, scratch: &Path, export: &str, file: &str, data: &[u
     assert!(out.status.success(), "nfs-cp: {out:?}");
 }
 
+/// A client writing files of `len` bytes (`{prefix}0`, `{prefix}1`, ...; contents
+/// `pattern(len, seed + i)`) to `export` of `d` until stopped, at least three.
+pub struct NfsWriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(String, u32)>>,
+}
+
+impl NfsWriter {
+    pub fn start(
+        d: &Served,
+        scratch: &Path,
+        export: &str,
+        prefix: &str,
+        len: usize,
+        seed: u32,
+    ) -> NfsWriter {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (flag, port, scratch) = (stop.clone(), d.nfs_port, scratch.to_path_buf());
+        let (export, prefix) = (export.to_string(), prefix.to_string());
+        let thread = std::thread::spawn(move || {
+            let mut written = Vec::new();
+            let mut i = 0;
+            while !flag.load(Ordering::Relaxed) || i < 3 {
+                let name = format!("{prefix}{i}");
+                nfs_put_at(port, &scratch, &export, &name, &pattern(len, seed + i));
+                written.push((name, seed + i));
+                i += 1;
+            }
+            written
+        });
+        NfsWriter { stop, thread }
+    }
+
+    /// Stops the client; every (file, seed) it wrote.
+    pub fn finish(self) -> Vec<(String, u32)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 /// `file` in `export` of `d` read with nfs-cat; none when that fails.
 pub fn nfs_get(d: &Served, export: &str, file: &str) -> Option<Vec<u8>> {
     let out = Command::new("nfs-cat")
