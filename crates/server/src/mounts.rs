@@ -102,7 +102,8 @@ impl Mounts {
     }
 }
 
-fn is_mount_point(dir: &Path) -> bool {
+/// True when `dir` (canonical) is a mount point now.
+pub fn is_mount_point(dir: &Path) -> bool {
     let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
         return false;
     };

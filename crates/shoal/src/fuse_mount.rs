@@ -899,6 +899,11 @@ impl fuser::Filesystem for ShoalFuse {
 }
 
 /// Mount options as `shoal mount -o` takes them: (read-only, allow other users).
+/// Refuses options a shoal mount does not know, naming the known ones.
+pub(crate) fn check_options(options: &[String]) -> Result<()> {
+    parse_options(options).map(|_| ())
+}
+
 fn parse_options(options: &[String]) -> Result<(bool, bool)> {
     let mut ro = false;
     let mut allow_other = false;

@@ -9,6 +9,7 @@ mod bench_cmd;
 mod demo;
 mod fs_cmd;
 mod fuse_mount;
+mod mount_helper;
 mod pool_cmd;
 mod pool_devices_cmd;
 mod pool_host;
@@ -145,6 +146,10 @@ fn passwd(from_stdin: bool) -> anyhow::Result<()> {
 
 fn main() {
     allocator::tune();
+    if mount_helper::invoked_as_helper() {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        std::process::exit(mount_helper::run(&args));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Pool(cmd) => pool_cmd::run(cmd),

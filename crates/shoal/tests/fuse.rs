@@ -311,3 +311,110 @@ fn pjdfstest_passes_on_a_fuse_mount() {
     let check = ok(&state, &["pool", "check", "tank"]);
     assert!(check.contains("no problems found"), "{check}");
 }
+
+/// Removes the `/sbin/mount.shoal` link this test made, also when it fails.
+struct HelperLink(PathBuf);
+
+impl Drop for HelperLink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Waits until nothing is mounted on `at` and the pool's lock is free (the detached
+/// mount process committed and exited).
+fn wait_released(state: &Path, at: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while is_mounted(at) || !shoal(state, &["pool", "status", "tank"]).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "the mount of {} did not end",
+            at.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn mount_t_shoal_and_fstab_lines_mount_through_the_helper() {
+    // mount(8) runs helpers from /sbin only: the test links the binary under test there.
+    let link = PathBuf::from("/sbin/mount.shoal");
+    if link.symlink_metadata().is_ok() {
+        panic!(
+            "{} exists already; this test will not replace it",
+            link.display()
+        );
+    }
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_shoal"), &link).unwrap();
+    let _link = HelperLink(link);
+
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = t.path().join("state");
+    make_pool(&t.path().join("devs"), &state);
+    ok(&state, &["fs", "create", "tank/home"]);
+    let at = t.path().join("home");
+    std::fs::create_dir_all(&at).unwrap();
+    let at = at.canonicalize().unwrap();
+
+    // An fstab line, mounted by its mount point as at boot (`mount -T` reads this file
+    // instead of /etc/fstab); options mount(8) and fstab use are taken.
+    let fstab = t.path().join("fstab");
+    std::fs::write(
+        &fstab,
+        format!(
+            "tank/home {} shoal rw,nofail,x-test.option 0 0\n",
+            at.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("mount")
+        .arg("-T")
+        .arg(&fstab)
+        .arg(&at)
+        .env("SHOAL_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount -T fstab: {out:?}");
+    assert!(is_mounted(&at), "mount returned before the mount was there");
+    std::fs::write(at.join("from-fstab"), b"mounted by mount(8)").unwrap();
+    // `umount` ends the detached mount process, which commits first.
+    let out = Command::new("umount").arg(&at).output().unwrap();
+    assert!(out.status.success(), "umount: {out:?}");
+    wait_released(&state, &at);
+
+    // mount -t shoal, read-only: the file committed above is there, writes refused.
+    let out = Command::new("mount")
+        .args(["-t", "shoal", "-o", "ro", "tank/home"])
+        .arg(&at)
+        .env("SHOAL_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount -t shoal: {out:?}");
+    let _unmount = Unmount(at.clone());
+    assert_eq!(
+        std::fs::read(at.join("from-fstab")).unwrap(),
+        b"mounted by mount(8)"
+    );
+    assert!(std::fs::write(at.join("refused"), b"x").is_err());
+    let out = Command::new("umount").arg(&at).output().unwrap();
+    assert!(out.status.success(), "umount: {out:?}");
+    wait_released(&state, &at);
+
+    // Wrong requests fail with mount(8)'s failure status and say why.
+    let out = Command::new("mount")
+        .args(["-t", "shoal", "-o", "sync", "tank/home"])
+        .arg(&at)
+        .env("SHOAL_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(32), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mount option 'sync'"));
+    let out = Command::new("mount")
+        .args(["-t", "shoal", "tank/nope"])
+        .arg(&at)
+        .env("SHOAL_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(32), "{out:?}");
+    assert!(!is_mounted(&at));
+}
