@@ -10,7 +10,8 @@
 //!   mount already: a request can never hide files under a mount.
 //! - A pool with mounts is not let go (export, destroy); the daemon unmounts every
 //!   mount before it commits its pools and exits.
-//! - The FUSE sessions themselves are the `shoal` binary's (`MountHost`).
+//! - The FUSE sessions are the `fuse` crate's (`FuseHost`); a test may stand in
+//!   another `MountHost`.
 
 use crate::api::{run_blocking as blocking, ApiError, ApiResult, Body, Shared};
 use crate::DaemonState;
@@ -36,6 +37,36 @@ pub trait MountHost: Send + Sync {
         dir: &Path,
         options: &[String],
     ) -> Result<Box<dyn MountHandle>, String>;
+}
+
+/// A mount the daemon serves: the FUSE session runs on its own threads.
+struct FuseMount(fuse::fuser::BackgroundSession);
+
+impl MountHandle for FuseMount {
+    fn unmount(self: Box<Self>) -> Result<(), String> {
+        self.0.umount_and_join().map_err(|e| e.to_string())
+    }
+}
+
+/// Starts the daemon's FUSE sessions; their attributes revalidate after a second, as
+/// an NFS client's do, since NFS clients change the same files.
+pub struct FuseHost;
+
+impl MountHost for FuseHost {
+    fn mount(
+        &self,
+        datasets: Arc<fs::Datasets>,
+        dataset: &str,
+        dir: &Path,
+        options: &[String],
+    ) -> Result<Box<dyn MountHandle>, String> {
+        fuse::use_daemon_ttl();
+        let s = fuse::session(datasets, dataset, dir, options).map_err(|e| format!("{e:#}"))?;
+        let background = s
+            .spawn()
+            .map_err(|e| format!("starting the FUSE session: {e}"))?;
+        Ok(Box::new(FuseMount(background)))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

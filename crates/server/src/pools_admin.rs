@@ -291,6 +291,14 @@ impl DaemonState {
             use std::os::unix::fs::FileTypeExt;
             std::fs::metadata(&p).is_ok_and(|m| m.file_type().is_block_device())
         };
+        if block_device {
+            if let Some(why) = block_device_in_use(&p, &busy_devices()) {
+                return Err(ServerError::Config(format!(
+                    "device '{}' {why}: it is not offered and not taken",
+                    p.display()
+                )));
+            }
+        }
         if !(in_dir || block_device) {
             return Err(ServerError::Config(format!(
                 "device '{}' is neither in a device directory ([storage] device_dirs: {}) \
@@ -713,10 +721,7 @@ pub(crate) async fn candidates(State(s): State<Shared>) -> ApiResult<Vec<Candida
 /// Whole block devices (from /sys/block) with a size, none of whose partitions is
 /// mounted or used as swap.
 fn free_block_devices() -> Vec<PathBuf> {
-    let busy: String = ["/proc/mounts", "/proc/swaps"]
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .collect();
+    let busy = busy_devices();
     let Ok(entries) = std::fs::read_dir("/sys/block") else {
         return Vec::new();
     };
@@ -730,11 +735,7 @@ fn free_block_devices() -> Vec<PathBuf> {
                 .parse()
                 .ok()?;
             let dev = PathBuf::from("/dev").join(&name);
-            let used = busy.lines().any(|l| {
-                l.split_whitespace()
-                    .next()
-                    .is_some_and(|d| d.starts_with(dev.to_str().unwrap_or("")))
-            });
+            let used = block_device_in_use(&dev, &busy).is_some();
             (sectors * 512 >= vdev::label::MIN_DEVICE_BYTES
                 && !used
                 && !name.starts_with("loop")
@@ -745,6 +746,45 @@ fn free_block_devices() -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
+}
+
+/// The mount and swap tables (`/proc/mounts`, `/proc/swaps`), for
+/// `block_device_in_use`.
+fn busy_devices() -> String {
+    ["/proc/mounts", "/proc/swaps"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .collect()
+}
+
+/// Why block device `dev` is in use, if it is: it or one of its partitions is in
+/// `busy` (the mount and swap tables), or the kernel lists holders of it (LVM, md,
+/// dm-crypt).
+fn block_device_in_use(dev: &Path, busy: &str) -> Option<&'static str> {
+    let d = dev.to_string_lossy();
+    // Partitions of sda are sda1...; of nvme0n1 (a name ending in a digit) nvme0n1p1...
+    let digits = |r: &str| !r.is_empty() && r.chars().all(|c| c.is_ascii_digit());
+    let numbered = d.ends_with(|c: char| c.is_ascii_digit());
+    let partition_of = |name: &str| {
+        name.strip_prefix(&*d).is_some_and(|rest| {
+            rest.is_empty()
+                || match numbered {
+                    true => rest.strip_prefix('p').is_some_and(digits),
+                    false => digits(rest),
+                }
+        })
+    };
+    if busy
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .any(partition_of)
+    {
+        return Some("holds a mounted filesystem or swap space");
+    }
+    let name = dev.file_name()?.to_string_lossy().into_owned();
+    let held = std::fs::read_dir(Path::new("/sys/class/block").join(name).join("holders"))
+        .is_ok_and(|mut h| h.next().is_some());
+    held.then_some("is held by another device (LVM, md or dm-crypt)")
 }
 
 #[derive(Debug, Deserialize)]
@@ -915,4 +955,25 @@ pub(crate) fn activate_spare(s: &Arc<DaemonState>, pool: &Arc<Pool>, st: &PoolSt
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_device_with_a_mounted_partition_is_in_use() {
+        let busy = "/dev/sda1 / ext4 rw 0 0\n/dev/nvme0n1p2 /home xfs rw 0 0\n\
+                    Filename Type Size Used Priority\n/dev/sdc partition 1 0 -2\n";
+        let used = |d: &str| block_device_in_use(Path::new(d), busy).is_some();
+        assert!(used("/dev/sda"), "a partition of it is mounted");
+        assert!(used("/dev/nvme0n1"), "a partition of it is mounted");
+        assert!(used("/dev/sdc"), "it is swap space");
+        assert!(!used("/dev/sdb"));
+        // A disk whose name extends another's is not its partition.
+        assert!(block_device_in_use(Path::new("/dev/sd"), "/dev/sdx1 / ext4 rw 0 0").is_none());
+        assert!(
+            block_device_in_use(Path::new("/dev/loop1"), "/dev/loop10 / ext4 rw 0 0").is_none()
+        );
+    }
 }

@@ -8,7 +8,7 @@ mod allocator;
 mod bench_cmd;
 mod demo;
 mod fs_cmd;
-mod fuse_mount;
+mod mount_cmd;
 mod mount_helper;
 mod pool_cmd;
 mod pool_devices_cmd;
@@ -178,8 +178,8 @@ fn main() {
             dataset,
             mountpoint,
             options,
-        } => fuse_mount::mount(&dataset, &mountpoint, &options),
-        Command::Unmount { mountpoint } => fuse_mount::unmount(&mountpoint),
+        } => mount_cmd::mount(&dataset, &mountpoint, &options),
+        Command::Unmount { mountpoint } => mount_cmd::unmount(&mountpoint),
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Share(cmd) => share_cmd::run(cmd),

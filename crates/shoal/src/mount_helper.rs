@@ -104,7 +104,7 @@ pub fn run(args: &[String]) -> i32 {
 
 fn mount(args: &[String]) -> Result<()> {
     let req = parse(args)?;
-    crate::fuse_mount::check_options(&req.options)?;
+    fuse::check_options(&req.options)?;
     let dir = req
         .dir
         .canonicalize()
@@ -113,7 +113,7 @@ fn mount(args: &[String]) -> Result<()> {
         return Ok(());
     }
     if crate::admin::Api::running()?.is_some() {
-        return crate::fuse_mount::mount(&req.dataset, &dir, &req.options);
+        return crate::mount_cmd::mount(&req.dataset, &dir, &req.options);
     }
     let state = crate::registry::state_dir();
     std::fs::create_dir_all(&state)?;
@@ -195,6 +195,6 @@ mod tests {
             parse(&args("t/h /m -o sync")).unwrap().options,
             vec!["sync"]
         );
-        assert!(crate::fuse_mount::check_options(&["sync".into()]).is_err());
+        assert!(fuse::check_options(&["sync".into()]).is_err());
     }
 }

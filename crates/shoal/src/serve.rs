@@ -182,7 +182,7 @@ pub fn serve(config: &ServeConfig, ready: impl FnOnce(&server::Daemon)) -> Resul
         pools,
         &state_dir(),
         Some(host as Arc<dyn server::pools_admin::PoolHost>),
-        Some(Arc::new(crate::fuse_mount::FuseHost) as Arc<dyn server::mounts::MountHost>),
+        Some(Arc::new(server::mounts::FuseHost) as Arc<dyn server::mounts::MountHost>),
     )?;
     ready(&daemon);
     if let Some(sig) = signals.forever().next() {

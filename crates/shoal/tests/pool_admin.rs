@@ -114,6 +114,9 @@ fn pools_are_created_repaired_exported_imported_and_destroyed_while_serving() {
     assert_eq!(code, 409, "a directory that is not empty is refused");
     ok(&state, &["unmount", at.to_str().unwrap()]);
     assert!(!is_mounted(&std::fs::canonicalize(&at).unwrap()));
+    // Unmounted means let go: the pool exports at once (and comes back).
+    ok(&state, &["pool", "export", "vault"]);
+    ok(&state, &["pool", "import", "--dir", dir, "vault"]);
     ok(&state, &["snapshot", "destroy", "vault/data@mounted"]);
 
     // Paths outside the device directory are refused, and nothing is created.

@@ -147,6 +147,20 @@ fn devices_change_while_the_pool_serves_and_the_change_survives_a_restart() {
     assert_eq!(paths(&st, "log"), vec![dev("e")]);
     assert_eq!(paths(&st, "cache"), vec![dev("f")]);
     assert_eq!(st["intent_log"]["ring"], "log devices");
+    // The client's new files spread to the new vdev.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let v = &status(&state)["vdevs"][1];
+        let used = v["capacity_bytes"].as_u64().unwrap() - v["free_bytes"].as_u64().unwrap();
+        if used > 2 << 20 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no writes reached the new vdev: {v}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 
     // Offline and online: degraded meanwhile, resilvered after.
     ok(&state, &["pool", "offline", "tank", &dev("a")]);

@@ -1,6 +1,9 @@
-//! `shoal mount` / `shoal unmount`: a shoal filesystem on a local directory through
-//! FUSE (the fuser crate, speaking to /dev/fuse directly). Inode numbers are object ids
-//! (the root directory is object 1, as FUSE wants) and the generation is the object's.
+//! A shoal filesystem on a local directory through FUSE (the fuser crate, speaking to
+//! /dev/fuse directly): the adapter from FUSE requests to the file system layer
+//! (`fs`), for `shoal mount` (a process of its own that holds the pool) and for the
+//! daemon's mounts beside its NFS shares (`server::mounts`). Inode numbers are object
+//! ids (the root directory is object 1, as FUSE wants) and the generation is the
+//! object's.
 //!
 //! Snapshots are readable under `.shoal/snapshot/NAME/` at the root (hidden from the
 //! root's listing, like ZFS's `.zfs`). Their inode numbers live in their own range:
@@ -10,12 +13,10 @@
 //! under `.shoal` is read-only (EROFS).
 //!
 //! The kernel checks access permissions (`default_permissions`); ownership of new files
-//! comes from the caller's uid/gid. The mount process owns the pool while it runs:
-//! SIGTERM or SIGINT (or `shoal unmount`) unmounts, commits the open transaction group
-//! and exits; nothing acknowledged is lost.
+//! comes from the caller's uid/gid. Nothing here commits: whoever runs the session
+//! commits the pool when it ends (`shoal mount` on SIGTERM, SIGINT or unmount; the
+//! daemon on unmount), so nothing acknowledged is lost.
 
-use crate::pool_cmd::open_registered_long_lived;
-use crate::registry::lock_pool;
 use anyhow::{bail, Context, Result};
 use fs::{Attr, Cred, FsError, Kind, SetAttr, Timespec};
 use fuser::{
@@ -26,7 +27,7 @@ use fuser::{
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -39,11 +40,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 static TTL_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(60_000);
 const DAEMON_TTL_MS: u64 = 1_000;
 
+/// From now on, attributes and names are kept `DAEMON_TTL_MS` (mounts beside NFS
+/// shares, whose clients change the same files).
+pub fn use_daemon_ttl() {
+    TTL_MS.store(DAEMON_TTL_MS, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub use fuser;
+
 fn ttl() -> Duration {
     Duration::from_millis(TTL_MS.load(std::sync::atomic::Ordering::Relaxed))
 }
 
-struct ShoalFuse {
+/// The FUSE file system of one mounted dataset.
+pub struct ShoalFuse {
     fs: Arc<fs::Filesystem>,
     datasets: Arc<fs::Datasets>,
     /// This mount's dataset (its snapshots are the ones shown).
@@ -900,7 +910,7 @@ impl fuser::Filesystem for ShoalFuse {
 
 /// Mount options as `shoal mount -o` takes them: (read-only, allow other users).
 /// Refuses options a shoal mount does not know, naming the known ones.
-pub(crate) fn check_options(options: &[String]) -> Result<()> {
+pub fn check_options(options: &[String]) -> Result<()> {
     parse_options(options).map(|_| ())
 }
 
@@ -920,7 +930,7 @@ fn parse_options(options: &[String]) -> Result<(bool, bool)> {
 }
 
 /// A FUSE session of `dataset` (of `datasets`) on `mountpoint`, mounted, not yet run.
-fn session(
+pub fn session(
     datasets: Arc<fs::Datasets>,
     dataset: &str,
     mountpoint: &Path,
@@ -962,120 +972,4 @@ fn session(
         &config,
     )
     .with_context(|| format!("mounting on {}", mountpoint.display()))
-}
-
-/// `shoal mount POOL/FS MOUNTPOINT [-o ro,allow_other]`: runs until unmounted; while
-/// `shoal serve` runs, the daemon serves the mount and this returns at once.
-pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()> {
-    parse_options(options)?;
-    if let Some(api) = crate::admin::Api::running()? {
-        let dir = std::env::current_dir()?.join(mountpoint);
-        let dir = dir.canonicalize().unwrap_or(dir);
-        let m: server::mounts::MountInfo = api.post(
-            "/mounts",
-            &server::mounts::MountRequest {
-                dataset: dataset.to_string(),
-                dir: dir.display().to_string(),
-                options: options.to_vec(),
-            },
-        )?;
-        eprintln!("mounted {} on {} (served by shoal serve)", m.dataset, m.dir);
-        return Ok(());
-    }
-    let pool_name = dataset.split('/').next().unwrap_or(dataset);
-    let _lock = lock_pool(pool_name)?;
-    let pool = open_registered_long_lived(pool_name, None)?;
-    let datasets = Arc::new(fs::Datasets::new(pool.clone())?);
-    let mut session = session(datasets.clone(), dataset, mountpoint, options)?;
-    let mut unmounter = session.unmount_callable();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])?;
-    let handle = signals.handle();
-    let mp = mountpoint.to_path_buf();
-    let signal_thread = std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            if let Err(e) = unmounter.unmount() {
-                eprintln!("shoal: unmounting {}: {e}", mp.display());
-            }
-        }
-    });
-    eprintln!("mounted {dataset} on {}", mountpoint.display());
-    let result = session.run();
-    handle.close();
-    let _ = signal_thread.join();
-    drop(datasets);
-    pool.sync().context("committing on unmount")?;
-    result.context("FUSE session")?;
-    Ok(())
-}
-
-/// A mount the daemon serves (`shoal mount` while `shoal serve` runs): the FUSE
-/// session runs on its own threads in the daemon.
-pub(crate) struct DaemonMount(fuser::BackgroundSession);
-
-impl server::mounts::MountHandle for DaemonMount {
-    fn unmount(self: Box<Self>) -> std::result::Result<(), String> {
-        self.0.umount_and_join().map_err(|e| e.to_string())
-    }
-}
-
-/// Starts the daemon's FUSE sessions (see `DaemonMount`).
-pub(crate) struct FuseHost;
-
-impl server::mounts::MountHost for FuseHost {
-    fn mount(
-        &self,
-        datasets: Arc<fs::Datasets>,
-        dataset: &str,
-        dir: &Path,
-        options: &[String],
-    ) -> std::result::Result<Box<dyn server::mounts::MountHandle>, String> {
-        TTL_MS.store(DAEMON_TTL_MS, std::sync::atomic::Ordering::Relaxed);
-        let s = session(datasets, dataset, dir, options).map_err(|e| format!("{e:#}"))?;
-        let background = s
-            .spawn()
-            .map_err(|e| format!("starting the FUSE session: {e}"))?;
-        Ok(Box::new(DaemonMount(background)))
-    }
-}
-
-/// `shoal unmount MOUNTPOINT`: a mount the daemon serves is unmounted and committed by
-/// it before this returns; otherwise asks the kernel to unmount, and the mount process
-/// then commits and exits.
-pub fn unmount(mountpoint: &Path) -> Result<()> {
-    let path: PathBuf = mountpoint
-        .canonicalize()
-        .with_context(|| format!("{}", mountpoint.display()))?;
-    if let Some(api) = crate::admin::Api::running()? {
-        let mounts: Vec<server::mounts::MountInfo> = api.get("/mounts")?;
-        if mounts.iter().any(|m| Path::new(&m.dir) == path) {
-            // The daemon answers once the mount is gone and the pool committed.
-            api.post::<server::mounts::MountInfo>(
-                "/mounts/unmount",
-                &server::mounts::UnmountRequest {
-                    dir: path.display().to_string(),
-                },
-            )?;
-            return Ok(());
-        }
-    }
-    let mounts = std::fs::read_to_string("/proc/self/mounts")?;
-    let is_shoal = mounts.lines().any(|l| {
-        let mut f = l.split_whitespace();
-        let (src, dst) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
-        dst == path.to_string_lossy() && src.starts_with("shoal:")
-    });
-    if !is_shoal {
-        bail!("{} is not a shoal mount", path.display());
-    }
-    let status = std::process::Command::new("umount")
-        .arg(&path)
-        .status()
-        .context("running umount")?;
-    if !status.success() {
-        bail!("umount {} failed ({status})", path.display());
-    }
-    Ok(())
 }
