@@ -15,12 +15,15 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// A webhook receiver: every request's body goes to the channel; each gets a 200.
+/// A webhook receiver: every request's body goes to the channel; the first request
+/// is refused (503, "REFUSED" on the channel) so the sender must retry, the others get
+/// a 200.
 fn webhook() -> (u16, mpsc::Receiver<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        let mut refused = false;
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
             let mut reader = BufReader::new(conn.try_clone().unwrap());
@@ -39,12 +42,20 @@ fn webhook() -> (u16, mpsc::Receiver<String>) {
                 }
             }
             let mut body = vec![0u8; len];
-            if reader.read_exact(&mut body).is_ok() {
-                let _ = conn.write_all(
-                    b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                );
-                let _ = tx.send(String::from_utf8_lossy(&body).into_owned());
+            if reader.read_exact(&mut body).is_err() {
+                continue;
             }
+            if !refused {
+                refused = true;
+                let _ = conn.write_all(
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                let _ = tx.send("REFUSED".into());
+                continue;
+            }
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = tx.send(String::from_utf8_lossy(&body).into_owned());
         }
     });
     (port, rx)
@@ -144,12 +155,16 @@ fn a_failed_device_is_alerted_to_the_hooks_and_kept() {
     assert_eq!(faulted["object"], dead.as_str());
     assert!(alerts(&state, false)["unacknowledged"].as_u64().unwrap() >= 2);
 
-    // Both hooks got it as JSON.
+    // Both hooks got it as JSON; the webhook after a retry (its first answer was 503).
     let deadline = Instant::now() + Duration::from_secs(30);
+    let first = posted
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .expect("the webhook was called");
+    assert_eq!(first, "REFUSED");
     loop {
         let body = posted
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the webhook got the device alert");
+            .expect("the webhook got the device alert after a refusal");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         if v["kind"] == "device.faulted" {
             assert_eq!(v["object"], dead.as_str());
