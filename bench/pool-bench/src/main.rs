@@ -26,9 +26,16 @@ struct Args {
     /// Size of each device file in MiB.
     #[arg(long, default_value_t = 2048)]
     dev_mib: u64,
-    /// seqwrite, seqread, randread or arcread.
+    /// seqwrite, seqread, randread, arcread or syncwrite (8K writes each made durable
+    /// by an intent-log commit before the next, as NFS FILE_SYNC writes are).
     #[arg(long)]
     workload: String,
+    /// syncwrite: a log device file of this many MiB beside the data devices.
+    #[arg(long)]
+    log_mib: Option<u64>,
+    /// syncwrite: the file's record size in bytes.
+    #[arg(long, default_value_t = 8192)]
+    record: u32,
     /// Data written or read, MiB.
     #[arg(long, default_value_t = 4096)]
     data_mib: u64,
@@ -249,6 +256,94 @@ fn main() {
                 "iops": n_ops as f64 / a.seconds as f64, "threads": a.threads,
                 "cpu_us_per_op": cpu * 1e6 / n_ops.max(1) as f64,
                 "arc_demand_hits": arc.demand_hits, "arc_demand_misses": arc.demand_misses})
+        }
+        "syncwrite" => {
+            let mut data = devices(&a.dir, n, a.dev_mib, true);
+            let log = a.log_mib.map(|mib| {
+                let p = a.dir.join("log.img");
+                let _ = std::fs::remove_file(&p);
+                DeviceArg {
+                    path: p.display().to_string(),
+                    device: Arc::new(FileDevice::create(&p, mib << 20).expect("log device")),
+                }
+            });
+            let pool = Arc::new(
+                Pool::create(
+                    "benchsync",
+                    vec![TopArg {
+                        layout,
+                        devices: std::mem::take(&mut data),
+                    }],
+                    log.into_iter().collect(),
+                    vec![],
+                    opts(a.arc_mib),
+                )
+                .unwrap(),
+            );
+            let os = pool.create_objset("benchsync/fs", "{}").unwrap();
+            let objs: Vec<u64> = (0..a.threads)
+                .map(|_| {
+                    let o = pool
+                        .create_object(os, 19, a.record, Compression::Off, ChecksumKind::Fletcher4)
+                        .unwrap();
+                    fill(&pool, os, o, data_bytes / a.threads as u64);
+                    o
+                })
+                .collect();
+            pool.sync().unwrap();
+            let before = pool.status();
+            let ops = Arc::new(AtomicU64::new(0));
+            let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let cpu0 = cpu_seconds();
+            let t0 = Instant::now();
+            let deadline = t0 + Duration::from_secs(a.seconds);
+            let blocks = (data_bytes / a.threads as u64 / 8192).max(1);
+            std::thread::scope(|s| {
+                for (t, &obj) in objs.iter().enumerate() {
+                    let (pool, ops, lat) = (pool.clone(), ops.clone(), lat.clone());
+                    s.spawn(move || {
+                        let mut x = 0x9E3779B97F4A7C15u64 ^ (t as u64 + 1);
+                        let buf = &data_source()[..8192];
+                        let mut mine = Vec::new();
+                        while Instant::now() < deadline {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let at = Instant::now();
+                            pool.write(os, obj, (x % blocks) * 8192, buf).unwrap();
+                            pool.log_commit().unwrap();
+                            mine.push(at.elapsed().as_nanos() as u64);
+                            ops.fetch_add(1, Ordering::Relaxed);
+                        }
+                        lat.lock().unwrap().extend(mine);
+                    });
+                }
+            });
+            let secs = t0.elapsed().as_secs_f64();
+            let n_ops = ops.load(Ordering::Relaxed).max(1);
+            let cpu = cpu_seconds() - cpu0;
+            let mut lat = std::mem::take(&mut *lat.lock().unwrap());
+            lat.sort_unstable();
+            let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64 / 1e3;
+            let after = pool.status();
+            let writes = |st: &pool::pool::PoolStatus, log: bool| -> u64 {
+                let leaves: Vec<&pool::pool::LeafStatus> = if log {
+                    st.log.iter().collect()
+                } else {
+                    st.vdevs.iter().flat_map(|v| v.children.iter()).collect()
+                };
+                leaves.iter().map(|l| l.write_ops).sum()
+            };
+            let il = after.intent_log.clone();
+            serde_json::json!({"workload": "syncwrite", "layout": a.layout, "log_device": a.log_mib.is_some(),
+                "record": a.record, "threads": a.threads, "ops": n_ops, "seconds": secs,
+                "iops": n_ops as f64 / secs, "latency_us_p50": pct(0.5), "latency_us_p99": pct(0.99),
+                "cpu_us_per_op": cpu * 1e6 / n_ops as f64,
+                "log_commits_per_op": (il.commits - before.intent_log.commits) as f64 / n_ops as f64,
+                "log_blocks_per_op": (il.blocks_written - before.intent_log.blocks_written) as f64 / n_ops as f64,
+                "data_device_writes_per_op": (writes(&after, false) - writes(&before, false)) as f64 / n_ops as f64,
+                "log_device_writes_per_op": (writes(&after, true) - writes(&before, true)) as f64 / n_ops as f64,
+                "txg_fallbacks": il.txg_fallbacks - before.intent_log.txg_fallbacks})
         }
         other => panic!("unknown workload {other}"),
     };

@@ -279,6 +279,66 @@ impl Drop for Claim {
     }
 }
 
+/// The calls waiting for a worker: a queue under a mutex, workers asleep on a condvar.
+/// A channel that spins before it sleeps (crossbeam's) cost each call a few
+/// `sched_yield`s of every idle worker, CPU the client and the busy workers need on a
+/// small machine; here an idle worker costs nothing and a call wakes exactly one.
+struct JobQueue {
+    state: Mutex<(std::collections::VecDeque<Job>, usize)>,
+    ready: Condvar,
+}
+
+/// A handle that queues calls; the queue closes when the last one is dropped.
+struct JobSender(Arc<JobQueue>);
+
+impl JobQueue {
+    fn new() -> (JobSender, Arc<JobQueue>) {
+        let q = Arc::new(JobQueue {
+            state: Mutex::new((std::collections::VecDeque::new(), 1)),
+            ready: Condvar::new(),
+        });
+        (JobSender(q.clone()), q)
+    }
+
+    /// The next call; `None` once the queue is empty and closed.
+    fn recv(&self) -> Option<Job> {
+        let mut st = self.state.lock().unwrap();
+        loop {
+            if let Some(job) = st.0.pop_front() {
+                return Some(job);
+            }
+            if st.1 == 0 {
+                return None;
+            }
+            st = self.ready.wait(st).unwrap();
+        }
+    }
+}
+
+impl JobSender {
+    fn send(&self, job: Job) {
+        self.0.state.lock().unwrap().0.push_back(job);
+        self.0.ready.notify_one();
+    }
+}
+
+impl Clone for JobSender {
+    fn clone(&self) -> JobSender {
+        self.0.state.lock().unwrap().1 += 1;
+        JobSender(self.0.clone())
+    }
+}
+
+impl Drop for JobSender {
+    fn drop(&mut self) {
+        let mut st = self.0.state.lock().unwrap();
+        st.1 -= 1;
+        if st.1 == 0 {
+            self.0.ready.notify_all();
+        }
+    }
+}
+
 /// A record read under a claim that covers it.
 struct Claimed {
     record: Vec<u8>,
@@ -292,7 +352,7 @@ pub struct RpcServer {
     acceptors: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     conns: Arc<Mutex<Vec<Arc<Conn>>>>,
-    sender: Option<crossbeam_channel::Sender<Job>>,
+    sender: Option<JobSender>,
     readers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -303,7 +363,7 @@ impl RpcServer {
         service: Arc<dyn Service>,
         workers: usize,
     ) -> std::io::Result<RpcServer> {
-        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let (tx, rx) = JobQueue::new();
         let budget = Arc::new(Budget::default());
         let mut worker_threads = Vec::new();
         for i in 0..workers.max(1) {
@@ -313,7 +373,7 @@ impl RpcServer {
                 std::thread::Builder::new()
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
-                        while let Ok(job) = rx.recv() {
+                        while let Some(job) = rx.recv() {
                             let call = Call {
                                 peer: job.conn.peer,
                                 received: job.received,
@@ -411,7 +471,7 @@ fn accept_loop(
     stopping: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<Arc<Conn>>>>,
     readers: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    tx: crossbeam_channel::Sender<Job>,
+    tx: JobSender,
     budget: Arc<Budget>,
     service: Arc<dyn Service>,
 ) {
@@ -506,7 +566,7 @@ impl std::fmt::Display for ReadEnd {
 fn read_loop(
     mut stream: TcpStream,
     conn: &Arc<Conn>,
-    tx: &crossbeam_channel::Sender<Job>,
+    tx: &JobSender,
     budget: &Arc<Budget>,
     service: &dyn Service,
 ) -> Result<(), ReadEnd> {
@@ -549,18 +609,12 @@ fn read_loop(
             }
             *n += 1;
         }
-        if tx
-            .send(Job {
-                conn: conn.clone(),
-                record,
-                header,
-                received,
-            })
-            .is_err()
-        {
-            conn.finished_one();
-            return Ok(());
-        }
+        tx.send(Job {
+            conn: conn.clone(),
+            record,
+            header,
+            received,
+        });
     }
 }
 

@@ -230,6 +230,27 @@ struct LogState {
     tail_v: u64,
     live: VecDeque<LiveBlock>,
     replaying: bool,
+    /// Committers waiting (the id their records end below, and the thread), in
+    /// arrival order: woken one by one (`wake`), not all at once, so a batch's end
+    /// wakes the committers it made durable and the one that writes next.
+    waiters: Vec<(u64, std::thread::Thread)>,
+}
+
+impl LogState {
+    /// Unparks every committer whose records are durable now and, when no batch is in
+    /// flight, the first one still waiting, to write the next batch. Call after any
+    /// change of `safe_upto` or `writing`.
+    fn wake(&mut self) {
+        let safe = self.safe_upto;
+        let mut leader = self.writing.is_none();
+        self.waiters.retain(|(target, thread)| {
+            let go = *target <= safe || std::mem::take(&mut leader);
+            if go {
+                thread.unpark();
+            }
+            !go
+        });
+    }
 }
 
 /// Counters shown in pool status.
@@ -255,7 +276,10 @@ struct WriterRelease<'a>(&'a IntentLog);
 
 impl Drop for WriterRelease<'_> {
     fn drop(&mut self) {
-        self.0.state.lock().unwrap().writing = None;
+        let mut st = self.0.state.lock().unwrap();
+        st.writing = None;
+        st.wake();
+        drop(st);
         self.0.cv.notify_all();
     }
 }
@@ -560,6 +584,7 @@ impl IntentLog {
             }
         }
         st.safe_upto = st.safe_upto.max(safe);
+        st.wake();
         drop(st);
         self.cv.notify_all();
     }
@@ -575,7 +600,14 @@ impl IntentLog {
             if st.writing.is_none() {
                 break;
             }
-            st = self.cv.wait(st).unwrap();
+            // Parked until `wake` says this caller's records are durable or it is to
+            // write the next batch; a stray unpark only makes it look again.
+            st.waiters.push((target, std::thread::current()));
+            drop(st);
+            std::thread::park();
+            st = self.state.lock().unwrap();
+            let me = std::thread::current().id();
+            st.waiters.retain(|(_, t)| t.id() != me);
         }
         let batch: Vec<Pending> = st.pending.drain(..).collect();
         let end = st.next_id;
@@ -598,6 +630,7 @@ impl IntentLog {
         if result.is_ok() {
             st.safe_upto = st.safe_upto.max(end);
         }
+        st.wake();
         drop(st);
         self.cv.notify_all();
         result

@@ -892,6 +892,18 @@ impl Objset {
             let from = offset.max(block_start);
             let to = end.min(block_start + bs);
             let src = &data[(from - offset) as usize..(to - offset) as usize];
+            // A block already changed in this txg that nothing else holds (no reader,
+            // no placed copy, not yet shared with the ARC) takes a partial write in
+            // place: small writes into large records copy what they write, not the
+            // whole record each time.
+            if let Some(Dirty::Data(open)) = s.open.blocks.get_mut(&blkid) {
+                if let Some(buf) = Arc::get_mut(open).filter(|b| b.len() as u64 == bs) {
+                    buf[(from - block_start) as usize..(to - block_start) as usize]
+                        .copy_from_slice(src);
+                    blkid += 1;
+                    continue;
+                }
+            }
             let contents = if from == block_start && to == block_start + bs {
                 AlignedBuf::from_slice(src)
             } else {
