@@ -285,25 +285,17 @@ pub(crate) async fn attach_device(
         let host = s.host()?.clone();
         let pool = s.pool(&name)?;
         let path = s.device_path(&req.new)?;
-        let op = s.operations.begin(&name, "resilver", Some(&req.new))?;
-        let summary = with_device(&s, &path, req.size, |d| {
-            Ok(pool.attach(&req.device, d, &|p| op.progress(p))?)
-        })?;
-        drop(op);
+        let summary = s.resilver_operation(
+            &name,
+            &req.new,
+            |progress| {
+                with_device(&s, &path, req.size, |d| {
+                    Ok(pool.attach(&req.device, d, progress)?)
+                })
+            },
+            |_| format!("{} attached beside {}", path.display(), req.device),
+        )?;
         host.devices_changed(&pool)?;
-        s.alerts.raise(
-            crate::alerts::Severity::Info,
-            "resilver.finished",
-            &format!("pool {name}"),
-            format!(
-                "{} attached beside {}: {} bytes resilvered in {:.1} s, {} errors",
-                path.display(),
-                req.device,
-                summary.bytes_written,
-                summary.seconds,
-                summary.errors
-            ),
-        );
         Ok(Json(summary))
     })
     .await
@@ -347,18 +339,12 @@ pub(crate) async fn online_device(
 ) -> ApiResult<ResilverSummary> {
     blocking(move || {
         let pool = s.pool(&name)?;
-        let op = s.operations.begin(&name, "resilver", Some(&req.device))?;
-        let summary = pool.online(&req.device, &|p| op.progress(p))?;
-        drop(op);
-        s.alerts.raise(
-            crate::alerts::Severity::Info,
-            "resilver.finished",
-            &format!("pool {name}"),
-            format!(
-                "{} back online: {} bytes resilvered in {:.1} s, {} errors",
-                req.device, summary.bytes_written, summary.seconds, summary.errors
-            ),
-        );
+        let summary = s.resilver_operation(
+            &name,
+            &req.device,
+            |progress| Ok(pool.online(&req.device, progress)?),
+            |_| format!("{} back online", req.device),
+        )?;
         Ok(Json(summary))
     })
     .await

@@ -576,6 +576,35 @@ fn let_go(
     Ok(Json(serde_json::json!({ done: name })))
 }
 
+impl DaemonState {
+    /// Runs a resilver of `pool` (`work`, onto or of `device`) as an operation with
+    /// live progress, and raises `resilver.finished` with `what` says of it.
+    pub(crate) fn resilver_operation(
+        &self,
+        pool: &str,
+        device: &str,
+        work: impl FnOnce(&dyn Fn(ScrubProgress)) -> std::result::Result<ResilverSummary, ApiError>,
+        what: impl FnOnce(&ResilverSummary) -> String,
+    ) -> std::result::Result<ResilverSummary, ApiError> {
+        let op = self.operations.begin(pool, "resilver", Some(device))?;
+        let summary = work(&|p| op.progress(p))?;
+        drop(op);
+        self.alerts.raise(
+            crate::alerts::Severity::Info,
+            "resilver.finished",
+            &format!("pool {pool}"),
+            format!(
+                "{}: {} bytes resilvered in {:.1} s, {} errors",
+                what(&summary),
+                summary.bytes_written,
+                summary.seconds,
+                summary.errors
+            ),
+        );
+        Ok(summary)
+    }
+}
+
 /// Replaces a device and resilvers onto the new one while the pool serves; answers
 /// when the resilver is done (its progress is in `GET /api/v1/operations`).
 pub(crate) async fn replace_device(
@@ -587,35 +616,22 @@ pub(crate) async fn replace_device(
         let host = s.host()?.clone();
         let pool = s.pool(&name)?;
         let path = s.device_path(&req.new)?;
-        let op = s.operations.begin(&name, "resilver", Some(&req.old))?;
-        let (device, created) = host.open_device(&path, req.size)?;
-        let result = pool.replace(&req.old, device, &|p| op.progress(p));
-        drop(op);
-        match result {
-            Ok(summary) => {
-                host.devices_changed(&pool)?;
-                s.alerts.raise(
-                    crate::alerts::Severity::Info,
-                    "resilver.finished",
-                    &format!("pool {name}"),
-                    format!(
-                        "{} replaced by {}: {} bytes resilvered in {:.1} s, {} errors",
-                        req.old,
-                        path.display(),
-                        summary.bytes_written,
-                        summary.seconds,
-                        summary.errors
-                    ),
-                );
-                Ok(Json(summary))
-            }
-            Err(e) => {
-                if created {
-                    let _ = std::fs::remove_file(&path);
-                }
-                Err(e.into())
-            }
-        }
+        let summary = s.resilver_operation(
+            &name,
+            &req.old,
+            |progress| {
+                let (device, created) = host.open_device(&path, req.size)?;
+                pool.replace(&req.old, device, progress).map_err(|e| {
+                    if created {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    e.into()
+                })
+            },
+            |_| format!("{} replaced by {}", req.old, path.display()),
+        )?;
+        host.devices_changed(&pool)?;
+        Ok(Json(summary))
     })
     .await
 }
@@ -628,17 +644,12 @@ pub(crate) async fn clear_device(
 ) -> ApiResult<ResilverSummary> {
     blocking(move || {
         let pool = s.pool(&name)?;
-        let op = s.operations.begin(&name, "resilver", Some(&req.device))?;
-        let summary = pool.clear(&req.device, &|p| op.progress(p))?;
-        s.alerts.raise(
-            crate::alerts::Severity::Info,
-            "resilver.finished",
-            &format!("pool {name}"),
-            format!(
-                "{} cleared: {} bytes resilvered in {:.1} s, {} errors",
-                req.device, summary.bytes_written, summary.seconds, summary.errors
-            ),
-        );
+        let summary = s.resilver_operation(
+            &name,
+            &req.device,
+            |progress| Ok(pool.clear(&req.device, progress)?),
+            |_| format!("{} cleared", req.device),
+        )?;
         Ok(Json(summary))
     })
     .await

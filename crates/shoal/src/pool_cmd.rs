@@ -844,11 +844,30 @@ fn replace(name: &str, old: &str, new: &Path, size: Option<String>, json: bool) 
         bar.finish_and_clear();
         return report_resilver(&summary, json);
     }
+    resilver_onto_new(name, new, size, json, |pool, arg, progress| {
+        pool.replace(old, arg, progress)
+    })
+}
+
+/// Without a daemon: `resilver` onto the device `new` (made with `size` bytes if it is
+/// missing) in pool `name`, with a progress bar (`replace`, `attach`); a device file
+/// made here is removed again if the pool did not take it.
+pub(crate) fn resilver_onto_new(
+    name: &str,
+    new: &Path,
+    size: Option<u64>,
+    json: bool,
+    resilver: impl FnOnce(
+        &Pool,
+        DeviceArg,
+        &dyn Fn(pool::pool::ScrubProgress),
+    ) -> std::result::Result<pool::pool::ResilverSummary, pool::PoolError>,
+) -> Result<()> {
     let _lock = lock_pool(name)?;
     let pool = open_registered(name)?;
     let (arg, created) = new_device(new, size)?;
     let bar = progress_bar(json, "resilver");
-    let result = pool.replace(old, arg, &|p| {
+    let result = resilver(&pool, arg, &|p| {
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
     });

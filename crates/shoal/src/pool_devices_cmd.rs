@@ -6,8 +6,8 @@
 
 use crate::admin::Api;
 use crate::pool_cmd::{
-    new_device, open_registered, print_status, progress_bar, record_devices, report_resilver,
-    resilver_device, spinner,
+    new_device, open_registered, print_status, record_devices, report_resilver, resilver_device,
+    resilver_onto_new, spinner,
 };
 use crate::registry::lock_pool;
 use crate::units::parse_size;
@@ -207,26 +207,9 @@ pub(crate) fn attach(
         bar.finish_and_clear();
         return report_resilver(&summary, json);
     }
-    let _lock = lock_pool(name)?;
-    let pool = open_registered(name)?;
-    let (arg, created) = new_device(&new, size)?;
-    let bar = progress_bar(json, "resilver");
-    let result = pool.attach(device, arg, &|p| {
-        bar.set_length(p.bytes_total);
-        bar.set_position(p.bytes_done);
-    });
-    bar.finish_and_clear();
-    let summary = match result {
-        Ok(s) => s,
-        Err(e) => {
-            if created {
-                let _ = std::fs::remove_file(&new);
-            }
-            return Err(e.into());
-        }
-    };
-    record_devices(&pool)?;
-    report_resilver(&summary, json)
+    resilver_onto_new(name, &new, size, json, |pool, arg, progress| {
+        pool.attach(device, arg, progress)
+    })
 }
 
 pub(crate) fn online(name: &str, device: &str, json: bool) -> Result<()> {
