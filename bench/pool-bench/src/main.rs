@@ -36,6 +36,9 @@ struct Args {
     /// syncwrite: the file's record size in bytes.
     #[arg(long, default_value_t = 8192)]
     record: u32,
+    /// Start a txg sync at this much dirty data (MiB; default the pool's).
+    #[arg(long)]
+    dirty_sync_mib: Option<u64>,
     /// Data written or read, MiB.
     #[arg(long, default_value_t = 4096)]
     data_mib: u64,
@@ -276,7 +279,12 @@ fn main() {
                     }],
                     log.into_iter().collect(),
                     vec![],
-                    opts(a.arc_mib),
+                    PoolOptions {
+                        dirty_sync_bytes: a
+                            .dirty_sync_mib
+                            .map_or(PoolOptions::default().dirty_sync_bytes, |m| m << 20),
+                        ..opts(a.arc_mib)
+                    },
                 )
                 .unwrap(),
             );
