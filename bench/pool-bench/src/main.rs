@@ -261,7 +261,6 @@ fn main() {
                 "arc_demand_hits": arc.demand_hits, "arc_demand_misses": arc.demand_misses})
         }
         "syncwrite" => {
-            let mut data = devices(&a.dir, n, a.dev_mib, true);
             let log = a.log_mib.map(|mib| {
                 let p = a.dir.join("log.img");
                 let _ = std::fs::remove_file(&p);
@@ -275,7 +274,7 @@ fn main() {
                     "benchsync",
                     vec![TopArg {
                         layout,
-                        devices: std::mem::take(&mut data),
+                        devices: devices(&a.dir, n, a.dev_mib, true),
                     }],
                     log.into_iter().collect(),
                     vec![],

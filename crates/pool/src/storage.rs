@@ -395,9 +395,10 @@ impl Storage {
     /// while padding of small blocks and extra metadata copies still count.
     pub fn dsize(&self, bp: &BlockPointer) -> u64 {
         const REF: u64 = 128 * 1024;
+        let tops = self.tops.load();
         bp.copies()
             .map(|d| {
-                let top = &self.tops.load()[d.vdev as usize];
+                let top = &tops[d.vdev as usize];
                 (d.asize() as u128 * REF as u128 / top.asize(REF) as u128) as u64
             })
             .sum()

@@ -243,31 +243,7 @@ pub(crate) async fn remove_device(
     blocking(move || {
         let host = s.host()?.clone();
         let pool = s.pool(&name)?;
-        let st = pool.status();
-        let named = |leaves: &[pool::pool::LeafStatus]| {
-            leaves
-                .iter()
-                .any(|l| l.path == req.device || l.guid.to_string() == req.device)
-        };
-        if named(&st.log) {
-            pool.remove_log(&req.device)?;
-        } else if named(&st.cache) {
-            pool.remove_cache(&req.device)?;
-        } else if named(&st.spares) {
-            pool.remove_spare(&req.device)?;
-        } else if st.vdevs.iter().any(|t| named(&t.children)) {
-            return Err(ServerError::Config(format!(
-                "{} is a data device: data vdevs cannot be removed (detach a mirror side instead)",
-                req.device
-            ))
-            .into());
-        } else {
-            return Err(ServerError::NotFound(format!(
-                "no device '{}' in pool '{name}'",
-                req.device
-            ))
-            .into());
-        }
+        pool.remove_device(&req.device)?;
         host.devices_changed(&pool)?;
         tracing::info!(pool = %name, device = %req.device, "device removed");
         Ok(Json(pool.status()))

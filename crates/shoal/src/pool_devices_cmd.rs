@@ -150,24 +150,7 @@ fn change(
 pub(crate) fn remove(name: &str, device: &str, json: bool) -> Result<()> {
     let done = format!("removed {device} from pool '{name}'");
     change(name, device, "remove", json, &done, |pool| {
-        let st = pool.status();
-        let named = |leaves: &[pool::pool::LeafStatus]| {
-            leaves
-                .iter()
-                .any(|l| l.path == device || l.guid.to_string() == device)
-        };
-        if named(&st.log) {
-            pool.remove_log(device)?;
-        } else if named(&st.cache) {
-            pool.remove_cache(device)?;
-        } else if named(&st.spares) {
-            pool.remove_spare(device)?;
-        } else if st.vdevs.iter().any(|t| named(&t.children)) {
-            bail!("{device} is a data device: data vdevs cannot be removed (detach a mirror side instead)");
-        } else {
-            bail!("no device '{device}' in pool '{name}'");
-        }
-        Ok(())
+        Ok(pool.remove_device(device)?)
     })
 }
 

@@ -172,13 +172,7 @@ fn pools_are_created_repaired_exported_imported_and_destroyed_while_serving() {
         nfs_get(&d, "/vault/data", "first").unwrap(),
         pattern(3 << 20, 1)
     );
-    for (name, seed) in &written {
-        assert_eq!(
-            nfs_get(&d, "/vault/data", name).as_deref(),
-            Some(&pattern(1 << 20, *seed)[..]),
-            "{name}"
-        );
-    }
+    written.check(&d);
     let check: serde_json::Value =
         serde_json::from_str(&ok(&state, &["pool", "check", "vault", "--json"])).unwrap();
     assert_eq!(check["problems"].as_array().unwrap().len(), 0, "{check}");

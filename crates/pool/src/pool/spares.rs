@@ -10,6 +10,7 @@
 //! that the replacement then fails to use is added back; a crash before that leaves
 //! it free, never half in the pool.
 
+use super::topology::find_named;
 use super::*;
 
 impl Pool {
@@ -17,20 +18,12 @@ impl Pool {
     pub fn add_spare(&self, d: DeviceArg) -> Result<(), PoolError> {
         self.check_writable()?;
         let _one = self.topology_change()?;
-        self.check_new_device(&d)?;
-        let leaf = Arc::new(Leaf::new(new_guid(), d.path.clone(), d.device.clone()));
-        label::clear_labels(&*d.device)?;
-        {
-            let mut cfg = self.config.lock().unwrap();
-            cfg.spares.push(LeafConfig::new(leaf.guid(), leaf.path()));
-            cfg.config_txg += 1;
-        }
-        self.spare_leaves.lock().unwrap().push(leaf.clone());
-        if let Some((a, _)) = self.analytics.get() {
-            leaf.attach_analytics(a, &self.name);
-        }
-        // The spare's own label first: no other label names it before it has one.
-        self.write_labels_first(Some(&leaf))
+        let leaf = self.new_leaf(&d)?;
+        self.join_aux(
+            &leaf,
+            |c| &mut c.spares,
+            || self.spare_leaves.lock().unwrap().push(leaf.clone()),
+        )
     }
 
     /// Removes spare `name` (its path or guid) from the pool; its labels are wiped.
@@ -44,22 +37,19 @@ impl Pool {
     pub fn take_spare(&self, name: &str) -> Result<DeviceArg, PoolError> {
         self.check_writable()?;
         let _one = self.topology_change()?;
-        let leaf = {
-            let mut spares = self.spare_leaves.lock().unwrap();
-            let i = spares
-                .iter()
-                .position(|l| l.path() == name || l.guid().to_string() == name)
-                .ok_or_else(|| {
-                    PoolError::NotFound(format!("no spare '{name}' in pool '{}'", self.name))
-                })?;
-            spares.remove(i)
-        };
-        {
-            let mut cfg = self.config.lock().unwrap();
-            cfg.spares.retain(|s| s.guid != leaf.guid());
-            cfg.config_txg += 1;
-        }
-        self.write_labels()?;
+        let leaf = find_named(&self.spare_leaves.lock().unwrap(), name).ok_or_else(|| {
+            PoolError::NotFound(format!("no spare '{name}' in pool '{}'", self.name))
+        })?;
+        self.leave_aux(
+            &leaf,
+            |c| &mut c.spares,
+            || {
+                self.spare_leaves
+                    .lock()
+                    .unwrap()
+                    .retain(|l| !Arc::ptr_eq(l, &leaf))
+            },
+        )?;
         let device = leaf.device().ok_or_else(|| {
             PoolError::InvalidArgument(format!("spare {} is missing", leaf.path()))
         })?;

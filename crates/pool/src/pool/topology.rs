@@ -55,6 +55,89 @@ impl Pool {
         check_device_free(d)
     }
 
+    /// A leaf for `d`, a device free to join the pool (`check_new_device`), its old
+    /// labels wiped.
+    pub(super) fn new_leaf(&self, d: &DeviceArg) -> Result<Arc<Leaf>, PoolError> {
+        self.check_new_device(d)?;
+        label::clear_labels(&*d.device)?;
+        Ok(Arc::new(Leaf::new(
+            new_guid(),
+            d.path.clone(),
+            d.device.clone(),
+        )))
+    }
+
+    /// Puts a new log, cache or spare device into its list of the config (`list`) and
+    /// into the pool (`join`), its own label written before any other label names it:
+    /// if that first label cannot be written, nothing has changed. Under the sync lock,
+    /// as a sync recording a fault writes labels too.
+    pub(super) fn join_aux(
+        &self,
+        leaf: &Arc<Leaf>,
+        list: fn(&mut PoolConfig) -> &mut Vec<LeafConfig>,
+        join: impl FnOnce(),
+    ) -> Result<(), PoolError> {
+        let _hold = self.sync_lock.lock().unwrap();
+        let cfg = {
+            let mut cfg = self.config.lock().unwrap();
+            list(&mut cfg).push(LeafConfig::new(leaf.guid(), leaf.path()));
+            cfg.config_txg += 1;
+            cfg.clone()
+        };
+        if let Err(e) = write_leaf_config(leaf, &cfg) {
+            let mut cfg = self.config.lock().unwrap();
+            list(&mut cfg).pop();
+            cfg.config_txg += 1;
+            return Err(e);
+        }
+        join();
+        if let Some((a, _)) = self.analytics.get() {
+            leaf.attach_analytics(a, &self.name);
+        }
+        self.write_labels()
+    }
+
+    /// Takes a log, cache or spare device out of its list of the config (`list`) and
+    /// out of the pool (`leave`), and writes the config to every other device; the
+    /// caller wipes the device's labels afterwards.
+    pub(super) fn leave_aux(
+        &self,
+        leaf: &Arc<Leaf>,
+        list: fn(&mut PoolConfig) -> &mut Vec<LeafConfig>,
+        leave: impl FnOnce(),
+    ) -> Result<(), PoolError> {
+        let _hold = self.sync_lock.lock().unwrap();
+        {
+            let mut cfg = self.config.lock().unwrap();
+            list(&mut cfg).retain(|l| l.guid != leaf.guid());
+            cfg.config_txg += 1;
+        }
+        leave();
+        self.write_labels()
+    }
+
+    /// Removes a log, cache or spare device (its path or guid). Data devices are
+    /// refused: a data vdev cannot leave the pool (a mirror side is detached instead).
+    pub fn remove_device(&self, name: &str) -> Result<(), PoolError> {
+        let named = |leaves: &[Arc<Leaf>]| find_named(leaves, name).is_some();
+        if named(&self.log_leaves.read().unwrap()) {
+            self.remove_log(name)
+        } else if named(&self.cache_leaves.read().unwrap()) {
+            self.remove_cache(name)
+        } else if named(&self.spare_leaves.lock().unwrap()) {
+            self.remove_spare(name)
+        } else if self.find_data_leaf(name).is_ok() {
+            Err(PoolError::InvalidArgument(format!(
+                "{name} is a data device: data vdevs cannot be removed (detach a mirror side instead)"
+            )))
+        } else {
+            Err(PoolError::NotFound(format!(
+                "no device '{name}' in pool '{}'",
+                self.name
+            )))
+        }
+    }
+
     /// Grows the pool by one top-level vdev; new blocks spread over it at once.
     pub fn add_vdev(&self, top: TopArg) -> Result<(), PoolError> {
         self.check_writable()?;
@@ -313,34 +396,16 @@ impl Pool {
     pub fn add_log(&self, d: DeviceArg) -> Result<(), PoolError> {
         self.check_writable()?;
         let _one = self.topology_change()?;
-        self.check_new_device(&d)?;
-        let leaf = Arc::new(Leaf::new(new_guid(), d.path.clone(), d.device.clone()));
-        label::clear_labels(&*d.device)?;
+        let leaf = self.new_leaf(&d)?;
         self.move_chain_off_log_devices()?;
-        {
-            let _hold = self.sync_lock.lock().unwrap();
-            let cfg = {
-                let mut cfg = self.config.lock().unwrap();
-                cfg.log.push(LeafConfig::new(leaf.guid(), leaf.path()));
-                cfg.config_txg += 1;
-                cfg.clone()
-            };
-            if let Err(e) = write_leaf_config(&leaf, &cfg) {
-                let mut c = self.config.lock().unwrap();
-                c.log.pop();
-                c.config_txg += 1;
-                drop(c);
-                drop(_hold);
-                self.start_chain_on_log_devices()?;
-                return Err(e);
-            }
-            self.log_leaves.write().unwrap().push(leaf.clone());
-            self.write_labels()?;
-        }
-        if let Some((a, _)) = self.analytics.get() {
-            leaf.attach_analytics(a, &self.name);
-        }
-        self.start_chain_on_log_devices()
+        let joined = self.join_aux(
+            &leaf,
+            |c| &mut c.log,
+            || self.log_leaves.write().unwrap().push(leaf.clone()),
+        );
+        // The chain goes back onto the log devices whether this one joined or not.
+        self.start_chain_on_log_devices()?;
+        joined
     }
 
     /// Removes log device `name` (its path or guid); the log moves to the other log
@@ -352,19 +417,16 @@ impl Pool {
             PoolError::NotFound(format!("no log device '{name}' in pool '{}'", self.name))
         })?;
         self.move_chain_off_log_devices()?;
-        {
-            let _hold = self.sync_lock.lock().unwrap();
-            {
-                let mut cfg = self.config.lock().unwrap();
-                cfg.log.retain(|l| l.guid != leaf.guid());
-                cfg.config_txg += 1;
-            }
-            self.log_leaves
-                .write()
-                .unwrap()
-                .retain(|l| !Arc::ptr_eq(l, &leaf));
-            self.write_labels()?;
-        }
+        self.leave_aux(
+            &leaf,
+            |c| &mut c.log,
+            || {
+                self.log_leaves
+                    .write()
+                    .unwrap()
+                    .retain(|l| !Arc::ptr_eq(l, &leaf))
+            },
+        )?;
         if let Some(dev) = leaf.device() {
             let _ = label::clear_labels(&*dev);
         }
@@ -375,29 +437,12 @@ impl Pool {
     pub fn add_cache(&self, d: DeviceArg) -> Result<(), PoolError> {
         self.check_writable()?;
         let _one = self.topology_change()?;
-        self.check_new_device(&d)?;
-        let leaf = Arc::new(Leaf::new(new_guid(), d.path.clone(), d.device.clone()));
-        label::clear_labels(&*d.device)?;
-        {
-            let _hold = self.sync_lock.lock().unwrap();
-            let cfg = {
-                let mut cfg = self.config.lock().unwrap();
-                cfg.cache.push(LeafConfig::new(leaf.guid(), leaf.path()));
-                cfg.config_txg += 1;
-                cfg.clone()
-            };
-            if let Err(e) = write_leaf_config(&leaf, &cfg) {
-                let mut c = self.config.lock().unwrap();
-                c.cache.pop();
-                c.config_txg += 1;
-                return Err(e);
-            }
-            self.cache_leaves.write().unwrap().push(leaf.clone());
-            self.write_labels()?;
-        }
-        if let Some((a, _)) = self.analytics.get() {
-            leaf.attach_analytics(a, &self.name);
-        }
+        let leaf = self.new_leaf(&d)?;
+        self.join_aux(
+            &leaf,
+            |c| &mut c.cache,
+            || self.cache_leaves.write().unwrap().push(leaf.clone()),
+        )?;
         match self.storage.l2.get() {
             Some(l2) => l2.add_device(d.device.clone()),
             None => {
@@ -417,19 +462,16 @@ impl Pool {
         let leaf = find_named(&self.cache_leaves.read().unwrap(), name).ok_or_else(|| {
             PoolError::NotFound(format!("no cache device '{name}' in pool '{}'", self.name))
         })?;
-        {
-            let _hold = self.sync_lock.lock().unwrap();
-            {
-                let mut cfg = self.config.lock().unwrap();
-                cfg.cache.retain(|l| l.guid != leaf.guid());
-                cfg.config_txg += 1;
-            }
-            self.cache_leaves
-                .write()
-                .unwrap()
-                .retain(|l| !Arc::ptr_eq(l, &leaf));
-            self.write_labels()?;
-        }
+        self.leave_aux(
+            &leaf,
+            |c| &mut c.cache,
+            || {
+                self.cache_leaves
+                    .write()
+                    .unwrap()
+                    .retain(|l| !Arc::ptr_eq(l, &leaf))
+            },
+        )?;
         if let Some(dev) = leaf.device() {
             if let Some(l2) = self.storage.l2.get() {
                 l2.remove_device(&dev);
@@ -492,7 +534,8 @@ impl Pool {
     }
 }
 
-fn find_named(leaves: &[Arc<Leaf>], name: &str) -> Option<Arc<Leaf>> {
+/// The leaf of `leaves` whose path or guid is `name`.
+pub(super) fn find_named(leaves: &[Arc<Leaf>], name: &str) -> Option<Arc<Leaf>> {
     leaves
         .iter()
         .find(|l| l.path() == name || l.guid().to_string() == name)

@@ -405,6 +405,28 @@ pub fn nfs_put_at(port: u16, scratch: &Path, export: &str, file: &str, data: &[u
 pub struct NfsWriter {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<Vec<(String, u32)>>,
+    export: String,
+    len: usize,
+}
+
+/// What an `NfsWriter` wrote: (file, seed) of each file.
+pub struct Written {
+    pub files: Vec<(String, u32)>,
+    export: String,
+    len: usize,
+}
+
+impl Written {
+    /// Every file written reads back whole from `d`.
+    pub fn check(&self, d: &Served) {
+        for (name, seed) in &self.files {
+            assert_eq!(
+                nfs_get(d, &self.export, name).as_deref(),
+                Some(&pattern(self.len, *seed)[..]),
+                "{name}"
+            );
+        }
+    }
 }
 
 impl NfsWriter {
@@ -419,25 +441,34 @@ impl NfsWriter {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let (flag, port, scratch) = (stop.clone(), d.nfs_port, scratch.to_path_buf());
-        let (export, prefix) = (export.to_string(), prefix.to_string());
+        let (to, prefix) = (export.to_string(), prefix.to_string());
         let thread = std::thread::spawn(move || {
             let mut written = Vec::new();
             let mut i = 0;
             while !flag.load(Ordering::Relaxed) || i < 3 {
                 let name = format!("{prefix}{i}");
-                nfs_put_at(port, &scratch, &export, &name, &pattern(len, seed + i));
+                nfs_put_at(port, &scratch, &to, &name, &pattern(len, seed + i));
                 written.push((name, seed + i));
                 i += 1;
             }
             written
         });
-        NfsWriter { stop, thread }
+        NfsWriter {
+            stop,
+            thread,
+            export: export.to_string(),
+            len,
+        }
     }
 
-    /// Stops the client; every (file, seed) it wrote.
-    pub fn finish(self) -> Vec<(String, u32)> {
+    /// Stops the client; what it wrote.
+    pub fn finish(self) -> Written {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().unwrap()
+        Written {
+            files: self.thread.join().unwrap(),
+            export: self.export,
+            len: self.len,
+        }
     }
 }
 
