@@ -51,6 +51,10 @@ struct Args {
     /// enough for every server's cache still makes a run long enough to measure).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     passes: u64,
+    /// Stream i's file is NAME-i in the export's root (another name keeps another
+    /// test's files apart, e.g. small prefilled files for sync writes).
+    #[arg(long, default_value = "nfs-bench")]
+    name: String,
 }
 
 fn root() -> Credential {
@@ -190,6 +194,18 @@ fn commit(args: &Args, fh: &[u8]) {
     assert_eq!(Decoder::new(results(&r)).u32().unwrap(), 0, "COMMIT");
 }
 
+/// CPU seconds (user + system) this process has used, so a benchmark can tell the
+/// client's share of the host's CPU from the server's.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |x| x.1);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 of stat (utime, stime), counted after the command name; the
+    // kernel's tick is USER_HZ, 100 on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// A small deterministic generator (xorshift) for random offsets.
 fn offsets(seed: u64, blocks: u64) -> impl FnMut() -> u64 {
     let mut x = seed | 1;
@@ -206,12 +222,14 @@ fn remove_files(args: &Args, dir: &[u8]) {
     let mut c = RpcClient::connect(args.server).unwrap();
     for i in 0..args.streams {
         let mut e = Encoder::new();
-        e.opaque(dir).opaque(format!("nfs-bench-{i}").as_bytes());
+        e.opaque(dir)
+            .opaque(format!("{}-{i}", args.name).as_bytes());
         let r = c.call(NFS_PROGRAM, NFS_V3, 12, &root(), &e.buf).unwrap();
         let status = Decoder::new(results(&r)).u32().unwrap();
         assert!(
             status == 0 || status == 2,
-            "REMOVE nfs-bench-{i}: status {status}"
+            "REMOVE {}-{i}: status {status}",
+            args.name
         );
     }
     println!(
@@ -238,7 +256,7 @@ fn main() {
                 let dir = dir.clone();
                 s.spawn(move || {
                     let mut c = RpcClient::connect(args.server).unwrap();
-                    let fh = file_handle(&mut c, &dir, &format!("nfs-bench-{i}"));
+                    let fh = file_handle(&mut c, &dir, &format!("{}-{i}", args.name));
                     let deadline = Instant::now() + Duration::from_secs(args.seconds);
                     let block = args.block as u64;
                     match args.test.as_str() {
@@ -292,6 +310,7 @@ fn main() {
             "bytes": bytes,
             "mb_per_s": bytes as f64 / seconds / 1e6,
             "iops": calls as f64 / seconds,
+            "client_cpu_s": cpu_seconds(),
         })
     );
 }

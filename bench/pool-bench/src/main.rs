@@ -36,7 +36,8 @@ struct Args {
     /// syncwrite: the file's record size in bytes.
     #[arg(long, default_value_t = 8192)]
     record: u32,
-    /// Start a txg sync at this much dirty data (MiB; default the pool's).
+    /// Start a txg sync at this much dirty data (MiB; default the pool's); writers
+    /// wait at four times it.
     #[arg(long)]
     dirty_sync_mib: Option<u64>,
     /// Data written or read, MiB.
@@ -85,10 +86,16 @@ fn devices(dir: &Path, n: usize, dev_mib: u64, create: bool) -> Vec<DeviceArg> {
         .collect()
 }
 
-fn opts(arc_mib: u64) -> PoolOptions {
+/// The pool's options with this ARC bound and, when given, this sync threshold (the
+/// writers' limit kept four times it, as the defaults are).
+fn opts(arc_mib: u64, dirty_sync_mib: Option<u64>) -> PoolOptions {
+    let d = PoolOptions::default();
+    let sync = dirty_sync_mib.map_or(d.dirty_sync_bytes, |m| m << 20);
     PoolOptions {
         arc_max_bytes: Some(arc_mib << 20),
-        ..PoolOptions::default()
+        dirty_sync_bytes: sync,
+        dirty_max_bytes: d.dirty_max_bytes.max(4 * sync),
+        ..d
     }
 }
 
@@ -122,7 +129,7 @@ fn create_pool(name: &str, layout: Layout, a: &Args, n: usize) -> Arc<Pool> {
         vec![TopArg { layout, devices }],
         vec![],
         vec![],
-        opts(a.arc_mib),
+        opts(a.arc_mib, a.dirty_sync_mib),
     )
     .unwrap()
 }
@@ -174,7 +181,7 @@ fn main() {
             let pool = Pool::import(
                 devices(&a.dir, n, a.dev_mib, false),
                 Some("bench"),
-                opts(a.arc_mib),
+                opts(a.arc_mib, a.dirty_sync_mib),
             )
             .unwrap();
             let os = pool.objset_id("bench/fs").unwrap();
@@ -225,7 +232,7 @@ fn main() {
                     Some("bench8k"),
                     PoolOptions {
                         prefetch: false,
-                        ..opts(a.arc_mib)
+                        ..opts(a.arc_mib, a.dirty_sync_mib)
                     },
                 )
                 .unwrap(),
@@ -278,12 +285,7 @@ fn main() {
                     }],
                     log.into_iter().collect(),
                     vec![],
-                    PoolOptions {
-                        dirty_sync_bytes: a
-                            .dirty_sync_mib
-                            .map_or(PoolOptions::default().dirty_sync_bytes, |m| m << 20),
-                        ..opts(a.arc_mib)
-                    },
+                    opts(a.arc_mib, a.dirty_sync_mib),
                 )
                 .unwrap(),
             );

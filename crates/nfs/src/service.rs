@@ -716,4 +716,15 @@ impl Service for NfsService {
             _ => None,
         }
     }
+
+    /// NFSv3 calls but READ (a miss reads from disk; cached READs are answered
+    /// inline anyway) and COMMIT (may write a whole txg): v3 has no calls back to the
+    /// client, and its other calls are small. NFSv4 calls may recall delegations over
+    /// the connection they came on, whose reader must stay free to take the answer.
+    fn may_run_inline(&self, header: &crate::rpc::CallHeader) -> bool {
+        header.program == NFS_PROGRAM
+            && header.version == NFS_V3
+            && header.procedure != NFSPROC3_READ
+            && header.procedure != NFSPROC3_COMMIT
+    }
 }

@@ -13,6 +13,7 @@ pub const PORTMAP_PROGRAM: u32 = 100000;
 pub const PORTMAP_V2: u32 = 2;
 /// The NFSv3 READ procedure (RFC 1813 section 3.3.6).
 pub const NFSPROC3_READ: u32 = 6;
+pub const NFSPROC3_COMMIT: u32 = 21;
 
 pub const FHSIZE3: usize = 64;
 pub const NAME_MAX: usize = 255;

@@ -26,6 +26,11 @@
 //! stream from cache that hand-off, two thread wake-ups a call, cost more than the
 //! call. While the reader writes such a reply it reads nothing, so a client that does
 //! not take its replies is slowed by TCP flow control, as `MAX_IN_FLIGHT` slows it.
+//! So are calls the service allows (`Service::may_run_inline`, e.g. a sync WRITE)
+//! when they are alone on their connection: nothing in flight and nothing more sent
+//! (a peek at the socket). A client that sends one call at a time, as a database's
+//! sync writer does, then costs no hand-off at all; one that sends the next call
+//! meanwhile waits at most this call's time before its calls go to workers again.
 //!
 //! The back channel: a service may call the client back on the connection a call
 //! came on (`Call::back`, NFSv4.1 callbacks). Its call goes out under the same write
@@ -144,6 +149,16 @@ pub trait Service: Send + Sync + 'static {
     /// nothing, sends the call to a worker.
     fn call_cached(&self, _call: &Call<'_>) -> Option<Reply> {
         None
+    }
+
+    /// Whether a call may run on its connection's reader thread when it is that
+    /// connection's only call (none in flight, no byte of another waiting to be read).
+    /// That saves the hand-off to a worker and back, two thread switches a call and on
+    /// a VM the larger part of a small call's cost, but the connection's next call is
+    /// not read until it is done: only calls that never wait for the client (no call
+    /// back on this connection) and take no long device work qualify.
+    fn may_run_inline(&self, _header: &CallHeader) -> bool {
+        false
     }
 }
 
@@ -601,6 +616,23 @@ fn read_loop(
             conn.send(&reply);
             continue;
         }
+        if service.may_run_inline(&call.header) && !more_waiting(&stream) {
+            let alone = {
+                let mut n = conn.in_flight.lock().unwrap();
+                let alone = *n == 0;
+                if alone {
+                    *n += 1;
+                }
+                alone
+            };
+            if alone {
+                if let Some(reply) = service.call(&call) {
+                    conn.send(&reply);
+                }
+                conn.finished_one();
+                continue;
+            }
+        }
         let header = call.header;
         {
             let mut n = conn.in_flight.lock().unwrap();
@@ -616,6 +648,25 @@ fn read_loop(
             received,
         });
     }
+}
+
+/// Whether the client has sent bytes not read yet (its next call on the way).
+fn more_waiting(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut byte = 0u8;
+    // SAFETY: `byte` is a valid, writable one-byte buffer for the whole call and the
+    // descriptor is the socket `stream` owns and keeps open for the call's duration;
+    // MSG_PEEK leaves the byte in the socket and MSG_DONTWAIT returns at once, so
+    // nothing the record reader expects is consumed and nothing blocks.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
 }
 
 /// Reads one record (all its fragments) into one buffer, under a claim on `budget`
@@ -821,5 +872,57 @@ pub fn read_reply_record<R: Read>(r: &mut R) -> std::io::Result<Vec<u8>> {
             "reply of {n} bytes is too long"
         ))),
         Err(ReadEnd::Stalled) => Err(std::io::ErrorKind::TimedOut.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers every call with an empty success, noting the thread it ran on by the
+    /// call's procedure number; `may_run_inline` for every call.
+    struct ThreadNoting {
+        ran_on: Mutex<HashMap<u32, String>>,
+    }
+
+    impl Service for ThreadNoting {
+        fn call(&self, call: &Call<'_>) -> Option<Reply> {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            self.ran_on
+                .lock()
+                .unwrap()
+                .insert(call.header.procedure, name);
+            Some(Reply::new(call.reply(Accept::Success)))
+        }
+
+        fn may_run_inline(&self, _header: &CallHeader) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_lone_call_runs_on_the_reader_and_pipelined_calls_on_workers() {
+        let service = Arc::new(ThreadNoting {
+            ran_on: Mutex::new(HashMap::new()),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = RpcServer::start(vec![listener], service.clone(), 2).unwrap();
+        let mut c = RpcClient::connect(server.local_addrs()[0]).unwrap();
+        // One call, its reply awaited: nothing else in flight or sent.
+        c.call(7, 1, 1, &rpc::Credential::None, &[]).unwrap();
+        // Two calls in one send: the first is read with the second waiting behind it.
+        let mut both = Vec::new();
+        for (xid, procedure) in [(10u32, 2u32), (11, 3)] {
+            let body = rpc::encode_call(xid, 7, 1, procedure, &rpc::Credential::None).buf;
+            both.extend_from_slice(&(LAST_FRAGMENT | body.len() as u32).to_be_bytes());
+            both.extend_from_slice(&body);
+        }
+        c.stream().write_all(&both).unwrap();
+        c.read_reply().unwrap();
+        c.read_reply().unwrap();
+        let ran_on = service.ran_on.lock().unwrap().clone();
+        assert_eq!(ran_on[&1], "rpc-conn", "{ran_on:?}");
+        assert!(ran_on[&2].starts_with("rpc-worker"), "{ran_on:?}");
+        server.stop();
     }
 }
