@@ -13,6 +13,7 @@
 # Needs root (Ganesha, dropping caches), nfs-ganesha and nfs-ganesha-vfs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 DIR=${BENCH_DIR:-/tmp/shoal-bench}/cpu-ab
 FILE_MIB=${FILE_MIB:-1024}
 PASSES=${PASSES:-4}
@@ -35,13 +36,7 @@ start_shoal() {
 }
 start_shoal
 pgrep -x rpcbind >/dev/null || rpcbind -w
-cat > "$DIR/ganesha.conf" <<EOC
-NFS_CORE_PARAM { NFS_Port = $GP; MNT_Port = $GM; NLM_Port = $((GP + 2)); Rquota_Port = $((GP + 3));
-    Protocols = 3; Enable_NLM = false; Enable_RQUOTA = false; Bind_addr = 127.0.0.1; }
-NFSV4 { Graceless = true; }
-EXPORT { Export_Id = 1; Path = $DIR/ext4; Pseudo = /ext4; Access_Type = RW; Squash = No_Root_Squash;
-         SecType = sys; Protocols = 3; Transports = TCP; FSAL { Name = VFS; } }
-EOC
+ganesha_v3_conf $GP $GM "$DIR/ext4" > "$DIR/ganesha.conf"
 ganesha.nfsd -F -L "$DIR/ganesha.log" -f "$DIR/ganesha.conf" -p "$DIR/g.unused" &
 echo $! > "$DIR/ganesha.pid"
 for _ in $(seq 100); do ss -ltn | grep -q ":$GP " && break; sleep 0.1; done

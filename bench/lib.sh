@@ -67,3 +67,24 @@ for i in range(n):
         f.write(data(r.randrange(1, 64 << 10)))
 PY
 }
+
+# An NFS-Ganesha configuration serving NFSv3 only, on 127.0.0.1, NFS on PORT and MOUNT
+# on MNT_PORT (NLM and RQUOTA, disabled, get PORT+2 and PORT+3), with one FSAL VFS
+# export of each PATH (Export_Id and Pseudo /export1, /export2... in order): as the
+# benchmarks run it. On stdout.
+ganesha_v3_conf() { # port mnt-port path...
+    local port=$1 mnt=$2 id=0 path
+    shift 2
+    cat <<EOC
+NFS_CORE_PARAM {
+    NFS_Port = $port; MNT_Port = $mnt; NLM_Port = $((port + 2)); Rquota_Port = $((port + 3));
+    Protocols = 3; Enable_NLM = false; Enable_RQUOTA = false; Bind_addr = 127.0.0.1;
+}
+NFSV4 { Graceless = true; }
+EOC
+    for path in "$@"; do
+        id=$((id + 1))
+        echo "EXPORT { Export_Id = $id; Path = $path; Pseudo = /export$id; Access_Type = RW; Squash = No_Root_Squash;"
+        echo "         SecType = sys; Protocols = 3; Transports = TCP; FSAL { Name = VFS; } }"
+    done
+}

@@ -201,17 +201,7 @@ zfs set compression=off zbench
 # --- Ganesha: VFS exports of the ext4 directory and of the zfs-fuse mount ---
 mkdir -p "$DIR/ext4"
 pgrep -x rpcbind >/dev/null || { rpcbind -w; touch "$OUT/rpcbind.started"; }
-cat > "$OUT/ganesha.conf" <<EOF
-NFS_CORE_PARAM {
-    NFS_Port = $GANESHA_PORT; MNT_Port = $GANESHA_MNT; NLM_Port = 20592; Rquota_Port = 20593;
-    Protocols = 3; Enable_NLM = false; Enable_RQUOTA = false; Bind_addr = 127.0.0.1;
-}
-NFSV4 { Graceless = true; }
-EXPORT { Export_Id = 1; Path = $DIR/ext4; Pseudo = /ext4; Access_Type = RW; Squash = No_Root_Squash;
-         SecType = sys; Protocols = 3; Transports = TCP; FSAL { Name = VFS; } }
-EXPORT { Export_Id = 2; Path = $DIR/zfs-mnt; Pseudo = /zfs; Access_Type = RW; Squash = No_Root_Squash;
-         SecType = sys; Protocols = 3; Transports = TCP; FSAL { Name = VFS; } }
-EOF
+ganesha_v3_conf $GANESHA_PORT $GANESHA_MNT "$DIR/ext4" "$DIR/zfs-mnt" > "$OUT/ganesha.conf"
 start_ganesha() {
     ganesha.nfsd -F -L "$OUT/ganesha.log" -f "$OUT/ganesha.conf" -p "$OUT/ganesha.pid.unused" &
     echo $! > "$OUT/ganesha.pid"

@@ -18,6 +18,7 @@
 # Needs root (Ganesha), fio, nfs-ganesha and nfs-ganesha-vfs. Prints one JSON object.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 DIR=${BENCH_DIR:-/tmp/shoal-bench}/syncwrite
 ROUNDS=${ROUNDS:-3}
 SECONDS_RUN=${SECONDS_RUN:-5}
@@ -57,13 +58,7 @@ SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off --arc-max
 echo $! > "$DIR/shoal.pid"
 
 pgrep -x rpcbind >/dev/null || rpcbind -w
-cat > "$DIR/ganesha.conf" <<EOF
-NFS_CORE_PARAM { NFS_Port = $GANESHA_PORT; MNT_Port = $GANESHA_MNT; NLM_Port = $((GANESHA_PORT + 2)); Rquota_Port = $((GANESHA_PORT + 3));
-    Protocols = 3; Enable_NLM = false; Enable_RQUOTA = false; Bind_addr = 127.0.0.1; }
-NFSV4 { Graceless = true; }
-EXPORT { Export_Id = 1; Path = $DIR/ext4; Pseudo = /ext4; Access_Type = RW; Squash = No_Root_Squash;
-         SecType = sys; Protocols = 3; Transports = TCP; FSAL { Name = VFS; } }
-EOF
+ganesha_v3_conf $GANESHA_PORT $GANESHA_MNT "$DIR/ext4" > "$DIR/ganesha.conf"
 ganesha.nfsd -F -L "$DIR/ganesha.log" -f "$DIR/ganesha.conf" -p "$DIR/ganesha.pid.unused" &
 echo $! > "$DIR/ganesha.pid"
 for port in $SHOAL_PORT $GANESHA_PORT; do
