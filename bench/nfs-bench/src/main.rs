@@ -194,18 +194,6 @@ fn commit(args: &Args, fh: &[u8]) {
     assert_eq!(Decoder::new(results(&r)).u32().unwrap(), 0, "COMMIT");
 }
 
-/// CPU seconds (user + system) this process has used, so a benchmark can tell the
-/// client's share of the host's CPU from the server's.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |x| x.1);
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // Fields 14 and 15 of stat (utime, stime), counted after the command name; the
-    // kernel's tick is USER_HZ, 100 on Linux.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// A small deterministic generator (xorshift) for random offsets.
 fn offsets(seed: u64, blocks: u64) -> impl FnMut() -> u64 {
     let mut x = seed | 1;
@@ -310,7 +298,8 @@ fn main() {
             "bytes": bytes,
             "mb_per_s": bytes as f64 / seconds / 1e6,
             "iops": calls as f64 / seconds,
-            "client_cpu_s": cpu_seconds(),
+            // The client's share of the host's CPU, to tell it from the server's.
+            "client_cpu_s": analytics::cpu::process_seconds(),
         })
     );
 }

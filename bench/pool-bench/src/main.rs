@@ -99,15 +99,6 @@ fn opts(arc_mib: u64, dirty_sync_mib: Option<u64>) -> PoolOptions {
     }
 }
 
-/// CPU seconds (user + system) of this process so far.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 fn random_buffer(len: usize) -> Vec<u8> {
     let mut x = 0x2545F4914F6CDD1Du64;
     let mut v = Vec::with_capacity(len);
@@ -167,12 +158,12 @@ fn main() {
                 .create_object(os, 19, 128 << 10, Compression::Off, ChecksumKind::Fletcher4)
                 .unwrap();
             data_source();
-            let cpu0 = cpu_seconds();
+            let cpu0 = analytics::cpu::process_seconds();
             let t = Instant::now();
             fill(&pool, os, obj, data_bytes);
             pool.sync().unwrap();
             let secs = t.elapsed().as_secs_f64();
-            let cpu = cpu_seconds() - cpu0;
+            let cpu = analytics::cpu::process_seconds() - cpu0;
             pool.export().unwrap();
             serde_json::json!({"workload": "seqwrite", "layout": a.layout, "bytes": data_bytes, "seconds": secs,
                 "mb_per_s": data_bytes as f64 / 1e6 / secs, "cpu_seconds": cpu})
@@ -195,7 +186,7 @@ fn main() {
                     off += chunk as u64;
                 }
             }
-            let cpu0 = cpu_seconds();
+            let cpu0 = analytics::cpu::process_seconds();
             let t = Instant::now();
             let mut total = 0u64;
             let mut buf = vec![0u8; chunk];
@@ -208,7 +199,7 @@ fn main() {
                 }
             }
             let secs = t.elapsed().as_secs_f64();
-            let cpu = cpu_seconds() - cpu0;
+            let cpu = analytics::cpu::process_seconds() - cpu0;
             let arc = pool.status().arc;
             serde_json::json!({"workload": a.workload, "layout": a.layout, "bytes": total, "seconds": secs,
                 "mb_per_s": total as f64 / 1e6 / secs, "cpu_seconds": cpu,
@@ -238,7 +229,7 @@ fn main() {
                 .unwrap(),
             );
             let ops = Arc::new(AtomicU64::new(0));
-            let cpu0 = cpu_seconds();
+            let cpu0 = analytics::cpu::process_seconds();
             let deadline = Instant::now() + Duration::from_secs(a.seconds);
             let blocks = data_bytes / 8192;
             std::thread::scope(|s| {
@@ -260,7 +251,7 @@ fn main() {
                 }
             });
             let n_ops = ops.load(Ordering::Relaxed);
-            let cpu = cpu_seconds() - cpu0;
+            let cpu = analytics::cpu::process_seconds() - cpu0;
             let arc = pool.status().arc;
             serde_json::json!({"workload": "randread", "layout": a.layout, "ops": n_ops, "seconds": a.seconds,
                 "iops": n_ops as f64 / a.seconds as f64, "threads": a.threads,
@@ -303,7 +294,7 @@ fn main() {
             let before = pool.status();
             let ops = Arc::new(AtomicU64::new(0));
             let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
-            let cpu0 = cpu_seconds();
+            let cpu0 = analytics::cpu::process_seconds();
             let t0 = Instant::now();
             let deadline = t0 + Duration::from_secs(a.seconds);
             let blocks = (data_bytes / a.threads as u64 / 8192).max(1);
@@ -330,7 +321,7 @@ fn main() {
             });
             let secs = t0.elapsed().as_secs_f64();
             let n_ops = ops.load(Ordering::Relaxed).max(1);
-            let cpu = cpu_seconds() - cpu0;
+            let cpu = analytics::cpu::process_seconds() - cpu0;
             let mut lat = std::mem::take(&mut *lat.lock().unwrap());
             lat.sort_unstable();
             let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64 / 1e3;

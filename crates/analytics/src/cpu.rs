@@ -68,7 +68,12 @@ fn run_time_ns(tid: &str) -> Option<u64> {
     if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) {
         return s.split_whitespace().next()?.parse().ok();
     }
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    stat_cpu_ns(&format!("/proc/self/task/{tid}/stat"))
+}
+
+/// utime + stime of a `/proc/.../stat` file, in nanoseconds.
+fn stat_cpu_ns(path: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the name, which is in parentheses and may hold spaces.
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -76,6 +81,12 @@ fn run_time_ns(tid: &str) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Some(ticks * 1_000_000_000 / hz)
+}
+
+/// CPU seconds (user + system) this process has used so far, all threads, ended
+/// ones included: for a benchmark to report its own share of the host's CPU.
+pub fn process_seconds() -> f64 {
+    stat_cpu_ns("/proc/self/stat").unwrap_or(0) as f64 / 1e9
 }
 
 #[derive(Default)]

@@ -216,7 +216,11 @@ impl Conn {
         }
     }
 
-    fn finished_one(&self) {
+    /// Runs a counted call and sends its reply; the call is then no longer in flight.
+    fn answer(&self, service: &dyn Service, call: &Call<'_>) {
+        if let Some(reply) = service.call(call) {
+            self.send(&reply);
+        }
         let mut n = self.in_flight.lock().unwrap();
         *n -= 1;
         self.done.notify_all();
@@ -396,10 +400,7 @@ impl RpcServer {
                                 record: &job.record.record,
                                 back: Some(job.conn.clone() as Arc<dyn BackChannel>),
                             };
-                            if let Some(reply) = service.call(&call) {
-                                job.conn.send(&reply);
-                            }
-                            job.conn.finished_one();
+                            job.conn.answer(&*service, &call);
                         }
                     })?,
             );
@@ -616,22 +617,16 @@ fn read_loop(
             conn.send(&reply);
             continue;
         }
-        if service.may_run_inline(&call.header) && !more_waiting(&stream) {
-            let alone = {
-                let mut n = conn.in_flight.lock().unwrap();
-                let alone = *n == 0;
-                if alone {
-                    *n += 1;
-                }
-                alone
-            };
-            if alone {
-                if let Some(reply) = service.call(&call) {
-                    conn.send(&reply);
-                }
-                conn.finished_one();
-                continue;
-            }
+        // Only this reader adds to `in_flight`, so a connection seen with nothing in
+        // flight stays so until the call is counted below. The peek, a system call,
+        // comes last: a pipelining client is told apart by the count alone.
+        if service.may_run_inline(&call.header)
+            && *conn.in_flight.lock().unwrap() == 0
+            && !more_waiting(&stream)
+        {
+            *conn.in_flight.lock().unwrap() += 1;
+            conn.answer(service, &call);
+            continue;
         }
         let header = call.header;
         {
