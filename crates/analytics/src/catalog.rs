@@ -33,13 +33,17 @@ pub enum Dim {
     Content,
     Work,
     Reason,
+    Role,
+    Interface,
+    Cpu,
+    Mode,
     Latency,
     Size,
     Offset,
 }
 
 impl Dim {
-    pub const ALL: [Dim; 15] = [
+    pub const ALL: [Dim; 19] = [
         Dim::Op,
         Dim::Client,
         Dim::Share,
@@ -52,6 +56,10 @@ impl Dim {
         Dim::Content,
         Dim::Work,
         Dim::Reason,
+        Dim::Role,
+        Dim::Interface,
+        Dim::Cpu,
+        Dim::Mode,
         Dim::Latency,
         Dim::Size,
         Dim::Offset,
@@ -71,6 +79,10 @@ impl Dim {
             Dim::Content => "content",
             Dim::Work => "work",
             Dim::Reason => "reason",
+            Dim::Role => "role",
+            Dim::Interface => "interface",
+            Dim::Cpu => "cpu",
+            Dim::Mode => "mode",
             Dim::Latency => "latency",
             Dim::Size => "size",
             Dim::Offset => "offset",
@@ -208,6 +220,24 @@ pub const STATISTICS: &[Statistic] = &[
         dims: &[Dim::Direction, Dim::Client, Dim::Share],
     },
     Statistic {
+        name: "net.interface.bytes",
+        counts: Counts::Meter(Meter::InterfaceBytes),
+        description: "Bytes through the host's network interfaces (all traffic, not only NFS)",
+        unit: "bytes",
+        gauge: false,
+        divisor: 1,
+        dims: &[Dim::Interface, Dim::Direction],
+    },
+    Statistic {
+        name: "net.interface.packets",
+        counts: Counts::Meter(Meter::InterfacePackets),
+        description: "Packets through the host's network interfaces",
+        unit: "packets",
+        gauge: false,
+        divisor: 1,
+        dims: &[Dim::Interface, Dim::Direction],
+    },
+    Statistic {
         name: "nfs.refusals",
         counts: Counts::Refusals,
         description: "Calls refused by export rules, permissions or handle checks, and why",
@@ -226,6 +256,7 @@ pub const STATISTICS: &[Statistic] = &[
         dims: &[
             Dim::Op,
             Dim::Device,
+            Dim::Role,
             Dim::Pool,
             Dim::Latency,
             Dim::Size,
@@ -239,7 +270,14 @@ pub const STATISTICS: &[Statistic] = &[
         unit: "bytes",
         gauge: false,
         divisor: 1,
-        dims: &[Dim::Op, Dim::Device, Dim::Pool, Dim::Size, Dim::Offset],
+        dims: &[
+            Dim::Op,
+            Dim::Device,
+            Dim::Role,
+            Dim::Pool,
+            Dim::Size,
+            Dim::Offset,
+        ],
     },
     Statistic {
         name: "io.utilization",
@@ -248,7 +286,7 @@ pub const STATISTICS: &[Statistic] = &[
         unit: "percent",
         gauge: true,
         divisor: 10_000,
-        dims: &[Dim::Device, Dim::Pool],
+        dims: &[Dim::Device, Dim::Role, Dim::Pool],
     },
     Statistic {
         name: "arc.accesses",
@@ -342,8 +380,17 @@ pub const STATISTICS: &[Statistic] = &[
     },
     Statistic {
         name: "cpu.utilization",
+        counts: Counts::Meter(Meter::HostCpu),
+        description: "The host's CPUs by mode: user, kernel, iowait, idle, steal (100 is one CPU; all modes of all CPUs add up to 100 per CPU)",
+        unit: "percent",
+        gauge: true,
+        divisor: 10_000,
+        dims: &[Dim::Cpu, Dim::Mode],
+    },
+    Statistic {
+        name: "cpu.daemon",
         counts: Counts::Meter(Meter::Cpu),
-        description: "The daemon's CPU use by kind of work (100 is one CPU)",
+        description: "The daemon's own CPU use by kind of work (100 is one CPU)",
         unit: "percent",
         gauge: true,
         divisor: 10_000,
@@ -363,9 +410,12 @@ pub const BUILTIN_DATASETS: &[&str] = &[
     "nfs4.bytes[op]",
     "nfs.refusals[reason]",
     "net.bytes[direction]",
+    "net.interface.bytes[direction]",
     "io.ops[op]",
     "io.ops[latency]",
+    "io.ops[device]",
     "io.bytes[device]",
+    "io.bytes[role]",
     "io.utilization[device]",
     "arc.accesses[result]",
     "arc.size",
@@ -373,7 +423,8 @@ pub const BUILTIN_DATASETS: &[&str] = &[
     "txg.syncs[latency]",
     "pool.dirty",
     "pool.used",
-    "cpu.utilization[work]",
+    "cpu.utilization[mode]",
+    "cpu.daemon[work]",
 ];
 
 /// The value of one dimension of one sample, before it is turned into a name.
@@ -402,38 +453,52 @@ pub struct Sample<'a> {
 
 impl Sample<'_> {
     /// The sample's value of `dim`, or None when the dimension does not apply.
-    /// `Dim::Pool` yields the device, which the engine maps to its pool.
+    /// `Dim::Pool` and `Dim::Role` yield the device, which the engine maps to its
+    /// pool and role.
     pub fn key(&self, dim: Dim) -> Option<RawKey> {
-        use crate::buckets::index;
+        if dim.numeric() {
+            return self
+                .number(dim)
+                .map(|v| RawKey::Bucket(crate::buckets::index(v)));
+        }
         match (self.event, dim) {
             (Event::Nfs(e), Dim::Op) => Some(RawKey::Name(e.op)),
             (Event::Nfs(e), Dim::Client) => Some(RawKey::Client(e.client)),
             (Event::Nfs(e), Dim::Share) => (e.fsid != 0).then_some(RawKey::Share(e.fsid)),
             (Event::Nfs(e), Dim::File) => (e.fsid != 0).then_some(RawKey::File(e.fsid, e.ino)),
             (Event::Nfs(_), Dim::Direction) => Some(RawKey::Direction(self.outbound)),
-            (Event::Nfs(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
-            (Event::Nfs(e), Dim::Size) => Some(RawKey::Bucket(index(e.bytes as u64))),
-            (Event::Nfs(e), Dim::Offset) => Some(RawKey::Bucket(index(e.offset))),
             (Event::Refusal(e), Dim::Reason) => Some(RawKey::Name(e.reason)),
             (Event::Refusal(e), Dim::Op) => Some(RawKey::Name(e.op)),
             (Event::Refusal(e), Dim::Client) => Some(RawKey::Client(e.client)),
             (Event::Refusal(e), Dim::Share) => (e.fsid != 0).then_some(RawKey::Share(e.fsid)),
             (Event::Io(e), Dim::Op) => Some(RawKey::Name(if e.write { "write" } else { "read" })),
-            (Event::Io(e), Dim::Device | Dim::Pool) => Some(RawKey::Device(e.device)),
-            (Event::Io(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
-            (Event::Io(e), Dim::Size) => Some(RawKey::Bucket(index(e.bytes as u64))),
-            (Event::Io(e), Dim::Offset) => Some(RawKey::Bucket(index(e.offset))),
-            (Event::Meter(e), Dim::Device) if e.meter == Meter::DeviceBusy => {
-                Some(RawKey::Device(e.subject))
-            }
-            (Event::Meter(e), Dim::Pool) if e.meter == Meter::DeviceBusy => {
+            (Event::Io(e), Dim::Device | Dim::Pool | Dim::Role) => Some(RawKey::Device(e.device)),
+            (Event::Meter(e), Dim::Device | Dim::Pool | Dim::Role)
+                if e.meter == Meter::DeviceBusy =>
+            {
                 Some(RawKey::Device(e.subject))
             }
             (Event::Meter(e), Dim::Pool) => Some(RawKey::Pool(e.subject)),
-            (Event::Meter(e), Dim::Result | Dim::Work | Dim::Op) => label(e.labels[0]),
-            (Event::Meter(e), Dim::Access) => label(e.labels[1]),
+            (Event::Meter(e), Dim::Result | Dim::Work | Dim::Op | Dim::Interface | Dim::Cpu) => {
+                label(e.labels[0])
+            }
+            (Event::Meter(e), Dim::Access | Dim::Mode | Dim::Direction) => label(e.labels[1]),
             (Event::Meter(e), Dim::Content) => label(e.labels[2]),
-            (Event::Meter(e), Dim::Latency) => Some(RawKey::Bucket(index(e.latency_ns / 1000))),
+            _ => None,
+        }
+    }
+
+    /// The sample's value of a numeric dimension in the dimension's unit
+    /// (microseconds, bytes), or None when it does not apply.
+    pub fn number(&self, dim: Dim) -> Option<u64> {
+        match (self.event, dim) {
+            (Event::Nfs(e), Dim::Latency) => Some(e.latency_ns / 1000),
+            (Event::Nfs(e), Dim::Size) => Some(e.bytes as u64),
+            (Event::Nfs(e), Dim::Offset) => Some(e.offset),
+            (Event::Io(e), Dim::Latency) => Some(e.latency_ns / 1000),
+            (Event::Io(e), Dim::Size) => Some(e.bytes as u64),
+            (Event::Io(e), Dim::Offset) => Some(e.offset),
+            (Event::Meter(e), Dim::Latency) => Some(e.latency_ns / 1000),
             _ => None,
         }
     }
@@ -471,9 +536,69 @@ pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>))
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Spec {
     pub stat: usize,
-    /// (dimension, value as shown in breakdowns), sorted by dimension, at most one each.
+    /// (categorical dimension, value as shown in breakdowns), sorted by dimension,
+    /// at most one each.
     pub filters: Vec<(Dim, String)>,
+    /// Numeric ranges a sample's value must lie in, sorted by dimension, at most one
+    /// each: `[latency=1000..10000]` keeps samples with 1000 <= latency < 10000
+    /// microseconds. A range may be combined with a breakdown by its own dimension
+    /// (a heatmap band, zoomed).
+    pub ranges: Vec<Range>,
     pub breakdown: Option<Dim>,
+}
+
+/// `[dim=LOW..HIGH]`: LOW <= value < HIGH, either side open when absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Range {
+    pub dim: Dim,
+    pub low: Option<u64>,
+    pub high: Option<u64>,
+}
+
+impl Range {
+    pub fn contains(&self, v: u64) -> bool {
+        self.low.is_none_or(|l| v >= l) && self.high.is_none_or(|h| v < h)
+    }
+
+    /// As written in dataset names: `1000..10000`, `1000..`, `..4096`.
+    pub fn value(&self) -> String {
+        let side = |b: Option<u64>| b.map(|v| v.to_string()).unwrap_or_default();
+        format!("{}..{}", side(self.low), side(self.high))
+    }
+
+    fn parse(dim: Dim, v: &str) -> Result<Range, String> {
+        let unit = dim.unit().unwrap_or("");
+        let Some((low, high)) = v.split_once("..") else {
+            return Err(format!(
+                "a filter on {} is a range LOW..HIGH in {unit} (either side may be left out), not '{v}'",
+                dim.name()
+            ));
+        };
+        let bound = |s: &str| -> Result<Option<u64>, String> {
+            if s.is_empty() {
+                return Ok(None);
+            }
+            s.parse::<u64>().map(Some).map_err(|_| {
+                format!(
+                    "'{s}' in the range on {} is not a whole number of {unit}",
+                    dim.name()
+                )
+            })
+        };
+        let r = Range {
+            dim,
+            low: bound(low)?,
+            high: bound(high)?,
+        };
+        match (r.low, r.high) {
+            (None, None) => Err(format!("the range on {} has no bound", dim.name())),
+            (Some(l), Some(h)) if l >= h => Err(format!(
+                "the range on {} is empty: {l} is not below {h}",
+                dim.name()
+            )),
+            _ => Ok(r),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -505,6 +630,7 @@ impl Spec {
             })?;
         let info = &STATISTICS[stat];
         let mut filters: Vec<(Dim, String)> = Vec::new();
+        let mut ranges: Vec<Range> = Vec::new();
         let mut breakdown = None;
         while !rest.is_empty() {
             let Some(body) = rest.strip_prefix('[') else {
@@ -534,19 +660,18 @@ impl Spec {
                 })?;
             match value {
                 Some(v) => {
-                    if dim.numeric() {
-                        return Err(err(format!(
-                            "filters on {} are not supported; break down by it instead",
-                            dim.name()
-                        )));
-                    }
                     if v.is_empty() {
                         return Err(err(format!("empty value for {}", dim.name())));
                     }
-                    if filters.iter().any(|(d, _)| *d == dim) {
+                    if filters.iter().any(|(d, _)| *d == dim) || ranges.iter().any(|r| r.dim == dim)
+                    {
                         return Err(err(format!("two filters on {}", dim.name())));
                     }
-                    filters.push((dim, v.to_string()));
+                    if dim.numeric() {
+                        ranges.push(Range::parse(dim, v).map_err(err)?);
+                    } else {
+                        filters.push((dim, v.to_string()));
+                    }
                 }
                 None => breakdown = Some(dim),
             }
@@ -560,9 +685,11 @@ impl Spec {
             }
         }
         filters.sort_by_key(|f| f.0);
+        ranges.sort_by_key(|r| r.dim);
         Ok(Spec {
             stat,
             filters,
+            ranges,
             breakdown,
         })
     }
@@ -570,12 +697,21 @@ impl Spec {
     pub fn statistic(&self) -> &'static Statistic {
         &STATISTICS[self.stat]
     }
+
+    /// Every filter, categorical or range, as (dimension, value as written), in the
+    /// order of the canonical name.
+    pub fn all_filters(&self) -> Vec<(Dim, String)> {
+        let mut all: Vec<(Dim, String)> = self.filters.clone();
+        all.extend(self.ranges.iter().map(|r| (r.dim, r.value())));
+        all.sort_by_key(|f| f.0);
+        all
+    }
 }
 
 impl fmt::Display for Spec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(STATISTICS[self.stat].name)?;
-        for (d, v) in &self.filters {
+        for (d, v) in &self.all_filters() {
             write!(f, "[{}={}]", d.name(), v)?;
         }
         if let Some(b) = self.breakdown {
@@ -602,6 +738,26 @@ mod tests {
     }
 
     #[test]
+    fn numeric_ranges_filter_and_print_in_the_canonical_order() {
+        let s = Spec::parse("nfs3.ops[size=..4096][op=read][latency=10000..][file]").unwrap();
+        assert_eq!(
+            s.to_string(),
+            "nfs3.ops[op=read][latency=10000..][size=..4096][file]"
+        );
+        assert_eq!(s.ranges.len(), 2);
+        let band = Spec::parse("io.ops[latency=1000..2000][latency]").unwrap();
+        assert_eq!(band.breakdown, Some(Dim::Latency));
+        let r = band.ranges[0];
+        assert!(!r.contains(999) && r.contains(1000) && r.contains(1999) && !r.contains(2000));
+        assert_eq!(
+            Spec::parse("io.bytes[role=cache][device]")
+                .unwrap()
+                .to_string(),
+            "io.bytes[role=cache][device]"
+        );
+    }
+
+    #[test]
     fn bad_names_say_what_is_wrong() {
         for (name, why) in [
             ("nfs5.ops", "unknown statistic"),
@@ -609,7 +765,14 @@ mod tests {
             ("io.ops[client]", "no dimension 'client'"),
             ("nfs3.ops[file][op]", "must be the last"),
             ("nfs3.ops[op=read", "without its ']'"),
-            ("nfs3.ops[latency=5]", "not supported"),
+            (
+                "nfs3.ops[latency=5]",
+                "is a range LOW..HIGH in microseconds",
+            ),
+            ("nfs3.ops[latency=..]", "has no bound"),
+            ("nfs3.ops[latency=10..10]", "is empty"),
+            ("nfs3.ops[size=1k..]", "not a whole number of bytes"),
+            ("nfs3.ops[latency=1..][latency=2..]", "two filters"),
             ("nfs3.ops[op=]", "empty value"),
             ("nfs3.ops[op=read][op=write]", "two filters"),
             ("nfs3.ops[op=read][op]", "shows one value"),

@@ -1,4 +1,4 @@
-//! The daemon's CPU use by kind of work, for `cpu.utilization[work]` and
+//! The daemon's CPU use by kind of work, for `cpu.daemon[work]` and
 //! `shoal_cpu_seconds_total`.
 //!
 //! Once a second `CpuSampler` reads each thread's run time (`/proc/self/task/TID/

@@ -92,6 +92,14 @@ pub enum Meter {
     ReplicationBytes,
     /// Seconds since the newest snapshot replicated from a pool was taken (a level).
     ReplicationLag,
+    /// Bytes through a host network interface in the last second; labels:
+    /// interface, direction (in, out).
+    InterfaceBytes,
+    /// Packets through a host network interface; labels as `InterfaceBytes`.
+    InterfacePackets,
+    /// Microseconds one host CPU spent in one mode in the last second; labels: cpu
+    /// (cpu0, cpu1, ...), mode (user, kernel, iowait, idle, steal).
+    HostCpu,
 }
 
 /// One meter reading.
@@ -100,8 +108,8 @@ pub struct MeterEvent {
     pub meter: Meter,
     /// A pool (`Analytics::register_pool`), or a device for `DeviceBusy`; unused by Cpu.
     pub subject: u32,
-    /// Values of the meter's categorical dimensions: [result|list|work|op, access,
-    /// content]; "" where none.
+    /// Values of the meter's categorical dimensions: [result|list|work|op|interface|cpu,
+    /// access|direction|mode, content]; "" where none.
     pub labels: [&'static str; 3],
     pub value: u64,
     pub latency_ns: u64,

@@ -4,7 +4,10 @@
 //! A point holds the sum over its interval (`seconds` long), so a minute or hour is
 //! the exact sum of its seconds and any range's average rate is sum / seconds.
 //! Breakdowns keep at most `MAX_KEYS` values per point, the largest; the rest are
-//! summed under `OTHER`, so memory is bounded whatever the clients do.
+//! summed under `OTHER`, so memory is bounded whatever the clients do. Each history
+//! also knows about how many bytes its points take (`bytes`), so the engine can hold
+//! all datasets' histories under one byte budget by dropping the oldest points of
+//! the largest (`trim_oldest`), never below `MIN_KEPT` points of each ring.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -15,6 +18,9 @@ pub const HOURS_KEPT: usize = 366 * 24;
 /// Values kept per point of a categorical breakdown.
 pub const MAX_KEYS: usize = 200;
 pub const OTHER: &str = "(other)";
+/// Points of each ring a byte budget never trims below: a minute of seconds, an
+/// hour of minutes, a day of hours.
+pub const MIN_KEPT: [usize; 3] = [60, 60, 24];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -84,6 +90,18 @@ pub struct Point {
 }
 
 impl Point {
+    /// About how many bytes of memory the point takes.
+    pub fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<Point>()
+            + self.breakdown.capacity() * std::mem::size_of::<KeyCount>()
+            + self
+                .breakdown
+                .iter()
+                .map(|k| k.key.capacity())
+                .sum::<usize>()
+            + self.buckets.capacity() * std::mem::size_of::<BucketCount>()
+    }
+
     pub fn empty(t: u64, seconds: u64) -> Point {
         Point {
             t,
@@ -146,11 +164,13 @@ impl Point {
 }
 
 /// One dataset's rings.
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone)]
 pub struct History {
     pub seconds: VecDeque<Point>,
     pub minutes: VecDeque<Point>,
     pub hours: VecDeque<Point>,
+    /// `Point::approx_bytes` summed over each ring: seconds, minutes, hours.
+    bytes: [usize; 3],
 }
 
 impl History {
@@ -160,34 +180,90 @@ impl History {
     pub fn push_second(&mut self, p: Point) -> Vec<(Resolution, Point)> {
         debug_assert!(self.seconds.back().is_none_or(|l| l.t < p.t));
         let mut done = Vec::new();
-        if let Some(m) = Self::fold_into(&mut self.minutes, &p, 60, MINUTES_KEPT) {
+        let [_, minute_bytes, hour_bytes] = &mut self.bytes;
+        if let Some(m) = Self::fold_into(&mut self.minutes, minute_bytes, &p, 60, MINUTES_KEPT) {
             done.push((Resolution::Minute, m));
         }
-        if let Some(h) = Self::fold_into(&mut self.hours, &p, 3600, HOURS_KEPT) {
+        if let Some(h) = Self::fold_into(&mut self.hours, hour_bytes, &p, 3600, HOURS_KEPT) {
             done.push((Resolution::Hour, h));
         }
         done.push((Resolution::Second, p.clone()));
+        self.bytes[0] += p.approx_bytes();
         self.seconds.push_back(p);
         while self.seconds.len() > SECONDS_KEPT {
-            self.seconds.pop_front();
+            let gone = self.seconds.pop_front().expect("longer than kept");
+            self.bytes[0] -= gone.approx_bytes();
         }
         done
     }
 
+    /// About how many bytes the points of all three rings take.
+    pub fn bytes(&self) -> usize {
+        self.bytes.iter().sum()
+    }
+
+    /// Whether some ring holds more than its `MIN_KEPT`.
+    pub fn can_trim(&self) -> bool {
+        [&self.seconds, &self.minutes, &self.hours]
+            .iter()
+            .zip(MIN_KEPT)
+            .any(|(r, min)| r.len() > min)
+    }
+
+    /// Drops the oldest point of the ring that takes the most bytes and still holds
+    /// more than its `MIN_KEPT`; false when every ring is down to its minimum.
+    pub fn trim_oldest(&mut self) -> bool {
+        let rings = [&mut self.seconds, &mut self.minutes, &mut self.hours];
+        let Some(i) = (0..3)
+            .filter(|&i| rings[i].len() > MIN_KEPT[i])
+            .max_by_key(|&i| self.bytes[i])
+        else {
+            return false;
+        };
+        let gone = rings
+            .into_iter()
+            .nth(i)
+            .unwrap()
+            .pop_front()
+            .expect("checked");
+        self.bytes[i] -= gone.approx_bytes();
+        true
+    }
+
+    fn recount(&mut self) {
+        for (i, ring) in [&self.seconds, &self.minutes, &self.hours]
+            .into_iter()
+            .enumerate()
+        {
+            self.bytes[i] = ring.iter().map(Point::approx_bytes).sum();
+        }
+    }
+
     /// Adds `p` to its interval in `ring`; returns the interval before it when `p`
     /// begins a new one.
-    fn fold_into(ring: &mut VecDeque<Point>, p: &Point, width: u64, keep: usize) -> Option<Point> {
+    /// `bytes` is the ring's `approx_bytes` sum, kept up to date.
+    fn fold_into(
+        ring: &mut VecDeque<Point>,
+        bytes: &mut usize,
+        p: &Point,
+        width: u64,
+        keep: usize,
+    ) -> Option<Point> {
         let start = p.t / width * width;
         match ring.back_mut() {
             Some(last) if last.t == start => {
+                *bytes -= last.approx_bytes();
                 *last = Point::sum(start, width, [&*last, p]);
+                *bytes += last.approx_bytes();
                 None
             }
             _ => {
                 let finished = ring.back().cloned();
-                ring.push_back(Point::sum(start, width, [p]));
+                let new = Point::sum(start, width, [p]);
+                *bytes += new.approx_bytes();
+                ring.push_back(new);
                 while ring.len() > keep {
-                    ring.pop_front();
+                    *bytes -= ring.pop_front().expect("longer than kept").approx_bytes();
                 }
                 finished
             }
@@ -202,15 +278,18 @@ impl History {
             seconds: VecDeque::new(),
             minutes: minutes.into(),
             hours: hours.into(),
+            bytes: [0; 3],
         };
         let minute_end = h.minutes.back().map_or(0, |m| m.t + 60);
         let hour_end = h.hours.back().map_or(0, |m| m.t + 3600);
+        // Counted afresh below.
+        let mut scratch = 0;
         for p in seconds {
             if p.t >= minute_end {
-                Self::fold_into(&mut h.minutes, &p, 60, MINUTES_KEPT);
+                Self::fold_into(&mut h.minutes, &mut scratch, &p, 60, MINUTES_KEPT);
             }
             if p.t >= hour_end {
-                Self::fold_into(&mut h.hours, &p, 3600, HOURS_KEPT);
+                Self::fold_into(&mut h.hours, &mut scratch, &p, 3600, HOURS_KEPT);
             }
             h.seconds.push_back(p);
         }
@@ -223,6 +302,7 @@ impl History {
                 ring.pop_front();
             }
         }
+        h.recount();
         h
     }
 
@@ -304,6 +384,40 @@ mod tests {
         assert_eq!(restored.seconds, live.seconds);
         assert_eq!(restored.minutes, live.minutes);
         assert_eq!(restored.hours, live.hours);
+    }
+
+    #[test]
+    fn byte_counts_follow_the_rings_and_trimming_keeps_the_newest() {
+        let mut h = History::default();
+        for t in 0..7300 {
+            let keys: HashMap<String, u64> =
+                (0..(t % 5)).map(|i| (format!("client-{i}"), 1)).collect();
+            h.push_second(Point::from_counts(t, 1, t % 5, keys, BTreeMap::new()));
+        }
+        let counted = h.bytes();
+        h.recount();
+        assert_eq!(h.bytes(), counted, "kept counts drifted from a recount");
+        let before = h.bytes();
+        let newest = h.seconds.back().unwrap().t;
+        let mut trims = 0;
+        while h.trim_oldest() {
+            trims += 1;
+            assert!(h.bytes() < before);
+        }
+        assert!(trims > 0);
+        assert_eq!(
+            [h.seconds.len(), h.minutes.len(), h.hours.len()],
+            [60, 60, MIN_KEPT[2].min(3)],
+            "trimmed below the minimum, or not down to it"
+        );
+        assert_eq!(
+            h.seconds.back().unwrap().t,
+            newest,
+            "the newest second was trimmed"
+        );
+        let counted = h.bytes();
+        h.recount();
+        assert_eq!(h.bytes(), counted);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod catalog;
 pub mod cpu;
 pub mod event;
 pub mod history;
+pub mod host;
 pub mod prometheus;
 
 pub use catalog::{Dim, Spec, SpecError, Statistic, BUILTIN_DATASETS, STATISTICS};
@@ -55,6 +56,9 @@ const FUTURE_HISTORY_KEPT_S: u64 = 60;
 pub const MAX_USER_DATASETS: usize = 64;
 /// How long a resolved share or file name is reused before it is looked up again.
 const NAME_CACHE_S: u64 = 10;
+/// The memory all datasets' in-memory history may take unless told otherwise
+/// (`set_memory_limit`).
+pub const DEFAULT_MEMORY_BYTES: u64 = 256 << 20;
 /// The breakdown value of a sample that has no value for the dimension.
 pub const NONE_KEY: &str = "(none)";
 
@@ -102,8 +106,16 @@ struct Shard {
 #[derive(Default)]
 struct Registry {
     pools: Vec<String>,
-    /// (pool index, device path)
-    devices: Vec<(usize, String)>,
+    devices: Vec<RegisteredDevice>,
+}
+
+/// A device as `register_device` numbered it.
+pub(crate) struct RegisteredDevice {
+    /// Index in `Registry::pools`.
+    pub pool: usize,
+    pub path: String,
+    /// What the pool uses it for: data, log, cache or spare (the latest registration's).
+    pub role: &'static str,
 }
 
 /// Counts of one second not yet sealed.
@@ -133,6 +145,10 @@ struct Engine {
     names_at: u64,
     late: u64,
     totals: prometheus::Totals,
+    /// The bound on every dataset's in-memory history together, in bytes.
+    memory_limit: u64,
+    /// Points dropped from memory to stay within `memory_limit`.
+    trimmed: u64,
 }
 
 /// Everything about one dataset but its points.
@@ -183,6 +199,12 @@ pub struct Status {
     /// The newest sealed second.
     pub sealed_upto: Option<u64>,
     pub datasets: usize,
+    /// About how many bytes the datasets' in-memory history takes, and its bound.
+    pub memory_bytes: u64,
+    pub memory_limit_bytes: u64,
+    /// Oldest points dropped from memory to stay within the bound (the archive on
+    /// disk keeps them).
+    pub points_trimmed: u64,
 }
 
 pub struct Analytics {
@@ -242,6 +264,7 @@ impl Analytics {
         let now = a.unix_second(epoch);
         {
             let mut engine = a.engine.lock().unwrap();
+            engine.memory_limit = DEFAULT_MEMORY_BYTES;
             for name in BUILTIN_DATASETS {
                 let spec = Spec::parse(name).expect("built-in dataset names parse");
                 engine
@@ -275,8 +298,10 @@ impl Analytics {
     }
 
     /// A number for a device, for its `IoEvent`s; the same (pool, path) gets the same
-    /// number again (a pool imported twice in one process).
-    pub fn register_device(&self, pool: &str, path: &str) -> u32 {
+    /// number again (a pool imported twice in one process), with its role updated
+    /// (a spare that replaced a data device is data from then on). `role` is what
+    /// the pool uses the device for: data, log, cache or spare.
+    pub fn register_device(&self, pool: &str, path: &str, role: &'static str) -> u32 {
         let mut r = self.registry.write().unwrap();
         let pool_ix = match r.pools.iter().position(|p| p == pool) {
             Some(i) => i,
@@ -288,11 +313,16 @@ impl Analytics {
         if let Some(i) = r
             .devices
             .iter()
-            .position(|(p, d)| *p == pool_ix && d == path)
+            .position(|d| d.pool == pool_ix && d.path == path)
         {
+            r.devices[i].role = role;
             return i as u32;
         }
-        r.devices.push((pool_ix, path.to_string()));
+        r.devices.push(RegisteredDevice {
+            pool: pool_ix,
+            path: path.to_string(),
+            role,
+        });
         (r.devices.len() - 1) as u32
     }
 
@@ -306,6 +336,13 @@ impl Analytics {
                 (r.pools.len() - 1) as u32
             }
         }
+    }
+
+    /// Bounds the memory of every dataset's in-memory history together: beyond it,
+    /// the oldest points of the largest histories are dropped (down to a minute of
+    /// seconds, an hour of minutes and a day of hours each).
+    pub fn set_memory_limit(&self, bytes: u64) {
+        self.engine.lock().unwrap().memory_limit = bytes;
     }
 
     /// Adds a sampler; the collector reads it once a second from now on.
@@ -427,6 +464,7 @@ impl Analytics {
             }
         }
         engine.sealed_upto = Some(seal_to);
+        engine.trim_to_memory_limit();
         // The engine stays locked while the points are written, so a dataset removed
         // meanwhile cannot have its files written again after their removal.
         let mut archive = self.archive.lock().unwrap();
@@ -624,6 +662,9 @@ impl Analytics {
             events_late: engine.late,
             sealed_upto: engine.sealed_upto,
             datasets: engine.datasets.len(),
+            memory_bytes: engine.memory_bytes() as u64,
+            memory_limit_bytes: engine.memory_limit,
+            points_trimmed: engine.trimmed,
         }
     }
 
@@ -651,6 +692,32 @@ impl Analytics {
             self.dropped(),
             engine.late,
         )
+    }
+}
+
+impl Engine {
+    fn memory_bytes(&self) -> usize {
+        self.datasets.values().map(|d| d.history.bytes()).sum()
+    }
+
+    /// Drops the oldest points of the largest histories until all fit the limit
+    /// (or every history is down to its minimum).
+    fn trim_to_memory_limit(&mut self) {
+        let mut total = self.memory_bytes() as u64;
+        while total > self.memory_limit {
+            let Some(ds) = self
+                .datasets
+                .values_mut()
+                .filter(|d| d.history.can_trim())
+                .max_by_key(|d| d.history.bytes())
+            else {
+                return;
+            };
+            let before = ds.history.bytes();
+            ds.history.trim_oldest();
+            total -= (before - ds.history.bytes()) as u64;
+            self.trimmed += 1;
+        }
     }
 }
 
@@ -702,14 +769,20 @@ impl Namer<'_> {
                 .registry
                 .devices
                 .get(d as usize)
-                .and_then(|(p, _)| self.registry.pools.get(*p))
+                .and_then(|dev| self.registry.pools.get(dev.pool))
                 .cloned()
                 .unwrap_or_else(|| format!("pool of device {d}")),
+            (Dim::Role, RawKey::Device(d)) => self
+                .registry
+                .devices
+                .get(d as usize)
+                .map_or("data", |dev| dev.role)
+                .to_string(),
             (_, RawKey::Device(d)) => self
                 .registry
                 .devices
                 .get(d as usize)
-                .map(|(_, path)| path.clone())
+                .map(|dev| dev.path.clone())
                 .unwrap_or_else(|| format!("device {d}")),
             (_, RawKey::Direction(out)) => (if out { "out" } else { "in" }).to_string(),
             (_, RawKey::Pool(p)) => self
@@ -753,9 +826,9 @@ impl DatasetState {
             breakdown_unit: self.spec.breakdown.and_then(Dim::unit),
             filters: self
                 .spec
-                .filters
-                .iter()
-                .map(|(d, v)| (d.name().to_string(), v.clone()))
+                .all_filters()
+                .into_iter()
+                .map(|(d, v)| (d.name().to_string(), v))
                 .collect(),
             builtin: self.builtin,
             since: self.since,
@@ -767,6 +840,13 @@ impl DatasetState {
         let memo = &mut self.filter_memo;
         let open = &mut self.open;
         samples(spec.stat, e, |s| {
+            // Numbers are compared as they are, not by bucket: a band drilled from a
+            // heatmap names its buckets' bounds, so it keeps exactly that band.
+            for range in &spec.ranges {
+                if !s.number(range.dim).is_some_and(|v| range.contains(v)) {
+                    return;
+                }
+            }
             for (i, (dim, want)) in spec.filters.iter().enumerate() {
                 let Some(key) = s.key(*dim) else { return };
                 let pass = *memo

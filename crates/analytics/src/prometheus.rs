@@ -123,7 +123,7 @@ impl Totals {
         &self,
         share: &dyn Fn(u64) -> String,
         pools: &[String],
-        devices: &[(usize, String)],
+        devices: &[crate::RegisteredDevice],
         dropped: u64,
         late: u64,
     ) -> String {
@@ -205,13 +205,23 @@ impl Totals {
                 "shoal_network_bytes_total{{direction=\"{dir}\"}} {bytes}"
             );
         }
-        // `pool="..",device=".."` of a registered device.
+        // `pool="..",device="..",role=".."` of a registered device.
         let device = |d: u32| {
-            let (pool, path) = devices
+            let (pool, path, role) = devices
                 .get(d as usize)
-                .map(|(p, path)| (pools.get(*p).cloned().unwrap_or_default(), path.clone()))
+                .map(|dev| {
+                    (
+                        pools.get(dev.pool).cloned().unwrap_or_default(),
+                        dev.path.clone(),
+                        dev.role,
+                    )
+                })
                 .unwrap_or_default();
-            format!("pool=\"{}\",device=\"{}\"", escape(&pool), escape(&path))
+            format!(
+                "pool=\"{}\",device=\"{}\",role=\"{role}\"",
+                escape(&pool),
+                escape(&path)
+            )
         };
         let device_labels = |d: u32, write: bool| {
             format!(

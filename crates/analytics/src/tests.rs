@@ -237,10 +237,10 @@ fn a_full_queue_drops_and_counts_instead_of_blocking() {
 #[test]
 fn devices_break_down_by_path_and_pool() {
     let (a, t0) = instance();
-    let d0 = a.register_device("tank", "/dev/sda");
-    let d1 = a.register_device("tank", "/dev/sdb");
-    assert_eq!(a.register_device("tank", "/dev/sda"), d0);
-    let since = enable_all(&a, &["io.bytes[pool]"]);
+    let d0 = a.register_device("tank", "/dev/sda", "data");
+    let d1 = a.register_device("tank", "/dev/sdb", "cache");
+    assert_eq!(a.register_device("tank", "/dev/sda", "data"), d0);
+    let since = enable_all(&a, &["io.bytes[pool]", "io.ops[role=cache][device]"]);
     for (d, n) in [(d0, 3u32), (d1, 1)] {
         for _ in 0..n {
             a.record(Event::Io(IoEvent {
@@ -267,14 +267,44 @@ fn devices_break_down_by_path_and_pool() {
         .unwrap()
         .points[0];
     assert_eq!(counts(p), BTreeMap::from([("tank".into(), 4 * 131072)]));
+    let p = &a
+        .query("io.bytes[role]", since, since, None)
+        .unwrap()
+        .points[0];
+    assert_eq!(
+        counts(p),
+        BTreeMap::from([("data".into(), 3 * 131072), ("cache".into(), 131072)])
+    );
+    let p = &a
+        .query("io.ops[role=cache][device]", since, since, None)
+        .unwrap()
+        .points[0];
+    assert_eq!(counts(p), BTreeMap::from([("/dev/sdb".into(), 1)]));
     let text = a.prometheus();
     assert!(
         text.contains(
-            "shoal_device_bytes_total{pool=\"tank\",device=\"/dev/sda\",op=\"read\"} 393216"
+            "shoal_device_bytes_total{pool=\"tank\",device=\"/dev/sda\",role=\"data\",op=\"read\"} 393216"
         ),
         "{text}"
     );
-    assert!(text.contains("shoal_device_operation_duration_seconds_bucket{pool=\"tank\",device=\"/dev/sdb\",op=\"read\",le=\"0.0005\"} 1"));
+    assert!(text.contains("shoal_device_operation_duration_seconds_bucket{pool=\"tank\",device=\"/dev/sdb\",role=\"cache\",op=\"read\",le=\"0.0005\"} 1"));
+    // A spare that replaced a data device is data from its next registration on.
+    let d2 = a.register_device("tank", "/dev/sdc", "spare");
+    assert_eq!(a.register_device("tank", "/dev/sdc", "data"), d2);
+    a.record(Event::Io(IoEvent {
+        device: d2,
+        write: true,
+        bytes: 4096,
+        offset: 0,
+        latency_ns: 1000,
+        at: a.epoch + Duration::from_secs(since + 10 - t0),
+    }));
+    a.tick(since + 20);
+    let text = a.prometheus();
+    assert!(
+        text.contains("device=\"/dev/sdc\",role=\"data\",op=\"write\""),
+        "{text}"
+    );
 }
 
 #[test]
@@ -334,4 +364,127 @@ fn datasets_are_enabled_once_and_built_ins_stay() {
         a.enable("nfs3.ops[client]"),
         Err(AnalyticsError::TooMany)
     ));
+}
+
+#[test]
+fn numeric_ranges_keep_exactly_the_band_a_heatmap_shows() {
+    let (a, t0) = instance();
+    let since = enable_all(
+        &a,
+        &[
+            "nfs3.ops[latency=1000..2000][file]",
+            "nfs3.ops[latency=2000..][latency]",
+            "nfs3.bytes[size=..8192][op]",
+        ],
+    );
+    let s = since - t0;
+    for (ino, latency_us, n) in [
+        (1, 999, 4),
+        (2, 1000, 3),
+        (3, 1999, 2),
+        (4, 2000, 5),
+        (5, 9000, 1),
+    ] {
+        for _ in 0..n {
+            nfs(&a, s, "read", 1, ino, 4096 * ino as u32, latency_us);
+        }
+    }
+    a.tick(since + 5);
+    let q = |name: &str| a.query(name, since, since, None).unwrap().points[0].clone();
+    let band = q("nfs3.ops[latency=1000..2000][file]");
+    assert_eq!(band.total, 5);
+    assert_eq!(
+        counts(&band),
+        BTreeMap::from([("/tank/home/f2".into(), 3), ("/tank/home/f3".into(), 2)])
+    );
+    // A band zoomed: its own heatmap, only buckets at or above 2000 us.
+    let slow = q("nfs3.ops[latency=2000..][latency]");
+    assert_eq!(slow.total, 6);
+    let lows: Vec<u64> = slow.buckets.iter().map(|b| b.low).collect();
+    assert_eq!(lows, [2000, 9000]);
+    // Sizes below 8192: files 1 (4096 bytes), not 2 (8192) and above.
+    assert_eq!(q("nfs3.bytes[size=..8192][op]").total, 4 * 4096);
+    let info = a
+        .datasets()
+        .into_iter()
+        .find(|d| d.name == "nfs3.ops[latency=1000..2000][file]")
+        .unwrap();
+    assert_eq!(
+        info.filters,
+        [("latency".to_string(), "1000..2000".to_string())]
+    );
+}
+
+#[test]
+fn host_cpu_and_interfaces_break_down_by_their_labels() {
+    let (a, t0) = instance();
+    let since = enable_all(
+        &a,
+        &[
+            "cpu.utilization[cpu]",
+            "cpu.utilization[cpu=cpu1][mode]",
+            "net.interface.bytes[interface=lo][direction]",
+        ],
+    );
+    let at = a.epoch + Duration::from_secs(since - t0);
+    let meter = |meter, labels, value| {
+        a.record(Event::Meter(MeterEvent {
+            meter,
+            subject: 0,
+            labels,
+            value,
+            latency_ns: 0,
+            at,
+        }))
+    };
+    for (cpu, user, idle) in [("cpu0", 300_000, 700_000), ("cpu1", 900_000, 100_000)] {
+        meter(Meter::HostCpu, [cpu, "user", ""], user);
+        meter(Meter::HostCpu, [cpu, "idle", ""], idle);
+    }
+    meter(Meter::InterfaceBytes, ["lo", "in", ""], 5000);
+    meter(Meter::InterfaceBytes, ["lo", "out", ""], 5000);
+    meter(Meter::InterfaceBytes, ["eth0", "out", ""], 777);
+    a.tick(since + 5);
+    let q = |name: &str| a.query(name, since, since, None).unwrap().points[0].clone();
+    let per_cpu = q("cpu.utilization[cpu]");
+    assert_eq!(per_cpu.total, 2_000_000, "two CPUs, a second each");
+    assert_eq!(
+        counts(&per_cpu),
+        BTreeMap::from([("cpu0".into(), 1_000_000), ("cpu1".into(), 1_000_000)])
+    );
+    assert_eq!(
+        counts(&q("cpu.utilization[cpu=cpu1][mode]")),
+        BTreeMap::from([("user".into(), 900_000), ("idle".into(), 100_000)])
+    );
+    assert_eq!(
+        counts(&q("net.interface.bytes[interface=lo][direction]")),
+        BTreeMap::from([("in".into(), 5000), ("out".into(), 5000)])
+    );
+}
+
+#[test]
+fn history_memory_stays_within_its_byte_bound() {
+    let (a, t0) = instance();
+    let since = enable_all(&a, &["nfs3.ops[file]"]);
+    let first = since - t0;
+    a.set_memory_limit(400_000);
+    for s in first..first + 400 {
+        for ino in 0..20 {
+            nfs(&a, s, "read", 1, ino, 4096, 100);
+        }
+        a.tick(t0 + s + 2);
+    }
+    let st = a.status();
+    assert!(st.points_trimmed > 0, "nothing was trimmed: {st:?}");
+    assert!(
+        st.memory_bytes <= 400_000,
+        "{} bytes kept over a bound of 400000",
+        st.memory_bytes
+    );
+    // The newest seconds are still there.
+    let newest = a
+        .query("nfs3.ops[file]", t0 + first + 390, t0 + first + 397, None)
+        .unwrap();
+    assert_eq!(newest.points.len(), 8);
+    assert!(newest.points.iter().all(|p| p.total == 20));
 }

@@ -105,7 +105,7 @@ impl std::fmt::Display for Compression {
 }
 
 /// Compresses `src`; `None` unless the result is strictly shorter than `max_out`.
-/// Its CPU time is charged to compression (`cpu.utilization[work]`).
+/// Its CPU time is charged to compression (`cpu.daemon[work]`).
 pub fn compress(alg: Compression, src: &[u8], max_out: usize) -> Option<Vec<u8>> {
     if alg == Compression::Off {
         return None;

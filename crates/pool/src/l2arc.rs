@@ -14,6 +14,9 @@
 //!   wrong data: every L2 read is verified against the checksum kept in the index, and a
 //!   mismatch is a miss (counted), after which the block is read from the pool.
 //! - Nothing on a cache device is ever needed for correctness: losing one loses speed.
+//! - Its I/O goes through each cache device's `Leaf`, like every other device I/O of
+//!   the pool: it is counted in the leaf's counters and in analytics (`io.*` with
+//!   role `cache`), and a cache device whose writes fail is faulted and then skipped.
 //! - Cache devices come and go while the pool is imported (`add_device`,
 //!   `remove_device`). Index entries name their ring by a number never reused, so an
 //!   entry can never point into another device; removing a device drops its entries
@@ -26,7 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use vdev::{label, AlignedBuf, Device, SECTOR_SIZE};
+use vdev::{AlignedBuf, Leaf, SECTOR_SIZE};
 
 /// Evicted blocks waiting to be written.
 const FEED_QUEUE: usize = 4096;
@@ -45,8 +48,8 @@ struct Entry {
 
 struct Ring {
     id: u64,
-    device: Arc<dyn Device>,
-    start: u64,
+    /// Offsets are within the leaf's data area.
+    leaf: Arc<Leaf>,
     len: u64,
     hand: u64,
     /// Ring offset -> key of the entry stored there.
@@ -65,12 +68,11 @@ impl State {
         self.rings.iter_mut().find(|r| r.id == id)
     }
 
-    fn add(&mut self, device: Arc<dyn Device>) {
-        let (start, len) = label::data_area(device.size_bytes());
+    fn add(&mut self, leaf: Arc<Leaf>) {
+        let len = leaf.data_len() / SECTOR_SIZE as u64 * SECTOR_SIZE as u64;
         self.rings.push(Ring {
             id: self.next_id,
-            device,
-            start,
+            leaf,
             len,
             hand: 0,
             by_offset: BTreeMap::new(),
@@ -108,7 +110,7 @@ fn sector_round(n: usize) -> usize {
 
 impl L2Arc {
     /// Starts an L2ARC over the data areas of `devices` (empty: no L2ARC).
-    pub fn start(devices: Vec<Arc<dyn Device>>) -> Option<Arc<L2Arc>> {
+    pub fn start(devices: Vec<Arc<Leaf>>) -> Option<Arc<L2Arc>> {
         if devices.is_empty() {
             return None;
         }
@@ -141,17 +143,17 @@ impl L2Arc {
     }
 
     /// Starts caching on one more device (empty: the cache fills from evictions).
-    pub fn add_device(&self, device: Arc<dyn Device>) {
+    pub fn add_device(&self, device: Arc<Leaf>) {
         self.state.lock().unwrap().add(device);
     }
 
     /// Stops using `device`: its entries are forgotten, and a batch being written to
     /// it finishes before this returns. The cache may be left with no device; it
     /// then caches nothing.
-    pub fn remove_device(&self, device: &Arc<dyn Device>) {
+    pub fn remove_device(&self, device: &Arc<Leaf>) {
         {
             let mut st = self.state.lock().unwrap();
-            let Some(i) = st.rings.iter().position(|r| Arc::ptr_eq(&r.device, device)) else {
+            let Some(i) = st.rings.iter().position(|r| Arc::ptr_eq(&r.leaf, device)) else {
                 return;
             };
             let ring = st.rings.remove(i);
@@ -181,13 +183,13 @@ impl L2Arc {
 
     /// Looks a block up and reads it from the cache device, verified.
     pub fn read(&self, key: &BlockKey) -> Option<CachedBlock> {
-        let (entry, device, start) = {
+        let (entry, leaf) = {
             let st = self.state.lock().unwrap();
             match st.index.get(key) {
                 Some(e) => {
                     let ring = st.rings.iter().find(|r| r.id == e.device);
                     let ring = ring.expect("an index entry names a ring of the cache");
-                    (*e, ring.device.clone(), ring.start)
+                    (*e, ring.leaf.clone())
                 }
                 None => {
                     drop(st);
@@ -197,7 +199,7 @@ impl L2Arc {
             }
         };
         let mut buf = AlignedBuf::for_overwrite(entry.stored as usize);
-        let ok = device.read_at(start + entry.offset, &mut buf).is_ok()
+        let ok = leaf.read_direct(entry.offset, &mut buf)
             && checksum::compute(ChecksumKind::Fletcher4, &buf[..entry.len as usize]) == entry.sum;
         if !ok {
             self.bad_reads.fetch_add(1, Ordering::Relaxed);
@@ -250,7 +252,7 @@ impl L2Arc {
         }
         let writing = self.writing.lock().unwrap();
         // Reserve the region and retire what it overwrites.
-        let (ring_id, device, start, offset) = {
+        let (ring_id, leaf, offset) = {
             let mut st = self.state.lock().unwrap();
             let n = st.rings.len();
             if n == 0 {
@@ -272,12 +274,12 @@ impl L2Arc {
                 .range(offset..offset + total as u64)
                 .map(|(o, k)| (*o, *k))
                 .collect();
-            let (device, start) = (ring.device.clone(), ring.start);
+            let leaf = ring.leaf.clone();
             for (o, k) in doomed {
                 st.rings[r].by_offset.remove(&o);
                 st.index.remove(&k);
             }
-            (st.rings[r].id, device, start, offset)
+            (st.rings[r].id, leaf, offset)
         };
         let mut buf = AlignedBuf::zeroed(total);
         let mut pos = 0;
@@ -298,7 +300,7 @@ impl L2Arc {
             ));
             pos += stored;
         }
-        if device.write_at(start + offset, &buf).is_err() {
+        if !leaf.write_direct(offset, &buf) {
             return; // a failing cache device just caches nothing
         }
         drop(writing);

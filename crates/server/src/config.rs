@@ -157,10 +157,18 @@ pub struct AnalyticsConfig {
     /// Bytes the history on disk may take (default 1G).
     #[serde(default = "default_history_max", deserialize_with = "size")]
     pub history_max: u64,
+    /// Bytes the in-memory history of all datasets may take (default 256M); beyond
+    /// it the oldest points of the largest datasets leave memory (the disk keeps them).
+    #[serde(default = "default_memory_max", deserialize_with = "size")]
+    pub memory_max: u64,
 }
 
 fn default_history_max() -> u64 {
     1 << 30
+}
+
+fn default_memory_max() -> u64 {
+    analytics::DEFAULT_MEMORY_BYTES
 }
 
 fn size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -177,6 +185,7 @@ impl Default for AnalyticsConfig {
         AnalyticsConfig {
             enabled: true,
             history_max: default_history_max(),
+            memory_max: default_memory_max(),
         }
     }
 }

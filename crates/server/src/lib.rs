@@ -420,6 +420,7 @@ impl Daemon {
         analytics.set_names(Arc::new(nfs::names::ShareNames::new(Arc::downgrade(
             &service,
         ))));
+        analytics.set_memory_limit(config.analytics.memory_max);
         analytics
             .open_history(&state_dir.join("analytics"), config.analytics.history_max)
             .map_err(|e| ServerError::Config(format!("analytics history: {e}")))?;
@@ -427,6 +428,7 @@ impl Daemon {
         if config.analytics.enabled {
             service.set_analytics(analytics.clone());
             analytics.add_sampler(analytics::cpu::CpuSampler::new());
+            analytics.add_sampler(analytics::host::HostSampler::new());
         }
         let config_shares: Vec<(String, String)> = config
             .shares

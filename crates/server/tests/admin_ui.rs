@@ -338,7 +338,9 @@ fn sampled_statistics_see_cpu_arc_devices_log_and_txg() {
     // Stable writes (intent log commits) and reads until every statistic has seen
     // some: txgs sync on their own timer.
     let wanted = [
-        ("cpu.utilization[work]", Some("rpc")),
+        ("cpu.daemon[work]", Some("rpc")),
+        ("cpu.utilization[mode]", Some("idle")),
+        ("net.interface.bytes[direction]", Some("in")),
         ("arc.accesses[result]", Some("hit")),
         ("io.utilization[device]", None),
         ("zil.commits[latency]", None),
@@ -371,14 +373,14 @@ fn sampled_statistics_see_cpu_arc_devices_log_and_txg() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["name"] == "cpu.utilization")
+        .find(|s| s["name"] == "cpu.daemon")
         .unwrap();
     assert_eq!(
         (cpu["kind"].as_str(), cpu["divisor"].as_u64()),
         (Some("gauge"), Some(10_000))
     );
     let (_, v) = api.get(&format!(
-        "/api/v1/analytics/data?name=cpu.utilization%5Bwork%5D&start={start}&end={}",
+        "/api/v1/analytics/data?name=cpu.daemon%5Bwork%5D&start={start}&end={}",
         unix_now()
     ));
     let avg_percent = v["summary"]["average"].as_f64().unwrap() / 10_000.0;

@@ -84,7 +84,11 @@ pub struct Leaf {
     data_start: u64,
     data_len: AtomicU64,
     /// Where this leaf's I/O is reported, with its device number there.
-    analytics: OnceLock<(Arc<Analytics>, u32)>,
+    analytics: OnceLock<Arc<Analytics>>,
+    /// This leaf's analytics device number: registered again when its path or role
+    /// changes (a replacement device, a spare put to work), so I/O is reported under
+    /// what the device is now.
+    analytics_id: AtomicU32,
     /// Busy time while analytics is attached (`busy_ns`).
     busy: BusyClock,
 }
@@ -142,6 +146,7 @@ impl Leaf {
             data_start,
             data_len: AtomicU64::new(data_len),
             analytics: OnceLock::new(),
+            analytics_id: AtomicU32::new(0),
             busy: BusyClock::default(),
         }
     }
@@ -156,15 +161,18 @@ impl Leaf {
             data_start: label::DATA_AREA_START,
             data_len: AtomicU64::new(data_len),
             analytics: OnceLock::new(),
+            analytics_id: AtomicU32::new(0),
             busy: BusyClock::default(),
         }
     }
 
     /// Reports this leaf's I/O to `analytics` from now on, as a device of `pool`
-    /// (the first attachment stays).
-    pub fn attach_analytics(&self, analytics: &Arc<Analytics>, pool: &str) {
-        let id = analytics.register_device(pool, &self.path());
-        let _ = self.analytics.set((analytics.clone(), id));
+    /// with `role` (data, log, cache, spare). Called again, it re-registers the leaf
+    /// under its current path and the role given (the first analytics instance stays).
+    pub fn attach_analytics(&self, analytics: &Arc<Analytics>, pool: &str, role: &'static str) {
+        let a = self.analytics.get_or_init(|| analytics.clone());
+        let id = a.register_device(pool, &self.path(), role);
+        self.analytics_id.store(id, Ordering::Relaxed);
     }
 
     /// Runs one device I/O of `bytes` at `offset`, reporting it to analytics when
@@ -176,9 +184,10 @@ impl Leaf {
         offset: u64,
         io: impl FnOnce() -> std::io::Result<()>,
     ) -> std::io::Result<()> {
-        let Some((a, device)) = self.analytics.get() else {
+        let Some(a) = self.analytics.get() else {
             return io();
         };
+        let device = self.analytics_id.load(Ordering::Relaxed);
         let started = Instant::now();
         let epoch = a.epoch();
         self.busy.start(epoch, started);
@@ -186,7 +195,7 @@ impl Leaf {
         let at = Instant::now();
         self.busy.finish(epoch, at);
         a.record(Event::Io(IoEvent {
-            device: *device,
+            device,
             write,
             bytes: bytes as u32,
             offset,
@@ -199,8 +208,11 @@ impl Leaf {
     /// This leaf's analytics device number and the nanoseconds it has been busy
     /// since analytics was attached (None before).
     pub fn busy_ns(&self) -> Option<(u32, u64)> {
-        let (a, id) = self.analytics.get()?;
-        Some((*id, self.busy.read(a.epoch())))
+        let a = self.analytics.get()?;
+        Some((
+            self.analytics_id.load(Ordering::Relaxed),
+            self.busy.read(a.epoch()),
+        ))
     }
 
     pub fn device(&self) -> Option<Arc<dyn Device>> {

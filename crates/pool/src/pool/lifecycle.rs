@@ -88,8 +88,11 @@ impl Pool {
             Allocator::new(&capacities),
             arc_max,
         ));
-        let l2_devices: Vec<Arc<dyn Device>> =
-            cache_leaves.iter().filter_map(|l| l.device()).collect();
+        let l2_devices: Vec<Arc<Leaf>> = cache_leaves
+            .iter()
+            .filter(|l| l.device().is_some())
+            .cloned()
+            .collect();
         if let Some(l2) = crate::l2arc::L2Arc::start(l2_devices) {
             let _ = storage.l2.set(l2);
         }
@@ -190,11 +193,33 @@ impl Pool {
 
     /// Reports every device I/O of this pool to `analytics` from now on.
     pub fn attach_analytics(&self, analytics: &Arc<analytics::Analytics>) {
-        for leaf in self.all_leaves() {
-            leaf.attach_analytics(analytics, &self.name);
-        }
         let id = analytics.register_pool(&self.name);
         let _ = self.analytics.set((analytics.clone(), id));
+        self.register_devices();
+    }
+
+    /// Registers every device with analytics (once attached) under its current path
+    /// and role: data, log, cache or spare. Called after every change of the
+    /// devices, so a replacement reports under its own path and a spare put to work
+    /// as data.
+    pub(super) fn register_devices(&self) {
+        let Some((a, _)) = self.analytics.get() else {
+            return;
+        };
+        let tops = self.storage.tops();
+        let data = tops.iter().flat_map(|t| t.leaves.iter().cloned());
+        for leaf in data {
+            leaf.attach_analytics(a, &self.name, "data");
+        }
+        for (role, leaves) in [
+            ("log", self.log_leaves.read().unwrap().clone()),
+            ("cache", self.cache_leaves.read().unwrap().clone()),
+            ("spare", self.spare_leaves.lock().unwrap().clone()),
+        ] {
+            for leaf in leaves {
+                leaf.attach_analytics(a, &self.name, role);
+            }
+        }
     }
 
     /// Reports one intent-log commit or txg sync that took from `started` to now.
@@ -403,13 +428,13 @@ impl Pool {
             );
             match pool.load(&ub) {
                 Ok(()) => {
-                    let l2_devices: Vec<Arc<dyn Device>> = pool
+                    let l2_devices: Vec<Arc<Leaf>> = pool
                         .cache_leaves
                         .read()
                         .unwrap()
                         .iter()
-                        .filter(|l| l.is_usable())
-                        .filter_map(|l| l.device())
+                        .filter(|l| l.is_usable() && l.device().is_some())
+                        .cloned()
                         .collect();
                     if let Some(l2) = crate::l2arc::L2Arc::start(l2_devices) {
                         let _ = pool.storage.l2.set(l2);

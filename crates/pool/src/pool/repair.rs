@@ -253,6 +253,8 @@ impl Pool {
         // so a crash part way leaves the position to the old device, as before.
         let summary = self.resilver(top_index, leaf_index, started, progress, || {
             leaf.replace_device(guid, new.path.clone(), new.device.clone());
+            // The resilver's writes count under the new device's path.
+            self.register_devices();
         })?;
         self.mark_whole(top_index, leaf_index, Some((guid, new.path.clone())))?;
         // The old device no longer belongs to the pool.

@@ -91,9 +91,7 @@ impl Pool {
             return Err(e);
         }
         join();
-        if let Some((a, _)) = self.analytics.get() {
-            leaf.attach_analytics(a, &self.name);
-        }
+        self.register_devices();
         self.write_labels()
     }
 
@@ -194,11 +192,7 @@ impl Pool {
             self.storage.set_tops(tops);
             alloc.add_vdev(vdev.capacity_bytes());
         }
-        if let Some((a, _)) = self.analytics.get() {
-            for leaf in &leaves {
-                leaf.attach_analytics(a, &self.name);
-            }
-        }
+        self.register_devices();
         self.write_labels()
     }
 
@@ -238,7 +232,8 @@ impl Pool {
         let leaf = Arc::new(Leaf::new(new_guid(), new.path.clone(), new.device.clone()));
         leaf.set_health(Health::Resilvering);
         if let Some((a, _)) = self.analytics.get() {
-            leaf.attach_analytics(a, &self.name);
+            // Before it is part of the vdev, so the resilver's writes are counted.
+            leaf.attach_analytics(a, &self.name, "data");
         }
         let mut leaves = top.leaves.clone();
         leaves.push(leaf.clone());
@@ -444,9 +439,9 @@ impl Pool {
             || self.cache_leaves.write().unwrap().push(leaf.clone()),
         )?;
         match self.storage.l2.get() {
-            Some(l2) => l2.add_device(d.device.clone()),
+            Some(l2) => l2.add_device(leaf.clone()),
             None => {
-                if let Some(l2) = crate::l2arc::L2Arc::start(vec![d.device.clone()]) {
+                if let Some(l2) = crate::l2arc::L2Arc::start(vec![leaf.clone()]) {
                     let _ = self.storage.l2.set(l2);
                 }
             }
@@ -472,10 +467,10 @@ impl Pool {
                     .retain(|l| !Arc::ptr_eq(l, &leaf))
             },
         )?;
+        if let Some(l2) = self.storage.l2.get() {
+            l2.remove_device(&leaf);
+        }
         if let Some(dev) = leaf.device() {
-            if let Some(l2) = self.storage.l2.get() {
-                l2.remove_device(&dev);
-            }
             let _ = label::clear_labels(&*dev);
         }
         Ok(())
