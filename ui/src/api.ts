@@ -162,6 +162,10 @@ export interface DatasetInfo {
   filters: [string, string][];
   builtin: boolean;
   since: number;
+  /** A level read each second (averaged over time, never summed), not a count of events. */
+  gauge?: boolean;
+  /** The shown value is total / seconds / divisor. */
+  divisor?: number;
 }
 
 export interface KeyCount {

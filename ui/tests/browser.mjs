@@ -7,9 +7,14 @@
 //   SHOT_DIR=/tmp/shots node tests/browser.mjs
 //
 // Protocol with the harness: after sharing POOL/ui the script prints
-// "LOAD POOL/ui"; the harness then reads files in that share from 127.0.0.1 and
-// 127.0.0.2, and the script waits until the daemon sees both clients. The last
-// line is "DONE".
+// "LOAD POOL/ui"; the harness then writes and reads files in that share from
+// 127.0.0.1 and 127.0.0.2, and the script waits until the daemon sees both
+// clients. The last line is "DONE".
+//
+// In Analytics it checks the default worksheet under that load, adds NFS
+// operations by client and drills into one client by file, adds the latency
+// heatmap and drills into its busiest band by file, selects a range, zooms the
+// worksheet to it and goes back to Live, and saves the worksheet.
 import { assert, required, startBrowser, StepFailure } from './harness.mjs';
 
 const URL = required('SHOAL_URL').replace(/\/$/, '');
@@ -22,6 +27,10 @@ const RULES = '*(rw,no_root_squash,insecure)';
 const WORKSHEET = 'ui-acceptance';
 const REPLICA = `${POOL}/ui-replica`;
 const CLIENTS = ['127.0.0.1', '127.0.0.2'];
+/** The unsaved worksheet's charts, in order (DEFAULT_DATASETS in src/analytics/worksheet.ts). */
+const DEFAULTS = ['nfs3.ops[op]', 'nfs4.ops[op]', 'cpu.utilization[mode]', 'io.ops[device]', 'net.interface.bytes[direction]', 'io.bytes[op]'];
+/** Those the NFSv3 load must move (nfs4.ops stays idle; io.bytes may, with everything cached). */
+const BUSY_DEFAULTS = ['nfs3.ops[op]', 'cpu.utilization[mode]', 'io.ops[device]', 'net.interface.bytes[direction]'];
 
 const { page, step, shot, until, run } = await startBrowser(SHOT_DIR);
 
@@ -35,6 +44,32 @@ async function apiGet(path) {
 const chart = (dataset) => page.locator(`[data-test=chart][data-dataset="${dataset}"]`);
 const legendKeys = (dataset) =>
   chart(dataset).locator('[data-test=legend-key]').evaluateAll((els) => els.map((e) => e.getAttribute('data-key')));
+
+const dataUrl = (name, q) => `/api/v1/analytics/data?name=${encodeURIComponent(name)}&${q}`;
+const shownDatasets = () => page.locator('[data-test=chart]').evaluateAll((els) => els.map((e) => e.getAttribute('data-dataset')));
+
+/** Values the legend of `dataset` shows (what a person reads beside the chart). */
+const legendValues = (dataset) =>
+  chart(dataset)
+    .locator('[data-test=legend-key] .legend-value')
+    .evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value') || 0)));
+
+/** Drags across the middle of a chart's plot, from 15 % to 97 % of its width. */
+async function selectRange(dataset) {
+  const c = chart(dataset);
+  await c.scrollIntoViewIfNeeded();
+  const box = await c.locator('.u-over').boundingBox();
+  assert(box && box.width > 100, `the ${dataset} chart has no plot area`);
+  const y = box.y + box.height / 2;
+  await page.mouse.move(box.x + box.width * 0.15, y);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.6, y, { steps: 8 });
+  await page.mouse.move(box.x + box.width * 0.97, y, { steps: 8 });
+  await page.mouse.up();
+  const summary = c.locator('[data-test=range-summary]');
+  await until(15, `the range summary of ${dataset}`, async () => (await summary.getAttribute('data-state')) === 'ready');
+  return summary;
+}
 
 async function addStatistic(statistic, breakdown) {
   await page.click('[data-test=add-stat]');
@@ -89,9 +124,12 @@ await run(async () => {
   });
 
   await step('load', async () => {
-    // Record clients from now on, so there is something to wait for.
-    const res = await page.request.post(`${URL}/api/v1/analytics/datasets`, { data: { name: 'nfs3.ops[client]' } });
-    assert(res.ok(), `enabling nfs3.ops[client]: ${res.status()} ${await res.text()}`);
+    // Record clients from now on, so there is something to wait for; and the
+    // default worksheet's datasets, so the writes that start the load are on them.
+    for (const name of ['nfs3.ops[client]', ...DEFAULTS]) {
+      const res = await page.request.post(`${URL}/api/v1/analytics/datasets`, { data: { name } });
+      assert(res.ok(), `enabling ${name}: ${res.status()} ${await res.text()}`);
+    }
     process.stdout.write(`LOAD ${FS}\n`);
     let seen = [];
     await until(60, `NFS operations from ${CLIENTS.join(' and ')}`, async () => {
@@ -101,6 +139,56 @@ await run(async () => {
     }).catch((e) => {
       throw new StepFailure(`${e.message}; clients seen: ${seen.join(', ') || 'none'}`);
     });
+  });
+
+  await step('default-worksheet', async () => {
+    await page.click('[data-test=nav-analytics]');
+    await page.locator('[data-test=page-analytics]').waitFor();
+    await chart(DEFAULTS[DEFAULTS.length - 1]).waitFor();
+    const shown = await shownDatasets();
+    assert(JSON.stringify(shown) === JSON.stringify(DEFAULTS), `the unsaved worksheet shows ${shown.join(', ')}, not ${DEFAULTS.join(', ')}`);
+    for (const name of BUSY_DEFAULTS) {
+      // The legend averages the last minute; device writes may be older, so the API is asked about the last ten.
+      let why = '';
+      await until(45, `${name} to show activity`, async () => {
+        const values = await legendValues(name);
+        if (values.some((v) => v > 0)) return true;
+        const d = await apiGet(dataUrl(name, 'seconds=600'));
+        why = `legend ${JSON.stringify(values)}, ${d.points.length} points, total ${d.summary.total}`;
+        return d.summary.total > 0;
+      }).catch((e) => {
+        throw new StepFailure(`${e.message}; ${why}`);
+      });
+    }
+    const modes = await legendKeys('cpu.utilization[mode]');
+    assert(modes.some((m) => ['user', 'kernel', 'idle', 'iowait', 'steal'].includes(m)), `cpu.utilization[mode] lists ${modes.join(', ')}`);
+    // Network bytes right above disk bytes, on the same time axis.
+    const axes = await Promise.all(['net.interface.bytes[direction]', 'io.bytes[op]'].map(async (n) => [await chart(n).getAttribute('data-x-start'), await chart(n).getAttribute('data-x-end')].join('-')));
+    assert(axes[0] === axes[1], `network bytes are drawn over ${axes[0]}, disk bytes over ${axes[1]}`);
+    // Counts and CPU are stacked, other gauges not; a chart switches to lines and back.
+    for (const n of ['nfs3.ops[op]', 'cpu.utilization[mode]', 'io.ops[device]']) {
+      assert((await chart(n).getAttribute('data-stacked')) === 'true', `${n} is not stacked by default`);
+    }
+    const toggle = chart('net.interface.bytes[direction]').locator('[data-test=card-stacked]');
+    await toggle.click();
+    assert((await chart('net.interface.bytes[direction]').getAttribute('data-stacked')) === 'false', 'the stacked toggle does not switch to lines');
+    await toggle.click();
+    // Moving a chart changes the worksheet's order; moving it back restores it.
+    await chart('io.bytes[op]').locator('[data-test=card-up]').click();
+    const moved = await shownDatasets();
+    assert(moved.indexOf('io.bytes[op]') === DEFAULTS.length - 2, `after moving io.bytes[op] up the order is ${moved.join(', ')}`);
+    assert(await chart('io.bytes[op]').locator('[data-test=card-down]').isEnabled(), 'the moved chart cannot move down again');
+    await chart('io.bytes[op]').locator('[data-test=card-down]').click();
+    assert(JSON.stringify(await shownDatasets()) === JSON.stringify(DEFAULTS), `moving back gives ${(await shownDatasets()).join(', ')}`);
+    assert(await chart('io.bytes[op]').locator('[data-test=card-down]').isDisabled(), 'the last chart can move down');
+    // A gauge's range statistics are averages, never a total (over a few seconds of readings).
+    await until(30, 'five seconds of CPU readings', async () => Number(await chart('cpu.utilization[mode]').getAttribute('data-points')) >= 5);
+    const summary = await selectRange('cpu.utilization[mode]');
+    const avg = Number(await summary.locator('[data-test=range-avg]').getAttribute('data-value'));
+    assert(avg > 0, `the CPU's average over the selected range is ${avg}`);
+    assert((await summary.locator('[data-test=range-total]').count()) === 0, 'a total of CPU utilisation is shown');
+    await summary.locator('[data-test=range-clear]').click();
+    await chart(DEFAULTS[0]).scrollIntoViewIfNeeded();
   });
 
   await step('ops-by-client', async () => {
@@ -158,26 +246,94 @@ await run(async () => {
     await heat.scrollIntoViewIfNeeded();
   });
 
+  await step('heatmap-drill', async () => {
+    const heat = chart('nfs3.ops[latency]');
+    const menu = heat.locator('[data-test=heatmap-band-menu]');
+    let target = null;
+    for (let attempt = 1; ; attempt++) {
+      // The row with the most operations over the window, where the heatmap draws it.
+      const rows = JSON.parse((await heat.getAttribute('data-rows')) || '[]');
+      target = rows.reduce((a, r) => (!a || r.count > a.count ? r : a), null);
+      assert(target, 'the heatmap lists no rows');
+      const d = await apiGet(dataUrl('nfs3.ops[latency]', 'seconds=60'));
+      const buckets = d.points.flatMap((p) => p.buckets ?? []);
+      assert(
+        buckets.some((b) => b.low === target.low && b.high === target.high),
+        `the API has no bucket ${target.low}..${target.high}: ${JSON.stringify([...new Set(buckets.map((b) => `${b.low}..${b.high}`))])}`,
+      );
+      await heat.locator('.u-over').click({ position: { x: 200, y: (target.top + target.bottom) / 2 } });
+      await menu.waitFor({ state: 'visible' });
+      const [low, high] = [Number(await menu.getAttribute('data-low')), Number(await menu.getAttribute('data-high'))];
+      if (low === target.low && high === target.high) break;
+      // The axis moved between reading the rows and the click: read them again.
+      assert(attempt < 3, `clicking the row ${target.low}..${target.high} selected ${low}..${high}`);
+    }
+    assert((await menu.locator('[data-test=band-title]').textContent()).startsWith('Drill down:'), 'the band menu has no title');
+    assert((await menu.locator('[data-test=band-zoom]').count()) === 1, 'the band menu offers no zoom');
+    assert((await heat.getAttribute('data-band-low')) === String(target.low), 'the selected band is not marked on the heatmap');
+    await menu.locator('[data-test=band-drill][data-dim=file]').click();
+    const banded = `nfs3.ops[latency=${target.low}..${target.high}][file]`;
+    await chart(banded).waitFor();
+    const files = await until(45, `a file of ${SHARE_PATH} in the legend of ${banded}`, async () => {
+      const f = (await legendKeys(banded)).filter((k) => k.startsWith(`${SHARE_PATH}/`));
+      return f.length ? f : false;
+    });
+    console.log(`band ${target.low}..${target.high}: ${files.join(', ')}`);
+    // The band's operations are some of all NFSv3 operations over the same seconds.
+    const since = (await apiGet(dataUrl(banded, 'seconds=60'))).since;
+    const end = (await apiGet('/api/v1/analytics/status')).sealed_upto;
+    assert(end >= since, `the band's dataset counts from ${since}, the newest second is ${end}`);
+    const window = `start=${since}&end=${end}`;
+    const part = (await apiGet(dataUrl(banded, window))).summary.total;
+    const all = (await apiGet(dataUrl('nfs3.ops', window))).summary.total;
+    assert(part > 0, `${banded} counted nothing over ${window}`);
+    assert(part <= all, `${banded} counted ${part} operations over ${window}, more than all of nfs3.ops (${all})`);
+    await chart(banded).scrollIntoViewIfNeeded();
+  });
+
   await step('range-select', async () => {
-    const c = chart('nfs3.ops[client]');
-    await c.scrollIntoViewIfNeeded();
-    const over = c.locator('.u-over');
-    const box = await over.boundingBox();
-    assert(box && box.width > 100, 'the ops-by-client chart has no plot area');
-    const y = box.y + box.height / 2;
-    await page.mouse.move(box.x + box.width * 0.15, y);
-    await page.mouse.down();
-    await page.mouse.move(box.x + box.width * 0.6, y, { steps: 8 });
-    await page.mouse.move(box.x + box.width * 0.97, y, { steps: 8 });
-    await page.mouse.up();
-    const summary = c.locator('[data-test=range-summary]');
-    await until(15, 'the range summary', async () => (await summary.getAttribute('data-state')) === 'ready');
+    const summary = await selectRange('nfs3.ops[client]');
     const value = async (t) => Number(await summary.locator(`[data-test=${t}]`).getAttribute('data-value'));
     const [avg, min, max] = [await value('range-avg'), await value('range-min'), await value('range-max')];
     assert(avg > 0, `the selected range's average is ${avg}`);
     assert(min <= avg && avg <= max, `average ${avg} is not between minimum ${min} and maximum ${max}`);
     assert(await summary.isVisible(), 'the range summary is not visible');
     console.log(`range: average ${avg}, minimum ${min}, maximum ${max} ops/s`);
+  });
+
+  await step('zoom', async () => {
+    const summary = chart('nfs3.ops[client]').locator('[data-test=range-summary]');
+    if ((await summary.getAttribute('data-state')) !== 'ready' || !(await summary.isVisible())) await selectRange('nfs3.ops[client]');
+    const [t0, t1] = [Number(await summary.getAttribute('data-start')), Number(await summary.getAttribute('data-end'))];
+    await summary.locator('[data-test=range-zoom]').click();
+    const controls = page.locator('[data-test=time-controls]');
+    const attr = async (n) => controls.getAttribute(n);
+    await until(10, `the window to become ${t0}..${t1}`, async () => {
+      const [start, end, live] = [Number(await attr('data-start')), Number(await attr('data-end')), await attr('data-live')];
+      return live === 'false' && Math.abs(start - t0) <= 2 && Math.abs(end - t1) <= 2;
+    });
+    const [start, end] = [Number(await attr('data-start')), Number(await attr('data-end'))];
+    assert(await page.locator('[data-test=zoom-out]').isVisible(), 'there is no way to zoom out');
+    // Every chart redraws over exactly that window, with points only inside it.
+    let off = [];
+    await until(20, 'every chart drawn over the zoomed window', async () => {
+      const drawn = await page.locator('[data-test=chart]').evaluateAll((els) => els.map((e) => ({ ...e.dataset })));
+      off = drawn.filter((d) => Number(d.xStart) !== start || Number(d.xEnd) !== end).map((d) => `${d.dataset} ${d.xStart}..${d.xEnd}`);
+      if (off.length) return false;
+      const outside = drawn.filter((d) => d.first && (Number(d.first) < start || Number(d.last) > end));
+      assert(outside.length === 0, `points outside ${start}..${end}: ${outside.map((d) => `${d.dataset} ${d.first}..${d.last}`).join(', ')}`);
+      return true;
+    }).catch((e) => {
+      throw e instanceof StepFailure && off.length ? new StepFailure(`${e.message}; still on another window: ${off.join(', ')}`) : e;
+    });
+    assert(Number(await chart('nfs3.ops[client]').getAttribute('data-points')) > 0, 'the zoomed ops-by-client chart has no points');
+    // Paused: the window stays put while time passes.
+    await page.waitForTimeout(2500);
+    assert(Number(await attr('data-start')) === start && Number(await attr('data-end')) === end, 'the zoomed window moved');
+    await shot('zoomed');
+    await page.click('[data-test=time-live]');
+    await until(10, 'the window to follow the newest data again', async () => (await attr('data-live')) === 'true' && (await attr('data-span')) === '60');
+    assert(!(await page.locator('[data-test=zoom-out]').isVisible()), 'zoom out is still offered after going back to Live');
   });
 
   await step('worksheet-saved', async () => {

@@ -381,7 +381,7 @@ pub const STATISTICS: &[Statistic] = &[
     Statistic {
         name: "cpu.utilization",
         counts: Counts::Meter(Meter::HostCpu),
-        description: "The host's CPUs by mode: user, kernel, iowait, idle, steal (100 is one CPU; all modes of all CPUs add up to 100 per CPU)",
+        description: "The host's CPUs by mode (100 is one CPU; a CPU's modes add up to 100)",
         unit: "percent",
         gauge: true,
         divisor: 10_000,

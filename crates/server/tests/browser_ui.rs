@@ -2,8 +2,12 @@
 //! from `ui/tests/browser.mjs`, against a daemon that requires a login. The script
 //! logs in, creates a filesystem and a share through the pages, and prints
 //! `LOAD pool/fs`; this harness then reads files of that share from two NFS clients
-//! (127.0.0.1 and 127.0.0.2) while the script opens NFS operations by client, drills
-//! into one client by file, opens the latency heatmap and reads a range's average.
+//! (127.0.0.1 and 127.0.0.2) while the script checks the default worksheet's charts
+//! (NFS operations by type, the host's CPU by mode, disk operations by device,
+//! interface bytes and disk bytes) under that load, opens NFS operations by client,
+//! drills into one client by file, opens the latency heatmap, selects its busiest
+//! band and drills down to the files in it, reads a range's average and zooms the
+//! worksheet into that range.
 //! Screenshots of every step land in `target/artifacts/ui-screenshots/` (or
 //! `$SHOAL_ARTIFACTS/ui-screenshots/`), which CI keeps.
 //!

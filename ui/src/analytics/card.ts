@@ -1,17 +1,19 @@
 // What every worksheet chart shares: the card around it (title, filters, the
-// current value, remove), fetching through a SeriesCache (enabling the dataset
-// again if the daemon forgot it), the uPlot options common to all charts (one
-// time axis, a cursor synced across the worksheet, drag to select a range), the
-// shading of time before the dataset existed, and the range summary panel with
-// the average, minimum and maximum the daemon computes for the selected range.
+// current value, move up and down, remove), fetching through a SeriesCache
+// (enabling the dataset again if the daemon forgot it), the uPlot options common
+// to all charts (one time axis, a cursor synced across the worksheet, drag to
+// select a range), the shading of time before the dataset existed, and the range
+// summary panel with the average, minimum and maximum the daemon computes for the
+// selected range (a total only for counted events: a gauge's levels are never
+// summed) and Zoom, which makes the selected range the worksheet's window.
 
 import uPlot from 'uplot';
 import * as api from '../api';
 import { h, replace } from '../dom';
-import { fmtClock, fmtDateTime, fmtDuration } from '../format';
+import { fmtBound, fmtClock, fmtDateTime, fmtDuration } from '../format';
 import { messageOf } from '../widgets';
 import type { Catalog, StatInfo } from './catalog';
-import { parseSpec, specTitle, type Spec } from './dataset';
+import { parseRange, parseSpec, specTitle, type NumRange, type Spec } from './dataset';
 import { SeriesCache } from './series';
 import type { Range } from './timewindow';
 
@@ -21,6 +23,10 @@ export interface CardHost {
   readonly syncKey: string;
   remove(card: Card): void;
   drill(from: Card, to: Spec): void;
+  /** Moves a card one place up (-1) or down (1) on the worksheet. */
+  move(card: Card, dir: -1 | 1): void;
+  /** Makes [t0, t1] (inclusive) the worksheet's window, paused. */
+  zoomTo(t0: number, t1: number): void;
 }
 
 /** Width of every chart's value axis, so the time axes of a worksheet line up. */
@@ -52,6 +58,10 @@ export abstract class Card {
   private readonly errorEl: HTMLElement;
   private readonly nowEl: HTMLElement;
   private readonly summaryEl: HTMLElement;
+  /** Buttons a kind of chart adds to the header (before move and remove). */
+  protected readonly toolsEl: HTMLElement;
+  private readonly upBtn: HTMLButtonElement;
+  private readonly downBtn: HTMLButtonElement;
   private enabledAgain = false;
   private summarySeq = 0;
 
@@ -63,13 +73,20 @@ export abstract class Card {
     this.spec = parseSpec(name);
     this.stat = host.catalog.get(this.spec.statistic);
     this.cache = new SeriesCache(name);
-    const chips = this.spec.filters.map(([d, v]) => h('span', { class: 'chip', title: `${d} = ${v}` }, h('span', { class: 'chip-dim' }, d), ' = ', v));
+    const chips = this.spec.filters.map(([d, v]) => {
+      const range = parseRange(v);
+      const shown = range ? rangeText(range, host.catalog.dimension(this.spec.statistic, d)?.unit ?? null) : `= ${v}`;
+      return h('span', { class: 'chip', title: `${d} ${shown}`, 'data-dim': d, 'data-value': v }, h('span', { class: 'chip-dim' }, d), ' ', shown);
+    });
     this.nowEl = h('div', { class: 'chart-now', 'data-test': 'chart-now', title: 'the newest second' });
     this.noteEl = h('div', { class: 'chart-note', 'data-test': 'chart-note', hidden: true });
     this.errorEl = h('div', { class: 'error-line', 'data-test': 'chart-error', hidden: true });
     this.plotEl = h('div', { class: 'chart-plot' });
     this.side = h('aside', { class: 'chart-side' });
     this.summaryEl = h('div', { class: 'range-summary', 'data-test': 'range-summary', hidden: true });
+    this.toolsEl = h('div', { class: 'chart-tools' });
+    this.upBtn = h('button', { class: 'icon move', title: 'Move this chart up', 'data-test': 'card-up', onclick: () => host.move(this, -1) }, '\u25b2');
+    this.downBtn = h('button', { class: 'icon move', title: 'Move this chart down', 'data-test': 'card-down', onclick: () => host.move(this, 1) }, '\u25bc');
     this.el = h(
       'section',
       { class: `chart-card ${kind}`, 'data-test': 'chart', 'data-dataset': name, 'data-kind': kind },
@@ -85,6 +102,9 @@ export abstract class Card {
           h('code', { class: 'ds-name', title: 'dataset name' }, name),
         ),
         this.nowEl,
+        this.toolsEl,
+        this.upBtn,
+        this.downBtn,
         h('button', { class: 'icon', title: 'Remove this chart', 'data-test': 'chart-remove', onclick: () => host.remove(this) }, '\u00d7'),
       ),
       this.noteEl,
@@ -118,6 +138,29 @@ export abstract class Card {
     }
     this.draw(r);
     this.updateHeader(r);
+    this.markDrawn(r);
+  }
+
+  /** What was drawn, for tests and scripts: the time axis and the first and last point on it. */
+  private markDrawn(r: Range): void {
+    const pts = this.cache.inRange(r);
+    const d = this.el.dataset;
+    d.xStart = String(r.start);
+    d.xEnd = String(r.end);
+    d.points = String(pts.length);
+    d.first = pts.length ? String(pts[0].t) : '';
+    d.last = pts.length ? String(pts[pts.length - 1].t) : '';
+  }
+
+  /** Whether the buttons can move this card up and down (not the first up, not the last down). */
+  setMovable(up: boolean, down: boolean): void {
+    this.upBtn.disabled = !up;
+    this.downBtn.disabled = !down;
+  }
+
+  /** A level read each second rather than a count of events: averaged over time, never summed. */
+  get gauge(): boolean {
+    return this.cache.info?.gauge ?? this.stat.kind === 'gauge';
   }
 
   protected abstract draw(r: Range): void;
@@ -197,7 +240,7 @@ export abstract class Card {
       series: [{}],
       axes: [{ ...axisStyle, space: 64, values: timeTicks }, { ...axisStyle, size: Y_AXIS_SIZE }],
       hooks: {
-        setSelect: [(u) => this.onSelect(u)],
+        setSelect: [(u) => this.onSelectBox(u)],
         setCursor: [
           (u) => {
             const c = u.cursor;
@@ -234,7 +277,12 @@ export abstract class Card {
 
   // --- range selection ----------------------------------------------------------
 
-  private onSelect(u: uPlot): void {
+  /** uPlot's selection box changed; charts that also select along y take theirs first. */
+  protected onSelectBox(u: uPlot): void {
+    this.onSelect(u);
+  }
+
+  protected onSelect(u: uPlot): void {
     const r = this.range;
     if (!r) return;
     const sel = u.select;
@@ -274,7 +322,16 @@ export abstract class Card {
     if (!sel) return;
     const seq = ++this.summarySeq;
     const label = `${fmtClock(sel.t0)} \u2013 ${fmtClock(sel.t1 + 1)} (${fmtDuration(sel.t1 - sel.t0 + 1)})`;
-    const clear = h('button', { class: 'link-button', 'data-test': 'range-clear', onclick: () => this.clearSelection() }, 'clear');
+    const clear = h(
+      'span',
+      { class: 'range-actions' },
+      h(
+        'button',
+        { class: 'link-button', 'data-test': 'range-zoom', title: 'Show exactly this range on every chart of the worksheet (paused)', onclick: () => this.host.zoomTo(sel.t0, sel.t1) },
+        'Zoom',
+      ),
+      h('button', { class: 'link-button', 'data-test': 'range-clear', onclick: () => this.clearSelection() }, 'clear'),
+    );
     this.summaryEl.hidden = false;
     this.summaryEl.dataset.state = 'loading';
     replace(this.summaryEl, h('span', { class: 'range-label' }, 'Selected ', label), h('span', { class: 'dim' }, 'computing\u2026'), clear);
@@ -295,7 +352,7 @@ export abstract class Card {
         stat('average', 'range-avg', s.summary.average / d),
         stat('minimum', 'range-min', s.summary.min / d),
         stat('maximum', 'range-max', s.summary.max / d),
-        this.stat.kind === 'rate' ? h('span', { class: 'range-stat' }, 'total ', h('b', { class: 'range-total', 'data-value': String(s.summary.total / d) }, this.stat.format.tick(s.summary.total / d)), ` ${this.stat.unit}`) : null,
+        !this.gauge ? h('span', { class: 'range-stat' }, 'total ', h('b', { class: 'range-total', 'data-test': 'range-total', 'data-value': String(s.summary.total / d) }, this.stat.format.tick(s.summary.total / d)), ` ${this.stat.unit}`) : null,
         h('span', { class: 'dim' }, `${per}, ${fmtDuration(s.summary.seconds)} of data`),
         clear,
       );
@@ -305,6 +362,15 @@ export abstract class Card {
       replace(this.summaryEl, h('span', { class: 'range-label' }, 'Selected ', label), h('span', { class: 'error-text' }, messageOf(e)), clear);
     }
   }
+}
+
+/** A range filter as read: "100 µs – 200 µs", "≥ 10 ms", "< 4 KB". */
+export function rangeText(r: NumRange, unit: string | null): string {
+  const f = (v: number) => fmtBound(v, unit);
+  if (r.low !== null && r.high !== null) return `${f(r.low)} \u2013 ${f(r.high)}`;
+  if (r.low !== null) return `\u2265 ${f(r.low)}`;
+  if (r.high !== null) return `< ${f(r.high)}`;
+  return 'any';
 }
 
 function pad2(n: number): string {

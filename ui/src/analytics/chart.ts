@@ -1,6 +1,8 @@
 // Charts of datasets without a breakdown or with a categorical one (op, client,
-// file, ...): stacked areas of the largest values plus the rest, and a legend
-// listing every value at the cursor, over the selected range, or over the
+// file, ...): the largest values plus the rest, as stacked areas or as lines (a
+// toggle per chart: stacked by default for counted events, lines for gauges
+// except those whose values add up to a whole, like CPU modes), and a legend
+// listing every value at the cursor, or averaged over the selected range or the
 // window. Clicking a value opens the drill-down menu: keep only that value and
 // break down by another dimension of the statistic.
 
@@ -19,6 +21,12 @@ const MAX_ROWS = 40;
 const REST = '(other keys)';
 const TOTAL = 'total';
 
+/** Gauges whose values at one moment add up to a meaningful whole: stacked by default. */
+const STACKED_GAUGES = new Set(['cpu.utilization']);
+
+/** Stacked or lines as the user chose per dataset, for as long as the tab is open. */
+const stackChoice = new Map<string, boolean>();
+
 const PALETTE = ['#2f6fb5', '#e8862a', '#4f9d4a', '#d04a4a', '#8a63b8', '#1aa3b0', '#b5a21a', '#c0639d', '#7d6450', '#5e7fa0'];
 const REST_COLOR = '#a7afb8';
 
@@ -33,9 +41,17 @@ export class BreakdownCard extends Card {
   private readonly legendBody: HTMLElement;
   private readonly legendFoot: HTMLElement;
   private readonly rows = new Map<string, HTMLElement>();
+  private stacked: boolean;
+  private readonly stackBtn: HTMLButtonElement | null = null;
 
   constructor(name: string, host: CardHost) {
     super(name, host, 'breakdown');
+    this.stacked = stackChoice.get(name) ?? (this.stat.kind !== 'gauge' || STACKED_GAUGES.has(this.spec.statistic));
+    if (this.spec.breakdown) {
+      this.stackBtn = h('button', { class: 'seg-toggle', 'data-test': 'card-stacked', onclick: () => this.setStacked(!this.stacked) });
+      this.toolsEl.appendChild(this.stackBtn);
+      this.showStacked();
+    }
     this.legendHead = h('div', { class: 'legend-head' });
     this.legendBody = h('div', { class: 'legend-rows', 'data-test': 'legend' });
     this.legendFoot = h('div', { class: 'legend-foot dim' });
@@ -69,17 +85,19 @@ export class BreakdownCard extends Card {
       if (restAt >= 0) values[restAt][i] = this.rate(Math.max(0, p.total - shown), p.seconds);
     }
     // Stacked: each area is drawn at the running sum of the ones below it.
-    const stacked = values.map((v) => v.slice());
-    for (let j = 1; j < stacked.length; j++) {
-      for (let i = 0; i < n; i++) {
-        const below = stacked[j - 1][i];
-        const own = stacked[j][i];
-        stacked[j][i] = own === null ? below : (below ?? 0) + own;
+    const drawn = values.map((v) => v.slice());
+    if (this.stacked) {
+      for (let j = 1; j < drawn.length; j++) {
+        for (let i = 0; i < n; i++) {
+          const below = drawn[j - 1][i];
+          const own = drawn[j][i];
+          drawn[j][i] = own === null ? below : (below ?? 0) + own;
+        }
       }
     }
-    const data: uPlot.AlignedData = [this.xs, ...stacked];
+    const data: uPlot.AlignedData = [this.xs, ...drawn];
 
-    const signature = charted.join('\u0000');
+    const signature = `${this.stacked ? 'stacked' : 'lines'}\u0000${charted.join('\u0000')}`;
     if (!this.plot || signature !== this.signature) {
       this.plot?.destroy();
       this.signature = signature;
@@ -90,6 +108,24 @@ export class BreakdownCard extends Card {
     }
     this.applySelection(this.plot);
     this.updateLegend();
+  }
+
+  private setStacked(on: boolean): void {
+    this.stacked = on;
+    stackChoice.set(this.name, on);
+    this.showStacked();
+    if (this.range) this.draw(this.range);
+  }
+
+  private showStacked(): void {
+    const b = this.stackBtn;
+    if (!b) return;
+    b.textContent = this.stacked ? 'stacked' : 'lines';
+    b.title = this.stacked ? 'Drawn as stacked areas: click to draw each value as its own line' : 'Drawn as lines: click to stack the values';
+    b.dataset.stacked = String(this.stacked);
+    b.setAttribute('aria-pressed', String(this.stacked));
+    b.classList.toggle('on', this.stacked);
+    this.el.dataset.stacked = String(this.stacked);
   }
 
   /** The keys that get an area: the largest over the window, in a stable order. */
@@ -127,10 +163,12 @@ export class BreakdownCard extends Card {
       {},
       ...this.charted.map((key) => {
         const c = this.colorOf(key);
-        return { label: key, stroke: c, width: 1.25, fill: `${c}55`, points: { show: false }, spanGaps: false };
+        return this.stacked
+          ? { label: key, stroke: c, width: 1.25, fill: `${c}55`, points: { show: false }, spanGaps: false }
+          : { label: key, stroke: c, width: 1.5, points: { show: false }, spanGaps: false };
       }),
     ];
-    o.bands = this.charted.slice(1).map((_, j) => ({ series: [j + 2, j + 1] as [number, number] }));
+    if (this.stacked) o.bands = this.charted.slice(1).map((_, j) => ({ series: [j + 2, j + 1] as [number, number] }));
     o.scales = {
       ...o.scales,
       y: { auto: true, range: (_u, _min, max) => [0, max > 0 ? max * 1.08 : 1] },

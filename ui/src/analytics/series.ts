@@ -54,6 +54,8 @@ export class SeriesCache {
       filters: s.filters,
       builtin: s.builtin,
       since: s.since,
+      gauge: s.gauge,
+      divisor: s.divisor,
     };
     for (const p of s.points) this.points.set(p.t, p);
   }

@@ -1,8 +1,9 @@
 // The worksheet's time window and its toolbar: Live (the newest sealed second at
-// the right edge), Pause, Back and Forward by the window's width, and zoom
-// through 1 min, 10 min, 1 h, 1 day and 1 week. The resolution follows the
-// daemon's rule: seconds while the window starts within the last hour, minutes
-// within the last week, hours beyond.
+// the right edge), Pause, Back and Forward by the window's width, zoom through
+// 1 min, 10 min, 1 h, 1 day and 1 week, and zoom to a range selected on a chart
+// (paused; Zoom out or Live return to the window before). The resolution follows
+// the daemon's rule: seconds while the window starts within the last hour,
+// minutes within the last week, hours beyond.
 
 import type { Resolution } from '../api';
 import { h } from '../dom';
@@ -45,6 +46,8 @@ export class TimeWindow {
   newest = Math.floor(Date.now() / 1000) - 3;
   /** The right edge while paused. */
   private pausedEnd = 0;
+  /** The windows zoomed in from, oldest first: Zoom out returns to the last, Live to the first's width. */
+  private zoomedFrom: { span: number; live: boolean; pausedEnd: number }[] = [];
   private listeners = new Set<() => void>();
 
   onChange(fn: () => void): () => void {
@@ -77,7 +80,35 @@ export class TimeWindow {
   }
 
   resume(): void {
+    // Live after zooming into a range: follow the newest data at the width from before.
+    if (this.zoomedFrom.length) this.span = this.zoomedFrom[0].span;
+    this.zoomedFrom = [];
     this.live = true;
+    this.changed();
+  }
+
+  /** True while the window is a range zoomed into from a chart. */
+  get zoomed(): boolean {
+    return this.zoomedFrom.length > 0;
+  }
+
+  /** Shows exactly [start, end] (unix seconds, inclusive), paused. */
+  zoomTo(start: number, end: number): void {
+    if (end < start) return;
+    this.zoomedFrom.push({ span: this.span, live: this.live, pausedEnd: this.pausedEnd });
+    this.live = false;
+    this.span = end - start + 1;
+    this.pausedEnd = end;
+    this.changed();
+  }
+
+  /** Back to the window before the last zoomTo. */
+  zoomOut(): void {
+    const prev = this.zoomedFrom.pop();
+    if (!prev) return;
+    this.span = prev.span;
+    this.live = prev.live;
+    this.pausedEnd = prev.pausedEnd;
     this.changed();
   }
 
@@ -97,12 +128,16 @@ export class TimeWindow {
   setSpan(seconds: number): void {
     if (!this.live) this.pausedEnd = this.range().end;
     this.span = seconds;
+    this.zoomedFrom = [];
     this.changed();
   }
 
+  /** The next shorter (-1) or longer (1) of SPANS; from a zoomed-in width, the nearest one that way. */
   zoom(dir: -1 | 1): void {
-    const i = SPANS.findIndex((s) => s.seconds === this.span);
-    const next = SPANS[Math.max(0, Math.min(SPANS.length - 1, (i < 0 ? 0 : i) + dir))];
+    const next =
+      dir < 0
+        ? [...SPANS].reverse().find((s) => s.seconds < this.span) ?? SPANS[0]
+        : SPANS.find((s) => s.seconds > this.span) ?? SPANS[SPANS.length - 1];
     this.setSpan(next.seconds);
   }
 }
@@ -120,6 +155,7 @@ export function timeControls(tw: TimeWindow): { el: HTMLElement; update(): void 
   const spans = SPANS.map((s) =>
     h('button', { class: 'tool seg', 'data-test': `time-span-${s.seconds}`, onclick: () => tw.setSpan(s.seconds) }, s.label),
   );
+  const zoomBack = button('\u21a9 Zoom out', 'zoom-out', 'Back to the window before zooming into a selected range', () => tw.zoomOut());
   const rangeText = h('span', { class: 'time-range', 'data-test': 'time-range' });
   const el = h(
     'div',
@@ -127,6 +163,7 @@ export function timeControls(tw: TimeWindow): { el: HTMLElement; update(): void 
     h('div', { class: 'tool-group' }, live, pause),
     h('div', { class: 'tool-group' }, back, fwd),
     h('div', { class: 'tool-group' }, zoomOut, spans, zoomIn),
+    zoomBack,
     rangeText,
   );
   const update = () => {
@@ -136,10 +173,18 @@ export function timeControls(tw: TimeWindow): { el: HTMLElement; update(): void 
     fwd.disabled = tw.live;
     for (const [i, s] of SPANS.entries()) spans[i].classList.toggle('on', s.seconds === tw.span);
     const startText = tw.span >= 86400 ? fmtDateTime(r.start) : fmtClock(r.start);
-    rangeText.textContent = `${startText} \u2013 ${tw.span >= 86400 ? fmtDateTime(r.end) : fmtClock(r.end)} \u00b7 ${fmtDuration(tw.span)} \u00b7 per ${r.resolution}${tw.live ? '' : ' \u00b7 paused'}`;
-    rangeText.dataset.start = String(r.start);
-    rangeText.dataset.end = String(r.end);
-    rangeText.dataset.resolution = r.resolution;
+    zoomBack.hidden = !tw.zoomed;
+    // The end is inclusive: the window shows the seconds start ..= end.
+    const state = tw.zoomed ? ' \u00b7 zoomed, paused' : tw.live ? '' : ' \u00b7 paused';
+    rangeText.textContent = `${startText} \u2013 ${tw.span >= 86400 ? fmtDateTime(r.end + 1) : fmtClock(r.end + 1)} \u00b7 ${fmtDuration(tw.span)} \u00b7 per ${r.resolution}${state}`;
+    for (const e of [rangeText, el]) {
+      e.dataset.start = String(r.start);
+      e.dataset.end = String(r.end);
+      e.dataset.resolution = r.resolution;
+    }
+    el.dataset.live = String(tw.live);
+    el.dataset.zoomed = String(tw.zoomed);
+    el.dataset.span = String(tw.span);
   };
   update();
   return { el, update };

@@ -1,8 +1,11 @@
-// The Analytics page: a worksheet is a list of datasets drawn as stacked charts
-// on one time axis. This module owns the worksheet toolbar (open, save, delete,
-// new), "Add statistic", the time controls, the refresh loop (each second while
-// live), drill-down (a new dataset below the chart it came from) and removal.
-// Unsaved changes survive moving between pages for as long as the tab is open.
+// The Analytics page: a worksheet is a list of datasets drawn as charts one
+// above the other on one time axis, in the order the worksheet saves. This module
+// owns the worksheet toolbar (open, save, delete, new), "Add statistic", the time
+// controls, the refresh loop (each second while live), drill-down (a new dataset
+// below the chart it came from), zooming the window to a selected range, moving
+// charts up and down, and removal. The unsaved worksheet a user first sees holds
+// the default charts. Unsaved changes survive moving between pages for as long as
+// the tab is open.
 
 import * as api from '../api';
 import { h, options, replace } from '../dom';
@@ -16,7 +19,19 @@ import { formatSpec, parseSpec, type Spec } from './dataset';
 import { HeatmapCard } from './heatmap';
 import { TimeWindow, timeControls } from './timewindow';
 
-const DEFAULT_DATASETS = ['nfs3.ops[op]', 'nfs4.ops[op]'];
+/**
+ * The first worksheet: NFS operations of both versions, host CPU by mode, disk
+ * operations by device, then network bytes right above disk bytes, so what
+ * comes in over the wire and what goes to disk line up on one time axis.
+ */
+const DEFAULT_DATASETS = [
+  'nfs3.ops[op]',
+  'nfs4.ops[op]',
+  'cpu.utilization[mode]',
+  'io.ops[device]',
+  'net.interface.bytes[direction]',
+  'io.bytes[op]',
+];
 const NAME_RE = /^[A-Za-z0-9._-]{1,64}$/;
 
 /** The window is the same on every worksheet and survives page changes. */
@@ -64,13 +79,20 @@ export function analyticsPage(route: Route): Page {
     syncKey: `ws-${++syncSeq}`,
     remove: (c) => void removeCard(c),
     drill: (from, to) => void drillInto(from, to),
+    move: (c, dir) => moveCard(c, dir),
+    zoomTo: (t0, t1) => tw.zoomTo(t0, t1),
   };
 
   function names(): string[] {
     return cards.map((c) => c.name);
   }
 
+  function updateMovable(): void {
+    cards.forEach((c, i) => c.setMovable(i > 0, i < cards.length - 1));
+  }
+
   function markModified(): void {
+    updateMovable();
     if (wsName && !saved.some((w) => w.name === wsName)) return;
     drafts.set(wsName, names());
     const ws = saved.find((w) => w.name === wsName);
@@ -141,6 +163,20 @@ export function analyticsPage(route: Route): Page {
     } catch (e) {
       err.show(`Cannot add ${name}: ${messageOf(e)}`);
     }
+  }
+
+  function moveCard(card: Card, dir: -1 | 1): void {
+    const i = cards.indexOf(card);
+    const j = i + dir;
+    if (i < 0 || j < 0 || j >= cards.length) return;
+    const other = cards[j];
+    cards[i] = other;
+    cards[j] = card;
+    if (dir < 0) other.el.before(card.el);
+    else other.el.after(card.el);
+    markModified();
+    card.el.scrollIntoView({ block: 'nearest' });
+    (dir < 0 ? card.el.querySelector<HTMLElement>('[data-test=card-up]') : card.el.querySelector<HTMLElement>('[data-test=card-down]'))?.focus();
   }
 
   async function removeCard(card: Card): Promise<void> {
