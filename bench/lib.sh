@@ -21,6 +21,7 @@ remove_zfs_fuse_if_installed() {
     fi
 }
 
+proc_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # PID -> utime+stime, clock ticks
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 # The replication benchmarks' data in DIR: a file "big" of SIZE_MIB MiB and FILES

@@ -52,6 +52,10 @@ pub(crate) struct Totals {
     /// Pool → intent log commit latency, txg sync time.
     log_commits: BTreeMap<u32, Histogram>,
     txg_syncs: BTreeMap<u32, Histogram>,
+    /// The host's CPU mode → microseconds, all CPUs.
+    host_cpu_us: BTreeMap<&'static str, u64>,
+    /// (interface, direction) → (bytes, packets).
+    host_net: BTreeMap<(&'static str, &'static str), (u64, u64)>,
 }
 
 /// A label value with `\`, `"` and newlines escaped.
@@ -113,6 +117,19 @@ impl Totals {
                     .entry(m.subject)
                     .or_default()
                     .add(m.latency_ns),
+                Meter::HostCpu => *self.host_cpu_us.entry(m.labels[1]).or_default() += m.value,
+                Meter::InterfaceBytes => {
+                    self.host_net
+                        .entry((m.labels[0], m.labels[1]))
+                        .or_default()
+                        .0 += m.value
+                }
+                Meter::InterfacePackets => {
+                    self.host_net
+                        .entry((m.labels[0], m.labels[1]))
+                        .or_default()
+                        .1 += m.value
+                }
                 // Pool levels and ARC counters are read from the pools themselves.
                 _ => {}
             },
@@ -296,6 +313,41 @@ impl Totals {
                 "shoal_cpu_seconds_total{{work=\"{work}\"}} {}",
                 *us as f64 / 1e6
             );
+        }
+        header(
+            &mut out,
+            "shoal_host_cpu_seconds_total",
+            "counter",
+            "CPU time of the whole host by mode (user, kernel, iowait, idle, steal), all CPUs, since the daemon started.",
+        );
+        for (mode, us) in &self.host_cpu_us {
+            let _ = writeln!(
+                out,
+                "shoal_host_cpu_seconds_total{{mode=\"{mode}\"}} {}",
+                *us as f64 / 1e6
+            );
+        }
+        for (name, help, packets) in [
+            (
+                "shoal_host_network_bytes_total",
+                "Bytes through the host's network interfaces, all traffic, since the daemon started.",
+                false,
+            ),
+            (
+                "shoal_host_network_packets_total",
+                "Packets through the host's network interfaces since the daemon started.",
+                true,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            for ((interface, direction), (bytes, n)) in &self.host_net {
+                let _ = writeln!(
+                    out,
+                    "{name}{{interface=\"{}\",direction=\"{direction}\"}} {}",
+                    escape(interface),
+                    if packets { n } else { bytes }
+                );
+            }
         }
         for (name, help, family) in [
             (

@@ -460,6 +460,15 @@ fn host_cpu_and_interfaces_break_down_by_their_labels() {
         counts(&q("net.interface.bytes[interface=lo][direction]")),
         BTreeMap::from([("in".into(), 5000), ("out".into(), 5000)])
     );
+    let text = a.prometheus();
+    for line in [
+        "shoal_host_cpu_seconds_total{mode=\"user\"} 1.2",
+        "shoal_host_cpu_seconds_total{mode=\"idle\"} 0.8",
+        "shoal_host_network_bytes_total{interface=\"eth0\",direction=\"out\"} 777",
+        "shoal_host_network_bytes_total{interface=\"lo\",direction=\"in\"} 5000",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
 }
 
 #[test]

@@ -307,6 +307,8 @@ pub fn run_on_agents(
     }
     let files_total = if job.workload == crate::job::Workload::Metadata {
         0
+    } else if job.per_client_export() {
+        job.files * clients as u64
     } else {
         job.files
     };

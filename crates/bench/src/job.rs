@@ -95,12 +95,28 @@ impl Workload {
 }
 
 /// What the job claims about where its reads are served from; with shoal's API the
-/// run checks the claim against the server's own counters.
+/// run checks the claim against the server's own counters per tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Expect {
+    /// The pool's disks served the reads.
     Disk,
-    Cache,
+    /// The DRAM cache (ARC) served them: neither disks nor cache devices were read.
+    #[serde(alias = "cache")]
+    Arc,
+    /// The cache devices (L2ARC) served most of them.
+    L2arc,
+}
+
+impl Expect {
+    pub fn parse(s: &str) -> Result<Expect> {
+        match s {
+            "disk" => Ok(Expect::Disk),
+            "arc" | "cache" => Ok(Expect::Arc),
+            "l2arc" => Ok(Expect::L2arc),
+            _ => bail!("expect '{s}': one of arc, l2arc, disk"),
+        }
+    }
 }
 
 /// A job as written in TOML (sizes and durations as strings, e.g. `"8K"`, `"30s"`).
@@ -126,10 +142,15 @@ pub struct JobFile {
     pub wsize: Option<String>,
     pub files: Option<u64>,
     pub file_size: Option<String>,
-    /// The whole file set: bytes (`"2G"`) or a multiple of the server's ARC (`"4xARC"`).
+    /// The whole file set: bytes (`"2G"`), or a multiple of the server's cache tiers:
+    /// the ARC (`"4xARC"`), the cache devices (`"0.5xL2ARC"`) or both
+    /// (`"0.8xARC+L2ARC"`).
     pub working_set: Option<String>,
     /// The ARC size for `working_set = "NxARC"` when not asked from shoal's API.
     pub arc: Option<String>,
+    /// The cache devices' size for `working_set = "NxL2ARC"` when not asked from
+    /// shoal's API.
+    pub l2arc: Option<String>,
     pub duration: Option<String>,
     /// Bytes per client for the streaming workloads (instead of a duration).
     pub bytes: Option<String>,
@@ -235,24 +256,64 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v * scale))
 }
 
-/// A working set: bytes, or a multiple of the ARC (`4xARC`, `0.5xarc`).
+/// A working set: bytes, or a multiple of cache tiers (`4xARC`, `0.5xL2ARC`,
+/// `0.8xARC+L2ARC`; case does not matter).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum WorkingSet {
     Bytes(u64),
-    ArcMultiple(f64),
+    Multiple { of: f64, arc: bool, l2arc: bool },
+}
+
+impl WorkingSet {
+    /// Whether the size depends on the server's cache tiers.
+    pub fn needs_tiers(self) -> (bool, bool) {
+        match self {
+            WorkingSet::Bytes(_) => (false, false),
+            WorkingSet::Multiple { arc, l2arc, .. } => (arc, l2arc),
+        }
+    }
 }
 
 pub fn parse_working_set(s: &str) -> Result<WorkingSet> {
     let lower = s.trim().to_ascii_lowercase();
-    if let Some(m) = lower.strip_suffix("xarc") {
-        let v: f64 = m
-            .parse()
-            .map_err(|_| anyhow!("'{s}': expected like 4xARC or 0.5xARC"))?;
-        if !(v > 0.0 && v.is_finite()) {
-            bail!("'{s}': the multiple must be positive");
+    let tiers = [
+        ("xarc+l2arc", true, true),
+        ("xl2arc+arc", true, true),
+        ("xl2arc", false, true),
+        ("xarc", true, false),
+    ];
+    for (suffix, arc, l2arc) in tiers {
+        if let Some(m) = lower.strip_suffix(suffix) {
+            let v: f64 = m
+                .parse()
+                .map_err(|_| anyhow!("'{s}': expected like 4xARC, 0.5xL2ARC or 0.8xARC+L2ARC"))?;
+            if !(v > 0.0 && v.is_finite()) {
+                bail!("'{s}': the multiple must be positive");
+            }
+            return Ok(WorkingSet::Multiple { of: v, arc, l2arc });
         }
-        return Ok(WorkingSet::ArcMultiple(v));
     }
     Ok(WorkingSet::Bytes(parse_size(s)?))
+}
+
+/// What a job is sized against: the server's cache tiers (asked of shoal's API by
+/// the caller when the job's working set names them and the job does not give
+/// them), and how many clients run it (a per-client export gives each client its
+/// own file set, so the working set is split between them).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sizing {
+    pub arc_bytes: Option<u64>,
+    pub l2arc_bytes: Option<u64>,
+    pub clients: usize,
+}
+
+impl Sizing {
+    pub fn arc(bytes: u64) -> Sizing {
+        Sizing {
+            arc_bytes: Some(bytes),
+            ..Sizing::default()
+        }
+    }
 }
 
 impl JobFile {
@@ -260,9 +321,8 @@ impl JobFile {
         toml::from_str(text).map_err(|e| anyhow!("{e}"))
     }
 
-    /// The job every agent runs. `arc_bytes` answers `NxARC` (asked of shoal's API by
-    /// the caller when the job names one and gives no `arc`).
-    pub fn resolve(&self, arc_bytes: Option<u64>) -> Result<Job> {
+    /// The job every agent runs, sized by `sizing`.
+    pub fn resolve(&self, sizing: Sizing) -> Result<Job> {
         let workload = Workload::parse(self.workload.as_deref().unwrap_or("read"))?;
         let (def_files, def_file_size, def_io) = workload.defaults();
         let opt_size = |v: &Option<String>, what: &str| -> Result<Option<u64>> {
@@ -286,14 +346,27 @@ impl JobFile {
         if let Some(ws) = &self.working_set {
             let total = match parse_working_set(ws)? {
                 WorkingSet::Bytes(b) => b,
-                WorkingSet::ArcMultiple(m) => {
-                    let arc = match &self.arc {
-                        Some(a) => parse_size(a).context("arc")?,
-                        None => arc_bytes.ok_or_else(|| {
-                            anyhow!("working_set {ws} needs the ARC size: give arc = \"1G\" or shoal_api")
-                        })?,
+                WorkingSet::Multiple { of, arc, l2arc } => {
+                    let tier = |given: &Option<String>, asked: Option<u64>, what: &str| {
+                        match given {
+                            Some(a) => parse_size(a).context(what.to_string()),
+                            None => asked.ok_or_else(|| {
+                                anyhow!("working_set {ws} needs the {} size: give {what} = \"1G\" or shoal_api", what.to_uppercase())
+                            }),
+                        }
                     };
-                    (arc as f64 * m) as u64
+                    let mut base = 0;
+                    if arc {
+                        base += tier(&self.arc, sizing.arc_bytes, "arc")?;
+                    }
+                    if l2arc {
+                        let l2 = tier(&self.l2arc, sizing.l2arc_bytes, "l2arc")?;
+                        if l2 == 0 {
+                            bail!("working_set {ws}: the server has no cache devices (its L2ARC holds 0 bytes)");
+                        }
+                        base += l2;
+                    }
+                    (base as f64 * of) as u64
                 }
             };
             if workload == Workload::Metadata {
@@ -302,7 +375,12 @@ impl JobFile {
             if files == 0 {
                 files = 1;
             }
-            file_size = total / files;
+            let sets = if export.contains(CLIENT_TOKEN) {
+                sizing.clients.max(1) as u64
+            } else {
+                1
+            };
+            file_size = total / files / sets;
         }
         let duration_s = self
             .duration
@@ -369,7 +447,22 @@ impl JobFile {
     }
 }
 
+/// In an export, stands for the client's number: `/tank/c{client}` gives each client
+/// its own filesystem (and its own file set), as the original appliance's runs gave
+/// each client its own share.
+pub const CLIENT_TOKEN: &str = "{client}";
+
 impl Job {
+    /// The export client `client` (numbered from 0 over all agents) mounts.
+    pub fn export_for(&self, client: usize) -> String {
+        self.export.replace(CLIENT_TOKEN, &client.to_string())
+    }
+
+    /// Whether each client has its own export (and file set).
+    pub fn per_client_export(&self) -> bool {
+        self.export.contains(CLIENT_TOKEN)
+    }
+
     /// Refuses jobs that cannot run, with the reason.
     pub fn check(&self) -> Result<()> {
         let max = crate::data::MAX_IO as u64;
@@ -454,12 +547,56 @@ mod tests {
             "server = \"127.0.0.1:2049\"\nexport = \"/tank/b\"\nworkload = \"randread\"\nworking_set = \"0.5xARC\"\nfiles = 4\n",
         )
         .unwrap();
-        let j = f.resolve(Some(1 << 30)).unwrap();
+        let j = f.resolve(Sizing::arc(1 << 30)).unwrap();
         assert_eq!((j.io_size, j.file_size, j.files), (8192, 128 << 20, 4));
         assert_eq!(j.duration_s, Some(10.0));
-        assert!(f.resolve(None).is_err(), "NxARC needs the ARC size");
+        assert!(
+            f.resolve(Sizing::default()).is_err(),
+            "NxARC needs the ARC size"
+        );
         let read = JobFile::parse("server = \"127.0.0.1:1\"\nexport = \"/t\"\n").unwrap();
-        assert_eq!(read.resolve(None).unwrap().duration_s, None, "one pass");
+        assert_eq!(
+            read.resolve(Sizing::default()).unwrap().duration_s,
+            None,
+            "one pass"
+        );
+    }
+
+    #[test]
+    fn working_sets_size_against_arc_and_cache_devices_and_split_per_client() {
+        assert_eq!(
+            parse_working_set("0.8xARC+L2ARC").unwrap(),
+            WorkingSet::Multiple {
+                of: 0.8,
+                arc: true,
+                l2arc: true
+            }
+        );
+        assert_eq!(
+            parse_working_set("2xl2arc").unwrap().needs_tiers(),
+            (false, true)
+        );
+        assert!(parse_working_set("fewxARC").is_err());
+        let f = JobFile::parse(
+            "server = \"127.0.0.1:1\"\nexport = \"/tank/c{client}\"\nworking_set = \"0.5xARC+L2ARC\"\nfiles = 2\n",
+        )
+        .unwrap();
+        let sizing = Sizing {
+            arc_bytes: Some(64 << 20),
+            l2arc_bytes: Some(192 << 20),
+            clients: 4,
+        };
+        let j = f.resolve(sizing).unwrap();
+        // Half of 256 MiB, over 4 clients' sets of 2 files each.
+        assert_eq!(j.file_size, 16 << 20);
+        assert!(j.per_client_export());
+        assert_eq!(j.export_for(3), "/tank/c3");
+        let none = Sizing {
+            l2arc_bytes: Some(0),
+            ..sizing
+        };
+        let e = f.resolve(none).unwrap_err().to_string();
+        assert!(e.contains("no cache devices"), "{e}");
     }
 
     #[test]
@@ -486,7 +623,7 @@ mod tests {
         ];
         for (text, why) in bad {
             let e = JobFile::parse(text)
-                .and_then(|f| f.resolve(None))
+                .and_then(|f| f.resolve(Sizing::default()))
                 .unwrap_err();
             assert!(format!("{e:#}").contains(why), "{text}: {e:#}");
         }

@@ -10,6 +10,18 @@
 //!   worth, streaming and random); every write goes to all W sides (G disks' worth);
 //!   usable capacity G*size.
 //! - A stripe of N disks: N of everything.
+//! - Random writes: a record written at random busies every disk of its RAID-Z group
+//!   (data and parity) or every side of its mirror, so they scale with groups
+//!   (G*iops; N*iops for a stripe). This is the rule without the intent log and
+//!   without transaction groups turning random writes into sequential ones, so it is
+//!   the floor for sync writes without a log device.
+//! - Device-side bytes per client byte: streaming reads read only data (1x, parity
+//!   untouched while every disk is whole); writes write parity too ((D+P)/D for
+//!   RAID-Z) or every side (W for a W-way mirror).
+//! - A bus or controller ceiling (`bus_mbps`, what all the disks together can move)
+//!   caps the client's streaming figures at the ceiling over the device-side bytes
+//!   per client byte.
+//! - Hot spares add disks but neither bandwidth nor capacity.
 //!
 //! The model ignores what the disks cannot see: CPU, the network, caches, and
 //! metadata I/O, which is why measured figures come out below it on real servers.
@@ -87,14 +99,40 @@ pub fn parse_layout(s: &str) -> Result<Layout> {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Prediction {
     pub layout: Layout,
+    /// Every disk, hot spares included.
     pub disks: u32,
+    #[serde(default)]
+    pub spares: u32,
     /// Disks whose bandwidth streaming reads add up.
     pub read_disks: u32,
     pub write_disks: u32,
     pub streaming_read_mb_per_s: f64,
     pub streaming_write_mb_per_s: f64,
     pub random_read_iops: f64,
+    #[serde(default)]
+    pub random_write_iops: f64,
+    /// Bytes the disks move per byte a client reads or writes, streaming.
+    #[serde(default)]
+    pub device_bytes_per_read_byte: f64,
+    #[serde(default)]
+    pub device_bytes_per_write_byte: f64,
+    /// The bus or controller ceiling, when given, and whether it (rather than the
+    /// disks) bounds streaming reads or writes.
+    #[serde(default)]
+    pub bus_mb_per_s: Option<f64>,
+    #[serde(default)]
+    pub bus_bound_read: bool,
+    #[serde(default)]
+    pub bus_bound_write: bool,
     pub usable_bytes: Option<u64>,
+}
+
+/// What `shoal plan` adds to the disks' own figures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extras {
+    pub spares: u32,
+    /// What the bus or controllers can move, all disks together, MB/s.
+    pub bus_mbps: Option<f64>,
 }
 
 pub fn predict(
@@ -102,6 +140,16 @@ pub fn predict(
     disk_mbps: f64,
     disk_iops: f64,
     disk_bytes: Option<u64>,
+) -> Prediction {
+    predict_with(layout, disk_mbps, disk_iops, disk_bytes, Extras::default())
+}
+
+pub fn predict_with(
+    layout: Layout,
+    disk_mbps: f64,
+    disk_iops: f64,
+    disk_bytes: Option<u64>,
+    extras: Extras,
 ) -> Prediction {
     let (disks, read_disks, write_disks, random_units, usable_disks) = match layout {
         Layout::Raidz {
@@ -120,14 +168,38 @@ pub fn predict(
         }
         Layout::Stripe { disks } => (disks, disks, disks, disks, disks),
     };
+    let (write_units, write_amplification) = match layout {
+        Layout::Raidz {
+            groups,
+            data,
+            parity,
+        } => (groups, (data + parity) as f64 / data as f64),
+        Layout::Mirror { groups, ways } => (groups, ways as f64),
+        Layout::Stripe { disks } => (disks, 1.0),
+    };
+    let read = read_disks as f64 * disk_mbps;
+    let write = write_disks as f64 * disk_mbps;
+    // The bus carries device-side bytes: a client byte read is 1, written is the
+    // write amplification.
+    let bus_read = extras.bus_mbps.map_or(f64::INFINITY, |b| b);
+    let bus_write = extras
+        .bus_mbps
+        .map_or(f64::INFINITY, |b| b / write_amplification);
     Prediction {
         layout,
-        disks,
+        disks: disks + extras.spares,
+        spares: extras.spares,
         read_disks,
         write_disks,
-        streaming_read_mb_per_s: read_disks as f64 * disk_mbps,
-        streaming_write_mb_per_s: write_disks as f64 * disk_mbps,
+        streaming_read_mb_per_s: read.min(bus_read),
+        streaming_write_mb_per_s: write.min(bus_write),
         random_read_iops: random_units as f64 * disk_iops,
+        random_write_iops: write_units as f64 * disk_iops,
+        device_bytes_per_read_byte: 1.0,
+        device_bytes_per_write_byte: write_amplification,
+        bus_mb_per_s: extras.bus_mbps,
+        bus_bound_read: bus_read < read,
+        bus_bound_write: bus_write < write,
         usable_bytes: disk_bytes.map(|b| b * usable_disks as u64),
     }
 }
@@ -177,6 +249,35 @@ mod tests {
             Layout::Stripe { disks: 6 }
         );
         assert_eq!(parse_layout("6").unwrap(), Layout::Stripe { disks: 6 });
+    }
+
+    #[test]
+    fn random_writes_amplification_spares_and_a_bus_ceiling() {
+        let raidz = parse_layout("3x(4+1)raidz").unwrap();
+        let p = predict_with(
+            raidz,
+            72.0,
+            90.0,
+            None,
+            Extras {
+                spares: 2,
+                bus_mbps: Some(800.0),
+            },
+        );
+        assert_eq!((p.disks, p.spares), (17, 2));
+        assert_eq!(p.random_write_iops, 270.0);
+        assert_eq!(p.device_bytes_per_write_byte, 1.25);
+        // Reads: 864 MB/s of disks under an 800 MB/s bus; writes: 864 of disks, but
+        // the bus carries 1.25 bytes per client byte: 640.
+        assert_eq!(p.streaming_read_mb_per_s, 800.0);
+        assert_eq!(p.streaming_write_mb_per_s, 640.0);
+        assert!(p.bus_bound_read && p.bus_bound_write);
+        let m = predict(parse_layout("7x2mirror").unwrap(), 72.0, 90.0, None);
+        assert_eq!(
+            (m.random_write_iops, m.device_bytes_per_write_byte),
+            (630.0, 2.0)
+        );
+        assert!(!m.bus_bound_read && m.bus_mb_per_s.is_none());
     }
 
     #[test]

@@ -270,13 +270,26 @@ impl Report {
         if let Some(s) = &self.server {
             let _ = writeln!(
                 out,
-                "server: NFS read {:.1} MB, devices read {:.1} MB, NFS write {:.1} MB, devices wrote {:.1} MB, network out {:.1} MB, ARC hit ratio {}",
+                "server: NFS read {:.1} MB, disks read {:.1} MB, cache devices read {:.1} MB, NFS write {:.1} MB, disks wrote {:.1} MB, NFS records out {:.1} MB, ARC hit ratio {}",
                 s.nfs_read_bytes as f64 / 1e6,
                 s.device_read_bytes as f64 / 1e6,
+                s.cache_device_read_bytes as f64 / 1e6,
                 s.nfs_write_bytes as f64 / 1e6,
                 s.device_write_bytes as f64 / 1e6,
                 s.network_out_bytes as f64 / 1e6,
                 s.arc_hit_ratio.map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "-".into())
+            );
+            let _ = writeln!(
+                out,
+                "server CPU: {:.2} s ({:.0}% of one CPU), {} per GB moved; host CPUs {:.0}% busy; host network in {:.1} MB, out {:.1} MB",
+                s.server_cpu_seconds,
+                s.server_cpu_percent,
+                s.server_cpu_seconds_per_gb
+                    .map(|c| format!("{c:.2} s"))
+                    .unwrap_or_else(|| "-".into()),
+                s.host_cpu_busy_percent,
+                s.host_net_in_bytes as f64 / 1e6,
+                s.host_net_out_bytes as f64 / 1e6
             );
             if let Some(c) = &s.cache_check {
                 let _ = writeln!(out, "cache check ({:?} claimed): {}", c.claimed, c.message);
@@ -516,7 +529,7 @@ mod tests {
     fn aggregate_sums_clients_and_stonewall_stops_at_the_first_done() {
         let job = JobFile::parse("server = \"127.0.0.1:1\"\nexport = \"/t\"\n")
             .unwrap()
-            .resolve(None)
+            .resolve(crate::job::Sizing::default())
             .unwrap();
         let a = client("a", 2.0, &[1000, 1000]);
         let b = client("b", 3.5, &[500, 500, 500, 500]);

@@ -102,14 +102,20 @@ pub fn prepare(
     clients: usize,
     done: &AtomicU64,
 ) -> Result<()> {
-    let root = mount(target, &job.export, credential(client))?;
+    let root = mount(target, &job.export_for(client), credential(client))?;
     let nfs = Nfs::connect(target, credential(client))?;
     mkdir_path(&nfs, &root, &format!("{}/work", job.dir))?;
     if job.workload == Workload::Metadata {
         return Ok(());
     }
     let set = mkdir_path(&nfs, &root, &job.set_dir())?;
-    let mine: Vec<u64> = (client as u64..job.files).step_by(clients).collect();
+    // A client with its own export prepares its whole set; clients sharing one
+    // prepare a share each.
+    let mine: Vec<u64> = if job.per_client_export() {
+        (0..job.files).collect()
+    } else {
+        (client as u64..job.files).step_by(clients).collect()
+    };
     let content = Content::new(job.seed, job.compressible);
     let workers = job.threads.min(mine.len()).max(1);
     std::thread::scope(|s| -> Result<()> {
@@ -186,7 +192,7 @@ pub fn ready(
     name: String,
 ) -> Result<ReadyClient> {
     let cred = credential(client);
-    let root = mount(target, &job.export, cred.clone())?;
+    let root = mount(target, &job.export_for(client), cred.clone())?;
     let nfs = Nfs::connect(target, cred.clone())?;
     let mut set = Vec::new();
     if job.workload != Workload::Metadata {
@@ -291,14 +297,26 @@ fn run_thread(
     };
     std::thread::sleep(at.saturating_duration_since(Instant::now()));
     let job = &shared.job;
-    let streams = shared.clients * job.threads;
-    let stream = shared.client * job.threads + thread;
+    // Streams share the one file set; with an export per client, a client's threads
+    // share its own set.
+    let (streams, stream) = if job.per_client_export() {
+        (job.threads, thread)
+    } else {
+        (
+            shared.clients * job.threads,
+            shared.client * job.threads + thread,
+        )
+    };
     let mut w = Worker {
         nfs,
         own,
         sh: &shared,
         rec: Recorder::new(at, live.clone()),
-        rng: Rng::new(job.seed ^ ((stream as u64 + 1) * 0x9E37_79B9)),
+        // Seeded by the stream's number over every client, so no two streams repeat
+        // each other's offsets.
+        rng: Rng::new(
+            job.seed ^ (((shared.client * job.threads + thread) as u64 + 1) * 0x9E37_79B9),
+        ),
         deadline: job.duration_s.map(|d| at + Duration::from_secs_f64(d)),
         budget: job.bytes_per_client.map(|b| b / job.threads as u64),
         stop: &stop,

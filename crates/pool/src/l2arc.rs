@@ -90,6 +90,9 @@ pub struct L2Stats {
     pub dropped_feeds: u64,
     pub size_bytes: u64,
     pub entries: u64,
+    /// Bytes the cache devices can hold (their rings' lengths).
+    #[serde(default)]
+    pub capacity_bytes: u64,
 }
 
 pub struct L2Arc {
@@ -233,6 +236,7 @@ impl L2Arc {
             dropped_feeds: self.dropped_feeds.load(Ordering::Relaxed),
             size_bytes: st.index.values().map(|e| e.stored as u64).sum(),
             entries: st.index.len() as u64,
+            capacity_bytes: st.rings.iter().map(|r| r.len).sum(),
         }
     }
 

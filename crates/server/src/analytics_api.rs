@@ -255,6 +255,30 @@ const POOL_FAMILIES: &[PoolFamily] = &[
         },
     ),
     (
+        "shoal_l2arc_capacity_bytes",
+        "gauge",
+        "Bytes the cache devices (L2ARC) can hold; 0 without cache devices.",
+        |p| vec![("", p.l2arc.map_or(0, |l| l.capacity_bytes))],
+    ),
+    (
+        "shoal_l2arc_size_bytes",
+        "gauge",
+        "Bytes cached on the cache devices.",
+        |p| vec![("", p.l2arc.map_or(0, |l| l.size_bytes))],
+    ),
+    (
+        "shoal_l2arc_hits_total",
+        "counter",
+        "ARC misses the cache devices served.",
+        |p| vec![("", p.l2arc.map_or(0, |l| l.hits))],
+    ),
+    (
+        "shoal_l2arc_misses_total",
+        "counter",
+        "ARC misses the cache devices did not hold.",
+        |p| vec![("", p.l2arc.map_or(0, |l| l.misses))],
+    ),
+    (
         "shoal_intent_log_commits_total",
         "counter",
         "Intent log commits (sync writes made durable).",

@@ -1,6 +1,9 @@
 //! `shoal bench` end to end: two agent processes (sending from 127.0.0.1 and
 //! 127.0.0.2) driven by `shoal bench run --agents` against `shoal serve` and against
-//! NFS-Ganesha, and the cache check against shoal's own counters; `shoal plan`.
+//! NFS-Ganesha; the cache check against shoal's own counters for each tier (ARC, cache
+//! devices, disks), with the cache device removed as the negative control; every
+//! workload personality's operation mix against shoal and Ganesha; one filesystem
+//! per client; the server's CPU and network per run; `shoal plan`.
 
 mod common;
 use common::*;
@@ -270,6 +273,377 @@ fn the_cache_check_flags_reads_the_arc_served() {
     );
 }
 
+/// `--expect l2arc` on a working set sized to fit the ARC plus the cache device
+/// passes; the same job after the cache device is removed fails the check.
+#[test]
+fn the_l2arc_check_passes_from_the_cache_device_and_fails_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    create_tank(
+        &state,
+        dir.path(),
+        "256M",
+        &["raidz1", "a", "b", "c", "cache", "d"],
+    );
+    ok(&state, &["fs", "create", "tank/b"]);
+    let served = Served::start(
+        &state,
+        &dir.path().join("serve.log"),
+        &["--share", "tank/b=*(rw,no_root_squash)", "--arc-max", "32M"],
+    );
+    let (nfs, api) = (served.nfs().to_string(), served.api_url(""));
+    let base = [
+        "--server",
+        &nfs,
+        "--export",
+        "/tank/b",
+        "--workload",
+        "read",
+        "--threads",
+        "2",
+        "--files",
+        "4",
+        "--warmup",
+        "--shoal-api",
+        &api,
+        "--expect",
+        "l2arc",
+    ];
+    let (ok_run, r) = bench(&[&base[..], &["--working-set", "0.5xARC+L2ARC"]].concat());
+    let server = &r["server"];
+    assert!(ok_run, "{server}");
+    assert_eq!(server["cache_check"]["passed"], true, "{server}");
+    let nfs_read = server["nfs_read_bytes"].as_u64().unwrap();
+    let cache_read = server["cache_device_read_bytes"].as_u64().unwrap();
+    assert!(cache_read * 2 >= nfs_read, "{server}");
+    // The working set: half of the 32 MiB ARC plus the cache device's ring.
+    let set = r["job"]["file_size"].as_u64().unwrap() * 4;
+    assert!(set > 64 << 20 && set < 160 << 20, "{set}");
+    // The server's CPU and the host's network over the run.
+    assert!(
+        server["server_cpu_seconds"].as_f64().unwrap() > 0.0,
+        "{server}"
+    );
+    assert!(
+        server["server_cpu_seconds_per_gb"].as_f64().unwrap() > 0.0,
+        "{server}"
+    );
+    assert!(
+        server["host_net_in_bytes"].as_u64().unwrap() >= nfs_read,
+        "the host's interfaces carried at least the NFS payload: {server}"
+    );
+
+    // The cache device removed (through the daemon): the same job, no cache device.
+    let devices = dir.path().join("devs");
+    let cache_dev = std::fs::read_dir(&devices)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with('d'))
+        .expect("the cache device's file");
+    ok(
+        &state,
+        &["pool", "remove", "tank", cache_dev.to_str().unwrap()],
+    );
+    let same_set = format!("{set}");
+    let (ok_run, r) = bench(&[&base[..], &["--working-set", &same_set]].concat());
+    let check = &r["server"]["cache_check"];
+    assert!(
+        !ok_run,
+        "the claim is false without the cache device: {check}"
+    );
+    assert_eq!(check["passed"], false, "{check}");
+    assert!(
+        check["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("NOT FROM THE CACHE DEVICES"),
+        "{check}"
+    );
+    assert_eq!(r["server"]["cache_device_read_bytes"], 0, "{}", r["server"]);
+}
+
+/// Each client mounts its own filesystem (`{client}` in the export), as the original
+/// appliance's runs gave each client its own share: every byte lands in its own.
+#[test]
+fn each_client_can_have_its_own_filesystem() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    create_tank(&state, dir.path(), "256M", &["raidz1", "a", "b", "c"]);
+    let mut share = vec![];
+    for c in 0..2 {
+        ok(&state, &["fs", "create", &format!("tank/c{c}")]);
+        share.push(format!("tank/c{c}=*(rw,no_root_squash)"));
+    }
+    let served = Served::start(
+        &state,
+        &dir.path().join("serve.log"),
+        &["--share", &share[0], "--share", &share[1]],
+    );
+    let nfs = served.nfs().to_string();
+    let api = served.api_url("");
+    let (_a, a) = agent("127.0.0.1", "hostA");
+    let (_b, b) = agent("127.0.0.2", "hostB");
+    let agents = format!("{a},{b}");
+    let (ok_run, r) = bench(&[
+        "--agents",
+        &agents,
+        "--server",
+        &nfs,
+        "--export",
+        "/tank/c{client}",
+        "--workload",
+        "read",
+        "--files",
+        "2",
+        "--working-set",
+        "16M",
+        "--verify",
+        "--shoal-api",
+        &api,
+    ]);
+    assert!(ok_run, "{r}");
+    // 16 MiB split between two clients' sets of two 4 MiB files, each read once.
+    assert_eq!(r["job"]["file_size"], 4 << 20);
+    assert_eq!(r["aggregate"]["read_bytes"], 16 << 20);
+    assert_eq!(r["server"]["nfs_read_bytes"], 16 << 20);
+    for c in 0..2 {
+        let used = ok(&state, &["fs", "list", "--json"]);
+        let list: Value = serde_json::from_str(&used).unwrap();
+        let fs = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == format!("tank/c{c}"))
+            .unwrap_or_else(|| panic!("tank/c{c} in {list}"));
+        let used: u64 = fs["props"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["property"] == "used")
+            .and_then(|p| p["value"].as_str())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no used in {fs}"));
+        assert!(
+            used >= 8 << 20,
+            "tank/c{c} holds its client's set: {used} bytes used"
+        );
+    }
+}
+
+/// The operations of one run, by name.
+fn op_counts(r: &Value) -> std::collections::BTreeMap<String, u64> {
+    r["aggregate"]["per_op"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v["ops"].as_u64().unwrap()))
+        .collect()
+}
+
+/// Checks one personality's operation mix against its definition (docs/bench.md),
+/// for `threads` threads that each may have stopped part way through a loop.
+fn check_mix(workload: &str, r: &Value, threads: u64) {
+    let ops = op_counts(r);
+    let n = |op: &str| ops.get(op).copied().unwrap_or(0);
+    let bytes = |op: &str| r["aggregate"]["per_op"][op]["bytes"].as_u64().unwrap_or(0);
+    let within = |v: u64, lo: u64, hi: u64, what: &str| {
+        assert!(
+            (lo..=hi).contains(&v),
+            "{workload}: {what} = {v}, not in {lo}..={hi}; all: {ops:?}"
+        );
+    };
+    let file_size = r["job"]["file_size"].as_u64().unwrap();
+    let rsize = r["job"]["rsize"].as_u64().unwrap();
+    let reads_per_file = file_size.div_ceil(rsize);
+    match workload {
+        "fileserver" => {
+            // create, write it whole and append, read a set file whole, remove, stat.
+            assert!(n("create") > 0, "{ops:?}");
+            within(
+                n("remove"),
+                n("create").saturating_sub(threads),
+                n("create"),
+                "removes",
+            );
+            within(
+                n("getattr"),
+                n("remove").saturating_sub(threads),
+                n("remove"),
+                "getattrs",
+            );
+            within(
+                n("read"),
+                n("remove") * reads_per_file,
+                (n("create") + threads) * reads_per_file,
+                "reads",
+            );
+            assert!(n("write") >= n("create"), "{ops:?}");
+            assert_eq!(n("commit"), 0, "{ops:?}");
+        }
+        "varmail" => {
+            // remove, create, append, commit, read, append, commit, read.
+            assert!(n("create") > 0, "{ops:?}");
+            within(
+                n("create"),
+                n("remove").saturating_sub(threads),
+                n("remove"),
+                "creates",
+            );
+            within(
+                n("commit"),
+                2 * n("create").saturating_sub(threads),
+                2 * n("create"),
+                "commits",
+            );
+            within(
+                n("write"),
+                n("commit"),
+                n("commit") + threads,
+                "16K appends",
+            );
+            assert_eq!(bytes("write"), n("write") * (16 << 10), "appends are 16K");
+            within(
+                n("read"),
+                n("commit").saturating_sub(threads) * reads_per_file,
+                (n("commit") + threads) * reads_per_file,
+                "whole-file reads",
+            );
+        }
+        "webserver" => {
+            // A log each; ten whole set files read per 16K append.
+            assert_eq!(n("create"), threads, "{ops:?}");
+            assert!(n("write") > 0, "{ops:?}");
+            within(
+                n("read"),
+                10 * n("write") * reads_per_file,
+                10 * (n("write") + threads) * reads_per_file,
+                "reads",
+            );
+            assert_eq!(bytes("write"), n("write") * (16 << 10), "appends are 16K");
+            assert_eq!(n("remove") + n("commit"), 0, "{ops:?}");
+        }
+        "videoserver" => {
+            // Thread 0 writes videos in io_size WRITEs then COMMIT; the rest stream.
+            let io = r["job"]["io_size"].as_u64().unwrap();
+            assert!(
+                n("create") >= 1 && n("read") > 0 && n("write") > 0,
+                "{ops:?}"
+            );
+            within(
+                n("commit"),
+                n("create").saturating_sub(1),
+                n("create"),
+                "commits",
+            );
+            let wsize = r["job"]["wsize"].as_u64().unwrap();
+            assert_eq!(
+                bytes("write"),
+                n("write") * io.min(wsize),
+                "video writes are io_size, cut at wsize"
+            );
+            assert_eq!(bytes("read"), n("read") * io, "streamed reads are io_size");
+            assert_eq!(n("remove"), 0, "{ops:?}");
+        }
+        "oltp" => {
+            // Thread 0: 64K log writes; one writer of io_size at random; the rest read.
+            let io = r["job"]["io_size"].as_u64().unwrap();
+            assert_eq!(n("create"), 1, "one log: {ops:?}");
+            assert!(n("read") > 0 && n("write") > 0, "{ops:?}");
+            assert_eq!(bytes("read"), n("read") * io, "reads are io_size");
+            let w = bytes("write");
+            assert!(
+                w > n("write") * io && w < n("write") * (64 << 10),
+                "writes mix 64K log writes and {io}-byte random ones: {w} bytes in {} writes",
+                n("write")
+            );
+            assert_eq!(
+                n("commit") + n("remove"),
+                0,
+                "FILE_SYNC, no COMMIT: {ops:?}"
+            );
+        }
+        other => panic!("no mix for {other}"),
+    }
+}
+
+#[test]
+fn personalities_issue_the_mix_they_define_against_shoal_and_ganesha() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_shoal, nfs, api) = serve(dir.path(), "64M");
+    let ganesha = Ganesha::start(&dir.path().join("ganesha"));
+    let g = ganesha.server();
+    let g_mount = ganesha.mount_port.to_string();
+    const THREADS: u64 = 4;
+    for (server, export, extra) in [
+        (nfs.as_str(), "/tank/b", vec!["--shoal-api", api.as_str()]),
+        (
+            g.as_str(),
+            ganesha.export.to_str().unwrap(),
+            vec!["--mount-port", g_mount.as_str()],
+        ),
+    ] {
+        for w in ["fileserver", "varmail", "webserver", "videoserver", "oltp"] {
+            let (ok_run, r) = bench(
+                &[
+                    &[
+                        "--server",
+                        server,
+                        "--export",
+                        export,
+                        "--workload",
+                        w,
+                        "--threads",
+                        "4",
+                        "--files",
+                        "8",
+                        "--file-size",
+                        "1M",
+                        "--duration",
+                        "1s",
+                    ][..],
+                    &extra,
+                ]
+                .concat(),
+            );
+            assert!(ok_run, "{server} {w}: {r}");
+            assert_eq!(r["aggregate"]["errors"], 0, "{server} {w}");
+            check_mix(w, &r, THREADS);
+        }
+    }
+}
+
+/// A peer's CPU and the host's network come from /proc with --server-pid.
+#[test]
+fn a_peers_cpu_and_network_come_from_proc() {
+    let dir = tempfile::tempdir().unwrap();
+    let ganesha = Ganesha::start(&dir.path().join("ganesha"));
+    let pid = ganesha.pid().to_string();
+    let (ok_run, r) = bench(&[
+        "--server",
+        &ganesha.server(),
+        "--mount-port",
+        &ganesha.mount_port.to_string(),
+        "--export",
+        ganesha.export.to_str().unwrap(),
+        "--workload",
+        "read",
+        "--files",
+        "2",
+        "--file-size",
+        "16M",
+        "--server-pid",
+        &pid,
+    ]);
+    assert!(ok_run, "{r}");
+    let s = &r["server"];
+    assert!(s["server_cpu_seconds"].as_f64().unwrap() > 0.0, "{s}");
+    assert!(s["host_net_in_bytes"].as_u64().unwrap() > 0, "{s}");
+    assert!(
+        s["cache_check"].is_null() && s["server_cpu_seconds_per_gb"].is_null(),
+        "no NFS counters for a peer: {s}"
+    );
+}
+
 #[test]
 fn plan_predicts_and_bad_input_is_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
@@ -291,7 +665,39 @@ fn plan_predicts_and_bad_input_is_refused() {
     assert_eq!(p["streaming_read_mb_per_s"], 1008.0);
     assert_eq!(p["streaming_write_mb_per_s"], 504.0);
     assert_eq!(p["random_read_iops"], 1260.0);
-    assert_eq!(p["usable_bytes"], 7u64 << 40);
+    assert_eq!(p["random_write_iops"], 630.0);
+    assert_eq!(p["device_bytes_per_write_byte"], 2.0);
+    // Vendors' terabytes: 7 x 1 TB.
+    assert_eq!(p["usable_bytes"], 7_000_000_000_000u64);
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args([
+            "plan",
+            "3x(4+1)raidz",
+            "--disk-mbps",
+            "72",
+            "--disk-iops",
+            "90",
+            "--disk-size",
+            "1T",
+            "--binary",
+            "--spares",
+            "2",
+            "--bus-mbps",
+            "800",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "17 disks (2 hot spares)",
+        "800 MB/s  (the bus's 800 MB/s",
+        "640 MB/s  (the bus's 800 MB/s; 1.25 device bytes per byte written)",
+        "random writes         270 IOPS",
+        "usable capacity    12 TiB",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
     for (args, why) in [
         (
             vec![
@@ -395,5 +801,9 @@ impl Ganesha {
 
     fn server(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self._child.0.id()
     }
 }
