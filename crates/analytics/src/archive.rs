@@ -387,6 +387,34 @@ impl Archive {
         notes
     }
 
+    /// Deletes the history files of every dataset not in `keep` (one no longer
+    /// enabled, or whose name no longer parses after an upgrade renamed a
+    /// statistic), so they stop taking space outside the bound. Returns what it
+    /// removed, for the log.
+    pub fn remove_others(&mut self, keep: &[String]) -> Vec<String> {
+        let kept: std::collections::HashSet<PathBuf> = keep
+            .iter()
+            .flat_map(|name| RESOLUTIONS.map(|r| self.path(name, r)))
+            .collect();
+        let mut removed = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return removed;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().to_string();
+            let ours = name.split_once('.').is_some_and(|(hash, suffix)| {
+                hash.len() == 16
+                    && hash.bytes().all(|b| b.is_ascii_hexdigit())
+                    && RESOLUTIONS.iter().any(|r| res_suffix(*r) == suffix)
+            });
+            if ours && !kept.contains(&path) && std::fs::remove_file(&path).is_ok() {
+                removed.push(name);
+            }
+        }
+        removed
+    }
+
     /// Deletes a dataset's files.
     pub fn remove(&mut self, name: &str) {
         for r in RESOLUTIONS {

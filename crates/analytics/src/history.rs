@@ -48,6 +48,14 @@ impl Resolution {
         }
     }
 
+    /// The next coarser resolution (hours stay hours).
+    pub fn coarser(self) -> Resolution {
+        match self {
+            Resolution::Second => Resolution::Minute,
+            Resolution::Minute | Resolution::Hour => Resolution::Hour,
+        }
+    }
+
     /// The finest resolution whose ring still covers `span` seconds back from now.
     pub fn for_span(span: u64) -> Resolution {
         if span <= SECONDS_KEPT as u64 {
@@ -195,6 +203,16 @@ impl History {
             self.bytes[0] -= gone.approx_bytes();
         }
         done
+    }
+
+    /// The start of the oldest point of a ring, if it has any.
+    pub fn oldest(&self, r: Resolution) -> Option<u64> {
+        let ring = match r {
+            Resolution::Second => &self.seconds,
+            Resolution::Minute => &self.minutes,
+            Resolution::Hour => &self.hours,
+        };
+        ring.front().map(|p| p.t)
     }
 
     /// About how many bytes the points of all three rings take.

@@ -8,8 +8,10 @@
 //! CPU brought back online) give no reading for that second rather than a huge one.
 //!
 //! Event labels are `&'static str`: interface and CPU names are interned once each
-//! (`intern`), at most `MAX_NAMES` of them; a host that creates more interfaces
-//! than that (containers coming and going) reports the rest as `(other)`.
+//! (`intern`) when a reading is reported, at most `MAX_NAMES` of them; a host that
+//! creates more interfaces than that (containers coming and going) reports the rest
+//! as `(other)`. Deltas are taken by each interface's own name, before interning, so
+//! interfaces folded into `(other)` still each give their own right delta.
 
 use crate::event::{Event, Meter, MeterEvent};
 use std::collections::{HashMap, HashSet};
@@ -48,8 +50,8 @@ pub fn intern(name: &str) -> &'static str {
 /// bytes, tx packets].
 #[derive(Default)]
 struct Last {
-    cpus: HashMap<&'static str, [u64; MODES.len()]>,
-    interfaces: HashMap<&'static str, [u64; 4]>,
+    cpus: HashMap<String, [u64; MODES.len()]>,
+    interfaces: HashMap<String, [u64; 4]>,
 }
 
 #[derive(Default)]
@@ -65,7 +67,7 @@ impl HostSampler {
 
 /// Per-CPU mode totals in clock ticks from the text of /proc/stat (the `cpu` line,
 /// the whole host's sum, is left out: the per-CPU lines add up to it).
-pub fn parse_proc_stat(text: &str) -> Vec<(&'static str, [u64; MODES.len()])> {
+pub fn parse_proc_stat(text: &str) -> Vec<(String, [u64; MODES.len()])> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut f = line.split_whitespace();
@@ -78,14 +80,14 @@ pub fn parse_proc_stat(text: &str) -> Vec<(&'static str, [u64; MODES.len()])> {
         for (m, (_, columns)) in MODES.iter().enumerate() {
             modes[m] = columns.iter().filter_map(|c| cols.get(*c)).sum();
         }
-        out.push((intern(name), modes));
+        out.push((name.to_string(), modes));
     }
     out
 }
 
 /// [rx bytes, rx packets, tx bytes, tx packets] per interface from the text of
 /// /proc/net/dev.
-pub fn parse_net_dev(text: &str) -> Vec<(&'static str, [u64; 4])> {
+pub fn parse_net_dev(text: &str) -> Vec<(String, [u64; 4])> {
     let mut out = Vec::new();
     for line in text.lines().skip(2) {
         let Some((name, rest)) = line.split_once(':') else {
@@ -98,7 +100,10 @@ pub fn parse_net_dev(text: &str) -> Vec<(&'static str, [u64; 4])> {
         if cols.len() < 10 {
             continue;
         }
-        out.push((intern(name.trim()), [cols[0], cols[1], cols[8], cols[9]]));
+        out.push((
+            name.trim().to_string(),
+            [cols[0], cols[1], cols[8], cols[9]],
+        ));
     }
     out
 }
@@ -137,6 +142,7 @@ impl crate::Sampler for HostSampler {
                 let Some(prev) = before.cpus.get(cpu) else {
                     continue;
                 };
+                let cpu = intern(cpu);
                 for (m, (mode, _)) in MODES.iter().enumerate() {
                     if let Some(ticks) = modes[m].checked_sub(prev[m]) {
                         let us = ticks * 1_000_000 / hz;
@@ -148,6 +154,7 @@ impl crate::Sampler for HostSampler {
                 let Some(prev) = before.interfaces.get(name) else {
                     continue;
                 };
+                let name = intern(name);
                 for (i, (m, dir)) in [
                     (Meter::InterfaceBytes, "in"),
                     (Meter::InterfacePackets, "in"),
@@ -196,7 +203,10 @@ eth0:5 1 0 0 0 0 0 0 7 2 0 0 0 0 0 0\n";
         let v = parse_net_dev(text);
         assert_eq!(
             v,
-            vec![("lo", [1000, 10, 2000, 20]), ("eth0", [5, 1, 7, 2])]
+            vec![
+                ("lo".to_string(), [1000, 10, 2000, 20]),
+                ("eth0".to_string(), [5, 1, 7, 2])
+            ]
         );
     }
 

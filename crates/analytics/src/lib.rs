@@ -103,13 +103,14 @@ struct Shard {
     dropped: AtomicU64,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Registry {
     pools: Vec<String>,
     devices: Vec<RegisteredDevice>,
 }
 
 /// A device as `register_device` numbered it.
+#[derive(Clone)]
 pub(crate) struct RegisteredDevice {
     /// Index in `Registry::pools`.
     pub pool: usize,
@@ -418,7 +419,9 @@ impl Analytics {
             }
         }
         let resolver = self.resolver.read().unwrap().clone();
-        let registry = self.registry.read().unwrap();
+        // A copy: names are resolved through the file systems below, which may wait
+        // for a pool's sync, and a device change during a sync registers devices.
+        let registry = self.registry.read().unwrap().clone();
         let mut engine = self.engine.lock().unwrap();
         let engine = &mut *engine;
         if now >= engine.names_at + NAME_CACHE_S {
@@ -527,6 +530,14 @@ impl Analytics {
             let [s, m, h] = archive::RESOLUTIONS.map(|r| archive.load(name, r));
             ds.history = History::restore(up_to_now(s?), up_to_now(m?), up_to_now(h?));
         }
+        let enabled: Vec<String> = engine.datasets.keys().cloned().collect();
+        let removed = archive.remove_others(&enabled);
+        if !removed.is_empty() {
+            tracing::info!(
+                files = removed.len(),
+                "analytics history of datasets no longer kept was removed"
+            );
+        }
         if future > 0 {
             tracing::warn!(
                 points = future,
@@ -631,12 +642,19 @@ impl Analytics {
         // Reckoned from the newest sealed second, so a window of exactly an hour that
         // ends there still gets seconds.
         let newest = engine.sealed_upto.unwrap_or_else(|| self.unix_now());
-        let resolution =
-            resolution.unwrap_or_else(|| Resolution::for_span(newest.saturating_sub(start)));
         let ds = engine
             .datasets
             .get(&canonical)
             .ok_or_else(|| AnalyticsError::NotEnabled(canonical.clone()))?;
+        let resolution = resolution.unwrap_or_else(|| {
+            // The finest ring that reaches `start`: by span, then coarser while the
+            // memory bound has trimmed the ring short of it.
+            let mut r = Resolution::for_span(newest.saturating_sub(start));
+            while r != Resolution::Hour && ds.history.oldest(r).is_some_and(|t| t > start) {
+                r = r.coarser();
+            }
+            r
+        });
         let points = ds.history.range(resolution, start, end);
         let summary = summarize(&points);
         Ok(Series {
@@ -678,7 +696,8 @@ impl Analytics {
     /// The Prometheus text exposition of the cumulative counters.
     pub fn prometheus(&self) -> String {
         let resolver = self.resolver.read().unwrap().clone();
-        let registry = self.registry.read().unwrap();
+        // A copy, as in `tick`: share names come from the file systems.
+        let registry = self.registry.read().unwrap().clone();
         let engine = self.engine.lock().unwrap();
         engine.totals.render(
             &|fsid| {

@@ -162,6 +162,33 @@ fn restored_seconds_are_not_sealed_twice() {
     assert_eq!(after.points.iter().map(|p| p.total).sum::<u64>(), 1);
 }
 
+/// History of a dataset no longer kept (a statistic an upgrade renamed) is removed at
+/// the next start; every kept dataset's history stays.
+#[test]
+fn history_of_datasets_no_longer_kept_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, t0) = instance();
+    a.open_history(dir.path(), 16 << 20).unwrap();
+    nfs(&a, 1, "read", 1, 11, 8192, 150);
+    a.tick(t0 + 5);
+    drop(a);
+    // A file as a dataset of an older version would have left.
+    let stale = dir.path().join("0123456789abcdef.s");
+    std::fs::write(&stale, b"old").unwrap();
+    let unrelated = dir.path().join("notes.txt");
+    std::fs::write(&unrelated, b"mine").unwrap();
+    let (b, _) = instance();
+    b.open_history(dir.path(), 16 << 20).unwrap();
+    assert!(!stale.exists(), "the stale history stayed");
+    assert!(unrelated.exists(), "a file that is not history was removed");
+    let kept = b.query("nfs3.ops", t0 + 1, t0 + 1, None).unwrap().points;
+    assert_eq!(
+        kept.iter().map(|p| p.total).sum::<u64>(),
+        1,
+        "kept history was lost"
+    );
+}
+
 /// History written under a clock that was set ahead (by more than a minute) is
 /// dropped at restore: kept, it would hold sealing back until the clock caught up.
 #[test]
@@ -496,4 +523,10 @@ fn history_memory_stays_within_its_byte_bound() {
         .unwrap();
     assert_eq!(newest.points.len(), 8);
     assert!(newest.points.iter().all(|p| p.total == 20));
+    // A window reaching back past the trimmed seconds is answered in minutes.
+    let whole = a
+        .query("nfs3.ops[file]", t0 + first, t0 + first + 399, None)
+        .unwrap();
+    assert_eq!(whole.resolution, Resolution::Minute);
+    assert!(!whole.points.is_empty());
 }

@@ -16,7 +16,9 @@
 //! - Nothing on a cache device is ever needed for correctness: losing one loses speed.
 //! - Its I/O goes through each cache device's `Leaf`, like every other device I/O of
 //!   the pool: it is counted in the leaf's counters and in analytics (`io.*` with
-//!   role `cache`), and a cache device whose writes fail is faulted and then skipped.
+//!   role `cache`), and a cache device whose writes fail (or whose reads fail often)
+//!   is faulted and then skipped; it costs speed only. `shoal pool remove` and `add`
+//!   put it back in service.
 //! - Cache devices come and go while the pool is imported (`add_device`,
 //!   `remove_device`). Index entries name their ring by a number never reused, so an
 //!   entry can never point into another device; removing a device drops its entries
@@ -259,11 +261,16 @@ impl L2Arc {
         let (ring_id, leaf, offset) = {
             let mut st = self.state.lock().unwrap();
             let n = st.rings.len();
-            if n == 0 {
+            // The next ring whose device is in service: a faulted cache device is
+            // skipped until it is removed (and added again).
+            let start = st.next_ring;
+            let Some(r) = (0..n)
+                .map(|i| (start + i) % n)
+                .find(|&i| st.rings[i].leaf.is_usable())
+            else {
                 return;
-            }
-            let r = st.next_ring % n;
-            st.next_ring = st.next_ring.wrapping_add(1);
+            };
+            st.next_ring = r.wrapping_add(1);
             let ring = &mut st.rings[r];
             if total as u64 > ring.len {
                 return;

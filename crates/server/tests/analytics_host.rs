@@ -215,6 +215,9 @@ fn loopback_interface_bytes_match_what_the_test_sent() {
     let served = serve_with_cache_device();
     let api = Api::new(served.daemon.as_ref().unwrap().api_addr().unwrap());
     let name = "net.interface.bytes[interface=lo][direction]";
+    // Before anything the dataset can count: every byte it counts is in the kernel's
+    // count from here to the end.
+    let outer_before = lo_rx_bytes();
     let since = api.enable(name);
     // A reading covers the second before it: start sending once the readings of
     // the dataset's first seconds are taken.
@@ -249,13 +252,15 @@ fn loopback_interface_bytes_match_what_the_test_sent() {
     let got_in = dirs.get("in").copied().unwrap_or(0);
     let got_out = dirs.get("out").copied().unwrap_or(0);
     assert_eq!(got_in + got_out, total);
-    // Headers and acknowledgements add well under 1%; the API's own traffic and
-    // anything else on loopback meanwhile a little more. Loopback receives what it
-    // sends.
+    // At least what was sent (headers and acknowledgements add under 1%), and no
+    // more than the kernel counted on loopback over a window holding every reading
+    // the dataset summed (other processes' loopback traffic is in both). Loopback
+    // receives what it sends.
+    let outer = lo_rx_bytes() - outer_before;
     for (dir, got) in [("in", got_in), ("out", got_out)] {
         assert!(
-            (SENT..=SENT + SENT / 20).contains(&got),
-            "loopback {dir}: {got} bytes by analytics for {SENT} sent ({kernel} by the kernel's count meanwhile)"
+            (SENT..=outer).contains(&got),
+            "loopback {dir}: {got} bytes by analytics for {SENT} sent; the kernel counted {kernel} during the send and {outer} over the whole window"
         );
     }
 }
@@ -335,11 +340,12 @@ fn per_cpu_figures_add_up_to_the_hosts_cpu_time() {
     assert_eq!(cpus.len() as u64, ncpu, "{cpus:?}");
     assert_eq!(cpus.values().sum::<u64>(), cpu_total);
     assert_eq!(mode_total, cpu_total, "by CPU and by mode disagree");
-    // Every CPU's modes add up to its time: a second per second (ticks are 10 ms).
+    // Every CPU's modes add up to its time: a second per second (ticks are 10 ms,
+    // and the collector reads once a second, give or take its scheduling).
     let window_us = SECONDS * 1_000_000;
     for (cpu, us) in &cpus {
         assert!(
-            us.abs_diff(window_us) <= window_us / 20,
+            us.abs_diff(window_us) <= window_us / 10,
             "{cpu}: {us} us of time over {SECONDS} s"
         );
     }

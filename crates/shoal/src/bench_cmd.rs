@@ -377,7 +377,12 @@ fn plan_size(s: &str, binary: bool) -> Result<u64> {
         .parse()
         .map_err(|_| anyhow::anyhow!("--disk-size '{s}': like 4T, 960G or 1.92T"))?;
     let unit = unit.trim().to_ascii_uppercase();
-    let unit = unit.trim_end_matches('B').trim_end_matches('I');
+    let unit = unit.trim_end_matches('B');
+    // An explicit binary unit (TiB) is binary whatever --binary says.
+    let (unit, binary) = match unit.strip_suffix('I') {
+        Some(u) => (u, true),
+        None => (unit, binary),
+    };
     let power = match unit {
         "" => 0,
         "K" => 1,

@@ -170,8 +170,17 @@ impl Leaf {
     /// with `role` (data, log, cache, spare). Called again, it re-registers the leaf
     /// under its current path and the role given (the first analytics instance stays).
     pub fn attach_analytics(&self, analytics: &Arc<Analytics>, pool: &str, role: &'static str) {
-        let a = self.analytics.get_or_init(|| analytics.clone());
+        let a = self.analytics.get().unwrap_or(analytics);
         let id = a.register_device(pool, &self.path(), role);
+        // The number before the instance: I/O reported from the moment the instance
+        // is set must carry this leaf's number, not another device's.
+        self.analytics_id.store(id, Ordering::Relaxed);
+        self.analytics.get_or_init(|| analytics.clone());
+    }
+
+    /// Reports this leaf's I/O under device number `id` from now on (a number the
+    /// caller registered for the device about to take the leaf's place); no lock.
+    pub fn set_analytics_id(&self, id: u32) {
         self.analytics_id.store(id, Ordering::Relaxed);
     }
 

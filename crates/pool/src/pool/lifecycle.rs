@@ -211,11 +211,11 @@ impl Pool {
         for leaf in data {
             leaf.attach_analytics(a, &self.name, "data");
         }
-        for (role, leaves) in [
-            ("log", self.log_leaves.read().unwrap().clone()),
-            ("cache", self.cache_leaves.read().unwrap().clone()),
-            ("spare", self.spare_leaves.lock().unwrap().clone()),
-        ] {
+        // Copies, so no list's lock is held while registering.
+        let log = self.log_leaves.read().unwrap().clone();
+        let cache = self.cache_leaves.read().unwrap().clone();
+        let spares = self.spare_leaves.lock().unwrap().clone();
+        for (role, leaves) in [("log", log), ("cache", cache), ("spare", spares)] {
             for leaf in leaves {
                 leaf.attach_analytics(a, &self.name, role);
             }

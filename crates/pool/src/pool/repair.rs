@@ -251,11 +251,19 @@ impl Pool {
         // The config names the new device only once it holds every block (below): a
         // label written meanwhile (a fault recorded by a sync) still names the old one,
         // so a crash part way leaves the position to the old device, as before.
+        // The resilver's writes count under the new device's path: its number is
+        // registered here, outside the sync the closure below runs in.
+        let new_id = self
+            .analytics
+            .get()
+            .map(|(a, _)| a.register_device(&self.name, &new.path, "data"));
         let summary = self.resilver(top_index, leaf_index, started, progress, || {
             leaf.replace_device(guid, new.path.clone(), new.device.clone());
-            // The resilver's writes count under the new device's path.
-            self.register_devices();
+            if let Some(id) = new_id {
+                leaf.set_analytics_id(id);
+            }
         })?;
+        self.register_devices();
         self.mark_whole(top_index, leaf_index, Some((guid, new.path.clone())))?;
         // The old device no longer belongs to the pool.
         if let Some(dev) = old_device {
