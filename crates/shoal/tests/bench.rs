@@ -16,8 +16,13 @@ use std::process::{Command, Stdio};
 /// `shoal serve` sharing tank/b to root (no_root_squash) with a small ARC; returns
 /// the process, the NFS address and the API address.
 fn serve(dir: &Path, arc: &str) -> (Served, String, String) {
+    serve_pool(dir, arc, &["raidz1", "a", "b", "c"])
+}
+
+/// As `serve`, on a pool of `layout` (`shoal pool create` words).
+fn serve_pool(dir: &Path, arc: &str, layout: &[&str]) -> (Served, String, String) {
     let state = dir.join("state");
-    create_tank(&state, dir, "256M", &["raidz1", "a", "b", "c"]);
+    create_tank(&state, dir, "256M", layout);
     ok(&state, &["fs", "create", "tank/b"]);
     let served = Served::start(
         &state,
@@ -279,19 +284,8 @@ fn the_cache_check_flags_reads_the_arc_served() {
 fn the_l2arc_check_passes_from_the_cache_device_and_fails_without_it() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    create_tank(
-        &state,
-        dir.path(),
-        "256M",
-        &["raidz1", "a", "b", "c", "cache", "d"],
-    );
-    ok(&state, &["fs", "create", "tank/b"]);
-    let served = Served::start(
-        &state,
-        &dir.path().join("serve.log"),
-        &["--share", "tank/b=*(rw,no_root_squash)", "--arc-max", "32M"],
-    );
-    let (nfs, api) = (served.nfs().to_string(), served.api_url(""));
+    let (_served, nfs, api) =
+        serve_pool(dir.path(), "32M", &["raidz1", "a", "b", "c", "cache", "d"]);
     let base = [
         "--server",
         &nfs,
