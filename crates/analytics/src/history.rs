@@ -179,6 +179,9 @@ pub struct History {
     pub hours: VecDeque<Point>,
     /// `Point::approx_bytes` summed over each ring: seconds, minutes, hours.
     bytes: [usize; 3],
+    /// Whether the memory bound has dropped points of each ring (so it may start
+    /// later than the dataset's history does).
+    trimmed: [bool; 3],
 }
 
 impl History {
@@ -205,14 +208,16 @@ impl History {
         done
     }
 
-    /// The start of the oldest point of a ring, if it has any.
-    pub fn oldest(&self, r: Resolution) -> Option<u64> {
-        let ring = match r {
-            Resolution::Second => &self.seconds,
-            Resolution::Minute => &self.minutes,
-            Resolution::Hour => &self.hours,
+    /// Whether the memory bound trimmed ring `r` to start after `t`: a query from
+    /// `t` is then better answered by a coarser ring. (A ring that merely starts
+    /// when the dataset was enabled is not trimmed.)
+    pub fn trimmed_after(&self, r: Resolution, t: u64) -> bool {
+        let (ring, i) = match r {
+            Resolution::Second => (&self.seconds, 0),
+            Resolution::Minute => (&self.minutes, 1),
+            Resolution::Hour => (&self.hours, 2),
         };
-        ring.front().map(|p| p.t)
+        self.trimmed[i] && ring.front().is_some_and(|p| p.t > t)
     }
 
     /// About how many bytes the points of all three rings take.
@@ -245,6 +250,7 @@ impl History {
             .pop_front()
             .expect("checked");
         self.bytes[i] -= gone.approx_bytes();
+        self.trimmed[i] = true;
         true
     }
 
@@ -297,6 +303,7 @@ impl History {
             minutes: minutes.into(),
             hours: hours.into(),
             bytes: [0; 3],
+            trimmed: [false; 3],
         };
         let minute_end = h.minutes.back().map_or(0, |m| m.t + 60);
         let hour_end = h.hours.back().map_or(0, |m| m.t + 3600);

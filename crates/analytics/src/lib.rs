@@ -650,7 +650,7 @@ impl Analytics {
             // The finest ring that reaches `start`: by span, then coarser while the
             // memory bound has trimmed the ring short of it.
             let mut r = Resolution::for_span(newest.saturating_sub(start));
-            while r != Resolution::Hour && ds.history.oldest(r).is_some_and(|t| t > start) {
+            while r != Resolution::Hour && ds.history.trimmed_after(r, start) {
                 r = r.coarser();
             }
             r

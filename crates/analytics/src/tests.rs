@@ -530,3 +530,19 @@ fn history_memory_stays_within_its_byte_bound() {
     assert_eq!(whole.resolution, Resolution::Minute);
     assert!(!whole.points.is_empty());
 }
+
+/// A dataset enabled a moment ago, asked from before it counted: its seconds ring
+/// starts at its enabling and was never trimmed, so the answer stays in seconds
+/// (a coarser ring would drop the minute that began before the window).
+#[test]
+fn a_new_dataset_is_answered_in_seconds_from_before_it_counted() {
+    let (a, t0) = instance();
+    let since = enable_all(&a, &["nfs3.ops[client]"]);
+    nfs(&a, since - t0, "read", 1, 1, 4096, 100);
+    a.tick(since + 3);
+    let q = a
+        .query("nfs3.ops[client]", since - 100, since + 1, None)
+        .unwrap();
+    assert_eq!(q.resolution, Resolution::Second);
+    assert_eq!(q.points.iter().map(|p| p.total).sum::<u64>(), 1);
+}
