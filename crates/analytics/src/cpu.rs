@@ -89,6 +89,12 @@ pub fn process_seconds() -> f64 {
     stat_cpu_ns("/proc/self/stat").unwrap_or(0) as f64 / 1e9
 }
 
+/// CPU seconds (user + system) process `pid` has used so far, all threads; None when
+/// there is no such process.
+pub fn pid_seconds(pid: u32) -> Option<f64> {
+    stat_cpu_ns(&format!("/proc/{pid}/stat")).map(|ns| ns as f64 / 1e9)
+}
+
 #[derive(Default)]
 pub struct CpuSampler {
     /// tid → (run time, compression time) at the last reading.

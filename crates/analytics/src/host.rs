@@ -108,7 +108,24 @@ pub fn parse_net_dev(text: &str) -> Vec<(String, [u64; 4])> {
     out
 }
 
-fn clock_ticks_per_second() -> u64 {
+/// The host's CPU time in clock ticks from the text of /proc/stat, all CPUs: (user
+/// and kernel, every mode).
+pub fn busy_and_all_ticks(text: &str) -> (u64, u64) {
+    // MODES: user and kernel come first.
+    parse_proc_stat(text).iter().fold((0, 0), |(b, a), (_, m)| {
+        (b + m[0] + m[1], a + m.iter().sum::<u64>())
+    })
+}
+
+/// Per-interface counters summed: (bytes in, bytes out), from the text of
+/// /proc/net/dev.
+pub fn net_bytes_in_out(text: &str) -> (u64, u64) {
+    parse_net_dev(text)
+        .iter()
+        .fold((0, 0), |(i, o), (_, c)| (i + c[0], o + c[2]))
+}
+
+pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
 }

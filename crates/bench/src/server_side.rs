@@ -114,42 +114,20 @@ impl Counters {
     /// and network from /proc, for a server that is not shoal, on this host.
     pub fn from_proc(pids: &[u32]) -> Result<Counters> {
         let mut c = Counters::default();
-        // SAFETY: sysconf has no preconditions.
-        let hz = (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64;
         for pid in pids {
-            let path = format!("/proc/{pid}/stat");
-            let stat = std::fs::read_to_string(&path)
-                .with_context(|| format!("{path}: is the server's process {pid} running?"))?;
-            let rest = &stat[stat.rfind(')').ok_or_else(|| anyhow!("{path}: no ')'"))? + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-            c.server_cpu_seconds += (ticks(11) + ticks(12)) / hz;
+            c.server_cpu_seconds += analytics::cpu::pid_seconds(*pid).ok_or_else(|| {
+                anyhow!("/proc/{pid}/stat: is the server's process {pid} running?")
+            })?;
         }
+        let hz = analytics::host::clock_ticks_per_second() as f64;
         let stat = std::fs::read_to_string("/proc/stat").context("/proc/stat")?;
-        if let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) {
-            let v: Vec<f64> = line
-                .split_whitespace()
-                .skip(1)
-                .map(|x| x.parse().unwrap_or(0.0))
-                .collect();
-            let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
-            c.host_cpu_busy_seconds = (at(0) + at(1) + at(2) + at(5) + at(6)) / hz;
-            c.host_cpu_all_seconds = (0..8).map(at).sum::<f64>() / hz;
-        }
+        let (busy, all) = analytics::host::busy_and_all_ticks(&stat);
+        c.host_cpu_busy_seconds = busy as f64 / hz;
+        c.host_cpu_all_seconds = all as f64 / hz;
         let dev = std::fs::read_to_string("/proc/net/dev").context("/proc/net/dev")?;
-        for line in dev.lines().skip(2) {
-            let Some((_, rest)) = line.split_once(':') else {
-                continue;
-            };
-            let v: Vec<f64> = rest
-                .split_whitespace()
-                .map(|x| x.parse().unwrap_or(0.0))
-                .collect();
-            if v.len() >= 9 {
-                c.host_net_in_bytes += v[0];
-                c.host_net_out_bytes += v[8];
-            }
-        }
+        let (inb, outb) = analytics::host::net_bytes_in_out(&dev);
+        c.host_net_in_bytes = inb as f64;
+        c.host_net_out_bytes = outb as f64;
         Ok(c)
     }
 }
