@@ -509,6 +509,31 @@ fn label(l: &'static str) -> Option<RawKey> {
 }
 
 /// Calls `f` for each contribution of `event` to statistic `stat`.
+/// Which events a statistic can take: 0 NFS calls, 1 device I/O, 2 refusals, 3 and up
+/// one meter each. `samples` never yields a sample for an event of another route,
+/// which lets the collector offer each event only to the datasets of its route.
+impl Counts {
+    pub fn route(&self) -> usize {
+        match self {
+            Counts::NfsOps(_) | Counts::NfsBytes(_) | Counts::NetBytes => 0,
+            Counts::IoOps | Counts::IoBytes => 1,
+            Counts::Refusals => 2,
+            Counts::Meter(m) => 3 + *m as usize,
+        }
+    }
+}
+
+/// The route of an event (see `Counts::route`).
+#[inline]
+pub fn route(event: &Event) -> usize {
+    match event {
+        Event::Nfs(_) => 0,
+        Event::Io(_) => 1,
+        Event::Refusal(_) => 2,
+        Event::Meter(m) => 3 + m.meter as usize,
+    }
+}
+
 pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>)) {
     let one = |value, outbound| Sample {
         value,
@@ -724,6 +749,69 @@ impl fmt::Display for Spec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_statistic_takes_only_events_of_its_route() {
+        use crate::event::*;
+        let at = std::time::Instant::now();
+        let mut events = Vec::new();
+        for version in [3, 4] {
+            events.push(Event::Nfs(NfsEvent {
+                version,
+                op: "read",
+                client: "10.0.0.2".parse().unwrap(),
+                fsid: 1,
+                ino: 2,
+                bytes: 8192,
+                offset: 0,
+                request_bytes: 100,
+                reply_bytes: 8300,
+                latency_ns: 1000,
+                at,
+            }));
+        }
+        for write in [false, true] {
+            events.push(Event::Io(IoEvent {
+                device: 0,
+                write,
+                bytes: 4096,
+                offset: 0,
+                latency_ns: 1000,
+                at,
+            }));
+        }
+        events.push(Event::Refusal(RefusalEvent {
+            reason: "not_allowed",
+            op: "mnt",
+            client: "10.0.0.2".parse().unwrap(),
+            fsid: 0,
+            at,
+        }));
+        for stat in STATISTICS {
+            if let Counts::Meter(meter) = stat.counts {
+                events.push(Event::Meter(MeterEvent {
+                    meter,
+                    subject: 0,
+                    labels: ["a", "b", "c"],
+                    value: 1,
+                    latency_ns: 1,
+                    at,
+                }));
+            }
+        }
+        for (i, stat) in STATISTICS.iter().enumerate() {
+            let mut taken = 0;
+            for e in &events {
+                let mut n = 0;
+                samples(i, e, |_| n += 1);
+                if n > 0 {
+                    assert_eq!(route(e), stat.counts.route(), "{} took {e:?}", stat.name);
+                    taken += 1;
+                }
+            }
+            assert!(taken > 0, "{} took none of the events", stat.name);
+        }
+    }
 
     #[test]
     fn names_parse_to_one_canonical_form() {

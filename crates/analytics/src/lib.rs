@@ -25,6 +25,7 @@ pub mod buckets;
 pub mod catalog;
 pub mod cpu;
 pub mod event;
+pub mod fasthash;
 pub mod history;
 pub mod host;
 pub mod prometheus;
@@ -35,6 +36,7 @@ pub use history::{BucketCount, History, KeyCount, Point, Resolution};
 
 use catalog::{samples, RawKey};
 use crossbeam_queue::ArrayQueue;
+use fasthash::FastMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -123,7 +125,7 @@ pub(crate) struct RegisteredDevice {
 #[derive(Default)]
 struct Open {
     total: u64,
-    keys: HashMap<RawKey, u64>,
+    keys: FastMap<RawKey, u64>,
 }
 
 struct DatasetState {
@@ -134,7 +136,7 @@ struct DatasetState {
     open: BTreeMap<u64, Open>,
     history: History,
     /// (filter index, value) → whether the value's name matches the filter.
-    filter_memo: HashMap<(usize, RawKey), bool>,
+    filter_memo: FastMap<(usize, RawKey), bool>,
 }
 
 #[derive(Default)]
@@ -142,7 +144,7 @@ struct Engine {
     datasets: BTreeMap<String, DatasetState>,
     /// Seconds up to this one are sealed.
     sealed_upto: Option<u64>,
-    names: HashMap<(Dim, RawKey), String>,
+    names: FastMap<(Dim, RawKey), String>,
     names_at: u64,
     late: u64,
     totals: prometheus::Totals,
@@ -437,6 +439,18 @@ impl Analytics {
             registry: &registry,
             resolver: resolver.as_deref(),
         };
+        // Each event is offered only to the datasets of statistics it can count
+        // towards (an I/O event to the io.* datasets, a meter reading to its meter's):
+        // offering every event to every dataset cost more than the counting itself.
+        let mut states: Vec<&mut DatasetState> = engine.datasets.values_mut().collect();
+        let mut routes: Vec<Vec<usize>> = Vec::new();
+        for (i, ds) in states.iter().enumerate() {
+            let r = ds.spec.statistic().counts.route();
+            if routes.len() <= r {
+                routes.resize_with(r + 1, Vec::new);
+            }
+            routes[r].push(i);
+        }
         for e in &events {
             let second = self.unix_second(e.at());
             if engine.sealed_upto.is_some_and(|s| second <= s) {
@@ -444,12 +458,14 @@ impl Analytics {
                 continue;
             }
             engine.totals.add(e);
-            for ds in engine.datasets.values_mut() {
+            for &i in routes.get(catalog::route(e)).map_or(&[][..], Vec::as_slice) {
+                let ds = &mut *states[i];
                 if second >= ds.since {
                     ds.add(e, second, &mut namer);
                 }
             }
         }
+        drop(states);
         let Some(seal_to) = now.checked_sub(SEAL_DELAY_S) else {
             return;
         };
@@ -761,7 +777,7 @@ fn summarize(points: &[Point]) -> Summary {
 
 /// Names of breakdown values, cached per collector pass.
 struct Namer<'a> {
-    cache: &'a mut HashMap<(Dim, RawKey), String>,
+    cache: &'a mut FastMap<(Dim, RawKey), String>,
     registry: &'a Registry,
     resolver: Option<&'a dyn Names>,
 }
@@ -828,7 +844,7 @@ impl DatasetState {
             since,
             open: BTreeMap::new(),
             history: History::default(),
-            filter_memo: HashMap::new(),
+            filter_memo: FastMap::default(),
         }
     }
 

@@ -5,6 +5,7 @@
 //! base units (seconds, bytes) and `_total` for counters.
 
 use crate::event::{Event, Meter};
+use crate::fasthash::FastMap;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -13,6 +14,24 @@ const LATENCY_LE: [f64; 12] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0, 10.0,
 ];
 
+/// The same bounds in nanoseconds, for counting without floating point.
+const LATENCY_LE_NS: [u64; 12] = [
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];
+
+/// Counts per bucket, not cumulative: one increment per event; `cumulative` turns
+/// them into Prometheus' `le` counts when rendered.
 #[derive(Default)]
 struct Histogram {
     buckets: [u64; LATENCY_LE.len()],
@@ -22,29 +41,42 @@ struct Histogram {
 
 impl Histogram {
     fn add(&mut self, ns: u64) {
-        let s = ns as f64 / 1e9;
-        for (b, le) in self.buckets.iter_mut().zip(LATENCY_LE) {
-            if s <= le {
-                *b += 1;
-            }
+        let i = LATENCY_LE_NS.partition_point(|&le| le < ns);
+        if let Some(b) = self.buckets.get_mut(i) {
+            *b += 1;
         }
         self.count += 1;
         self.sum_ns += ns as u128;
     }
+
+    fn cumulative(&self) -> [u64; LATENCY_LE.len()] {
+        let mut sum = 0;
+        self.buckets.map(|b| {
+            sum += b;
+            sum
+        })
+    }
+}
+
+/// A map's entries in key order, so the rendering is stable.
+fn sorted<K: Ord, V>(m: &FastMap<K, V>) -> Vec<(&K, &V)> {
+    let mut v: Vec<(&K, &V)> = m.iter().collect();
+    v.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    v
 }
 
 #[derive(Default)]
 pub(crate) struct Totals {
     /// (version, op, fsid) → (operations, payload bytes)
-    nfs: BTreeMap<(u8, &'static str, u64), (u64, u64)>,
-    nfs_latency: BTreeMap<(u8, &'static str), Histogram>,
+    nfs: FastMap<(u8, &'static str, u64), (u64, u64)>,
+    nfs_latency: FastMap<(u8, &'static str), Histogram>,
     /// [in, out]
     net_bytes: [u64; 2],
     /// Refusal reason → calls.
     refusals: BTreeMap<&'static str, u64>,
     /// (device, write) → (operations, bytes)
-    io: BTreeMap<(u32, bool), (u64, u64)>,
-    io_latency: BTreeMap<(u32, bool), Histogram>,
+    io: FastMap<(u32, bool), (u64, u64)>,
+    io_latency: FastMap<(u32, bool), Histogram>,
     /// Work kind → CPU microseconds.
     cpu_us: BTreeMap<&'static str, u64>,
     /// Device → busy microseconds.
@@ -72,7 +104,7 @@ pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
-    for (b, le) in h.buckets.iter().zip(LATENCY_LE) {
+    for (b, le) in h.cumulative().iter().zip(LATENCY_LE) {
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {b}");
     }
     let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
@@ -162,7 +194,7 @@ impl Totals {
             "counter",
             "NFS operations served.",
         );
-        for ((version, op, fsid), (ops, _)) in &self.nfs {
+        for ((version, op, fsid), (ops, _)) in sorted(&self.nfs) {
             let _ = writeln!(
                 out,
                 "shoal_nfs_operations_total{{{}}} {ops}",
@@ -175,7 +207,7 @@ impl Totals {
             "counter",
             "NFS READ and WRITE payload bytes.",
         );
-        for ((version, op, fsid), (_, bytes)) in &self.nfs {
+        for ((version, op, fsid), (_, bytes)) in sorted(&self.nfs) {
             if *bytes > 0 {
                 let _ = writeln!(
                     out,
@@ -190,7 +222,7 @@ impl Totals {
             "histogram",
             "Time from an NFS request's arrival to its reply.",
         );
-        for ((version, op), h) in &self.nfs_latency {
+        for ((version, op), h) in sorted(&self.nfs_latency) {
             histogram(
                 &mut out,
                 "shoal_nfs_operation_duration_seconds",
@@ -253,7 +285,7 @@ impl Totals {
             "counter",
             "I/O operations issued to pool devices.",
         );
-        for ((d, w), (ops, _)) in &self.io {
+        for ((d, w), (ops, _)) in sorted(&self.io) {
             let _ = writeln!(
                 out,
                 "shoal_device_operations_total{{{}}} {ops}",
@@ -266,7 +298,7 @@ impl Totals {
             "counter",
             "Bytes read from and written to pool devices.",
         );
-        for ((d, w), (_, bytes)) in &self.io {
+        for ((d, w), (_, bytes)) in sorted(&self.io) {
             let _ = writeln!(
                 out,
                 "shoal_device_bytes_total{{{}}} {bytes}",
@@ -279,7 +311,7 @@ impl Totals {
             "histogram",
             "Pool device I/O latency.",
         );
-        for ((d, w), h) in &self.io_latency {
+        for ((d, w), h) in sorted(&self.io_latency) {
             histogram(
                 &mut out,
                 "shoal_device_operation_duration_seconds",
@@ -382,5 +414,26 @@ impl Totals {
         );
         let _ = writeln!(out, "shoal_analytics_events_late_total {late}");
         out
+    }
+}
+
+#[cfg(test)]
+mod histogram_tests {
+    use super::*;
+
+    #[test]
+    fn bounds_agree_and_buckets_are_cumulative() {
+        for (s, ns) in LATENCY_LE.iter().zip(LATENCY_LE_NS) {
+            assert_eq!((s * 1e9).round() as u64, ns);
+        }
+        let mut h = Histogram::default();
+        // On a bound counts in it (le is <=); past the last bound only in +Inf.
+        for ns in [1, 50_000, 50_001, 1_000_000, 20_000_000_000] {
+            h.add(ns);
+        }
+        let c = h.cumulative();
+        assert_eq!(&c[..5], &[2, 3, 3, 3, 4]);
+        assert_eq!(c[11], 4);
+        assert_eq!(h.count, 5);
     }
 }
