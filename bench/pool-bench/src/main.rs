@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vdev::{FileDevice, Layout};
+use vdev::{DiskStats, FileDevice, Layout, ThrottledDevice};
 
 #[derive(Parser)]
 struct Args {
@@ -52,6 +52,64 @@ struct Args {
     /// Seconds for randread.
     #[arg(long, default_value_t = 20)]
     seconds: u64,
+    /// Top-level vdevs of the layout: `--layout raidz1:5 --groups 3` is 3x(4+1).
+    #[arg(long, default_value_t = 1)]
+    groups: usize,
+    /// Every device behind the disk model of `shoal serve --simulate-disk`
+    /// (72MB/s,90iops); the report then adds what the model charged: seeks by cause.
+    #[arg(long)]
+    simulate_disk: Option<String>,
+    /// seqwrite/seqread: files written or read at once, one thread each (seqwrite
+    /// decides; seqread reads what it wrote).
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
+}
+
+/// The simulated disks of the pool opened last, for the report.
+static DISKS: std::sync::Mutex<Vec<(String, Arc<ThrottledDevice>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// What the disk model charged, summed over the devices, and each device's seeks.
+fn disk_model_report() -> Option<serde_json::Value> {
+    let disks = DISKS.lock().unwrap();
+    if disks.is_empty() {
+        return None;
+    }
+    let mut sum = DiskStats::default();
+    let mut per_device = serde_json::Map::new();
+    for (name, d) in disks.iter() {
+        let st = d.stats();
+        sum.ios += st.ios;
+        sum.bytes += st.bytes;
+        sum.continued += st.continued;
+        sum.gap_bytes += st.gap_bytes;
+        sum.seeks += st.seeks;
+        sum.seek_reads += st.seek_reads;
+        sum.seek_writes += st.seek_writes;
+        sum.seeks_to_labels += st.seeks_to_labels;
+        sum.seeks_small += st.seeks_small;
+        sum.seeks_idle += st.seeks_idle;
+        sum.seeks_short += st.seeks_short;
+        sum.busy += st.busy;
+        sum.seek_time += st.seek_time;
+        per_device.insert(
+            name.clone(),
+            serde_json::json!({"ios": st.ios, "seeks": st.seeks,
+            "busy_s": st.busy.as_secs_f64()}),
+        );
+    }
+    let n = disks.len() as f64;
+    Some(serde_json::json!({
+        "disks": disks.len(), "ios": sum.ios, "bytes": sum.bytes,
+        "mean_io_kib": sum.bytes as f64 / 1024.0 / sum.ios.max(1) as f64,
+        "continued": sum.continued, "gap_bytes": sum.gap_bytes, "seeks": sum.seeks,
+        "seek_reads": sum.seek_reads, "seek_writes": sum.seek_writes,
+        "seeks_to_labels": sum.seeks_to_labels, "seeks_small": sum.seeks_small,
+        "seeks_idle": sum.seeks_idle, "seeks_short_1mib": sum.seeks_short,
+        "busy_s_per_disk": sum.busy.as_secs_f64() / n,
+        "seek_s_per_disk": sum.seek_time.as_secs_f64() / n,
+        "per_device": per_device,
+    }))
 }
 
 fn layout_of(s: &str) -> (Layout, usize) {
@@ -69,6 +127,11 @@ fn layout_of(s: &str) -> (Layout, usize) {
 }
 
 fn devices(dir: &Path, n: usize, dev_mib: u64, create: bool) -> Vec<DeviceArg> {
+    let disk = args().simulate_disk.as_deref().map(|spec| {
+        vdev::SpeedLimit::parse(spec).unwrap_or_else(|e| panic!("--simulate-disk: {e}"))
+    });
+    let mut disks = DISKS.lock().unwrap();
+    disks.clear();
     (0..n)
         .map(|i| {
             let p = dir.join(format!("dev{i}.img"));
@@ -78,10 +141,34 @@ fn devices(dir: &Path, n: usize, dev_mib: u64, create: bool) -> Vec<DeviceArg> {
             } else {
                 FileDevice::open(&p).expect("open device file")
             };
+            let device: Arc<dyn vdev::Device> = match disk {
+                Some(speed) => {
+                    let t = Arc::new(ThrottledDevice::new(Arc::new(dev), speed));
+                    disks.push((format!("dev{i}"), t.clone()));
+                    t
+                }
+                None => Arc::new(dev),
+            };
             DeviceArg {
                 path: p.display().to_string(),
-                device: Arc::new(dev),
+                device,
             }
+        })
+        .collect()
+}
+
+fn args() -> &'static Args {
+    static ARGS: std::sync::OnceLock<Args> = std::sync::OnceLock::new();
+    ARGS.get_or_init(Args::parse)
+}
+
+/// The layout's top-level vdevs: `groups` of `n` devices each.
+fn tops(layout: Layout, n: usize, devices: Vec<DeviceArg>) -> Vec<TopArg> {
+    let mut devices = devices.into_iter();
+    (0..args().groups)
+        .map(|_| TopArg {
+            layout,
+            devices: devices.by_ref().take(n).collect(),
         })
         .collect()
 }
@@ -114,10 +201,10 @@ fn random_buffer(len: usize) -> Vec<u8> {
 
 /// A fresh pool on newly created device files.
 fn create_pool(name: &str, layout: Layout, a: &Args, n: usize) -> Arc<Pool> {
-    let devices = devices(&a.dir, n, a.dev_mib, true);
+    let devices = devices(&a.dir, n * a.groups, a.dev_mib, true);
     Pool::create(
         name,
-        vec![TopArg { layout, devices }],
+        tops(layout, n, devices),
         vec![],
         vec![],
         opts(a.arc_mib, a.dirty_sync_mib),
@@ -145,22 +232,36 @@ fn fill(pool: &Pool, os: u64, obj: u64, bytes: u64) {
 
 fn main() {
     allocator::tune();
-    let a = Args::parse();
+    let a = args();
     std::fs::create_dir_all(&a.dir).unwrap();
     let (layout, n) = layout_of(&a.layout);
     let data_bytes = a.data_mib << 20;
     let chunk = 1usize << 20;
     let result = match a.workload.as_str() {
         "seqwrite" => {
-            let pool = create_pool("bench", layout, &a, n);
+            let pool = create_pool("bench", layout, a, n);
             let os = pool.create_objset("bench/fs", "{}").unwrap();
-            let obj = pool
-                .create_object(os, 19, 128 << 10, Compression::Off, ChecksumKind::Fletcher4)
-                .unwrap();
+            let objs: Vec<u64> = (0..a.streams)
+                .map(|_| {
+                    pool.create_object(os, 19, 128 << 10, Compression::Off, ChecksumKind::Fletcher4)
+                        .unwrap()
+                })
+                .collect();
+            std::fs::write(
+                a.dir.join("objects.json"),
+                serde_json::to_vec(&objs).unwrap(),
+            )
+            .unwrap();
             data_source();
             let cpu0 = analytics::cpu::process_seconds();
             let t = Instant::now();
-            fill(&pool, os, obj, data_bytes);
+            let per_stream = data_bytes / a.streams as u64;
+            std::thread::scope(|s| {
+                for &obj in &objs {
+                    let pool = &pool;
+                    s.spawn(move || fill(pool, os, obj, per_stream));
+                }
+            });
             pool.sync().unwrap();
             let secs = t.elapsed().as_secs_f64();
             let cpu = analytics::cpu::process_seconds() - cpu0;
@@ -170,13 +271,17 @@ fn main() {
         }
         "seqread" | "arcread" => {
             let pool = Pool::import(
-                devices(&a.dir, n, a.dev_mib, false),
+                devices(&a.dir, n * a.groups, a.dev_mib, false),
                 Some("bench"),
                 opts(a.arc_mib, a.dirty_sync_mib),
             )
             .unwrap();
             let os = pool.objset_id("bench/fs").unwrap();
-            let obj = 1;
+            let objs: Vec<u64> = match std::fs::read(a.dir.join("objects.json")) {
+                Ok(b) => serde_json::from_slice(&b).unwrap(),
+                Err(_) => vec![1],
+            };
+            let obj = objs[0];
             let passes = if a.workload == "arcread" { 4 } else { 1 };
             if a.workload == "arcread" {
                 // Warm the ARC with the first data_mib.
@@ -188,16 +293,25 @@ fn main() {
             }
             let cpu0 = analytics::cpu::process_seconds();
             let t = Instant::now();
-            let mut total = 0u64;
-            let mut buf = vec![0u8; chunk];
-            for _ in 0..passes {
-                let mut off = 0;
-                while off < data_bytes {
-                    pool.read_into(os, obj, off, &mut buf).unwrap();
-                    off += chunk as u64;
-                    total += chunk as u64;
+            let total = AtomicU64::new(0);
+            let per_stream = data_bytes / objs.len() as u64;
+            std::thread::scope(|s| {
+                for &obj in &objs {
+                    let (pool, total) = (&pool, &total);
+                    s.spawn(move || {
+                        let mut buf = vec![0u8; chunk];
+                        for _ in 0..passes {
+                            let mut off = 0;
+                            while off < per_stream {
+                                pool.read_into(os, obj, off, &mut buf).unwrap();
+                                off += chunk as u64;
+                                total.fetch_add(chunk as u64, Ordering::Relaxed);
+                            }
+                        }
+                    });
                 }
-            }
+            });
+            let total = total.into_inner();
             let secs = t.elapsed().as_secs_f64();
             let cpu = analytics::cpu::process_seconds() - cpu0;
             let arc = pool.status().arc;
@@ -209,7 +323,7 @@ fn main() {
         }
         "randread" => {
             // A file of 8K records, then random 8K reads from many threads.
-            let pool = create_pool("bench8k", layout, &a, n);
+            let pool = create_pool("bench8k", layout, a, n);
             let os = pool.create_objset("bench8k/fs", "{}").unwrap();
             let obj = pool
                 .create_object(os, 19, 8192, Compression::Off, ChecksumKind::Fletcher4)
@@ -219,7 +333,7 @@ fn main() {
             drop(pool);
             let pool = Arc::new(
                 Pool::import(
-                    devices(&a.dir, n, a.dev_mib, false),
+                    devices(&a.dir, n * a.groups, a.dev_mib, false),
                     Some("bench8k"),
                     PoolOptions {
                         prefetch: false,
@@ -270,10 +384,7 @@ fn main() {
             let pool = Arc::new(
                 Pool::create(
                     "benchsync",
-                    vec![TopArg {
-                        layout,
-                        devices: devices(&a.dir, n, a.dev_mib, true),
-                    }],
+                    tops(layout, n, devices(&a.dir, n * a.groups, a.dev_mib, true)),
                     log.into_iter().collect(),
                     vec![],
                     opts(a.arc_mib, a.dirty_sync_mib),
@@ -347,5 +458,11 @@ fn main() {
         }
         other => panic!("unknown workload {other}"),
     };
+    let mut result = result;
+    if let Some(disks) = disk_model_report() {
+        result["disk_model"] = disks;
+        result["groups"] = a.groups.into();
+        result["streams"] = a.streams.into();
+    }
     println!("{result}");
 }

@@ -411,7 +411,10 @@ impl Analytics {
     /// Drains the queues and seals every second that ended `SEAL_DELAY_S` before `now`.
     /// The collector calls it every `TICK`; tests call it to step time.
     pub fn tick(&self, now: u64) {
-        let mut events = Vec::new();
+        let queued: usize = self.shards.iter().map(|s| s.queue.len()).sum();
+        // Room for a few NFSv4 compounds' worth of operations besides, so the vector
+        // is not regrown (and copied) while it is filled.
+        let mut events = Vec::with_capacity(queued + queued / 2);
         for s in self.shards.iter() {
             while let Some(q) = s.queue.pop() {
                 match q {
@@ -445,11 +448,12 @@ impl Analytics {
         let mut states: Vec<&mut DatasetState> = engine.datasets.values_mut().collect();
         let mut routes: Vec<Vec<usize>> = Vec::new();
         for (i, ds) in states.iter().enumerate() {
-            let r = ds.spec.statistic().counts.route();
-            if routes.len() <= r {
-                routes.resize_with(r + 1, Vec::new);
+            for &r in ds.spec.statistic().counts.routes() {
+                if routes.len() <= r {
+                    routes.resize_with(r + 1, Vec::new);
+                }
+                routes[r].push(i);
             }
-            routes[r].push(i);
         }
         for e in &events {
             let second = self.unix_second(e.at());

@@ -972,8 +972,19 @@ impl Storage {
     /// Flushes every top-level vdev; false if one lost more leaves than it tolerates.
     pub fn flush_all(&self) -> bool {
         let parallel = !self.is_deterministic();
+        let tops = self.tops.load();
+        if parallel && tops.len() > 1 {
+            // Top-level vdevs flush at once, as their writes were issued.
+            return std::thread::scope(|s| {
+                let handles: Vec<_> = tops.iter().map(|t| s.spawn(|| t.flush(true))).collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("flush thread panicked"))
+                    .fold(true, |ok, one| ok & one)
+            });
+        }
         let mut ok = true;
-        for t in self.tops.load().iter() {
+        for t in tops.iter() {
             ok &= t.flush(parallel);
         }
         ok

@@ -21,6 +21,6 @@ pub use device::{Device, IoMode, SECTOR_SIZE};
 pub use fault_injection::FaultInjector;
 pub use file_device::FileDevice;
 pub use sim_device::{CrashClock, CrashPolicy, Fault, SimDevice, SpeedLimit};
-pub use throttled_device::ThrottledDevice;
+pub use throttled_device::{DiskStats, ThrottledDevice};
 pub use tree::{Health, Layout, Leaf, ReadMode, RepairReport, TopVdev, VdevError};
 pub use volatile_cache::VolatileCacheDevice;

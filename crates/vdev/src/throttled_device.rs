@@ -19,6 +19,11 @@
 //!
 //! It adds only waiting: data, errors and durability are the inner device's, so
 //! everything said of the inner device about crashes holds unchanged.
+//!
+//! It also keeps account of what it charged (`DiskStats`): I/Os that continued one in
+//! hand, and seeks by what the device can see of their cause (to a label at either
+//! end, small I/Os as metadata is, reads or writes, a head that was idle against one
+//! with a queue), so a layout that streams below its model can be explained.
 
 use crate::device::{Device, IoMode};
 use crate::sim_device::SpeedLimit;
@@ -29,6 +34,34 @@ use std::time::{Duration, Instant};
 /// A forward gap the head passes over rather than seeks across (a part of a track).
 pub const NEAR_GAP: u64 = 128 << 10;
 
+/// What the disk model charged, for explaining a benchmark.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskStats {
+    pub ios: u64,
+    pub bytes: u64,
+    /// I/Os that continued one in hand (contiguous, or a forward gap passed over).
+    pub continued: u64,
+    /// Bytes of gaps passed over.
+    pub gap_bytes: u64,
+    pub seeks: u64,
+    pub seek_reads: u64,
+    pub seek_writes: u64,
+    /// Seeks to a label area (the first or last two labels' space).
+    pub seeks_to_labels: u64,
+    /// Seeks for I/Os of 16 KiB or less (metadata, small records, log blocks).
+    pub seeks_small: u64,
+    /// Seeks that found the head idle with nothing queued: the I/O came too late to
+    /// join the previous one's queue (a stream that leaves the disk idle between its
+    /// I/Os pays a seek only if it also jumps).
+    pub seeks_idle: u64,
+    /// Seeks of at most 1 MiB either way (a real disk pays less for them than the
+    /// model's full seek).
+    pub seeks_short: u64,
+    /// Time charged: all service, and seeks alone.
+    pub busy: Duration,
+    pub seek_time: Duration,
+}
+
 #[derive(Debug)]
 struct Head {
     /// Extents (start, end, done at) the disk has in hand: queued, in service, or the
@@ -36,8 +69,9 @@ struct Head {
     recent: std::collections::VecDeque<(u64, u64, Instant)>,
     /// When the head is free again.
     free_at: Instant,
-    /// Service time charged so far.
-    busy: Duration,
+    stats: DiskStats,
+    /// Where the last I/O reserved ended, for seek distances.
+    last_end: u64,
 }
 
 impl Head {
@@ -70,23 +104,60 @@ impl ThrottledDevice {
             head: Mutex::new(Head {
                 recent: std::collections::VecDeque::new(),
                 free_at: Instant::now(),
-                busy: Duration::ZERO,
+                stats: DiskStats::default(),
+                last_end: 0,
             }),
         }
     }
 
     /// Reserves the head for an I/O of `len` bytes at `offset`; returns when it ends.
-    fn reserve(&self, offset: u64, len: usize) -> Instant {
+    fn reserve(&self, offset: u64, len: usize, write: bool) -> Instant {
         let now = Instant::now();
         let mut h = self.head.lock().unwrap();
         let end = offset + len as u64;
-        let service = match h.gap_to(offset, end) {
+        let gap = h.gap_to(offset, end);
+        let service = match gap {
             Some(gap) => self.speed.service_time(true, len + gap as usize),
             None => self.speed.service_time(false, len),
         };
+        let idle = h.free_at <= now;
+        let last_end = h.last_end;
+        let size = self.inner.size_bytes();
+        let st = &mut h.stats;
+        st.ios += 1;
+        st.bytes += len as u64;
+        st.busy += service;
+        match gap {
+            Some(g) => {
+                st.continued += 1;
+                st.gap_bytes += g;
+            }
+            None => {
+                st.seeks += 1;
+                st.seek_time += self.speed.seek;
+                if write {
+                    st.seek_writes += 1;
+                } else {
+                    st.seek_reads += 1;
+                }
+                let labels = 2 * crate::label::LABEL_SIZE;
+                if offset < labels || end > size.saturating_sub(labels) {
+                    st.seeks_to_labels += 1;
+                }
+                if len <= 16 << 10 {
+                    st.seeks_small += 1;
+                }
+                if idle {
+                    st.seeks_idle += 1;
+                }
+                if offset.abs_diff(last_end) <= 1 << 20 {
+                    st.seeks_short += 1;
+                }
+            }
+        }
+        h.last_end = end;
         let start = h.free_at.max(now);
         h.free_at = start + service;
-        h.busy += service;
         let done_at = h.free_at;
         // Keep what is still queued, and the last served.
         while h.recent.len() > 1 && h.recent.front().is_some_and(|&(_, _, t)| t < now) {
@@ -101,11 +172,22 @@ impl ThrottledDevice {
 
     /// The disk time charged so far (seeks and transfers).
     pub fn busy(&self) -> Duration {
-        self.head.lock().unwrap().busy
+        self.head.lock().unwrap().stats.busy
     }
 
-    fn run<T>(&self, offset: u64, len: usize, io: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-        let done_at = self.reserve(offset, len);
+    /// What the model charged so far.
+    pub fn stats(&self) -> DiskStats {
+        self.head.lock().unwrap().stats
+    }
+
+    fn run<T>(
+        &self,
+        offset: u64,
+        len: usize,
+        write: bool,
+        io: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        let done_at = self.reserve(offset, len, write);
         let r = io();
         let wait = done_at.saturating_duration_since(Instant::now());
         if wait > Duration::ZERO {
@@ -122,11 +204,11 @@ impl Device for ThrottledDevice {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let len = buf.len();
-        self.run(offset, len, || self.inner.read_at(offset, buf))
+        self.run(offset, len, false, || self.inner.read_at(offset, buf))
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.run(offset, buf.len(), || self.inner.write_at(offset, buf))
+        self.run(offset, buf.len(), true, || self.inner.write_at(offset, buf))
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -147,12 +229,16 @@ impl Device for ThrottledDevice {
 
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         let len = bufs.iter().map(|b| b.len()).sum();
-        self.run(offset, len, || self.inner.write_vectored_at(offset, bufs))
+        self.run(offset, len, true, || {
+            self.inner.write_vectored_at(offset, bufs)
+        })
     }
 
     fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> io::Result<()> {
         let len = bufs.iter().map(|b| b.len()).sum();
-        self.run(offset, len, || self.inner.read_vectored_at(offset, bufs))
+        self.run(offset, len, false, || {
+            self.inner.read_vectored_at(offset, bufs)
+        })
     }
 }
 
@@ -178,6 +264,16 @@ mod tests {
         });
         let four_seeks = 4 * (Duration::from_millis(20) + transfer(4096));
         assert_eq!(dev.busy(), four_seeks);
+        let st = dev.stats();
+        assert_eq!(
+            (st.ios, st.seeks, st.seek_writes, st.continued),
+            (4, 4, 4, 0)
+        );
+        assert_eq!(st.seeks_small, 4);
+        assert!((1..=4).contains(&st.seeks_idle), "{st:?}");
+        // The one at offset 0 is in the label area at the device's start.
+        assert_eq!(st.seeks_to_labels, 1);
+        assert_eq!(st.seek_time, Duration::from_millis(80));
         assert!(
             t.elapsed() >= four_seeks - Duration::from_millis(1),
             "{:?}",
@@ -207,8 +303,14 @@ mod tests {
         dev.read_at((9 << 20) + (64 << 10), &mut big[..4096])
             .unwrap();
         assert_eq!(dev.busy() - before, transfer((64 << 10) + 4096));
+        let st = dev.stats();
+        assert_eq!(st.gap_bytes, 64 << 10);
+        assert_eq!(st.ios, st.seeks + st.continued);
         let before = dev.busy();
+        let idle_before = dev.stats().seeks_idle;
         dev.read_at(40 << 20, &mut big[..4096]).unwrap();
+        // One seek, by a read, at a head left idle by the reads before it.
+        assert_eq!(dev.stats().seeks_idle, idle_before + 1);
         assert_eq!(
             dev.busy() - before,
             Duration::from_millis(20) + transfer(4096)
