@@ -79,19 +79,7 @@ fn disk_model_report() -> Option<serde_json::Value> {
     let mut per_device = serde_json::Map::new();
     for (name, d) in disks.iter() {
         let st = d.stats();
-        sum.ios += st.ios;
-        sum.bytes += st.bytes;
-        sum.continued += st.continued;
-        sum.gap_bytes += st.gap_bytes;
-        sum.seeks += st.seeks;
-        sum.seek_reads += st.seek_reads;
-        sum.seek_writes += st.seek_writes;
-        sum.seeks_to_labels += st.seeks_to_labels;
-        sum.seeks_small += st.seeks_small;
-        sum.seeks_idle += st.seeks_idle;
-        sum.seeks_short += st.seeks_short;
-        sum.busy += st.busy;
-        sum.seek_time += st.seek_time;
+        sum += st;
         per_device.insert(
             name.clone(),
             serde_json::json!({"ios": st.ios, "seeks": st.seeks,

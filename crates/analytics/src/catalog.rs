@@ -514,27 +514,18 @@ fn label(l: &'static str) -> Option<RawKey> {
 /// event of another route, which lets the collector offer each event only to the
 /// datasets of its route.
 impl Counts {
-    pub fn routes(&self) -> &'static [usize] {
+    pub fn routes(&self) -> std::ops::Range<usize> {
         match self {
-            Counts::NfsOps(3) | Counts::NfsBytes(3) => &[0],
-            Counts::NfsOps(_) | Counts::NfsBytes(_) => &[1],
-            Counts::NetBytes => &[0, 1],
-            Counts::IoOps | Counts::IoBytes => &[2],
-            Counts::Refusals => &[3],
-            Counts::Meter(m) => &METER_ROUTES[*m as usize..*m as usize + 1],
+            Counts::NfsOps(3) | Counts::NfsBytes(3) => 0..1,
+            Counts::NfsOps(_) | Counts::NfsBytes(_) => 1..2,
+            // Both NFS routes, which is why they are adjacent.
+            Counts::NetBytes => 0..2,
+            Counts::IoOps | Counts::IoBytes => 2..3,
+            Counts::Refusals => 3..4,
+            Counts::Meter(m) => 4 + *m as usize..5 + *m as usize,
         }
     }
 }
-
-const METER_ROUTES: [usize; 64] = {
-    let mut r = [0; 64];
-    let mut i = 0;
-    while i < 64 {
-        r[i] = 4 + i;
-        i += 1;
-    }
-    r
-};
 
 /// The route of an event (see `Counts::routes`).
 #[inline]

@@ -9,12 +9,8 @@ use crate::fasthash::FastMap;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-/// Latency histogram bounds, in seconds.
-const LATENCY_LE: [f64; 12] = [
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0, 10.0,
-];
-
-/// The same bounds in nanoseconds, for counting without floating point.
+/// Latency histogram bounds in nanoseconds, so events are counted without floating
+/// point; rendered in seconds (`le_seconds`).
 const LATENCY_LE_NS: [u64; 12] = [
     50_000,
     100_000,
@@ -34,7 +30,7 @@ const LATENCY_LE_NS: [u64; 12] = [
 /// them into Prometheus' `le` counts when rendered.
 #[derive(Default)]
 struct Histogram {
-    buckets: [u64; LATENCY_LE.len()],
+    buckets: [u64; LATENCY_LE_NS.len()],
     count: u64,
     sum_ns: u128,
 }
@@ -49,13 +45,18 @@ impl Histogram {
         self.sum_ns += ns as u128;
     }
 
-    fn cumulative(&self) -> [u64; LATENCY_LE.len()] {
+    fn cumulative(&self) -> [u64; LATENCY_LE_NS.len()] {
         let mut sum = 0;
         self.buckets.map(|b| {
             sum += b;
             sum
         })
     }
+}
+
+/// A bound as Prometheus shows it: seconds (50_000 ns is `0.00005`).
+fn le_seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
 }
 
 /// A map's entries in key order, so the rendering is stable.
@@ -104,7 +105,7 @@ pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
-    for (b, le) in h.cumulative().iter().zip(LATENCY_LE) {
+    for (b, le) in h.cumulative().iter().zip(LATENCY_LE_NS.map(le_seconds)) {
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {b}");
     }
     let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
@@ -423,9 +424,14 @@ mod histogram_tests {
 
     #[test]
     fn bounds_agree_and_buckets_are_cumulative() {
-        for (s, ns) in LATENCY_LE.iter().zip(LATENCY_LE_NS) {
-            assert_eq!((s * 1e9).round() as u64, ns);
-        }
+        let shown: Vec<String> = LATENCY_LE_NS.map(|ns| le_seconds(ns).to_string()).into();
+        assert_eq!(
+            shown,
+            [
+                "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
+                "0.025", "0.1", "1", "10"
+            ]
+        );
         let mut h = Histogram::default();
         // On a bound counts in it (le is <=); past the last bound only in +Inf.
         for ns in [1, 50_000, 50_001, 1_000_000, 20_000_000_000] {

@@ -62,6 +62,25 @@ pub struct DiskStats {
     pub seek_time: Duration,
 }
 
+impl std::ops::AddAssign for DiskStats {
+    /// Sums two accounts (a pool's disks together).
+    fn add_assign(&mut self, o: DiskStats) {
+        self.ios += o.ios;
+        self.bytes += o.bytes;
+        self.continued += o.continued;
+        self.gap_bytes += o.gap_bytes;
+        self.seeks += o.seeks;
+        self.seek_reads += o.seek_reads;
+        self.seek_writes += o.seek_writes;
+        self.seeks_to_labels += o.seeks_to_labels;
+        self.seeks_small += o.seeks_small;
+        self.seeks_idle += o.seeks_idle;
+        self.seeks_short += o.seeks_short;
+        self.busy += o.busy;
+        self.seek_time += o.seek_time;
+    }
+}
+
 #[derive(Debug)]
 struct Head {
     /// Extents (start, end, done at) the disk has in hand: queued, in service, or the
