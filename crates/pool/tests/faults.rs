@@ -573,11 +573,13 @@ fn stale_repair(pin_reads: bool) -> StaleRepair {
         .expect("the file's block");
     p.export().unwrap();
     let at = data_start(&sims[0]) + bp.dvas[0].offset;
-    // The side a read tries first (`read_copies`) holds the damage.
-    let first = ((bp.dvas[0].offset >> 20) % 2) as usize;
+    let p = pool::Pool::import(args, Some("tank"), options).unwrap();
+    // The file's dnode is read now, so the block's read is the next I/O, and the side
+    // it tries first (`TopVdev::read_order`: queue and head position) holds the damage.
+    p.object_info(os, obj).unwrap();
+    let first = p.storage.tops()[0].read_order(bp.dvas[0].offset)[0];
     let second = 1 - first;
     sims[first].corrupt_range(at, SECTOR_SIZE as u64, 7);
-    let p = pool::Pool::import(args, Some("tank"), options).unwrap();
     let (reached, go) = gated[first].arm(at, BS as u64);
     let mut reused = false;
     let read = std::thread::scope(|s| {

@@ -39,6 +39,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn io_mode(&self) -> IoMode;
     fn describe(&self) -> String;
 
+    /// Whether the device has a head that seeks (a spinning disk, or a model of one):
+    /// then a mirror read prefers the side whose head is near (`Leaf::read_cost`).
+    fn rotational(&self) -> bool {
+        false
+    }
+
     /// Prepares `[offset, offset + len)` for many small writes that are each flushed
     /// (the intent log's ring): a sparse regular file gets the range's holes written
     /// with zeros and flushed, so the file system need not allocate and journal blocks

@@ -64,6 +64,9 @@ impl Device for FaultInjector {
         self.check()?;
         self.inner.flush()
     }
+    fn rotational(&self) -> bool {
+        self.inner.rotational()
+    }
     fn io_mode(&self) -> IoMode {
         self.inner.io_mode()
     }

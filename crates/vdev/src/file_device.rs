@@ -21,6 +21,8 @@ pub struct FileDevice {
     path: PathBuf,
     size: u64,
     mode: IoMode,
+    /// What the kernel says of the disk under it (`queue/rotational`), read at open.
+    rotational: bool,
 }
 
 impl FileDevice {
@@ -122,7 +124,9 @@ impl FileDevice {
             path: path.to_path_buf(),
             size,
             mode,
+            rotational: false,
         };
+        dev.rotational = backing_disk_is_rotational(&dev.file);
         if mode == IoMode::Direct && size >= SECTOR_SIZE as u64 {
             // Some file systems accept the flag at open and refuse the I/O.
             let mut probe = AlignedBuf::zeroed(SECTOR_SIZE);
@@ -232,6 +236,10 @@ impl Device for FileDevice {
         self.file.sync_data()
     }
 
+    fn rotational(&self) -> bool {
+        self.rotational
+    }
+
     fn io_mode(&self) -> IoMode {
         self.mode
     }
@@ -321,6 +329,30 @@ impl FileDevice {
 
 /// Vectored O_DIRECT needs every piece sector-aligned in address and length, and
 /// at most IOV_MAX pieces.
+/// Whether the disk a device file is (a block device) or lives on (a regular file's
+/// file system) spins, from sysfs: `/sys/dev/block/MAJ:MIN/queue/rotational`, or its
+/// parent's for a partition. Anything unknown (tmpfs, overlay, no sysfs) is taken as
+/// not rotational, which only makes mirror reads weigh queue length alone.
+fn backing_disk_is_rotational(file: &File) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    let dev = if meta.file_type().is_block_device() {
+        meta.rdev()
+    } else {
+        meta.dev()
+    };
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    for dir in [base.clone(), base.join("..")] {
+        if let Ok(flag) = std::fs::read_to_string(dir.join("queue/rotational")) {
+            return flag.trim() == "1";
+        }
+    }
+    false
+}
+
 fn vectored_ok(pieces: impl Iterator<Item = (usize, usize)>) -> bool {
     let mut count = 0;
     for (addr, len) in pieces {

@@ -709,6 +709,12 @@ impl Device for SimDevice {
         Ok(())
     }
 
+    /// A simulated disk with a seek time set (`set_speed`) has a head.
+    fn rotational(&self) -> bool {
+        let st = self.state.lock().unwrap();
+        st.speed.is_some_and(|s| !s.seek.is_zero())
+    }
+
     fn io_mode(&self) -> IoMode {
         IoMode::Memory
     }

@@ -234,6 +234,10 @@ impl Device for ThrottledDevice {
         self.inner.flush()
     }
 
+    fn rotational(&self) -> bool {
+        true
+    }
+
     fn io_mode(&self) -> IoMode {
         self.inner.io_mode()
     }

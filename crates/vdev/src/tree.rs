@@ -335,11 +335,8 @@ impl TopVdev {
         let mut per_leaf: Vec<Vec<(u64, usize, usize, usize)>> = vec![Vec::new(); n];
         match self.layout {
             Layout::Disk | Layout::Mirror => {
-                let first = reqs.first().map_or(0, |r| ((r.0 >> 20) as usize) % n);
-                let Some(side) = (0..n)
-                    .map(|k| (first + k) % n)
-                    .find(|&i| self.leaves[i].is_usable())
-                else {
+                let first = reqs.first().map_or(0, |r| r.0);
+                let Some(&side) = self.read_order(first).first() else {
                     return reqs.iter().map(|_| None).collect();
                 };
                 for (i, &(offset, size)) in reqs.iter().enumerate() {
@@ -423,6 +420,23 @@ impl TopVdev {
         }
     }
 
+    /// The usable sides of a mirror (or the one disk) in the order a read at `offset`
+    /// tries them: cheapest first by `Leaf::read_cost` (bytes queued, and whether the
+    /// head must seek), so a stream keeps to the side whose head is there until that
+    /// side is a seek's worth busier, then streams on from the other side; as OpenZFS's
+    /// mirror chooses, but weighing queues in bytes. Equal costs go by 1 MiB region of
+    /// the offset, so reads on idle sides still spread.
+    pub fn read_order(&self, offset: u64) -> Vec<usize> {
+        let n = self.leaves.len();
+        let region = ((offset >> 20) as usize) % n;
+        let mut order: Vec<(u64, usize, usize)> = (0..n)
+            .filter(|&i| self.leaves[i].is_usable())
+            .map(|i| (self.leaves[i].read_cost(offset), (i + n - region) % n, i))
+            .collect();
+        order.sort_unstable();
+        order.into_iter().map(|(_, _, i)| i).collect()
+    }
+
     fn unrecoverable(&self, offset: u64, detail: impl Into<String>) -> VdevError {
         VdevError::Unrecoverable {
             vdev: self.id,
@@ -438,19 +452,11 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         mode: ReadMode,
     ) -> Result<(AlignedBuf, RepairReport), VdevError> {
-        let n = self.leaves.len();
-        // Spread reads over mirror sides by 1 MiB region, so one stream stays sequential
-        // on each side while concurrent streams use all sides.
-        let first = ((offset >> 20) as usize) % n;
         let mut report = RepairReport::default();
         let mut good: Option<AlignedBuf> = None;
         let mut bad: Vec<usize> = Vec::new();
-        for k in 0..n {
-            let i = (first + k) % n;
+        for i in self.read_order(offset) {
             let leaf = &self.leaves[i];
-            if !leaf.is_usable() {
-                continue;
-            }
             let mut buf = AlignedBuf::for_overwrite(io_size as usize);
             if !leaf.read(offset, &mut buf) {
                 bad.push(i);
@@ -748,5 +754,72 @@ mod tests {
             }
         }
         assert!(outs.iter().any(|o| o.is_none()) && outs.iter().any(|o| o.is_some()));
+    }
+
+    /// A mirror read goes where the head is: one stream keeps to one side (the old
+    /// rule alternated sides by 1 MiB region, a seek per read on disks), a side with
+    /// a queue a seek's worth longer loses the read, and a stream that moved to the
+    /// other side stays there.
+    #[test]
+    fn mirror_reads_follow_the_head_and_spread_by_queue() {
+        const MIB: usize = 1 << 20;
+        let devs: Vec<Arc<SimDevice>> = (0..2)
+            .map(|i| {
+                let d = SimDevice::new(64 << 20, 90 + i);
+                d.set_speed(Some(crate::sim_device::SpeedLimit {
+                    bytes_per_sec: None,
+                    iops: None,
+                    seek: std::time::Duration::from_micros(1),
+                }));
+                d
+            })
+            .collect();
+        let leaves: Vec<Arc<Leaf>> = devs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Arc::new(Leaf::new(i as u64 + 1, format!("sim{i}"), d.clone())))
+            .collect();
+        let top = TopVdev::new(0, Layout::Mirror, leaves.clone());
+        assert!(crate::device::Device::rotational(&*devs[0]));
+        let data = pattern(3, 12 * MIB);
+        top.write(0, &data).unwrap();
+        let reads = |i: usize| leaves[i].counters().read_ops;
+        let read = |mib: usize| {
+            let (buf, _) = top
+                .read(
+                    (mib * MIB) as u64,
+                    MIB as u64,
+                    &|b| b == &data[mib * MIB..(mib + 1) * MIB],
+                    ReadMode::Normal,
+                )
+                .unwrap();
+            assert_eq!(buf.len(), MIB);
+        };
+        for l in &leaves {
+            l.clear_counters();
+        }
+        // Both heads ended the write at 12 MiB; a read at 0 is far from both, so the
+        // region rule picks side 0, and the stream then follows its head.
+        for mib in 0..8 {
+            read(mib);
+        }
+        assert_eq!((reads(0), reads(1)), (8, 0), "one stream, one side");
+        // Side 0 now has more queued than a seek is worth: the next read goes to
+        // side 1 although side 0's head is at its offset.
+        leaves[0].pretend_queued(crate::leaf::SEEK_BYTES + 1);
+        read(8);
+        assert_eq!((reads(0), reads(1)), (8, 1));
+        // With the queue gone, the stream stays on side 1, where its head now is.
+        leaves[0].pretend_queued(0);
+        read(9);
+        read(10);
+        assert_eq!((reads(0), reads(1)), (8, 3));
+        // A read that continues neither side's last I/O but lies within 1 MiB of one
+        // head costs half a seek there: side 1's head is at 11 MiB, side 0's at 8.
+        let (buf, _) = top
+            .read((11 * MIB + 4096) as u64, 4096, &|_| true, ReadMode::Normal)
+            .unwrap();
+        assert_eq!(&buf[..], &data[11 * MIB + 4096..11 * MIB + 8192]);
+        assert_eq!((reads(0), reads(1)), (8, 4));
     }
 }

@@ -190,6 +190,10 @@ impl Device for VolatileCacheDevice {
         destage_all(&self.shared.inner, &mut cache)
     }
 
+    fn rotational(&self) -> bool {
+        self.shared.inner.rotational()
+    }
+
     fn io_mode(&self) -> IoMode {
         self.shared.inner.io_mode()
     }
