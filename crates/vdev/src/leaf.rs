@@ -399,6 +399,11 @@ impl Leaf {
         }
     }
 
+    /// Whether this leaf's device has a head that seeks (`Device::rotational`).
+    pub fn is_rotational(&self) -> bool {
+        self.head.rotational.load(Ordering::Relaxed)
+    }
+
     /// What reading at `offset` from this leaf would cost against its other mirror
     /// sides, in bytes: its bytes in flight, plus a seek's worth unless the read
     /// continues the last I/O issued (`HeadHint::cost`). Lower is better.

@@ -4,6 +4,7 @@
 
 pub mod aligned;
 pub mod device;
+pub mod disk_readers;
 pub mod fault_injection;
 pub mod file_device;
 pub mod label;

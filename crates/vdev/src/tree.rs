@@ -326,31 +326,43 @@ impl TopVdev {
 
     /// Reads many blocks with as few device I/Os as possible: data columns (or one mirror
     /// side) per leaf, sorted, adjacent pieces merged into reads of up to
-    /// `MAX_AGGREGATE_BYTES`, all leaves in parallel. Nothing is verified here: a `None`
-    /// (a piece failed to read) or a block that fails its checksum must go through
-    /// `read`, which reconstructs and heals.
+    /// `MAX_AGGREGATE_BYTES`. Nothing is verified here: a `None` (a piece failed to
+    /// read) or a block that fails its checksum must go through `read`, which
+    /// reconstructs and heals.
+    ///
+    /// Leaves without a head are read one after another in the calling thread: callers
+    /// (read-ahead workers, client threads) already provide the parallelism, and a
+    /// thread per leaf cost more (stack maps, TLB shootdowns) than it saved. Disks
+    /// (`Device::rotational`) are read all at once, a task a leaf on the disk reader
+    /// threads (`disk_readers`): a batch then
+    /// reaches every disk together, so batches taken in order by several read-ahead
+    /// workers arrive at each disk in offset order, rather than in whatever order the
+    /// workers reach it on their way through the leaves (which cost a seek back for
+    /// each piece that came late), and no disk idles while a batch waits on the others
+    /// one by one. The hand-off is microseconds; a disk read is milliseconds.
     pub fn read_many(&self, reqs: &[(u64, u64)]) -> Vec<Option<AlignedBuf>> {
         let n = self.leaves.len();
-        // (child offset, size, request, position in the request's buffer)
-        let mut per_leaf: Vec<Vec<(u64, usize, usize, usize)>> = vec![Vec::new(); n];
+        // Each request's pieces as (leaf, child offset, size), in buffer order.
+        let mut pieces: Vec<Vec<(usize, u64, usize)>> = Vec::with_capacity(reqs.len());
         match self.layout {
             Layout::Disk | Layout::Mirror => {
                 let first = reqs.first().map_or(0, |r| r.0);
                 let Some(&side) = self.read_order(first).first() else {
                     return reqs.iter().map(|_| None).collect();
                 };
-                for (i, &(offset, size)) in reqs.iter().enumerate() {
-                    per_leaf[side].push((offset, size as usize, i, 0));
+                for &(offset, size) in reqs {
+                    pieces.push(vec![(side, offset, size as usize)]);
                 }
             }
             Layout::RaidZ { nparity } => {
-                for (i, &(offset, size)) in reqs.iter().enumerate() {
+                for &(offset, size) in reqs {
                     let map = raidz_map(n, nparity, offset, size);
-                    let mut pos = 0;
-                    for col in map.data_columns() {
-                        per_leaf[col.child].push((col.child_offset, col.size, i, pos));
-                        pos += col.size;
-                    }
+                    pieces.push(
+                        map.data_columns()
+                            .iter()
+                            .map(|c| (c.child, c.child_offset, c.size))
+                            .collect(),
+                    );
                 }
             }
         }
@@ -358,48 +370,55 @@ impl TopVdev {
             .iter()
             .map(|&(_, size)| AlignedBuf::for_overwrite(size as usize))
             .collect();
-        let mut failed = vec![false; reqs.len()];
-        // Leaves are read one after another in the calling thread: callers (read-ahead
-        // workers, client threads) already provide the parallelism, and spawning
-        // threads per call cost more (stack maps, TLB shootdowns) than it saved.
-        for (leaf, mut pieces) in per_leaf.into_iter().enumerate() {
-            if pieces.is_empty() {
-                continue;
+        // Each request's buffer cut into its pieces, handed to their leaves.
+        let mut per_leaf: Vec<Vec<LeafPiece<'_>>> = (0..n).map(|_| Vec::new()).collect();
+        for (request, (out, pieces)) in outs.iter_mut().zip(&pieces).enumerate() {
+            let mut rest: &mut [u8] = &mut out[..];
+            for &(leaf, offset, size) in pieces {
+                let (buf, tail) = std::mem::take(&mut rest).split_at_mut(size);
+                per_leaf[leaf].push(LeafPiece {
+                    offset,
+                    buf,
+                    request,
+                });
+                rest = tail;
             }
-            let leaf = &self.leaves[leaf];
-            pieces.sort_by_key(|p| p.0);
-            // Each request has at most one piece per leaf, so the pieces of this leaf
-            // lie in distinct buffers and can all be borrowed at once.
-            let mut slots: Vec<Option<&mut AlignedBuf>> = outs.iter_mut().map(Some).collect();
-            let mut i = 0;
-            while i < pieces.len() {
-                let mut j = i + 1;
-                let mut run = pieces[i].1;
-                while j < pieces.len()
-                    && pieces[j].0 == pieces[i].0 + run as u64
-                    && run + pieces[j].1 <= MAX_AGGREGATE_BYTES
-                {
-                    run += pieces[j].1;
-                    j += 1;
-                }
-                let mut targets: Vec<&mut [u8]> = Vec::with_capacity(j - i);
-                for p in &pieces[i..j] {
-                    let out = slots[p.2]
-                        .take()
-                        .expect("two pieces of one request on one leaf");
-                    targets.push(&mut out[p.3..p.3 + p.1]);
-                }
-                if !leaf.read_vectored(pieces[i].0, &mut targets) {
-                    for p in &pieces[i..j] {
-                        failed[p.2] = true;
-                    }
-                }
-                i = j;
-            }
+            assert!(rest.is_empty(), "pieces cover the request's buffer");
+        }
+        let busy = per_leaf.iter().filter(|p| !p.is_empty()).count();
+        let parallel = busy > 1 && self.leaves.iter().all(|l| l.is_rotational());
+        let failed: Vec<usize> = if parallel {
+            let failed = std::sync::Mutex::new(Vec::new());
+            let tasks: Vec<Box<dyn FnOnce() + Send + '_>> = per_leaf
+                .into_iter()
+                .enumerate()
+                .filter(|(_, p)| !p.is_empty())
+                .map(|(leaf, p)| {
+                    let (leaf, failed) = (&self.leaves[leaf], &failed);
+                    Box::new(move || {
+                        let lost = read_leaf_pieces(leaf, p);
+                        if !lost.is_empty() {
+                            failed.lock().unwrap().extend(lost);
+                        }
+                    }) as Box<dyn FnOnce() + Send + '_>
+                })
+                .collect();
+            crate::disk_readers::run_all(tasks);
+            failed.into_inner().unwrap()
+        } else {
+            per_leaf
+                .into_iter()
+                .enumerate()
+                .flat_map(|(leaf, p)| read_leaf_pieces(&self.leaves[leaf], p))
+                .collect()
+        };
+        let mut ok = vec![true; reqs.len()];
+        for request in failed {
+            ok[request] = false;
         }
         outs.into_iter()
-            .zip(failed)
-            .map(|(out, failed)| (!failed).then_some(out))
+            .zip(ok)
+            .map(|(out, ok)| ok.then_some(out))
             .collect()
     }
 
@@ -661,6 +680,41 @@ impl TopVdev {
 }
 
 /// Every `k`-element subset of `items`, in lexicographic order.
+/// One piece of a `read_many` request on one leaf: where on the leaf, and the part of
+/// the request's buffer it fills.
+struct LeafPiece<'a> {
+    offset: u64,
+    buf: &'a mut [u8],
+    request: usize,
+}
+
+/// Reads one leaf's pieces in offset order, adjacent ones merged into reads of up to
+/// `MAX_AGGREGATE_BYTES`; returns the requests whose pieces failed.
+fn read_leaf_pieces(leaf: &Leaf, mut pieces: Vec<LeafPiece<'_>>) -> Vec<usize> {
+    pieces.sort_by_key(|p| p.offset);
+    let mut failed = Vec::new();
+    let mut rest: &mut [LeafPiece<'_>] = &mut pieces;
+    while !rest.is_empty() {
+        let mut j = 1;
+        let mut run = rest[0].buf.len();
+        while j < rest.len()
+            && rest[j].offset == rest[0].offset + run as u64
+            && run + rest[j].buf.len() <= MAX_AGGREGATE_BYTES
+        {
+            run += rest[j].buf.len();
+            j += 1;
+        }
+        let (batch, tail) = std::mem::take(&mut rest).split_at_mut(j);
+        let offset = batch[0].offset;
+        let mut targets: Vec<&mut [u8]> = batch.iter_mut().map(|p| &mut *p.buf).collect();
+        if !leaf.read_vectored(offset, &mut targets) {
+            failed.extend(batch.iter().map(|p| p.request));
+        }
+        rest = tail;
+    }
+    failed
+}
+
 fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
     fn go(
         items: &[usize],
@@ -690,9 +744,21 @@ mod tests {
     use crate::label;
     use crate::sim_device::{Fault, SimDevice};
 
-    fn raidz2_of_six() -> (TopVdev, Vec<Arc<SimDevice>>) {
+    /// Six simulated devices; `rotational` gives them a (1 us) seek, so they count as
+    /// disks and `read_many` reads their leaves in parallel.
+    fn raidz2_of_six(rotational: bool) -> (TopVdev, Vec<Arc<SimDevice>>) {
         let devs: Vec<Arc<SimDevice>> = (0..6)
-            .map(|i| SimDevice::new(label::MIN_DEVICE_BYTES, i))
+            .map(|i| {
+                let d = SimDevice::new(label::MIN_DEVICE_BYTES, i);
+                if rotational {
+                    d.set_speed(Some(crate::sim_device::SpeedLimit {
+                        bytes_per_sec: None,
+                        iops: None,
+                        seek: std::time::Duration::from_micros(1),
+                    }));
+                }
+                d
+            })
             .collect();
         let leaves = devs
             .iter()
@@ -710,7 +776,18 @@ mod tests {
 
     #[test]
     fn read_many_lands_aggregated_runs_in_each_blocks_buffer() {
-        let (top, devs) = raidz2_of_six();
+        read_many_lands_pieces(false);
+    }
+
+    /// The same on disks, whose leaves `read_many` reads all at once.
+    #[test]
+    fn read_many_on_disks_reads_leaves_in_parallel_into_the_same_buffers() {
+        read_many_lands_pieces(true);
+    }
+
+    fn read_many_lands_pieces(rotational: bool) {
+        let (top, devs) = raidz2_of_six(rotational);
+        assert_eq!(top.leaves[0].is_rotational(), rotational);
         // Back-to-back blocks of mixed sizes, so each leaf's pieces form runs that
         // span several blocks, in an order unlike the leaves' own.
         let sizes = [
