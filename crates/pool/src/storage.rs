@@ -938,7 +938,10 @@ impl Storage {
             {
                 continue;
             }
-            for (&i, buf) in idxs.iter().zip(top.read_many(&reqs)) {
+            for (&i, buf) in idxs
+                .iter()
+                .zip(top.read_many(&reqs, !self.is_deterministic()))
+            {
                 if let Some(io) = buf {
                     out.push((i, io));
                 }

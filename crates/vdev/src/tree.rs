@@ -340,7 +340,9 @@ impl TopVdev {
     /// workers reach it on their way through the leaves (which cost a seek back for
     /// each piece that came late), and no disk idles while a batch waits on the others
     /// one by one. The hand-off is microseconds; a disk read is milliseconds.
-    pub fn read_many(&self, reqs: &[(u64, u64)]) -> Vec<Option<AlignedBuf>> {
+    /// `parallel` false (deterministic pools: simulations that replay one I/O order)
+    /// reads every leaf in the calling thread.
+    pub fn read_many(&self, reqs: &[(u64, u64)], parallel: bool) -> Vec<Option<AlignedBuf>> {
         let n = self.leaves.len();
         // Each request's pieces as (leaf, child offset, size), in buffer order.
         let mut pieces: Vec<Vec<(usize, u64, usize)>> = Vec::with_capacity(reqs.len());
@@ -386,7 +388,7 @@ impl TopVdev {
             assert!(rest.is_empty(), "pieces cover the request's buffer");
         }
         let busy = per_leaf.iter().filter(|p| !p.is_empty()).count();
-        let parallel = busy > 1 && self.leaves.iter().all(|l| l.is_rotational());
+        let parallel = parallel && busy > 1 && self.leaves.iter().all(|l| l.is_rotational());
         let failed: Vec<usize> = if parallel {
             let failed = std::sync::Mutex::new(Vec::new());
             let tasks: Vec<Box<dyn FnOnce() + Send + '_>> = per_leaf
@@ -807,7 +809,7 @@ mod tests {
             offset += top.asize(size as u64);
         }
         reqs.reverse();
-        let outs = top.read_many(&reqs);
+        let outs = top.read_many(&reqs, true);
         for (k, (&(_, size), out)) in reqs.iter().zip(&outs).enumerate() {
             let i = sizes.len() - 1 - k;
             let out = out.as_ref().expect("every leaf is healthy");
@@ -817,7 +819,7 @@ mod tests {
         // A leaf that fails its read loses exactly the blocks with data on it; the
         // others still arrive whole.
         devs[0].inject(Fault::Dead);
-        let outs = top.read_many(&reqs);
+        let outs = top.read_many(&reqs, true);
         for (k, (&(off, size), out)) in reqs.iter().zip(&outs).enumerate() {
             let i = sizes.len() - 1 - k;
             let map = raidz_map(6, 2, off, size);
