@@ -53,3 +53,15 @@ export function replace(el: Element, ...children: Child[]): void {
 export function options(items: [string, string][], selected?: string): HTMLOptionElement[] {
   return items.map(([value, label]) => h('option', { value, selected: value === selected }, label));
 }
+
+/** Gives a select these options, keeping the current choice when it is still offered
+ *  (else `fallback`). Leaves the select alone when it already holds exactly these
+ *  options: a page that refreshes every few seconds must not close a list the user has
+ *  open, or undo a choice, by rebuilding it. */
+export function setOptions(select: HTMLSelectElement, items: [string, string][], fallback?: string): void {
+  const now = Array.from(select.options, (o): [string, string] => [o.value, o.text]);
+  const same = now.length === items.length && now.every(([v, l], i) => v === items[i][0] && l === items[i][1]);
+  if (same) return;
+  const keep = items.some(([v]) => v === select.value) ? select.value : fallback;
+  select.replaceChildren(...options(items, keep));
+}

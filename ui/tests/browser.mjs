@@ -372,6 +372,26 @@ await run(async () => {
     await page.locator(`[data-test=repl-fs] option[value="${FS}"]`).waitFor({ state: 'attached' });
     await page.selectOption('[data-test=repl-fs]', FS);
     await page.selectOption('[data-test=repl-target]', 'self');
+    // The page refreshes every 2 s; its selects must not be rebuilt when nothing changed
+    // (a rebuilt select closes under the user's pointer). Mark their option elements,
+    // let two refreshes pass, and find the same elements, still chosen.
+    await page.evaluate(() => {
+      for (const t of ['repl-fs', 'repl-target']) {
+        for (const o of document.querySelector(`[data-test=${t}]`).options) o.shoalMark = true;
+      }
+    });
+    for (let i = 0; i < 2; i++) {
+      await page.waitForResponse((r) => new globalThis.URL(r.url()).pathname === '/api/v1/replication', { timeout: 15000 });
+    }
+    await page.locator('[data-test=target-row][data-name=self]').waitFor();
+    const kept = await page.evaluate(() =>
+      ['repl-fs', 'repl-target'].map((t) => {
+        const sel = document.querySelector(`[data-test=${t}]`);
+        return { t, value: sel.value, marked: Array.from(sel.options).every((o) => o.shoalMark === true) };
+      }),
+    );
+    for (const k of kept) assert(k.marked, `the ${k.t} select was rebuilt by a refresh that changed nothing`);
+    assert(kept[0].value === FS && kept[1].value === 'self', `after refreshes the selects read ${kept[0].value}, ${kept[1].value}`);
     await page.fill('[data-test=repl-remote]', REPLICA);
     await page.click('[data-test=repl-add]');
     const row = page.locator(`[data-test=repl-row][data-fs="${FS}"]`);

@@ -4,7 +4,7 @@
 // with promotion for failover.
 
 import * as api from '../api';
-import { h, options } from '../dom';
+import { h, setOptions } from '../dom';
 import { fmtBytes, fmtDateTime, fmtDuration } from '../format';
 import { every, type Page } from '../page';
 import { busy, confirmAction, dialog, errorLine, field, loadInto, pageHead, panel, table, toast } from '../widgets';
@@ -228,8 +228,10 @@ export function replicationPage(): Page {
     });
     await loadInto(targetsEl, async () => {
       const o = await loaded;
-      const keep = targetSelect.value;
-      targetSelect.replaceChildren(...options(o.targets.map((t): [string, string] => [t.name, t.name]), keep));
+      setOptions(
+        targetSelect,
+        o.targets.map((t): [string, string] => [t.name, t.name]),
+      );
       return table(
         [
           { title: 'Target', cell: (t) => h('b', null, t.name) },
@@ -309,8 +311,11 @@ export function replicationPage(): Page {
     });
     try {
       const list = (await fss).filter((f) => f.name.includes('/'));
-      const keep = fsSelect.value;
-      fsSelect.replaceChildren(...options(list.map((f): [string, string] => [f.name, f.name]), keep || list[0]?.name));
+      setOptions(
+        fsSelect,
+        list.map((f): [string, string] => [f.name, f.name]),
+        list[0]?.name,
+      );
     } catch {
       // The actions panel shows the daemon's error already.
     }
