@@ -173,6 +173,7 @@ impl Pool {
                 dirty_bytes: 0,
                 requested_txg: 0,
                 shutdown: false,
+                throttle_wakeups: 0,
             }),
             txg_cv: Condvar::new(),
             gate: RwLock::new(()),
@@ -643,8 +644,14 @@ impl Pool {
         }
         let mut t = self.txg.lock().unwrap();
         while t.dirty_bytes >= self.opts.dirty_max_bytes && !t.shutdown {
-            t.requested_txg = t.requested_txg.max(t.open_txg);
-            self.txg_cv.notify_all();
+            // Only the first writer to wait asks for the sync: a notify from every
+            // woken writer woke all the others, which notified again, and writers
+            // blocked at the limit spun through the whole sync (8 streams on slow
+            // disks: 6.5 CPU seconds for 2 GiB, against 2.5 without the limit).
+            if t.requested_txg < t.open_txg {
+                t.requested_txg = t.open_txg;
+                self.txg_cv.notify_all();
+            }
             if !self.opts.sync_thread {
                 drop(t);
                 self.sync_once()?;
@@ -656,11 +663,18 @@ impl Pool {
                 .wait_timeout(t, Duration::from_millis(100))
                 .unwrap()
                 .0;
+            t.throttle_wakeups += 1;
             if let Some(r) = self.suspended.lock().unwrap().clone() {
                 return Err(PoolError::Suspended(r));
             }
         }
         Ok(())
+    }
+
+    /// How many times writers held at the dirty-data limit have woken up since import:
+    /// a few per txg they wait through, not one per write of every other writer.
+    pub fn throttle_wakeups(&self) -> u64 {
+        self.txg.lock().unwrap().throttle_wakeups
     }
 
     /// Counts `bytes` newly dirtied in `objset`: towards the txg's dirty data (the
@@ -675,8 +689,11 @@ impl Pool {
             return;
         }
         let mut t = self.txg.lock().unwrap();
+        let below = t.dirty_bytes < self.opts.dirty_sync_bytes;
         t.dirty_bytes += bytes;
-        if t.dirty_bytes >= self.opts.dirty_sync_bytes {
+        // Once, as the threshold is crossed: the sync thread checks it whenever it is
+        // free again, and every write past it waking every waiter cost CPU for nothing.
+        if below && t.dirty_bytes >= self.opts.dirty_sync_bytes {
             self.txg_cv.notify_all();
         }
     }

@@ -261,6 +261,8 @@ struct TxgState {
     dirty_bytes: u64,
     requested_txg: u64,
     shutdown: bool,
+    /// Times a writer held at `dirty_max_bytes` woke up (`throttle_wakeups`).
+    throttle_wakeups: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
