@@ -119,14 +119,14 @@ impl FileDevice {
         };
         let end = file.seek(SeekFrom::End(0))?;
         let size = end / SECTOR_SIZE as u64 * SECTOR_SIZE as u64;
+        let rotational = backing_disk_is_rotational(&file);
         let mut dev = FileDevice {
             file,
             path: path.to_path_buf(),
             size,
             mode,
-            rotational: false,
+            rotational,
         };
-        dev.rotational = backing_disk_is_rotational(&dev.file);
         if mode == IoMode::Direct && size >= SECTOR_SIZE as u64 {
             // Some file systems accept the flag at open and refuse the I/O.
             let mut probe = AlignedBuf::zeroed(SECTOR_SIZE);

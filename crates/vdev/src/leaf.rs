@@ -122,6 +122,13 @@ const NEAR_SEEK_BYTES: u64 = 1 << 20;
 const NON_ROTATIONAL_SEEK_BYTES: u64 = 128 << 10;
 
 impl HeadHint {
+    fn new(rotational: bool) -> HeadHint {
+        HeadHint {
+            rotational: std::sync::atomic::AtomicBool::new(rotational),
+            ..HeadHint::default()
+        }
+    }
+
     fn issue(&self, offset: u64, len: u64) {
         self.queued_bytes.fetch_add(len, Ordering::Relaxed);
         self.last_end.store(offset + len, Ordering::Relaxed);
@@ -192,8 +199,8 @@ impl BusyClock {
 impl Leaf {
     pub fn new(guid: u64, path: String, device: Arc<dyn Device>) -> Leaf {
         let (data_start, data_len) = label::data_area(device.size_bytes());
-        let rotational = device.rotational();
-        let leaf = Leaf {
+        let head = HeadHint::new(device.rotational());
+        Leaf {
             identity: Mutex::new((guid, path)),
             device: RwLock::new(Some(device)),
             health: Mutex::new(Health::Online),
@@ -203,10 +210,8 @@ impl Leaf {
             analytics: OnceLock::new(),
             analytics_id: AtomicU32::new(0),
             busy: BusyClock::default(),
-            head: HeadHint::default(),
-        };
-        leaf.head.rotational.store(rotational, Ordering::Relaxed);
-        leaf
+            head,
+        }
     }
 
     /// A leaf whose device could not be opened.

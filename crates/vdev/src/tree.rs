@@ -334,58 +334,56 @@ impl TopVdev {
     /// (read-ahead workers, client threads) already provide the parallelism, and a
     /// thread per leaf cost more (stack maps, TLB shootdowns) than it saved. Disks
     /// (`Device::rotational`) are read all at once, a task a leaf on the disk reader
-    /// threads (`disk_readers`): a batch then
-    /// reaches every disk together, so batches taken in order by several read-ahead
-    /// workers arrive at each disk in offset order, rather than in whatever order the
-    /// workers reach it on their way through the leaves (which cost a seek back for
-    /// each piece that came late), and no disk idles while a batch waits on the others
-    /// one by one. The hand-off is microseconds; a disk read is milliseconds.
-    /// `parallel` false (deterministic pools: simulations that replay one I/O order)
-    /// reads every leaf in the calling thread.
+    /// threads (`disk_readers`): a batch then reaches every disk together, so batches
+    /// taken in order by several read-ahead workers arrive at each disk in offset
+    /// order, rather than in whatever order the workers reach it on their way through
+    /// the leaves (which cost a seek back for each piece that came late), and no disk
+    /// idles while a batch waits on the others one by one. The hand-off is
+    /// microseconds; a disk read is milliseconds. `parallel` false (deterministic
+    /// pools: simulations that replay one I/O order) reads every leaf in the calling
+    /// thread.
     pub fn read_many(&self, reqs: &[(u64, u64)], parallel: bool) -> Vec<Option<AlignedBuf>> {
         let n = self.leaves.len();
-        // Each request's pieces as (leaf, child offset, size), in buffer order.
-        let mut pieces: Vec<Vec<(usize, u64, usize)>> = Vec::with_capacity(reqs.len());
-        match self.layout {
+        // A mirror's batch comes from one side, chosen by its first block.
+        let side = match self.layout {
+            Layout::RaidZ { .. } => 0,
             Layout::Disk | Layout::Mirror => {
                 let first = reqs.first().map_or(0, |r| r.0);
                 let Some(&side) = self.read_order(first).first() else {
                     return reqs.iter().map(|_| None).collect();
                 };
-                for &(offset, size) in reqs {
-                    pieces.push(vec![(side, offset, size as usize)]);
-                }
+                side
             }
-            Layout::RaidZ { nparity } => {
-                for &(offset, size) in reqs {
-                    let map = raidz_map(n, nparity, offset, size);
-                    pieces.push(
-                        map.data_columns()
-                            .iter()
-                            .map(|c| (c.child, c.child_offset, c.size))
-                            .collect(),
-                    );
-                }
-            }
-        }
+        };
         let mut outs: Vec<AlignedBuf> = reqs
             .iter()
             .map(|&(_, size)| AlignedBuf::for_overwrite(size as usize))
             .collect();
-        // Each request's buffer cut into its pieces, handed to their leaves.
+        // Each request's buffer cut into its pieces (one mirror side, or RAID-Z's data
+        // columns in buffer order), handed to their leaves.
         let mut per_leaf: Vec<Vec<LeafPiece<'_>>> = (0..n).map(|_| Vec::new()).collect();
-        for (request, (out, pieces)) in outs.iter_mut().zip(&pieces).enumerate() {
-            let mut rest: &mut [u8] = &mut out[..];
-            for &(leaf, offset, size) in pieces {
-                let (buf, tail) = std::mem::take(&mut rest).split_at_mut(size);
-                per_leaf[leaf].push(LeafPiece {
+        for (request, (out, &(offset, size))) in outs.iter_mut().zip(reqs).enumerate() {
+            match self.layout {
+                Layout::Disk | Layout::Mirror => per_leaf[side].push(LeafPiece {
                     offset,
-                    buf,
+                    buf: &mut out[..],
                     request,
-                });
-                rest = tail;
+                }),
+                Layout::RaidZ { nparity } => {
+                    let map = raidz_map(n, nparity, offset, size);
+                    let mut rest: &mut [u8] = &mut out[..];
+                    for col in map.data_columns() {
+                        let (buf, tail) = std::mem::take(&mut rest).split_at_mut(col.size);
+                        per_leaf[col.child].push(LeafPiece {
+                            offset: col.child_offset,
+                            buf,
+                            request,
+                        });
+                        rest = tail;
+                    }
+                    assert!(rest.is_empty(), "data columns cover the request's buffer");
+                }
             }
-            assert!(rest.is_empty(), "pieces cover the request's buffer");
         }
         let busy = per_leaf.iter().filter(|p| !p.is_empty()).count();
         let parallel = parallel && busy > 1 && self.leaves.iter().all(|l| l.is_rotational());
@@ -681,7 +679,6 @@ impl TopVdev {
     }
 }
 
-/// Every `k`-element subset of `items`, in lexicographic order.
 /// One piece of a `read_many` request on one leaf: where on the leaf, and the part of
 /// the request's buffer it fills.
 struct LeafPiece<'a> {
@@ -717,6 +714,7 @@ fn read_leaf_pieces(leaf: &Leaf, mut pieces: Vec<LeafPiece<'_>>) -> Vec<usize> {
     failed
 }
 
+/// Every `k`-element subset of `items`, in lexicographic order.
 fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
     fn go(
         items: &[usize],
