@@ -11,6 +11,15 @@
 //! (`cachethis`), the slot's current sequence id is a retransmission answered from
 //! that cache without running anything again (exactly once), and anything else is
 //! SEQ_MISORDERED. A retransmission of a request still running gets DELAY.
+//!
+//! Durability is settled per COMPOUND, not per operation: an operation whose answer
+//! says its change is on stable storage (a create or remove, a FILE_SYNC WRITE, a
+//! COMMIT) leaves its pool in `Ctx::unsettled`, and one log commit a pool follows the
+//! last operation, before the reply is sent or kept in the slot. So OPEN (create),
+//! WRITE (FILE_SYNC), CLOSE of a small file costs one device write and flush, where
+//! NFSv3 pays one for CREATE and another for WRITE. A crash before that commit loses
+//! only changes no client was told of; a commit that fails turns the first operation
+//! that needed it into NFS4ERR_IO and ends the reply there.
 
 use super::pseudo::Fh;
 use super::state::{Release, SlotReply, Stateid};
@@ -92,6 +101,16 @@ pub(crate) struct Ctx<'c, 'a> {
     /// CLOSE), so they do not resolve the handle the server itself just made again.
     /// Any other operation drops it: it never outlives a change it did not see.
     pub opened: Option<crate::service::Target>,
+    /// The pools this COMPOUND changed in ways its reply says are on stable storage
+    /// (a create, a remove, a FILE_SYNC write, a COMMIT...), committed once after its
+    /// last operation and before the reply is sent or kept in the slot: one log
+    /// commit for an OPEN, WRITE, CLOSE of a new file, not one for each.
+    pub unsettled: Vec<Arc<pool::Pool>>,
+    /// The result index and status position of the first operation that left a
+    /// commit for the end: where the COMPOUND stops with NFS4ERR_IO if it fails.
+    pub first_unsettled: Option<(u32, usize)>,
+    /// The running operation's result index and status position.
+    pub op_at: (u32, usize),
 }
 
 impl Ctx<'_, '_> {
@@ -109,6 +128,44 @@ impl Ctx<'_, '_> {
             return self.cur_stateid.ok_or(Nfs4Error::BadStateId);
         }
         Ok(s)
+    }
+
+    /// `Filesystem::settle_stable` for the COMPOUND: a change that succeeded is
+    /// committed with the COMPOUND's others before the reply (see `unsettled`). Safe
+    /// because nothing of it is acknowledged before that commit: the client sees no
+    /// reply, and a crash before the commit loses only changes nobody was told of.
+    pub fn settle_stable<T>(&mut self, fs: &fs::Filesystem, r: fs::Result<T>) -> fs::Result<T> {
+        if r.is_ok() && fs.commits_stable() {
+            let pool = fs.pool();
+            if !self.unsettled.iter().any(|p| Arc::ptr_eq(p, pool)) {
+                self.unsettled.push(pool.clone());
+            }
+            self.first_unsettled.get_or_insert(self.op_at);
+        }
+        r
+    }
+
+    /// FILE_SYNC and COMMIT: every write to `fs` so far durable before the reply.
+    pub fn settle_writes(&mut self, fs: &fs::Filesystem) {
+        let _ = self.settle_stable(fs, Ok(()));
+    }
+
+    /// Commits what the COMPOUND left for the end (one log commit a pool). On
+    /// failure, the index and status position of the first operation that relied on
+    /// it.
+    fn settle(&mut self) -> Result<(), (u32, usize)> {
+        let pools = std::mem::take(&mut self.unsettled);
+        let mut failed = false;
+        for p in &pools {
+            if let Err(e) = p.log_commit() {
+                tracing::warn!(error = %e, "NFSv4 COMPOUND: log commit failed");
+                failed = true;
+            }
+        }
+        match (failed, self.first_unsettled) {
+            (true, Some(at)) => Err(at),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -231,6 +288,9 @@ impl NfsService {
             releases: Vec::new(),
             prefetched,
             opened: None,
+            unsettled: Vec::new(),
+            first_unsettled: None,
+            op_at: (0, 0),
         };
         // The results go straight after the reply's header; the status and the count
         // of results are filled in at the end.
@@ -263,6 +323,7 @@ impl NfsService {
             res.u32(resop);
             let at = res.len();
             res.u32(0);
+            ctx.op_at = (count, at);
             PROBE.with(|p| p.set(Probe::default()));
             let r: OpOut = if !known {
                 Err(Nfs4Error::OpIllegal.into())
@@ -378,6 +439,16 @@ impl NfsService {
                 }
                 res.buf.extend_from_slice(Encoder::padding(data.len()));
             }
+        }
+        if let Err((index, at)) = ctx.settle() {
+            // The changes are made but not known durable: the operation that needed
+            // the commit answers IO and ends the COMPOUND there, as it would have had
+            // it committed on its own.
+            res.buf.truncate(at);
+            res.u32(Nfs4Error::Io as u32);
+            ctx.data = None;
+            count = index;
+            status = Nfs4Error::Io as u32;
         }
         res.buf[body_at..body_at + 4].copy_from_slice(&status.to_be_bytes());
         res.buf[results_at - 4..results_at].copy_from_slice(&count.to_be_bytes());

@@ -92,7 +92,7 @@ impl NfsService {
         let committed = if stable == UNSTABLE4 {
             UNSTABLE4
         } else {
-            t.share.fs.fsync(t.ino)?;
+            ctx.settle_writes(&t.share.fs);
             FILE_SYNC4
         };
         e.u32(n as u32).u32(committed).fixed(&self.write_verifier);
@@ -121,7 +121,7 @@ impl NfsService {
         let _count = d.u32()?;
         let t = self.file_for_io(ctx)?;
         // The log is pool-wide: one commit makes every earlier write durable.
-        t.share.fs.fsync(t.ino)?;
+        ctx.settle_writes(&t.share.fs);
         e.fixed(&self.write_verifier);
         Ok(())
     }

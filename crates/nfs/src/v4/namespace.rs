@@ -95,7 +95,7 @@ impl NfsService {
         {
             fs.setattr(made.ino, &rest.to_setattr(), cred)?;
         }
-        fs.settle_stable(Ok(()))?;
+        ctx.settle_stable(fs, Ok(()))?;
         let after = fs.getattr(t.ino).ok();
         change_info(e, &t.attr, after.as_ref());
         let mut set = s.given;
@@ -120,7 +120,7 @@ impl NfsService {
         if !self.break_delegations_of_names(fs, t.fsid, &[(t.ino, name)], ctx.client) {
             return Err(Nfs4Error::Delay.into());
         }
-        fs.settle_stable(fs.remove_any(t.ino, name, &t.access.cred))?;
+        ctx.settle_stable(fs, fs.remove_any(t.ino, name, &t.access.cred))?;
         let after = fs.getattr(t.ino).ok();
         change_info(e, &t.attr, after.as_ref());
         Ok(())
@@ -151,14 +151,17 @@ impl NfsService {
         if !self.break_delegations_of_names(fs, from.fsid, &names, ctx.client) {
             return Err(Nfs4Error::Delay.into());
         }
-        fs.settle_stable(fs.rename(
-            from.ino,
-            from_name,
-            to.ino,
-            to_name,
-            false,
-            &from.access.cred,
-        ))?;
+        ctx.settle_stable(
+            fs,
+            fs.rename(
+                from.ino,
+                from_name,
+                to.ino,
+                to_name,
+                false,
+                &from.access.cred,
+            ),
+        )?;
         let fa = fs.getattr(from.ino).ok();
         let ta = fs.getattr(to.ino).ok();
         change_info(e, &from.attr, fa.as_ref());
@@ -183,7 +186,7 @@ impl NfsService {
         }
         self.clear_for_change(open_file_key(&file), ctx.client)?;
         let fs = &dir.share.fs;
-        fs.settle_stable(fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
+        ctx.settle_stable(fs, fs.link(file.ino, dir.ino, name, &dir.access.cred))?;
         let after = fs.getattr(dir.ino).ok();
         change_info(e, &dir.attr, after.as_ref());
         Ok(())

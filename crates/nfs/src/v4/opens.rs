@@ -342,7 +342,7 @@ impl NfsService {
             }
         }
         if created || attrset.has(attrs::SIZE) {
-            file.share.fs.settle_stable(Ok(()))?;
+            ctx.settle_stable(&file.share.fs, Ok(()))?;
         }
         encode_stateid(e, &stateid);
         match &dir {
