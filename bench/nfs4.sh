@@ -8,8 +8,11 @@
 # enough for the file set) and Ganesha 'as users run it' (FSAL VFS on the ext4 this
 # machine has, Protocols 3 and 4, minor versions 1 and 2), both on loopback.
 # Tests on a file set that fits both servers' caches: cached 128K reads, 8K random
-# reads, 128K streaming writes, and a metadata loop (create, stat, remove of small
-# files), each over v3 and v4.1. The metadata loop runs on two shoal datasets: the
+# reads, 128K streaming writes, a metadata loop (create, stat, remove of empty
+# files) and a small-file loop (create a 4 KiB file on stable storage, stat it,
+# open, read and close it, delete it: `--workload smallfiles`, where v4.1 sends the
+# create as one OPEN+WRITE+CLOSE COMPOUND and the open as one OPEN+READ+CLOSE, and
+# v3 sends CREATE+WRITE and READ), each over v3 and v4.1. Both loops run on two shoal datasets: the
 # default (sync=standard: each create and remove is on stable storage when answered,
 # as NFS promises) and one with sync=disabled, which promises what Ganesha gives (it
 # answers creates and removes without any fsync: the host file system commits them
@@ -102,6 +105,7 @@ run() { # SERVER VERSION TEST -> one JSON line
         randread_8k) args="--workload randread --io-size 8K --depth 8 --files $FILES --file-size $FILE_SIZE --duration ${SECONDS_RUN}s" ;;
         write_128k) args="--workload write --io-size 128K --depth 8 --files $FILES --file-size $FILE_SIZE --dir shoal-bench-w --duration ${SECONDS_RUN}s" ;;
         metadata) args="--workload metadata --duration ${SECONDS_RUN}s" ;;
+        smallfiles) args="--workload smallfiles --io-size 4K --duration ${SECONDS_RUN}s" ;;
     esac
     local pid before after
     pid=$(pid_of "$server")
@@ -134,12 +138,12 @@ for server in shoal ganesha; do
     done
 done
 
-TESTS="read_cached_128k randread_8k write_128k metadata"
+TESTS=${TESTS:-"read_cached_128k randread_8k write_128k metadata smallfiles"}
 for round in $(seq "$REPEAT"); do
     log "round $round of $REPEAT"
     for test in $TESTS; do
         servers="shoal ganesha"
-        [ "$test" = metadata ] && servers="shoal shoal-nosync ganesha"
+        case "$test" in metadata|smallfiles) servers="shoal shoal-nosync ganesha" ;; esac
         for server in $servers; do
             for version in 3 4.1; do
                 run "$server" "$version" "$test" | tee -a "$OUT/results.jsonl" >&2
@@ -228,12 +232,14 @@ def ratio(a, b, key):
     x, y = med(a, key), med(b, key)
     return round(x / y, 3) if x and y else None
 ratios = {}
-for t, key in [("read_cached_128k", "mb_per_s"), ("randread_8k", "iops"), ("write_128k", "mb_per_s"), ("metadata", "iops")]:
+for t, key in [("read_cached_128k", "mb_per_s"), ("randread_8k", "iops"), ("write_128k", "mb_per_s"), ("metadata", "iops"), ("smallfiles", "iops")]:
     ratios[f"{t}: shoal v4.1 / shoal v3"] = ratio(f"shoal v4.1 {t}", f"shoal v3 {t}", key)
     ratios[f"{t}: shoal v4.1 / ganesha v4.1"] = ratio(f"shoal v4.1 {t}", f"ganesha v4.1 {t}", key)
     ratios[f"{t}: ganesha v4.1 / ganesha v3"] = ratio(f"ganesha v4.1 {t}", f"ganesha v3 {t}", key)
 ratios["metadata: shoal-nosync v4.1 / shoal-nosync v3"] = ratio("shoal-nosync v4.1 metadata", "shoal-nosync v3 metadata", "iops")
 ratios["metadata: shoal-nosync v4.1 / ganesha v4.1"] = ratio("shoal-nosync v4.1 metadata", "ganesha v4.1 metadata", "iops")
+ratios["smallfiles: shoal-nosync v4.1 / shoal-nosync v3"] = ratio("shoal-nosync v4.1 smallfiles", "shoal-nosync v3 smallfiles", "iops")
+ratios["smallfiles: shoal-nosync v4.1 / ganesha v4.1"] = ratio("shoal-nosync v4.1 smallfiles", "ganesha v4.1 smallfiles", "iops")
 print(json.dumps({
     "benchmark": "bench/nfs4.sh", "date": datetime.date.today().isoformat(), "commit": commit,
     "setup": {"rounds": int(repeat), "seconds_per_run": int(seconds), "set_mib": int(set_mib),
@@ -247,7 +253,11 @@ print(json.dumps({
                            "metadata >= 1.0x own v3 (sync=standard)": ratios["metadata: shoal v4.1 / shoal v3"],
                            "metadata >= 1.0x own v3 (sync=disabled)": ratios["metadata: shoal-nosync v4.1 / shoal-nosync v3"],
                            "metadata >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=disabled)": ratios["metadata: shoal-nosync v4.1 / ganesha v4.1"],
-                           "metadata, shoal durable (sync=standard) / ganesha v4.1 (not durable)": ratios["metadata: shoal v4.1 / ganesha v4.1"]},
+                           "metadata, shoal durable (sync=standard) / ganesha v4.1 (not durable)": ratios["metadata: shoal v4.1 / ganesha v4.1"],
+                           "small files (create/stat/open/read/close/delete) >= 1.0x own v3 (sync=standard)": ratios["smallfiles: shoal v4.1 / shoal v3"],
+                           "small files >= 1.0x own v3 (sync=disabled)": ratios["smallfiles: shoal-nosync v4.1 / shoal-nosync v3"],
+                           "small files >= 1.5x ganesha v4.1 (shoal sync=standard: creates, data and removes durable; ganesha: data durable by FILE_SYNC, removes not)": ratios["smallfiles: shoal v4.1 / ganesha v4.1"],
+                           "small files, shoal sync=disabled / ganesha v4.1": ratios["smallfiles: shoal-nosync v4.1 / ganesha v4.1"]},
     "from_disk": {"setup": f"shoal with a 256 MiB ARC, {disk_mib} MiB in 8 files, 128K reads 16 in flight, host caches dropped before each run; raw disk: fio O_DIRECT 1 MiB x 32 on the same file system", **from_disk, "runs": disk},
     "ratios": ratios, "figures": figures, "runs": rows}, indent=1))
 PY

@@ -305,7 +305,7 @@ pub fn run_on_agents(
             clients,
         })?;
     }
-    let files_total = if job.workload == crate::job::Workload::Metadata {
+    let files_total = if !job.workload.has_file_set() {
         0
     } else if job.per_client_export() {
         job.files * clients as u64

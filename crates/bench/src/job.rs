@@ -27,6 +27,11 @@ pub enum Workload {
     Randwrite,
     /// Create, stat and delete small files, each thread in its own directory.
     Metadata,
+    /// Small files through their life, each thread in its own directory: create one
+    /// with `io_size` bytes on stable storage, stat it, open, read and close it,
+    /// delete it. Each step is timed as one operation however many calls the protocol
+    /// needs for it (see `Nfs::create_with_data` and `Nfs::open_read_close`).
+    Smallfiles,
     Fileserver,
     Varmail,
     Webserver,
@@ -35,12 +40,13 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 10] = [
+    pub const ALL: [Workload; 11] = [
         Workload::Read,
         Workload::Write,
         Workload::Randread,
         Workload::Randwrite,
         Workload::Metadata,
+        Workload::Smallfiles,
         Workload::Fileserver,
         Workload::Varmail,
         Workload::Webserver,
@@ -55,6 +61,7 @@ impl Workload {
             Workload::Randread => "randread",
             Workload::Randwrite => "randwrite",
             Workload::Metadata => "metadata",
+            Workload::Smallfiles => "smallfiles",
             Workload::Fileserver => "fileserver",
             Workload::Varmail => "varmail",
             Workload::Webserver => "webserver",
@@ -81,6 +88,7 @@ impl Workload {
             Workload::Read | Workload::Write => (16, 64 * M, 128 * K),
             Workload::Randread | Workload::Randwrite => (16, 64 * M, 8 * K),
             Workload::Metadata => (0, 0, 0),
+            Workload::Smallfiles => (0, 0, 4 * K),
             Workload::Fileserver => (1000, 128 * K, 16 * K),
             Workload::Varmail | Workload::Webserver => (1000, 16 * K, 16 * K),
             Workload::Videoserver => (16, 64 * M, 256 * K),
@@ -90,7 +98,16 @@ impl Workload {
 
     /// Whether the run reads the file set (so it must be filled first).
     pub fn reads_the_set(self) -> bool {
-        !matches!(self, Workload::Write | Workload::Metadata)
+        !matches!(
+            self,
+            Workload::Write | Workload::Metadata | Workload::Smallfiles
+        )
+    }
+
+    /// Whether the run has a file set at all (the small-file workloads make and
+    /// delete their own files only).
+    pub fn has_file_set(self) -> bool {
+        !matches!(self, Workload::Metadata | Workload::Smallfiles)
     }
 }
 
@@ -369,8 +386,8 @@ impl JobFile {
                     (base as f64 * of) as u64
                 }
             };
-            if workload == Workload::Metadata {
-                bail!("the metadata workload has no file set to size");
+            if !workload.has_file_set() {
+                bail!("the {} workload has no file set to size", workload.name());
             }
             if files == 0 {
                 files = 1;
@@ -480,14 +497,16 @@ impl Job {
             ("rsize", self.rsize),
             ("wsize", self.wsize),
         ] {
-            if self.workload != Workload::Metadata && (v == 0 || v > max) {
+            let needed = self.workload.has_file_set()
+                || (self.workload == Workload::Smallfiles && what == "io_size");
+            if needed && (v == 0 || v > max) {
                 bail!("{what} must be 1 byte to 1M");
             }
         }
         if !(0.0..1.0).contains(&self.compressible) {
             bail!("compressible must be at least 0 and below 1");
         }
-        if self.workload != Workload::Metadata {
+        if self.workload.has_file_set() {
             if self.files == 0 || self.files > 10_000_000 {
                 bail!("files must be 1 to 10000000");
             }

@@ -16,7 +16,7 @@ use crate::client::{mkdir_path, mount, root_credential, Call, Fh, Nfs, Stable, T
 use crate::data::{Content, Rng};
 use crate::job::{Job, Workload};
 use crate::stats::{ClientResult, Live, Op, Recorder};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -105,7 +105,7 @@ pub fn prepare(
     let root = mount(target, &job.export_for(client), credential(client))?;
     let nfs = Nfs::connect(target, credential(client))?;
     mkdir_path(&nfs, &root, &format!("{}/work", job.dir))?;
-    if job.workload == Workload::Metadata {
+    if !job.workload.has_file_set() {
         return Ok(());
     }
     let set = mkdir_path(&nfs, &root, &job.set_dir())?;
@@ -195,7 +195,7 @@ pub fn ready(
     let root = mount(target, &job.export_for(client), cred.clone())?;
     let nfs = Nfs::connect(target, cred.clone())?;
     let mut set = Vec::new();
-    if job.workload != Workload::Metadata {
+    if job.workload.has_file_set() {
         let dir = mkdir_path(&nfs, &root, &job.set_dir())?;
         for f in 0..job.files {
             let (fh, attr) = nfs.lookup(&dir, &set_file_name(f))?.ok_or_else(|| {
@@ -432,6 +432,7 @@ impl<'a> Worker<'a> {
             Workload::Randread => self.random(false),
             Workload::Randwrite => self.random(true),
             Workload::Metadata => self.metadata(),
+            Workload::Smallfiles => self.smallfiles(),
             Workload::Fileserver => self.fileserver(),
             Workload::Varmail => self.varmail(),
             Workload::Webserver => self.webserver(),
@@ -529,6 +530,32 @@ impl<'a> Worker<'a> {
             n += 1;
             let fh = self.timed(Op::Create, 0, |nfs| nfs.create(&own, &name, true))?;
             self.timed(Op::Getattr, 0, |nfs| nfs.getattr(&fh))?;
+            self.timed(Op::Remove, 0, |nfs| nfs.remove(&own, &name))?;
+        }
+        Ok(())
+    }
+
+    /// Small files through their life (see `Workload::Smallfiles`): each step one
+    /// timed operation, so both protocols count four a file.
+    fn smallfiles(&mut self) -> Result<()> {
+        let own = self.own.clone();
+        let size = self.job().io_size as usize;
+        // Own files take the content of an imaginary set file past the set's end.
+        let key = self.sh.job.files + self.stream as u64;
+        let data = self.sh.content.slice(key, 0, size);
+        let mut n = 0u64;
+        while self.go() {
+            let name = format!("s{n}");
+            n += 1;
+            let fh = self.timed(Op::Create, size as u64, |nfs| {
+                nfs.create_with_data(&own, &name, data)
+            })?;
+            self.timed(Op::Getattr, 0, |nfs| nfs.getattr(&fh))?;
+            self.timed(Op::Read, size as u64, |nfs| {
+                let got = nfs.open_read_close(&own, &name, &fh, size as u32)?;
+                ensure!(got == size, "{name}: read {got} of its {size} bytes");
+                Ok(())
+            })?;
             self.timed(Op::Remove, 0, |nfs| nfs.remove(&own, &name))?;
         }
         Ok(())

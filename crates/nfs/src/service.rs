@@ -719,12 +719,17 @@ impl Service for NfsService {
 
     /// NFSv3 calls but READ (a miss reads from disk; cached READs are answered
     /// inline anyway) and COMMIT (may write a whole txg): v3 has no calls back to the
-    /// client, and its other calls are small. NFSv4 calls may recall delegations over
-    /// the connection they came on, whose reader must stay free to take the answer.
-    fn may_run_inline(&self, header: &crate::rpc::CallHeader) -> bool {
-        header.program == NFS_PROGRAM
-            && header.version == NFS_V3
-            && header.procedure != NFSPROC3_READ
-            && header.procedure != NFSPROC3_COMMIT
+    /// client, and its other calls are small. NFSv4 COMPOUNDs likewise but those that
+    /// start (after SEQUENCE and PUTFH) with READ or COMMIT
+    /// (`v4::compound::may_run_inline`): no NFSv4 operation waits for a client, since
+    /// a delegation recall goes out on a thread of its own while the operation that
+    /// met the delegation answers DELAY at once.
+    fn may_run_inline(&self, call: &Call<'_>) -> bool {
+        let h = &call.header;
+        match (h.program, h.version) {
+            (NFS_PROGRAM, NFS_V3) => h.procedure != NFSPROC3_READ && h.procedure != NFSPROC3_COMMIT,
+            (NFS_PROGRAM, NFS_V4) => crate::v4::compound::may_run_inline(call),
+            _ => false,
+        }
     }
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// `shoal serve` sharing tank/b to root (no_root_squash) with a small ARC; returns
 /// the process, the NFS address and the API address.
@@ -213,11 +214,15 @@ fn nfs41_workloads_against_shoal_and_against_ganesha() {
         if shoal_api.is_some() {
             assert_eq!(r["server"]["nfs_read_bytes"], 32 << 20, "{}", r["server"]);
         }
-        for w in ["metadata", "randwrite", "varmail"] {
+        for w in ["metadata", "randwrite", "varmail", "smallfiles"] {
             let (ok_run, r) =
                 bench(&[&common[..], &at, &["--workload", w, "--duration", "1s"]].concat());
             assert!(ok_run, "{server} {w}: {r}");
             check_sums(&r, 2);
+            if w == "smallfiles" {
+                // Two agents of one client with two threads each.
+                check_mix(w, &r, 4);
+            }
         }
     }
     // Ganesha holds what the generator wrote.
@@ -556,6 +561,33 @@ fn check_mix(workload: &str, r: &Value, threads: u64) {
                 "FILE_SYNC, no COMMIT: {ops:?}"
             );
         }
+        "smallfiles" => {
+            // Per file: create with io_size bytes, stat, open/read/close, remove; each
+            // step one operation whatever the protocol sends for it.
+            let io = r["job"]["io_size"].as_u64().unwrap();
+            assert!(n("create") > 0, "{ops:?}");
+            within(
+                n("getattr"),
+                n("create").saturating_sub(threads),
+                n("create"),
+                "stats",
+            );
+            within(
+                n("read"),
+                n("getattr").saturating_sub(threads),
+                n("getattr"),
+                "opens",
+            );
+            within(
+                n("remove"),
+                n("read").saturating_sub(threads),
+                n("read"),
+                "removes",
+            );
+            assert_eq!(bytes("create"), n("create") * io, "files of io_size");
+            assert_eq!(bytes("read"), n("read") * io, "read whole");
+            assert_eq!(n("write") + n("commit"), 0, "{ops:?}");
+        }
         other => panic!("no mix for {other}"),
     }
 }
@@ -576,7 +608,14 @@ fn personalities_issue_the_mix_they_define_against_shoal_and_ganesha() {
             vec!["--mount-port", g_mount.as_str()],
         ),
     ] {
-        for w in ["fileserver", "varmail", "webserver", "videoserver", "oltp"] {
+        for w in [
+            "fileserver",
+            "varmail",
+            "webserver",
+            "videoserver",
+            "oltp",
+            "smallfiles",
+        ] {
             let (ok_run, r) = bench(
                 &[
                     &[
@@ -745,19 +784,28 @@ impl Ganesha {
     fn start(dir: &Path) -> Ganesha {
         let export = dir.join("export");
         std::fs::create_dir_all(&export).unwrap();
-        // Ganesha registers with rpcbind and will not start without it.
-        let running = Command::new("pgrep")
-            .args(["-x", "rpcbind"])
-            .status()
-            .unwrap()
-            .success();
-        if !running {
-            let started = Command::new("rpcbind")
-                .arg("-w")
+        // Ganesha registers with rpcbind and will not start without it. Once for the
+        // test binary: two tests starting it at once made the second one fail.
+        static RPCBIND: std::sync::Once = std::sync::Once::new();
+        RPCBIND.call_once(|| {
+            let running = Command::new("pgrep")
+                .args(["-x", "rpcbind"])
                 .status()
-                .expect("rpcbind (.ci/test-deps.sh)");
-            assert!(started.success());
-        }
+                .unwrap()
+                .success();
+            if !running {
+                let started = Command::new("rpcbind")
+                    .arg("-w")
+                    .status()
+                    .expect("rpcbind (.ci/test-deps.sh)");
+                assert!(started.success());
+            }
+        });
+        // One Ganesha starts at a time: each unregisters the NFS programs from
+        // rpcbind before registering its own, so two starting together can undo each
+        // other's registration, and the loser never listens.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _starting = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         let [port, mount_port, nlm, rquota] = free_ports();
         let conf = dir.join("ganesha.conf");
         std::fs::write(
@@ -788,8 +836,17 @@ impl Ganesha {
             port,
             mount_port,
         };
-        wait_listening(port);
-        wait_listening(mount_port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for p in [port, mount_port] {
+            while std::net::TcpStream::connect(("127.0.0.1", p)).is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "Ganesha does not listen on {p}; its log:\n{}",
+                    std::fs::read_to_string(dir.join("ganesha.log")).unwrap_or_default()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         g
     }
 

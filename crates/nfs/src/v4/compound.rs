@@ -179,6 +179,35 @@ pub fn encode_stateid(e: &mut Encoder, s: &Stateid) {
     e.u32(s.seqid).fixed(&s.other);
 }
 
+/// Whether a COMPOUND may run on its connection's reader (see
+/// `Service::may_run_inline`): all but those whose first operation after SEQUENCE
+/// and PUTFH is READ (a miss waits for disks, and a reader streams the next calls
+/// meanwhile; cached READs are answered there anyway) or COMMIT (may write a txg).
+/// Reads only the opening of the arguments; what it cannot read runs inline and is
+/// answered as malformed there.
+pub(crate) fn may_run_inline(call: &Call<'_>) -> bool {
+    if call.header.procedure != 1 {
+        return true; // NULL
+    }
+    let mut d = call.args();
+    let first_real_op = (|| -> Result<u32, XdrError> {
+        d.opaque(OPAQUE_LIMIT)?;
+        d.u32()?; // minor version
+        d.u32()?; // operations
+        let mut opnum = d.u32()?;
+        if opnum == op::SEQUENCE {
+            d.fixed(16 + 4 * 4)?; // sessionid, sequenceid, slotid, highest, cachethis
+            opnum = d.u32()?;
+        }
+        if opnum == op::PUTFH {
+            d.opaque(super::FHSIZE4)?;
+            opnum = d.u32()?;
+        }
+        Ok(opnum)
+    })();
+    !matches!(first_real_op, Ok(op::READ | op::COMMIT))
+}
+
 /// What SEQUENCE decided.
 enum Sequenced {
     Run {
@@ -633,5 +662,68 @@ impl NfsService {
             // layouts, no delegations, no named attributes, no SSV, no 4.0 operations.
             _ => Err(Nfs4Error::NotSupp.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::decode_call;
+    use crate::rpc::{AuthSys, Credential};
+    use crate::v4::client::{Compound, Stateid};
+
+    fn inline(c: &Compound) -> bool {
+        let cred = Credential::Sys(AuthSys {
+            stamp: 0,
+            machine: b"t".to_vec(),
+            uid: 0,
+            gid: 0,
+            gids: vec![],
+        });
+        let record = c.record(1, &cred);
+        let call = Call {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            received: std::time::Instant::now(),
+            header: decode_call(&record).unwrap(),
+            record: &record,
+            back: None,
+        };
+        may_run_inline(&call)
+    }
+
+    fn in_session() -> Compound {
+        let mut c = Compound::new("t");
+        c.sequence(&[7; 16], 1, 0, 0, false);
+        c
+    }
+
+    #[test]
+    fn compounds_starting_with_read_or_commit_go_to_workers_the_rest_may_run_inline() {
+        let mut read = in_session();
+        read.putfh(&[1; 40]).read(&Stateid::ANONYMOUS, 0, 4096);
+        assert!(!inline(&read));
+        let mut commit = in_session();
+        commit.putfh(&[1; 40]).commit(0, 0);
+        assert!(!inline(&commit));
+        let mut write = in_session();
+        write
+            .putfh(&[1; 40])
+            .write(&Stateid::ANONYMOUS, 0, 2, b"data");
+        assert!(inline(&write));
+        let mut open_read_close = in_session();
+        open_read_close
+            .putfh(&[1; 40])
+            .getfh()
+            .read(&Stateid::CURRENT, 0, 10);
+        assert!(
+            inline(&open_read_close),
+            "READ after other work: small, as a create's"
+        );
+        let mut setup = Compound::new("t");
+        setup.exchange_id(&[1; 8], b"owner", 0);
+        assert!(inline(&setup));
+        let mut cut = in_session();
+        cut.raw_op(op::PUTFH, &[0, 0]);
+        assert!(inline(&cut), "malformed: answered as such, inline");
     }
 }

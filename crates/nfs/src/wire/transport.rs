@@ -157,7 +157,7 @@ pub trait Service: Send + Sync + 'static {
     /// a VM the larger part of a small call's cost, but the connection's next call is
     /// not read until it is done: only calls that never wait for the client (no call
     /// back on this connection) and take no long device work qualify.
-    fn may_run_inline(&self, _header: &CallHeader) -> bool {
+    fn may_run_inline(&self, _call: &Call<'_>) -> bool {
         false
     }
 }
@@ -620,7 +620,7 @@ fn read_loop(
         // Only this reader adds to `in_flight`, so a connection seen with nothing in
         // flight stays so until the call is counted below. The peek, a system call,
         // comes last: a pipelining client is told apart by the count alone.
-        if service.may_run_inline(&call.header)
+        if service.may_run_inline(&call)
             && *conn.in_flight.lock().unwrap() == 0
             && !more_waiting(&stream)
         {
@@ -890,7 +890,7 @@ mod tests {
             Some(Reply::new(call.reply(Accept::Success)))
         }
 
-        fn may_run_inline(&self, _header: &CallHeader) -> bool {
+        fn may_run_inline(&self, _call: &Call<'_>) -> bool {
             true
         }
     }
