@@ -16,7 +16,10 @@
 # default (sync=standard: each create and remove is on stable storage when answered,
 # as NFS promises) and one with sync=disabled, which promises what Ganesha gives (it
 # answers creates and removes without any fsync: the host file system commits them
-# later), so one pair compares equal guarantees. Then reads from disk (DISK_MIB, default 4096, of
+# later), so one pair compares equal guarantees. Ganesha serves both loops from a
+# second export too, a tree of the same ext4 with synchronous directory updates
+# (chattr +D, ext4's dirsync): its creates and removes are then on disk when
+# answered, as shoal's at sync=standard, the other pair of equal guarantees. Then reads from disk (DISK_MIB, default 4096, of
 # files against a 256 MiB ARC, one stream and four, 128K reads 16 in flight) over v3
 # and v4.1 beside the raw disk (fio, O_DIRECT, 1 MiB, 32 in flight, the file
 # system's best), shoal only, every round after dropping the host's caches.
@@ -57,7 +60,11 @@ cleanup() {
 }
 trap cleanup EXIT
 rm -rf "$DIR"
-mkdir -p "$DIR/shoal" "$DIR/ext4"
+mkdir -p "$DIR/shoal" "$DIR/ext4" "$DIR/ext4-dirsync"
+# The same ext4 with synchronous directory updates (chattr +D, inherited by what is
+# made below it: ext4's dirsync for one tree): Ganesha's creates and removes are then
+# on disk when answered, as shoal's at sync=standard.
+chattr +D "$DIR/ext4-dirsync"
 
 "$SHOAL" pool create --dir "$DIR/shoal" --size 2G sbench raidz2 a b c d e f >/dev/null
 "$SHOAL" fs create sbench/fs -o recordsize=128K -o compression=off >/dev/null
@@ -76,6 +83,8 @@ NFS_CORE_PARAM {
 NFSV4 { Graceless = true; Minor_Versions = 1, 2; }
 EXPORT { Export_Id = 1; Path = $DIR/ext4; Pseudo = /ext4; Access_Type = RW; Squash = No_Root_Squash;
          SecType = sys; Protocols = 3, 4; Transports = TCP; FSAL { Name = VFS; } }
+EXPORT { Export_Id = 2; Path = $DIR/ext4-dirsync; Pseudo = /ext4-dirsync; Access_Type = RW; Squash = No_Root_Squash;
+         SecType = sys; Protocols = 3, 4; Transports = TCP; FSAL { Name = VFS; } }
 EOF
 ganesha.nfsd -F -L "$OUT/ganesha.log" -f "$OUT/ganesha.conf" -p "$OUT/ganesha.pid.unused" &
 echo $! > "$OUT/ganesha.pid"
@@ -90,9 +99,11 @@ endpoint() { # SERVER VERSION -> shoal bench arguments
         shoal-nosync) echo "--server 127.0.0.1:$SHOAL_PORT --export /sbench/nosync" ;;
         ganesha) if [ "$2" = 3 ]; then echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/ext4";
                  else echo "--server 127.0.0.1:$GANESHA_PORT --export /ext4"; fi ;;
+        ganesha-dirsync) if [ "$2" = 3 ]; then echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/ext4-dirsync";
+                 else echo "--server 127.0.0.1:$GANESHA_PORT --export /ext4-dirsync"; fi ;;
     esac
 }
-pid_of() { cat "$OUT/${1%-nosync}.pid"; }
+pid_of() { local s=${1%-nosync}; cat "$OUT/${s%-dirsync}.pid"; }
 cpu_s() { # PID -> user+system CPU seconds of the process so far
     awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
@@ -143,7 +154,7 @@ for round in $(seq "$REPEAT"); do
     log "round $round of $REPEAT"
     for test in $TESTS; do
         servers="shoal ganesha"
-        case "$test" in metadata|smallfiles) servers="shoal shoal-nosync ganesha" ;; esac
+        case "$test" in metadata|smallfiles) servers="shoal shoal-nosync ganesha ganesha-dirsync" ;; esac
         for server in $servers; do
             for version in 3 4.1; do
                 run "$server" "$version" "$test" | tee -a "$OUT/results.jsonl" >&2
@@ -240,6 +251,8 @@ ratios["metadata: shoal-nosync v4.1 / shoal-nosync v3"] = ratio("shoal-nosync v4
 ratios["metadata: shoal-nosync v4.1 / ganesha v4.1"] = ratio("shoal-nosync v4.1 metadata", "ganesha v4.1 metadata", "iops")
 ratios["smallfiles: shoal-nosync v4.1 / shoal-nosync v3"] = ratio("shoal-nosync v4.1 smallfiles", "shoal-nosync v3 smallfiles", "iops")
 ratios["smallfiles: shoal-nosync v4.1 / ganesha v4.1"] = ratio("shoal-nosync v4.1 smallfiles", "ganesha v4.1 smallfiles", "iops")
+for t in ("metadata", "smallfiles"):
+    ratios[f"{t}: shoal v4.1 / ganesha-dirsync v4.1"] = ratio(f"shoal v4.1 {t}", f"ganesha-dirsync v4.1 {t}", "iops")
 print(json.dumps({
     "benchmark": "bench/nfs4.sh", "date": datetime.date.today().isoformat(), "commit": commit,
     "setup": {"rounds": int(repeat), "seconds_per_run": int(seconds), "set_mib": int(set_mib),
@@ -257,7 +270,9 @@ print(json.dumps({
                            "small files (create/stat/open/read/close/delete) >= 1.0x own v3 (sync=standard)": ratios["smallfiles: shoal v4.1 / shoal v3"],
                            "small files >= 1.0x own v3 (sync=disabled)": ratios["smallfiles: shoal-nosync v4.1 / shoal-nosync v3"],
                            "small files >= 1.5x ganesha v4.1 (shoal sync=standard: creates, data and removes durable; ganesha: data durable by FILE_SYNC, removes not)": ratios["smallfiles: shoal v4.1 / ganesha v4.1"],
-                           "small files, shoal sync=disabled / ganesha v4.1": ratios["smallfiles: shoal-nosync v4.1 / ganesha v4.1"]},
+                           "small files, shoal sync=disabled / ganesha v4.1": ratios["smallfiles: shoal-nosync v4.1 / ganesha v4.1"],
+                           "small files >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=standard, ganesha on ext4 with synchronous directories)": ratios["smallfiles: shoal v4.1 / ganesha-dirsync v4.1"],
+                           "metadata >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=standard, ganesha on ext4 with synchronous directories)": ratios["metadata: shoal v4.1 / ganesha-dirsync v4.1"]},
     "from_disk": {"setup": f"shoal with a 256 MiB ARC, {disk_mib} MiB in 8 files, 128K reads 16 in flight, host caches dropped before each run; raw disk: fio O_DIRECT 1 MiB x 32 on the same file system", **from_disk, "runs": disk},
     "ratios": ratios, "figures": figures, "runs": rows}, indent=1))
 PY
