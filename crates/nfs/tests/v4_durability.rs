@@ -122,12 +122,18 @@ fn create_with_data(srv: &Server, name: &str, data: &[u8]) {
     );
 }
 
+/// The create COMPOUND on a dataset with `sync`, then a power cut: what the file
+/// holds after it, if it is there. The same harness for the test and its control.
+fn create_then_power_cut(sync: &str) -> Option<Vec<u8>> {
+    let (srv, devs, clock) = server_on_devices(sync);
+    create_with_data(&srv, "new", b"acknowledged bytes");
+    after_power_cut(srv, &devs, &clock, "new")
+}
+
 #[test]
 fn a_compound_that_creates_and_writes_file_sync_commits_once_and_survives_a_power_cut() {
-    let (srv, devs, clock) = server_on_devices("standard");
-    create_with_data(&srv, "new", b"acknowledged bytes");
     assert_eq!(
-        after_power_cut(srv, &devs, &clock, "new").as_deref(),
+        create_then_power_cut("standard").as_deref(),
         Some(&b"acknowledged bytes"[..]),
         "the file and its FILE_SYNC data were acknowledged: they must survive"
     );
@@ -135,10 +141,8 @@ fn a_compound_that_creates_and_writes_file_sync_commits_once_and_survives_a_powe
 
 #[test]
 fn negative_control_with_sync_disabled_the_same_compound_is_lost_in_the_power_cut() {
-    let (srv, devs, clock) = server_on_devices("disabled");
-    create_with_data(&srv, "new", b"acknowledged bytes");
     assert_eq!(
-        after_power_cut(srv, &devs, &clock, "new"),
+        create_then_power_cut("disabled"),
         None,
         "with nothing committed before the reply the harness must see the loss"
     );
