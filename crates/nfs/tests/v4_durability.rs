@@ -5,7 +5,9 @@
 //! same COMPOUND on a dataset with sync=disabled (nothing committed before the reply)
 //! and must see the loss.
 
-use nfs::v4::client::{Claim, OpenHow, SetAttrs, Stateid, FILE_SYNC4, SHARE_ACCESS_BOTH};
+use nfs::v4::client::{
+    Claim, Compound, OpenHow, Session, SetAttrs, Stateid, FILE_SYNC4, SHARE_ACCESS_BOTH,
+};
 use nfs::v4::op;
 use pool::pool::{DeviceArg, TopArg};
 use pool::{Pool, PoolOptions};
@@ -88,14 +90,11 @@ fn log_commits(srv: &Server) -> u64 {
     srv._pool.intent_log_stats().commits
 }
 
-/// OPEN (create), GETFH, WRITE (FILE_SYNC, the current stateid), CLOSE of `name` in
-/// the share's root, as one COMPOUND.
-fn create_with_data(srv: &Server, name: &str, data: &[u8]) {
-    let a = srv.client_a();
-    let mut s = a.session("client-a");
-    let root = a.share_root(&mut s);
+/// SEQUENCE, PUTFH `dir`, OPEN (create), GETFH, WRITE of `data` (FILE_SYNC, the
+/// current stateid), CLOSE.
+fn create_compound(s: &mut Session, dir: &[u8], name: &str, data: &[u8]) -> Compound {
     let mut c = s.compound();
-    c.putfh(&root)
+    c.putfh(dir)
         .open(
             SHARE_ACCESS_BOTH,
             0,
@@ -107,6 +106,16 @@ fn create_with_data(srv: &Server, name: &str, data: &[u8]) {
         .getfh()
         .write(&Stateid::CURRENT, 0, FILE_SYNC4, data)
         .close(&Stateid::CURRENT);
+    c
+}
+
+/// The create COMPOUND of `name` in the share's root, checked to commit the log once
+/// (none with sync=disabled).
+fn create_with_data(srv: &Server, name: &str, data: &[u8]) {
+    let a = srv.client_a();
+    let mut s = a.session("client-a");
+    let root = a.share_root(&mut s);
+    let c = create_compound(&mut s, &root, name, data);
     let before = log_commits(srv);
     let r = a.ok(&c);
     let w = r.find(op::WRITE).unwrap().write().unwrap();
@@ -174,19 +183,7 @@ fn a_failed_commit_at_the_end_answers_io_at_the_first_operation_that_needed_it()
     // The devices stop taking writes: the COMPOUND's changes run in memory, and the
     // commit at its end fails.
     clock.crash_now();
-    let mut c = s.compound();
-    c.putfh(&root)
-        .open(
-            SHARE_ACCESS_BOTH,
-            0,
-            s.clientid,
-            b"o",
-            &OpenHow::Unchecked(SetAttrs::mode(0o644)),
-            &Claim::Null("unlucky"),
-        )
-        .getfh()
-        .write(&Stateid::CURRENT, 0, FILE_SYNC4, b"never acknowledged")
-        .close(&Stateid::CURRENT);
+    let c = create_compound(&mut s, &root, "unlucky", b"never acknowledged");
     let r = a.call(&c);
     assert_eq!(failed_with(&r), st(nfs::v4::Nfs4Error::Io));
     let ops: Vec<u32> = r.results.iter().map(|x| x.op).collect();
