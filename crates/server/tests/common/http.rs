@@ -138,6 +138,24 @@ impl Api {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+    /// Waits until the breakdown's `key` reaches `want`, then returns the sums. A
+    /// total can reach a figure early when other keys count more than expected.
+    pub fn settled_key(
+        &self,
+        name: &str,
+        start: u64,
+        key: &str,
+        want: u64,
+    ) -> (u64, BTreeMap<String, u64>, u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = self.sum(name, start);
+            if r.1.get(key).copied().unwrap_or(0) >= want || Instant::now() > deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 pub fn urlencode(s: &str) -> String {
