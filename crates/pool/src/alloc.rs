@@ -376,11 +376,27 @@ impl Allocator {
     /// still running began (`Storage::pin_reads`): that reader may hold a pointer to a
     /// block freed in any later txg, and is about to read it or repair a copy of it.
     pub fn txg_committed(&mut self, txg: u64, oldest_pin: Option<u64>) {
+        if let Some(upto) = txg.checked_sub(DEFER_TXGS) {
+            self.release_frees_upto(upto, oldest_pin);
+        }
+    }
+
+    /// Every vdev's next allocation starts from its lowest free space again, so freed
+    /// space is reused at once: for crash tests, whose short workloads would otherwise
+    /// never come back to it.
+    pub fn rewind_cursors(&mut self) {
+        for v in &mut self.vdevs {
+            v.cursor = 0;
+        }
+    }
+
+    /// Frees of `upto` and older become usable (pins and holds permitting).
+    pub fn release_frees_upto(&mut self, upto: u64, oldest_pin: Option<u64>) {
         if self.holds > 0 {
             return;
         }
         while let Some((t, _)) = self.deferred.front() {
-            if *t + DEFER_TXGS > txg || oldest_pin.is_some_and(|pin| *t > pin) {
+            if *t > upto || oldest_pin.is_some_and(|pin| *t > pin) {
                 break;
             }
             let (_, extents) = self.deferred.pop_front().unwrap();

@@ -371,6 +371,28 @@ impl Storage {
         self.alloc.lock().unwrap().txg_committed(txg, oldest_pin);
     }
 
+    /// See `Allocator::rewind_cursors`; for crash tests.
+    pub fn rewind_allocator(&self) {
+        self.alloc.lock().unwrap().rewind_cursors();
+    }
+
+    /// Frees of `txg` and older usable at once: the damage `release_frees_when_durable`
+    /// prevents, for its negative-control test only.
+    pub fn release_frees_now(&self, txg: u64) {
+        let oldest_pin = self
+            .read_pins
+            .lock()
+            .unwrap()
+            .running
+            .keys()
+            .next()
+            .copied();
+        self.alloc
+            .lock()
+            .unwrap()
+            .release_frees_upto(txg, oldest_pin);
+    }
+
     /// The committed txg at import, before any reader pins.
     pub fn set_committed_txg(&self, txg: u64) {
         let mut pins = self.read_pins.lock().unwrap();
@@ -587,6 +609,19 @@ impl Storage {
         if let Some(l2) = self.l2.get() {
             l2.feed(evicted);
         }
+    }
+
+    /// Like `write_block`, but the device writes go into `batch` (metadata of a sync,
+    /// written together by `submit_batch`). The block is in the ARC at once; nothing
+    /// may lead a reader to it before the batch is written.
+    pub fn write_block_into(
+        &self,
+        data: &[u8],
+        spec: BlockSpec,
+        txg: u64,
+        batch: &WriteBatch,
+    ) -> Result<BlockPointer, PoolError> {
+        self.write_block_inner(Payload::Logical(data, None), spec, txg, true, Some(batch))
     }
 
     /// Writes a data block from a shared buffer into a batch. `placed`: a block the

@@ -93,6 +93,10 @@ pub struct Leaf {
     busy: BusyClock,
     /// Queue length and head position, for choosing a mirror side (`read_cost`).
     head: HeadHint,
+    /// Held while one batch's share of this leaf is written (`TopVdev::write_planned`
+    /// in parallel): with two batches in flight, each disk writes one batch's pieces
+    /// and then the next one's, instead of interleaving them with a seek each time.
+    batch_turn: Mutex<()>,
 }
 
 /// What a mirror read needs to know of a side: how many bytes it has in flight and
@@ -197,6 +201,11 @@ impl BusyClock {
 }
 
 impl Leaf {
+    /// Taken while a batch's share of this leaf is written (see the field).
+    pub(crate) fn batch_turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.batch_turn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn new(guid: u64, path: String, device: Arc<dyn Device>) -> Leaf {
         let (data_start, data_len) = label::data_area(device.size_bytes());
         let head = HeadHint::new(device.rotational());
@@ -211,6 +220,7 @@ impl Leaf {
             analytics_id: AtomicU32::new(0),
             busy: BusyClock::default(),
             head,
+            batch_turn: Mutex::new(()),
         }
     }
 
@@ -227,6 +237,7 @@ impl Leaf {
             analytics_id: AtomicU32::new(0),
             busy: BusyClock::default(),
             head: HeadHint::default(),
+            batch_turn: Mutex::new(()),
         }
     }
 

@@ -291,7 +291,13 @@ impl TopVdev {
             std::thread::scope(|s| {
                 let handles: Vec<_> = work
                     .into_iter()
-                    .map(|(leaf, ws)| (leaf, s.spawn(move || write_leaf(leaf, ws))))
+                    .map(|(leaf, ws)| {
+                        let turn = move || {
+                            let _turn = self.leaves[leaf].batch_turn();
+                            write_leaf(leaf, ws)
+                        };
+                        (leaf, s.spawn(turn))
+                    })
                     .collect();
                 for (leaf, h) in handles {
                     failed[leaf] = !h.join().expect("leaf writer panicked");

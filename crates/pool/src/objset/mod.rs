@@ -42,7 +42,7 @@ use crate::compress::Compression;
 use crate::dnode::*;
 use crate::prefetch::{PrefetchConfig, StreamDetector};
 use crate::read_buf::ReadBuf;
-use crate::storage::{BlockSpec, Fetch, Storage, StoredBlock};
+use crate::storage::{BlockSpec, Fetch, Storage, StoredBlock, WriteBatch};
 use crate::PoolError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -66,6 +66,10 @@ const OBJSET_VERSION: u32 = 2;
 const SYNC_WRITERS: usize = 4;
 /// Data blocks per write batch (32 MiB of 128 KiB records).
 const BATCH_BLOCKS: usize = 256;
+/// Objects whose trees a sync updates at once (see `Objset::sync`).
+const TREE_WRITERS: usize = 8;
+/// Batches at the devices at once during a sync (see `write_parallel`).
+const BATCHES_IN_FLIGHT: usize = 2;
 
 type Bytes = Arc<AlignedBuf>;
 

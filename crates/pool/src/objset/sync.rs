@@ -104,14 +104,21 @@ impl Objset {
             data_bps[*j].insert(*blkid, bp);
         }
 
-        // 3. Trees, one object at a time.
-        let mut results: Vec<(u64, Dnode)> = Vec::with_capacity(jobs.len());
-        for (j, (obj, set, root, levels)) in jobs.iter().enumerate() {
+        // The metadata below (indirect blocks, dnode blocks, the root block) goes to the
+        // devices in one batch, every leaf at once, before step 6 makes any of it
+        // reachable: written one block at a time, leaf after leaf, eight streams' trees
+        // kept slow disks idle for a third of each txg.
+        let meta_batch = st.new_batch();
+        // 3. Trees. Objects are independent, so on real devices several are updated
+        // at once: each reads its old indirect blocks (often gone from the ARC after a
+        // txg of streaming data), and one object after another those reads were seeks
+        // in a row with the other disks idle.
+        let tree_of = |j: usize| -> TreeResult {
+            let (obj, set, root, levels) = &jobs[j];
             let mut snap = set.snapshot.clone().unwrap();
             if set.freed {
                 free_tree(st, *root, *levels, &rel)?;
-                results.push((*obj, Dnode::free_slot()));
-                continue;
+                return Ok((*obj, Dnode::free_slot()));
             }
             let mut updates: BTreeMap<u64, BlockPointer> = BTreeMap::new();
             for &(s, e) in &set.range_frees {
@@ -126,12 +133,39 @@ impl Objset {
                 .nblocks
                 .max(updates.keys().next_back().map_or(0, |b| b + 1));
             let (new_root, new_levels) =
-                update_tree(st, txg, &rel, *root, *levels, nblocks, updates)?;
+                update_tree(&rel, *root, *levels, nblocks, updates, &meta_batch)?;
             snap.root = new_root;
             snap.levels = new_levels;
             snap.nblocks = nblocks;
-            results.push((*obj, snap));
-        }
+            Ok((*obj, snap))
+        };
+        let threads = if st.is_deterministic() {
+            1
+        } else {
+            TREE_WRITERS.min(jobs.len())
+        };
+        let results: Vec<(u64, Dnode)> = if threads <= 1 {
+            (0..jobs.len()).map(tree_of).collect::<Result<_, _>>()?
+        } else {
+            let slots: Vec<Mutex<Option<TreeResult>>> =
+                jobs.iter().map(|_| Mutex::new(None)).collect();
+            let next = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(|| loop {
+                        let j = next.fetch_add(1, Ordering::Relaxed);
+                        if j >= jobs.len() {
+                            break;
+                        }
+                        *slots[j].lock().unwrap() = Some(tree_of(j));
+                    });
+                }
+            });
+            slots
+                .into_iter()
+                .map(|r| r.into_inner().unwrap().expect("every tree was updated"))
+                .collect::<Result<_, _>>()?
+        };
 
         // 4. Dnode array (object 0).
         let (meta, next_object, old_root) = {
@@ -160,7 +194,7 @@ impl Objset {
             } else {
                 let mut spec = BlockSpec::metadata(BlockType::Dnodes, 0);
                 spec.fill = 1;
-                st.write_block(&block, spec, txg, true)?
+                st.write_block_into(&block, spec, txg, &meta_batch)?
             };
             rel.born(&bp);
             meta_updates.insert(blkid, bp);
@@ -169,13 +203,12 @@ impl Objset {
             .nblocks
             .max(meta_updates.keys().next_back().map_or(0, |b| b + 1));
         let (meta_root, meta_levels) = update_tree(
-            st,
-            txg,
             &rel,
             meta.root,
             meta.levels,
             meta_nblocks,
             meta_updates,
+            &meta_batch,
         )?;
         let mut new_meta = meta.clone();
         new_meta.root = meta_root;
@@ -198,12 +231,13 @@ impl Objset {
         rootblk[520..524].copy_from_slice(&OBJSET_VERSION.to_le_bytes());
         rootblk[528..536].copy_from_slice(&next_object.to_le_bytes());
         rootblk[536..544].copy_from_slice(&referenced.to_le_bytes());
-        let root_bp = st.write_block(
+        let root_bp = st.write_block_into(
             &rootblk,
             BlockSpec::metadata(BlockType::ObjsetRoot, 0),
             txg,
-            true,
+            &meta_batch,
         )?;
+        st.submit_batch(meta_batch)?;
         rel.free_root(&old_root);
 
         // 6. Install.
@@ -228,6 +262,9 @@ impl Objset {
     }
 }
 
+/// An object's new dnode after its tree was updated.
+type TreeResult = Result<(u64, Dnode), PoolError>;
+
 /// How a data block of an object with these attributes is stored.
 pub(super) fn data_spec(d: &Dnode) -> BlockSpec {
     BlockSpec {
@@ -250,10 +287,14 @@ pub(super) fn write_parallel(
 ) -> Result<Vec<BlockPointer>, PoolError> {
     let mut out = Vec::with_capacity(writes.len());
     // Batches bound the memory of planned writes and let adjacent blocks merge. While
-    // one batch goes to the devices, the next one is compressed, checksummed and given
-    // parity, so the CPU and the disks work at the same time.
+    // batches go to the devices, the next one is compressed, checksummed and given
+    // parity, so the CPU and the disks work at the same time. Two are at the devices at
+    // once, each leaf taking them in turn (`Leaf::batch_turn`): with one, every disk
+    // waited at the end of each batch for the slowest one.
     std::thread::scope(|scope| -> Result<(), PoolError> {
-        let mut in_flight: Option<std::thread::ScopedJoinHandle<'_, Result<(), PoolError>>> = None;
+        let mut in_flight: std::collections::VecDeque<
+            std::thread::ScopedJoinHandle<'_, Result<(), PoolError>>,
+        > = std::collections::VecDeque::new();
         for chunk in writes.chunks(BATCH_BLOCKS) {
             let batch = st.new_batch();
             let results: Vec<Mutex<Option<Result<BlockPointer, PoolError>>>> =
@@ -297,16 +338,17 @@ pub(super) fn write_parallel(
             for r in results {
                 out.push(r.into_inner().unwrap().unwrap()?);
             }
-            if let Some(h) = in_flight.take() {
+            if in_flight.len() == BATCHES_IN_FLIGHT {
+                let h = in_flight.pop_front().unwrap();
                 h.join().expect("batch writer panicked")?;
             }
             if st.is_deterministic() {
                 st.submit_batch(batch)?;
             } else {
-                in_flight = Some(scope.spawn(move || st.submit_batch(batch)));
+                in_flight.push_back(scope.spawn(move || st.submit_batch(batch)));
             }
         }
-        if let Some(h) = in_flight.take() {
+        for h in in_flight {
             h.join().expect("batch writer panicked")?;
         }
         Ok(())

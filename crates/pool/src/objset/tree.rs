@@ -174,19 +174,20 @@ pub(super) fn free_tree(
 }
 
 /// Applies level-0 `updates` (block id -> new pointer or hole) to a tree, rewriting
-/// every indirect block on their paths, freeing replaced blocks. Returns the new root.
+/// every indirect block on their paths into `batch`, freeing replaced blocks. Returns
+/// the new root, which must not be reachable by readers before `batch` is written.
 pub(super) fn update_tree(
-    st: &Storage,
-    txg: u64,
     rel: &Release,
     old_root: BlockPointer,
     old_levels: u8,
     nblocks: u64,
     updates: BTreeMap<u64, BlockPointer>,
+    batch: &WriteBatch,
 ) -> Result<(BlockPointer, u8), PoolError> {
     if updates.is_empty() {
         return Ok((old_root, old_levels));
     }
+    let (st, txg) = (rel.st, rel.txg);
     let levels = levels_for(nblocks).max(old_levels).max(1);
     assert!(levels <= MAX_LEVELS);
     // Modified indirect nodes: (level, index) -> (contents, pointer it replaces).
@@ -274,7 +275,7 @@ pub(super) fn update_tree(
             } else {
                 let mut spec = BlockSpec::metadata(BlockType::Indirect, level);
                 spec.fill = fill;
-                st.write_block(&block, spec, txg, true)?
+                st.write_block_into(&block, spec, txg, batch)?
             };
             rel.born(&bp);
             // The replaced version is freed when the parent slot is overwritten, except

@@ -178,6 +178,7 @@ impl Pool {
             txg_cv: Condvar::new(),
             gate: RwLock::new(()),
             sync_lock: Mutex::new(()),
+            deferred_commit: Mutex::new(None),
             suspended: Mutex::new(None),
             sync_thread: Mutex::new(None),
             scrub_running: AtomicBool::new(false),
@@ -567,7 +568,7 @@ impl Pool {
                     std::thread::sleep(Duration::from_millis(200));
                     continue;
                 }
-                let _ = pool.sync_once();
+                let _ = pool.sync_txgs(true);
             })
             .expect("spawn sync thread");
         *self.sync_thread.lock().unwrap() = Some(handle);

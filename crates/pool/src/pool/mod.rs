@@ -12,9 +12,11 @@
 //! shared. The sync thread (every `txg_interval`, when dirty data passes
 //! `dirty_sync_bytes`, or on request) takes the gate exclusively for an instant to
 //! *quiesce* (the open changes become the syncing set, a new txg opens), then *syncs*
-//! without blocking writers: object sets, the directory block, the space log, a flush of
-//! every device, the uberblock into every label, a second flush. Writers wait only when
-//! the open txg holds `dirty_max_bytes`.
+//! without blocking writers: object sets, the directory block, the space log (*prepare*),
+//! then a flush of every device, the uberblock into every label, a second flush
+//! (*commit*). Under steady load the sync thread pipelines them: the next txg is
+//! quiesced and prepared while the previous one commits; commits stay in txg order
+//! (`txg.rs`, `sync_txgs`). Writers wait only when the open txg holds `dirty_max_bytes`.
 //!
 //! Crash safety: see `uberblock.rs` for the commit order and `alloc.rs` for why the
 //! previous trees stay intact. After a crash, import finds the newest uberblock whose
@@ -108,6 +110,10 @@ pub struct PoolOptions {
     /// (`topology.rs`). Off only in the test that shows the acknowledged writes a
     /// removed log device takes with it otherwise.
     pub move_log_chain: bool,
+    /// Freed space becomes reusable only `DEFER_TXGS` txgs after its txg is durable.
+    /// Off only in the test that shows what a txg prepared ahead of the previous commit
+    /// destroys without it: frees are then reusable as soon as their txg is prepared.
+    pub release_frees_when_durable: bool,
 }
 
 /// The smallest share of `object_cache_max` an object set gets.
@@ -127,6 +133,7 @@ impl Default for PoolOptions {
             pin_reads: true,
             record_faults: true,
             move_log_chain: true,
+            release_frees_when_durable: true,
         }
     }
 }
@@ -438,6 +445,8 @@ pub struct Pool {
     txg_cv: Condvar,
     gate: RwLock<()>,
     sync_lock: Mutex<()>,
+    /// A txg prepared and not yet committed (`prepare_ahead_for_crash_tests`).
+    deferred_commit: Mutex<Option<(txg::Prepared, Instant)>>,
     suspended: Mutex<Option<String>>,
     sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     scrub_running: AtomicBool,
