@@ -232,7 +232,7 @@ impl Pool {
             };
             if !ahead.is_empty() {
                 let tx = self.prefetcher();
-                let job_blocks = (PREFETCH_JOB_BYTES / bs.max(1)).max(1);
+                let job_blocks = (self.prefetch_job_bytes() / bs.max(1)).max(1);
                 let mut start = ahead.start;
                 while start < ahead.end {
                     let end = (start + job_blocks).min(ahead.end);
@@ -245,6 +245,21 @@ impl Pool {
             }
         }
         Ok(Some(bytes))
+    }
+
+    /// Bytes per read-ahead job: `PREFETCH_JOB_BYTES`, or `PREFETCH_JOB_BYTES_ROTATIONAL`
+    /// when a data device has a head that seeks.
+    fn prefetch_job_bytes(&self) -> u64 {
+        let tops = self.storage.tops();
+        let rotational = tops
+            .iter()
+            .flat_map(|t| t.leaves.iter())
+            .any(|l| l.is_rotational());
+        if rotational {
+            PREFETCH_JOB_BYTES_ROTATIONAL
+        } else {
+            PREFETCH_JOB_BYTES
+        }
     }
 
     /// The read-ahead workers' queue; the workers start on first use and end when the
