@@ -73,8 +73,9 @@ impl Pool {
     /// Syncs the open txg and, with `pipeline` (the sync thread, on real devices), goes
     /// on with the next ones while they fall due: txg N+1's object sets are written
     /// while txg N's flushes and uberblocks go out, so the disks keep streaming through
-    /// a commit instead of waiting for it. (Alone it gained 0-8% on 15 simulated
-    /// disks: the label writes take disk time either way; see docs/bench/scaling.md.)
+    /// a commit instead of waiting for it. (Alone it moved streaming writes on 15
+    /// simulated disks by -3% to +8%: the label writes take disk time either way; see
+    /// docs/bench/scaling.md.)
     ///
     /// Why this is safe: a txg's commit (`commit_prepared`) starts only after the one
     /// before it finished, so uberblocks stay in txg order; txg N+1 writes only to
