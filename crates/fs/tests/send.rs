@@ -254,3 +254,50 @@ fn a_replicated_stream_brings_every_snapshot() {
     assert!(e.to_string().contains("truncated"), "{e}");
     assert_eq!(dst.snapshot_names("tank/copy").unwrap().len(), 2);
 }
+
+/// A stream of version 2 (blake3-hashed), written by the shoal of 2026-11-28 before
+/// streams moved to fletcher4, is still received whole; the same stream with one byte
+/// of a data block changed is refused, so its hash is really checked. The fixture was
+/// made with that build: a filesystem with lz4, `hello.txt`, `docs/pattern.bin` (byte
+/// i is (7i + i/4096) mod 251, 300,000 bytes) and `docs/link` -> `../hello.txt`,
+/// snapshot `v2`.
+#[test]
+fn a_version_2_stream_of_an_earlier_shoal_is_still_received() {
+    let old = include_bytes!("fixtures/home-v2.stream");
+    assert_eq!(
+        &old[0..12],
+        b"SHOALSND\x02\x00\x00\x00",
+        "the fixture is version 2"
+    );
+
+    let mut damaged = old.to_vec();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x10;
+    let refused = datasets(95, Layout::Mirror, 2);
+    let e = refused
+        .receive("tank/home", &mut damaged.as_slice())
+        .unwrap_err();
+    assert!(e.to_string().contains("stream refused"), "{e}");
+    assert!(refused.open("tank/home@v2").is_err(), "nothing of it stays");
+
+    let dst = datasets(96, Layout::Mirror, 2);
+    dst.receive("tank/home", &mut old.as_slice()).unwrap();
+    let fs = dst.open("tank/home@v2").unwrap();
+    let hello = fs.lookup(1, b"hello.txt").unwrap();
+    assert_eq!(
+        fs.read(hello.ino, 0, 100).unwrap(),
+        b"hello from a version 2 stream\n"
+    );
+    let docs = fs.lookup(1, b"docs").unwrap();
+    let pattern = fs.lookup(docs.ino, b"pattern.bin").unwrap();
+    let want: Vec<u8> = (0..300_000u32)
+        .map(|i| ((i * 7 + i / 4096) % 251) as u8)
+        .collect();
+    assert_eq!(fs.read(pattern.ino, 0, 400_000).unwrap(), want);
+    let link = fs.lookup(docs.ino, b"link").unwrap();
+    assert_eq!(fs.readlink(link.ino).unwrap(), b"../hello.txt");
+    assert_eq!(
+        dst.info("tank/home").unwrap().prop("compression"),
+        Some("lz4")
+    );
+}

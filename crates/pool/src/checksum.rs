@@ -11,6 +11,11 @@
 //! accumulator and are combined at the end; elsewhere the expanded four-step update
 //! runs independent multiply-adds instead of a serial chain. Property tests check
 //! every variant against the scalar definition.
+//!
+//! `Fletcher4Stream` is fletcher4 over a byte stream fed in pieces of any length (the
+//! snapshot stream's checksum): each piece's whole words run through the fast path
+//! from a zero state and are folded into the running state by the closed form of
+//! that many scalar steps, so the result equals `fletcher4_scalar` of everything fed.
 
 use std::str::FromStr;
 
@@ -243,14 +248,98 @@ fn combine_lanes([la4, lb4, lc4, ld4]: [[u64; 4]; 4]) -> (u64, u64, u64, u64) {
 }
 
 /// Runs the scalar recurrence over the last `< 16` bytes and packs the result.
-fn finish_tail((mut a, mut b, mut c, mut d): (u64, u64, u64, u64), tail: &[u8]) -> Checksum {
+fn finish_tail(state: (u64, u64, u64, u64), tail: &[u8]) -> Checksum {
+    let (a, b, c, d) = finish_state(state, tail);
+    pack(a, b, c, d)
+}
+
+/// fletcher4 of a stream fed in pieces (see the module doc); `value` is what
+/// `fletcher4_scalar` gives for all the bytes fed so far, a last partial word
+/// zero-padded, and does not end the stream.
+#[derive(Debug, Clone, Default)]
+pub struct Fletcher4Stream {
+    state: (u64, u64, u64, u64),
+    /// Bytes of a word not yet complete (`partial_len` of them).
+    partial: [u8; 4],
+    partial_len: usize,
+}
+
+impl Fletcher4Stream {
+    pub fn new() -> Fletcher4Stream {
+        Fletcher4Stream::default()
+    }
+
+    pub fn update(&mut self, mut data: &[u8]) {
+        if self.partial_len > 0 {
+            let take = (4 - self.partial_len).min(data.len());
+            self.partial[self.partial_len..self.partial_len + take].copy_from_slice(&data[..take]);
+            self.partial_len += take;
+            data = &data[take..];
+            if self.partial_len < 4 {
+                return;
+            }
+            let word = self.partial;
+            self.state = finish_state(self.state, &word);
+            self.partial_len = 0;
+        }
+        let whole = data.len() / 4 * 4;
+        if whole > 0 {
+            let Checksum(sums) = fletcher4(&data[..whole]);
+            let sum = |i: usize| u64::from_le_bytes(sums[8 * i..8 * i + 8].try_into().unwrap());
+            self.state = fold(
+                self.state,
+                (whole / 4) as u64,
+                (sum(0), sum(1), sum(2), sum(3)),
+            );
+        }
+        let rest = &data[whole..];
+        self.partial[..rest.len()].copy_from_slice(rest);
+        self.partial_len = rest.len();
+    }
+
+    pub fn value(&self) -> Checksum {
+        let (a, b, c, d) = finish_state(self.state, &self.partial[..self.partial_len]);
+        pack(a, b, c, d)
+    }
+}
+
+/// The state after running `n` scalar steps from `(a, b, c, d)` over words whose own
+/// sums from a zero state are `(sa, sb, sc, sd)`: fletcher4 is linear, and `n` steps
+/// add a to b n times, to c C(n+1, 2) times and to d C(n+2, 3) times (and b to c and
+/// d, c to d, likewise). Exact modulo 2^64, as the scalar sums are.
+fn fold(
+    (a, b, c, d): (u64, u64, u64, u64),
+    n: u64,
+    (sa, sb, sc, sd): (u64, u64, u64, u64),
+) -> (u64, u64, u64, u64) {
+    let n128 = n as u128;
+    let c2 = (n128 * (n128 + 1) / 2) as u64;
+    let c3 = (n128 * (n128 + 1) * (n128 + 2) / 6) as u64;
+    (
+        a.wrapping_add(sa),
+        b.wrapping_add(n.wrapping_mul(a)).wrapping_add(sb),
+        c.wrapping_add(n.wrapping_mul(b))
+            .wrapping_add(c2.wrapping_mul(a))
+            .wrapping_add(sc),
+        d.wrapping_add(n.wrapping_mul(c))
+            .wrapping_add(c2.wrapping_mul(b))
+            .wrapping_add(c3.wrapping_mul(a))
+            .wrapping_add(sd),
+    )
+}
+
+/// Scalar steps over `tail` (zero-padded to whole words) from `state`.
+fn finish_state(
+    (mut a, mut b, mut c, mut d): (u64, u64, u64, u64),
+    tail: &[u8],
+) -> (u64, u64, u64, u64) {
     for chunk in tail.chunks(4) {
         a = a.wrapping_add(word(chunk));
         b = b.wrapping_add(a);
         c = c.wrapping_add(b);
         d = d.wrapping_add(c);
     }
-    pack(a, b, c, d)
+    (a, b, c, d)
 }
 
 #[cfg(test)]
@@ -279,6 +368,39 @@ mod tests {
             prop_assert_eq!(fletcher4_lanes(&data), want);
             prop_assert_eq!(fletcher4(&data), want);
         }
+    }
+
+    proptest! {
+        #[test]
+        fn a_stream_fed_in_pieces_equals_scalar_of_the_whole(
+            data in proptest::collection::vec(any::<u8>(), 0..5000),
+            cuts in proptest::collection::vec(0usize..5000, 0..12),
+        ) {
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(data.len())).collect();
+            cuts.sort_unstable();
+            let mut stream = Fletcher4Stream::new();
+            let mut from = 0;
+            for &cut in &cuts {
+                stream.update(&data[from..cut]);
+                prop_assert_eq!(stream.value(), fletcher4_scalar(&data[..cut]));
+                from = cut;
+            }
+            stream.update(&data[from..]);
+            prop_assert_eq!(stream.value(), fletcher4_scalar(&data));
+        }
+    }
+
+    #[test]
+    fn a_stream_agrees_with_scalar_where_the_sums_wrap() {
+        // 3 MiB in odd pieces: n, C(n+1, 2) and C(n+2, 3) of the fold all wrap.
+        let data: Vec<u8> = (0..(3 << 20) + 5)
+            .map(|i| (i * 131 % 256) as u8 | 0x80)
+            .collect();
+        let mut stream = Fletcher4Stream::new();
+        for piece in data.chunks(1_048_583) {
+            stream.update(piece);
+        }
+        assert_eq!(stream.value(), fletcher4_scalar(&data));
     }
 
     #[test]

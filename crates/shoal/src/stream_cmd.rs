@@ -3,12 +3,18 @@
 //! other shoal receive tank/home` copies a filesystem to another appliance. Through
 //! the daemon when it runs (`/api/v1/send`, `/api/v1/receive`), else on the pool
 //! directly under its lock. The stream format is in `docs/format.md`.
+//!
+//! Both ends widen the pipe they write to or read from (`widen_pipe`): with the
+//! kernel's 64 KiB pipe, `send | receive` woke the other side for every 64 KiB and
+//! spent a third of its CPU in wake-ups and idle waits (2 GiB on memory-backed
+//! devices: 4.6-5.3 s and 6.1-7.1 CPU-seconds with 64 KiB, 3.3 s and 5.2 with 1 MiB).
 
 use crate::admin::{encode, with_datasets, with_datasets_syncing, Admin};
 use crate::units::human;
 use anyhow::{bail, Result};
 use pool::send::receiver::ReceiveSummary;
 use std::io::{IsTerminal, Write};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// Counts the bytes that pass.
@@ -29,12 +35,33 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
+/// The pipe size both ends ask for: a whole write of `HashingWriter` (1 MiB), so the
+/// sender wakes the receiver once per write, not once per 64 KiB.
+const PIPE_BYTES: usize = 1 << 20;
+
+/// Asks the kernel for a `PIPE_BYTES` pipe when `fd` is one; anything else (a file, a
+/// socket, a refusal over `/proc/sys/fs/pipe-max-size` for an unprivileged user)
+/// keeps what it has, which only costs speed.
+fn widen_pipe(fd: &impl AsRawFd) {
+    // SAFETY: fcntl(F_SETPIPE_SZ) takes an integer descriptor, borrowed here from a
+    // live standard stream, and an integer size; it touches no memory of ours. On a
+    // descriptor that is not a pipe it fails with EBADF and changes nothing.
+    let _ = unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_SETPIPE_SZ,
+            PIPE_BYTES as libc::c_int,
+        )
+    };
+}
+
 /// Standard output for a stream, refusing a terminal.
 fn stream_out() -> Result<Counting<std::io::BufWriter<std::io::StdoutLock<'static>>>> {
     let stdout = std::io::stdout();
     if stdout.is_terminal() {
         bail!("the stream is binary: send it into a pipe or a file, not a terminal");
     }
+    widen_pipe(&stdout);
     Ok(Counting {
         inner: std::io::BufWriter::with_capacity(1 << 20, stdout.lock()),
         bytes: 0,
@@ -119,6 +146,7 @@ pub fn receive(dataset: &str, resumable: bool, json: bool) -> Result<()> {
     if stdin.is_terminal() {
         bail!("pipe a stream from `shoal send` into `shoal receive`");
     }
+    widen_pipe(&stdin);
     let started = Instant::now();
     let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
     let summary: ReceiveSummary = match Admin::connect()? {

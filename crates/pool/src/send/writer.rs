@@ -94,7 +94,7 @@ pub fn send_from(
     };
     let start = resume.unwrap_or_default();
     let st: &Storage = &pool.storage;
-    let mut w = HashingWriter::new(out);
+    let mut w = HashingWriter::new(out, header.version);
     w.header(&header)?;
     let mut summary = SendSummary::default();
     let (meta, next_object) = read_root(st, to.root)?;
