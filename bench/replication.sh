@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Snapshot streams: `shoal send | shoal receive` of a full filesystem against the raw
-# disk (the same bytes read and written with O_DIRECT) and against zfs-fuse's
+# disk (the same bytes read and written with O_DIRECT: one after the other, as a copy
+# does, and both at once, the most a transfer between two pools on one disk can get)
+# and against zfs-fuse's
 # `zfs send | zfs receive` of the same data in the same run; then the size of an
 # incremental stream after 1% of the records changed. Prints one JSON object.
 #
@@ -34,6 +36,7 @@ export KIND=${KIND:-random}
 DEV_MIB=$(( SIZE_MIB * 3 / 2 + 1024 ))
 . bench/lib.sh
 need_zfs_fuse
+need fio
 cargo build --release -q -p shoal
 SHOAL=$PWD/target/release/shoal
 export SHOAL_STATE_DIR="$DIR/state"
@@ -63,6 +66,20 @@ raw_copy() {
     local t0 t1
     t0=$(date +%s.%N)
     dd if="$DIR/data/big" of="$DIR/raw-copy" bs=4M iflag=direct oflag=direct conv=fsync status=none
+    t1=$(date +%s.%N)
+    rm -f "$DIR/raw-copy"
+    echo "$t0 $t1" | awk '{print $2 - $1}'
+}
+
+# ---- the raw disk reading the bytes and writing as many at once: fio, O_DIRECT,
+# 1 MiB, 4 in flight each way; the time until both are done ----
+raw_concurrent() {
+    drop_caches
+    local t0 t1
+    t0=$(date +%s.%N)
+    fio --output=/dev/null --direct=1 --bs=1M --ioengine=libaio --iodepth=4 \
+        --name=read --filename="$DIR/data/big" --rw=read \
+        --name=write --filename="$DIR/raw-copy" --rw=write --size="${SIZE_MIB}M" --end_fsync=1
     t1=$(date +%s.%N)
     rm -f "$DIR/raw-copy"
     echo "$t0 $t1" | awk '{print $2 - $1}'
@@ -131,6 +148,8 @@ zfs_round() {
 for r in $(seq "$ROUNDS"); do
     echo "round $r: raw copy..." >&2
     raw_copy >> "$OUT/raw"
+    echo "round $r: raw read and write at once..." >&2
+    raw_concurrent >> "$OUT/raw_concurrent"
     echo "round $r: shoal send | receive..." >&2
     shoal_round >> "$OUT/shoal"
     echo "round $r: zfs send | receive..." >&2
@@ -198,6 +217,7 @@ def summary(rs, nbytes):
         s["cpu_s_per_gib_max"] = round(max(r[1] / (nbytes / 2**30) for r in rs), 2)
     return s
 raw = summary(rows("raw"), big)
+both = summary(rows("raw_concurrent"), big)
 shoal = summary(rows("shoal"), data_bytes)
 zfs = summary(rows("zfs"), data_bytes)
 shoal["stream_bytes"] = shoal_full
@@ -208,10 +228,13 @@ print(json.dumps({
     "compression": os.environ["COMPRESSION"],
     "data_kind": os.environ["KIND"],
     "raw_copy_o_direct": raw,
+    "raw_read_and_write_at_once": both,
     "shoal_send_receive": shoal,
     "zfs_fuse_send_receive": zfs,
     "shoal_vs_zfs_fuse": round(shoal["mb_s_median"] / zfs["mb_s_median"], 2),
     "shoal_vs_raw_copy": round(shoal["mb_s_median"] / raw["mb_s_median"], 2),
+    "shoal_vs_raw_read_and_write_at_once": round(shoal["mb_s_median"] / both["mb_s_median"], 2),
+    "zfs_fuse_vs_raw_read_and_write_at_once": round(zfs["mb_s_median"] / both["mb_s_median"], 2),
     "cpu_per_gib_zfs_fuse_over_shoal": round(zfs["cpu_s_per_gib_median"] / shoal["cpu_s_per_gib_median"], 2),
     "incremental_1pct": {
         "shoal_stream_bytes": shoal_inc,
