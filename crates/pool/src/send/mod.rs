@@ -502,8 +502,9 @@ pub struct HashingWriter<'a> {
 }
 
 impl<'a> HashingWriter<'a> {
-    /// A writer of a stream of `version` (whose header it must write first):
-    /// `STREAM_VERSION`, or an older one for tests of old streams.
+    /// A writer of a stream whose header (written first) says `version`, so the hash
+    /// is the one that version's readers check; senders always write
+    /// `STREAM_VERSION`.
     pub fn new(inner: &'a mut dyn std::io::Write, version: u32) -> HashingWriter<'a> {
         HashingWriter {
             inner,
