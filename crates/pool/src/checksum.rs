@@ -89,14 +89,7 @@ fn word(chunk: &[u8]) -> u64 {
 
 /// The definition, one word at a time.
 pub fn fletcher4_scalar(data: &[u8]) -> Checksum {
-    let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
-    for chunk in data.chunks(4) {
-        a = a.wrapping_add(word(chunk));
-        b = b.wrapping_add(a);
-        c = c.wrapping_add(b);
-        d = d.wrapping_add(c);
-    }
-    pack(a, b, c, d)
+    finish_tail((0, 0, 0, 0), data)
 }
 
 /// fletcher4 at the best speed this CPU allows: AVX2 lanes where the CPU has AVX2,
@@ -247,7 +240,8 @@ fn combine_lanes([la4, lb4, lc4, ld4]: [[u64; 4]; 4]) -> (u64, u64, u64, u64) {
     (a, b, c, d)
 }
 
-/// Runs the scalar recurrence over the last `< 16` bytes and packs the result.
+/// Runs the scalar recurrence over `tail` (the last `< 16` bytes, or all of them for
+/// the definition) and packs the result.
 fn finish_tail(state: (u64, u64, u64, u64), tail: &[u8]) -> Checksum {
     let (a, b, c, d) = finish_state(state, tail);
     pack(a, b, c, d)
