@@ -989,10 +989,6 @@ impl Filesystem {
         r
     }
 
-    /// `settle` for protocols whose answer to a namespace or attribute change says it
-    /// is on stable storage (NFS: RFC 1813 section 3.3, RFC 8881 section 18): the
-    /// change is committed before the answer unless sync=disabled. Concurrent callers
-    /// share one log commit (see `IntentLog::commit`).
     /// Whether a change answered as stable needs a log commit first (sync is not
     /// disabled): what `settle_stable` and `fsync` decide, for a caller that commits
     /// several changes at once.
@@ -1000,6 +996,10 @@ impl Filesystem {
         self.props.read().unwrap().sync != SyncMode::Disabled
     }
 
+    /// `settle` for protocols whose answer to a namespace or attribute change says it
+    /// is on stable storage (NFS: RFC 1813 section 3.3, RFC 8881 section 18): the
+    /// change is committed before the answer unless sync=disabled. Concurrent callers
+    /// share one log commit (see `IntentLog::commit`).
     pub fn settle_stable<T>(&self, r: Result<T>) -> Result<T> {
         if r.is_ok() && self.props.read().unwrap().sync != SyncMode::Disabled {
             self.pool.log_commit()?;
