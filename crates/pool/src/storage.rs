@@ -280,6 +280,11 @@ pub struct Storage {
 struct ReadPins {
     committed: u64,
     running: std::collections::BTreeMap<u64, usize>,
+    /// A commit found a reader running, so frees it would have released may still
+    /// wait: the oldest reader's end releases them (`ReadPin::drop`) instead of the
+    /// next commit, which may be long coming on an idle pool (or never, for a writer
+    /// waiting for that space before it dirties anything).
+    held_back: bool,
 }
 
 /// A reader's pin; see `Storage::pin_reads`.
@@ -294,9 +299,22 @@ impl Drop for ReadPin<'_> {
         let mut pins = self.st.read_pins.lock().unwrap();
         let n = pins.running.get_mut(&since).expect("pin registered");
         *n -= 1;
-        if *n == 0 {
-            pins.running.remove(&since);
+        if *n > 0 {
+            return;
         }
+        let was_oldest = pins.running.keys().next() == Some(&since);
+        pins.running.remove(&since);
+        if !(was_oldest && pins.held_back) {
+            return;
+        }
+        let oldest_pin = pins.running.keys().next().copied();
+        pins.held_back = oldest_pin.is_some();
+        let committed = pins.committed;
+        // The pins' lock first, then the allocator's, never both: as `txg_committed`.
+        // A reader pinning meanwhile pins at `committed` or later, which keeps only
+        // frees after it; a commit meanwhile releases at least as much itself.
+        drop(pins);
+        self.st.release_eligible_frees(committed, oldest_pin);
     }
 }
 
@@ -366,9 +384,32 @@ impl Storage {
         let oldest_pin = {
             let mut pins = self.read_pins.lock().unwrap();
             pins.committed = pins.committed.max(txg);
-            pins.running.keys().next().copied()
+            let oldest = pins.running.keys().next().copied();
+            pins.held_back |= oldest.is_some();
+            oldest
         };
         self.alloc.lock().unwrap().txg_committed(txg, oldest_pin);
+    }
+
+    /// Releases what `txg_committed(committed)` would have, for a reader that held it
+    /// back and is done, or a hold that ended.
+    fn release_eligible_frees(&self, committed: u64, oldest_pin: Option<u64>) {
+        if let Some(upto) = committed.checked_sub(crate::alloc::DEFER_TXGS) {
+            self.alloc
+                .lock()
+                .unwrap()
+                .release_frees_upto(upto, oldest_pin);
+        }
+    }
+
+    /// After a walk's hold on freed space (`Allocator::hold_frees`) ended: what the
+    /// commits meanwhile could not release becomes usable now.
+    pub(crate) fn hold_ended(&self) {
+        let (committed, oldest_pin) = {
+            let pins = self.read_pins.lock().unwrap();
+            (pins.committed, pins.running.keys().next().copied())
+        };
+        self.release_eligible_frees(committed, oldest_pin);
     }
 
     /// See `Allocator::rewind_cursors`; for crash tests.

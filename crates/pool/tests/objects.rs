@@ -708,3 +708,28 @@ fn writers_held_at_the_dirty_limit_do_not_spin() {
         );
     }
 }
+
+/// Space a walk kept from reuse (`hold_frees`, as a reader's pin does) returns the
+/// moment the walk ends, not at the next commit: a writer waiting for space on an idle
+/// pool would otherwise wait for a commit nothing else asks for, and get ENOSPC.
+#[test]
+fn frees_held_back_by_a_walk_return_when_it_ends() {
+    let devs = sim_devices(3, 4, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let obj = new_file(&pool, os, 128 * 1024, Compression::Off);
+    pool.write(os, obj, 0, &Rng(4).bytes(4 << 20)).unwrap();
+    pool.sync().unwrap();
+    let hold = pool.hold_frees();
+    pool.free_object(os, obj).unwrap();
+    for _ in 0..4 {
+        pool.sync().unwrap();
+    }
+    let held = pool.check().unwrap();
+    assert!(held.problems.is_empty(), "{:?}", held.problems);
+    assert!(held.deferred_bytes >= 4 << 20, "{held:?}");
+    drop(hold);
+    let after = pool.check().unwrap();
+    assert!(after.problems.is_empty(), "{:?}", after.problems);
+    assert_eq!(after.deferred_bytes, 0, "released without another commit");
+}

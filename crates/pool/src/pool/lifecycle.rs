@@ -621,7 +621,10 @@ impl Pool {
     /// Admission for a change of about `bytes`: suspension, space, write throttle.
     pub(super) fn admit(&self, bytes: u64) -> Result<(), PoolError> {
         self.check_writable()?;
+        // 10 ms each: readers pin for one read, a second is many of them.
+        const READER_WAIT_ROUNDS: u32 = 100;
         let mut waited_for_space = false;
+        let mut waited_for_readers = 0;
         loop {
             let dirty = self.txg.lock().unwrap().dirty_bytes;
             let (used, cap) = {
@@ -635,6 +638,16 @@ impl Pool {
                 break;
             }
             if waited_for_space {
+                // Frees past their deferral that a running reader still holds back
+                // (`Storage::pin_reads`) return when it ends: a short wait for them,
+                // not an ENOSPC a moment after a delete.
+                if waited_for_readers < READER_WAIT_ROUNDS
+                    && self.storage.alloc.lock().unwrap().deferred_bytes() > 0
+                {
+                    waited_for_readers += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
                 return Err(PoolError::NoSpace);
             }
             // Pending frees may make room once they pass their deferral.

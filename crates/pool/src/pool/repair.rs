@@ -848,5 +848,6 @@ impl<'a> FreeHold<'a> {
 impl Drop for FreeHold<'_> {
     fn drop(&mut self) {
         self.0.alloc.lock().unwrap().release_frees();
+        self.0.hold_ended();
     }
 }
