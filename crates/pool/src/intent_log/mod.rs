@@ -874,4 +874,20 @@ mod tests {
         torn[100] ^= 1;
         assert!(verify_block(&torn, 42, 7).is_none());
     }
+
+    /// A block sealed into a recycled buffer holds no byte of the buffer's old
+    /// contents: the reserved header bytes and the padding after the payload are zero.
+    #[test]
+    fn sealed_blocks_carry_nothing_of_a_recycled_buffer() {
+        let payload = vec![7u8; 9000];
+        for _ in 0..4 {
+            let mut dirty = AlignedBuf::for_overwrite(12 * 1024); // the sealed block's size
+            dirty.fill(0xa5);
+            drop(dirty);
+            let b = seal_block(&payload, 1, 5, 42, 7, true);
+            assert_eq!(verify_block(&b, 42, 7).unwrap(), (payload.clone(), true));
+            assert!(b[60..64].iter().all(|&x| x == 0));
+            assert!(b[BLOCK_HEADER + payload.len()..].iter().all(|&x| x == 0));
+        }
+    }
 }

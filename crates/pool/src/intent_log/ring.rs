@@ -205,7 +205,12 @@ pub(super) fn seal_block(
 ) -> AlignedBuf {
     let size = (BLOCK_HEADER + payload.len()).div_ceil(SECTOR_SIZE) * SECTOR_SIZE;
     assert!(size <= LOG_BLOCK_MAX);
-    let mut b = AlignedBuf::zeroed(size);
+    // Every byte is written below (header, payload, zeroed tail), so a recycled buffer
+    // needs no zeroing first: zeroing the whole buffer class cost 3% of the server's
+    // CPU at 8 sync writers.
+    let mut b = AlignedBuf::for_overwrite(size);
+    b[BLOCK_HEADER + payload.len()..].fill(0);
+    b[60..64].fill(0);
     b[0..8].copy_from_slice(MAGIC);
     b[8..12].copy_from_slice(&VERSION.to_le_bytes());
     b[12..16].copy_from_slice(&(size as u32).to_le_bytes());
