@@ -99,7 +99,20 @@ impl StoredBlock {
     /// Checks what can be checked without decompressing: sizes in range, and an
     /// uncompressed block exactly `lsize` long.
     pub fn new(compression: Compression, lsize: u32, stored: &[u8]) -> Result<Self, PoolError> {
-        let psize = stored.len();
+        let mut io = AlignedBuf::zeroed(sector_round(stored.len() as u64) as usize);
+        io[..stored.len()].copy_from_slice(stored);
+        Self::from_padded(compression, lsize, stored.len(), io)
+    }
+
+    /// `new` of the first `psize` bytes of `io`, which is already `psize` rounded up to
+    /// whole sectors with zeros after `psize` (a received payload read straight into
+    /// it): no copy.
+    pub fn from_padded(
+        compression: Compression,
+        lsize: u32,
+        psize: usize,
+        io: AlignedBuf,
+    ) -> Result<Self, PoolError> {
         if lsize == 0
             || lsize > crate::dnode::MAX_BLOCK_SIZE
             || psize == 0
@@ -110,8 +123,12 @@ impl StoredBlock {
                 "stored block of {psize} bytes for {lsize} in {compression:?}"
             )));
         }
-        let mut io = AlignedBuf::zeroed(sector_round(psize as u64) as usize);
-        io[..psize].copy_from_slice(stored);
+        assert_eq!(
+            io.len() as u64,
+            sector_round(psize as u64),
+            "padded to sectors"
+        );
+        debug_assert!(io[psize..].iter().all(|&b| b == 0), "zero padding");
         Ok(StoredBlock {
             compression,
             lsize,

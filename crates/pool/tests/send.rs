@@ -615,3 +615,42 @@ fn a_stored_block_keeps_its_compression_and_reads_back() {
         logical
     );
 }
+
+#[test]
+fn a_handed_over_block_reads_back_as_written_and_a_wrong_size_is_refused() {
+    let devs = sim_devices(2, 95, None);
+    let p = create_pool(Layout::Mirror, &devs);
+    let os = p.create_objset("tank/fs", "{}").unwrap();
+    let mut rng = Rng(95);
+    let bs = 16384u32;
+    let obj = new_file(&p, os, bs, Compression::Lz4);
+    let data = rng.mixed(bs as usize);
+    p.write_block(os, obj, 3, vdev::AlignedBuf::from_slice(&data))
+        .unwrap();
+    // Before the sync (the dirty block), after it, and after an import.
+    assert_eq!(p.read(os, obj, 3 * bs as u64, bs as usize).unwrap(), data);
+    assert_eq!(p.object_info(os, obj).unwrap().nblocks, 4);
+    p.sync().unwrap();
+    assert_eq!(
+        p.committed_block(os, obj, 3).unwrap().unwrap().compression,
+        Compression::Lz4,
+        "compressed by its object's setting like any write"
+    );
+    let short = vdev::AlignedBuf::from_slice(&data[..bs as usize / 2]);
+    let e = p.write_block(os, obj, 0, short).unwrap_err();
+    assert!(e.to_string().contains("8192-byte block"), "{e}");
+    assert_eq!(
+        p.object_info(os, obj).unwrap().nblocks,
+        4,
+        "nothing changed"
+    );
+    assert!(p.check().unwrap().problems.is_empty());
+    p.export().unwrap();
+    let p = import(&devs);
+    assert_eq!(p.read(os, obj, 3 * bs as u64, bs as usize).unwrap(), data);
+    assert_eq!(
+        p.read(os, obj, 0, 3 * bs as usize).unwrap(),
+        vec![0; 3 * bs as usize],
+        "the holes before it"
+    );
+}

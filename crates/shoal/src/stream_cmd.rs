@@ -11,10 +11,10 @@
 
 use crate::admin::{encode, with_datasets, with_datasets_syncing, Admin};
 use crate::units::human;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use pool::send::receiver::ReceiveSummary;
 use std::io::{IsTerminal, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::Instant;
 
 /// Counts the bytes that pass.
@@ -26,6 +26,12 @@ struct Counting<W> {
 impl<W: Write> Write for Counting<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        let n = self.inner.write_vectored(bufs)?;
         self.bytes += n as u64;
         Ok(n)
     }
@@ -55,17 +61,33 @@ fn widen_pipe(fd: &impl AsRawFd) {
     };
 }
 
-/// Standard output for a stream, refusing a terminal.
-fn stream_out() -> Result<Counting<std::io::BufWriter<std::io::StdoutLock<'static>>>> {
+/// Standard output for a stream, refusing a terminal: its descriptor as a plain file,
+/// unbuffered. The stream writer buffers record heads itself and writes big payloads
+/// from the blocks' own buffers; a `BufWriter` would copy those again, and std's
+/// line-buffered stdout splits every write at its last newline byte.
+fn stream_out() -> Result<Counting<std::fs::File>> {
     let stdout = std::io::stdout();
     if stdout.is_terminal() {
         bail!("the stream is binary: send it into a pipe or a file, not a terminal");
     }
     widen_pipe(&stdout);
+    let fd = stdout
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating standard output")?;
     Ok(Counting {
-        inner: std::io::BufWriter::with_capacity(1 << 20, stdout.lock()),
+        inner: std::fs::File::from(fd),
         bytes: 0,
     })
+}
+
+/// `get_to` of a stream from the daemon into `out`, buffered: the HTTP body arrives
+/// in small pieces.
+fn stream_from_daemon(api: &crate::admin::Api, path: &str, out: &mut impl Write) -> Result<()> {
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 20, out);
+    api.get_to(path, &mut buffered)?;
+    buffered.flush()?;
+    Ok(())
 }
 
 /// `shoal send --resume TOKEN FS`: the rest of a cut stream of a snapshot of `fs`'s
@@ -81,7 +103,7 @@ pub fn send_resumed(filesystem: &str, token: &str) -> Result<()> {
                 encode(filesystem),
                 encode(token)
             );
-            api.get_to(&path, &mut out)?;
+            stream_from_daemon(&api, &path, &mut out)?;
         }
         Admin::Local => {
             with_datasets(filesystem, |ds| {
@@ -119,7 +141,7 @@ pub fn send(snapshot: &str, from: Option<&str>, replicate: bool) -> Result<()> {
             if !query.is_empty() {
                 path.push_str(&format!("?{}", query.join("&")));
             }
-            api.get_to(&path, &mut out)?;
+            stream_from_daemon(&api, &path, &mut out)?;
         }
         Admin::Local if replicate => {
             with_datasets(snapshot, |ds| {
@@ -148,7 +170,12 @@ pub fn receive(dataset: &str, resumable: bool, json: bool) -> Result<()> {
     }
     widen_pipe(&stdin);
     let started = Instant::now();
-    let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
+    // Payloads are read straight into the pool's block buffers (`StreamInput`).
+    let fd = stdin
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating standard input")?;
+    let mut input = pool::send::input::StreamInput::new(std::fs::File::from(fd));
     let summary: ReceiveSummary = match Admin::connect()? {
         Admin::Daemon(api) => {
             let query = if resumable { "?resumable=true" } else { "" };

@@ -943,6 +943,48 @@ impl Objset {
         Ok(dirtied)
     }
 
+    /// Block `blkid` of `obj` becomes `contents`, a whole block the caller hands over
+    /// (a received block read straight into its buffer): `write` of the same bytes
+    /// without copying them. Returns the bytes newly dirtied.
+    pub fn write_block(
+        &self,
+        st: &Storage,
+        obj: u64,
+        blkid: u64,
+        contents: AlignedBuf,
+    ) -> Result<u64, PoolError> {
+        let mut inner = self.lock_loaded(st, obj);
+        let s = Self::load(st, &mut inner, obj)?;
+        if contents.len() != s.dnode.block_size as usize {
+            return Err(PoolError::InvalidArgument(format!(
+                "a {}-byte block for object {obj} of {}-byte blocks",
+                contents.len(),
+                s.dnode.block_size
+            )));
+        }
+        if levels_for(blkid.saturating_add(1)) > MAX_LEVELS {
+            return Err(PoolError::InvalidArgument(
+                "write beyond the largest object size".into(),
+            ));
+        }
+        let dirtied = if s
+            .open
+            .blocks
+            .insert(blkid, Dirty::Data(Arc::new(contents)))
+            .is_none()
+        {
+            s.dnode.block_size as u64
+        } else {
+            0
+        };
+        if blkid + 1 > s.dnode.nblocks {
+            s.dnode.nblocks = blkid + 1;
+            s.open.dnode_dirty = true;
+        }
+        inner.open_dirty.insert(obj);
+        Ok(dirtied)
+    }
+
     /// Block `blkid` of `obj` becomes `block` as it was stored by the pool that sent
     /// it: the sync writes its bytes without decompressing or compressing them.
     /// Returns the bytes newly dirtied.

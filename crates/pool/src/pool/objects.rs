@@ -130,6 +130,18 @@ impl Pool {
         self.begin(data.len() as u64)?.write(os, obj, offset, data)
     }
 
+    /// See [`Tx::write_block`].
+    pub fn write_block(
+        &self,
+        os: u64,
+        obj: u64,
+        blkid: u64,
+        contents: vdev::AlignedBuf,
+    ) -> Result<(), PoolError> {
+        self.begin(contents.len() as u64)?
+            .write_block(os, obj, blkid, contents)
+    }
+
     /// See [`Tx::write_stored`].
     pub fn write_stored(
         &self,

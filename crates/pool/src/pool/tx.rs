@@ -147,6 +147,30 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Block `blkid` of `obj` becomes `contents`, a whole block handed over
+    /// (`write` of the same bytes at `blkid` times the block size, without a copy).
+    pub fn write_block(
+        &self,
+        os: u64,
+        obj: u64,
+        blkid: u64,
+        contents: vdev::AlignedBuf,
+    ) -> Result<(), PoolError> {
+        let p = self.pool;
+        let objset = p.writable_objset(os)?;
+        let len = contents.len() as u64;
+        let dirtied = objset.write_block(&p.storage, obj, blkid, contents)?;
+        p.account_dirty(&objset, dirtied);
+        self.record(LogOp::Write {
+            os,
+            obj,
+            offset: blkid * len,
+            len,
+            data: Vec::new(),
+        });
+        Ok(())
+    }
+
     /// Block `blkid` of `obj` becomes a received block as its sender stored it
     /// (compressed blocks stay compressed: no decompress and compress again).
     pub fn write_stored(

@@ -26,7 +26,9 @@
 //! `zfs send -c` does). Only bytes whose stretch verified are applied, and those are
 //! the bytes the sender's pool verified against its checksums when it read them; an
 //! uncompressed block goes through the ordinary write path (its buffer is shared
-//! with the ARC).
+//! with the ARC). Either way the buffer a payload was read into (`Payload`, read
+//! through `input::StreamInput` straight from the pipe) becomes the block: no copy
+//! of a received byte in shoal's own code.
 
 use super::{HashingReader, Position, Record, StreamHeader};
 use crate::checksum::ChecksumKind;
@@ -236,7 +238,7 @@ fn apply(
         match Record::read(r)? {
             Record::Checkpoint { at, .. } => {
                 for rec in pending.drain(..) {
-                    applier.apply(rec, r, summary)?;
+                    applier.apply(rec, summary)?;
                 }
                 if let Some((report, every)) = progress.as_mut() {
                     if reported.is_none_or(|t| t.elapsed() >= *every) {
@@ -252,7 +254,7 @@ fn apply(
             }
             Record::End { next_object, .. } => {
                 for rec in pending.drain(..) {
-                    applier.apply(rec, r, summary)?;
+                    applier.apply(rec, summary)?;
                 }
                 pool.raise_next_object(os, next_object)?;
                 if header.incremental() {
@@ -264,7 +266,7 @@ fn apply(
                 return Ok(());
             }
             rec if buffered => pending.push(rec),
-            rec => applier.apply(rec, r, summary)?,
+            rec => applier.apply(rec, summary)?,
         }
     }
 }
@@ -278,12 +280,7 @@ struct Applier<'a> {
 }
 
 impl Applier<'_> {
-    fn apply(
-        &mut self,
-        rec: Record,
-        r: &mut HashingReader<'_>,
-        summary: &mut ReceiveSummary,
-    ) -> Result<(), PoolError> {
+    fn apply(&mut self, rec: Record, summary: &mut ReceiveSummary) -> Result<(), PoolError> {
         let (pool, os) = (self.pool, self.os);
         let block_sizes = &mut self.block_sizes;
         match rec {
@@ -362,18 +359,27 @@ impl Applier<'_> {
                     .checked_mul(bs as u64)
                     .ok_or_else(|| refused(format!("object {obj}: block id {blkid}")))?;
                 if alg == Compression::Off {
-                    if payload.len() < lsize as usize {
-                        return Err(refused(format!("object {obj} block {blkid}: short")));
+                    if payload.len() != lsize as usize {
+                        return Err(refused(format!(
+                            "object {obj} block {blkid}: {} bytes uncompressed for {lsize}",
+                            payload.len()
+                        )));
                     }
-                    pool.write(os, obj, offset, &payload[..lsize as usize])?;
+                    if (lsize as usize).is_multiple_of(vdev::SECTOR_SIZE) {
+                        // The buffer it was read into becomes the block (no padding:
+                        // a whole number of sectors).
+                        pool.write_block(os, obj, blkid, payload.into_padded())?;
+                    } else {
+                        pool.write(os, obj, offset, &payload)?;
+                    }
                 } else {
                     // Stored as it came: the stream's hash vouches for the bytes, and
                     // they are the bytes the sender's pool verified when it read them.
-                    let block = StoredBlock::new(alg, lsize, &payload)
+                    let psize = payload.len();
+                    let block = StoredBlock::from_padded(alg, lsize, psize, payload.into_padded())
                         .map_err(|e| refused(format!("object {obj} block {blkid}: {e}")))?;
                     pool.write_stored(os, obj, blkid, Arc::new(block))?;
                 }
-                r.recycle(payload);
                 summary.data_blocks += 1;
             }
             Record::Free { obj, first, count } => {
