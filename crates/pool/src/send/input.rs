@@ -5,6 +5,9 @@
 //! block buffer the pool keeps (`Payload`), copied once by the kernel and never by
 //! shoal.
 //!
+//! A direct read is one vectored read into the caller's memory and then the
+//! (empty) buffer, so the head after a payload comes with it.
+//!
 //! std's `BufReader` bypasses only reads at least as long as its whole buffer. With a
 //! buffer big enough to make heads cheap and payloads of 128 KiB, every payload was
 //! copied from the buffer: that copy and the pool's own copy of the payload were
@@ -16,7 +19,7 @@
 //! reader never takes more from the source than the buffer holds, and what it holds
 //! is the next stream's start for the next receive.
 
-use std::io::{BufRead, Read};
+use std::io::{BufRead, IoSliceMut, Read};
 
 /// Reads at least this long skip the buffer when it is empty.
 pub const DIRECT_MIN: usize = 16 << 10;
@@ -45,7 +48,19 @@ impl<R: Read> StreamInput<R> {
 impl<R: Read> Read for StreamInput<R> {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if self.pos == self.filled && out.len() >= DIRECT_MIN {
-            return self.inner.read(out);
+            // One vectored read fills the caller's memory and then the buffer with
+            // what follows (the next record's head): one system call per payload.
+            let want = out.len();
+            let n = loop {
+                let mut slices = [IoSliceMut::new(out), IoSliceMut::new(&mut self.buf)];
+                match self.inner.read_vectored(&mut slices) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => break r?,
+                }
+            };
+            self.pos = 0;
+            self.filled = n.saturating_sub(want);
+            return Ok(n.min(want));
         }
         let held = self.fill_buf()?;
         let n = held.len().min(out.len());
@@ -138,6 +153,22 @@ mod tests {
                 "step {step}: only {direct} bytes went direct"
             );
         }
+    }
+
+    #[test]
+    fn a_direct_read_brings_the_next_head_into_the_buffer() {
+        // A Cursor fills every slice of a vectored read.
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        let mut input = StreamInput::new(std::io::Cursor::new(data.clone()));
+        let mut got = Vec::new();
+        for size in [26usize, 131_072, 26, 131_072, 26, 37_778] {
+            let mut b = vec![0u8; size];
+            input.read_exact(&mut b).unwrap();
+            got.extend_from_slice(&b);
+        }
+        assert_eq!(got, data);
+        let mut end = [0u8; 1];
+        assert_eq!(input.read(&mut end).unwrap(), 0);
     }
 
     #[test]
