@@ -953,36 +953,8 @@ impl Objset {
         blkid: u64,
         contents: AlignedBuf,
     ) -> Result<u64, PoolError> {
-        let mut inner = self.lock_loaded(st, obj);
-        let s = Self::load(st, &mut inner, obj)?;
-        if contents.len() != s.dnode.block_size as usize {
-            return Err(PoolError::InvalidArgument(format!(
-                "a {}-byte block for object {obj} of {}-byte blocks",
-                contents.len(),
-                s.dnode.block_size
-            )));
-        }
-        if levels_for(blkid.saturating_add(1)) > MAX_LEVELS {
-            return Err(PoolError::InvalidArgument(
-                "write beyond the largest object size".into(),
-            ));
-        }
-        let dirtied = if s
-            .open
-            .blocks
-            .insert(blkid, Dirty::Data(Arc::new(contents)))
-            .is_none()
-        {
-            s.dnode.block_size as u64
-        } else {
-            0
-        };
-        if blkid + 1 > s.dnode.nblocks {
-            s.dnode.nblocks = blkid + 1;
-            s.open.dnode_dirty = true;
-        }
-        inner.open_dirty.insert(obj);
-        Ok(dirtied)
+        let len = contents.len() as u64;
+        self.put_whole_block(st, obj, blkid, len, Dirty::Data(Arc::new(contents)))
     }
 
     /// Block `blkid` of `obj` becomes `block` as it was stored by the pool that sent
@@ -995,12 +967,26 @@ impl Objset {
         blkid: u64,
         block: Arc<StoredBlock>,
     ) -> Result<u64, PoolError> {
+        let len = block.lsize as u64;
+        self.put_whole_block(st, obj, blkid, len, Dirty::Stored(block))
+    }
+
+    /// Block `blkid` of `obj` becomes `block`, `len` bytes once read, which must be
+    /// the object's block size. Returns the bytes newly dirtied.
+    fn put_whole_block(
+        &self,
+        st: &Storage,
+        obj: u64,
+        blkid: u64,
+        len: u64,
+        block: Dirty,
+    ) -> Result<u64, PoolError> {
         let mut inner = self.lock_loaded(st, obj);
         let s = Self::load(st, &mut inner, obj)?;
-        if block.lsize != s.dnode.block_size {
+        if len != s.dnode.block_size as u64 {
             return Err(PoolError::InvalidArgument(format!(
-                "a {}-byte block for object {obj} of {}-byte blocks",
-                block.lsize, s.dnode.block_size
+                "a {len}-byte block for object {obj} of {}-byte blocks",
+                s.dnode.block_size
             )));
         }
         if levels_for(blkid.saturating_add(1)) > MAX_LEVELS {
@@ -1008,7 +994,7 @@ impl Objset {
                 "write beyond the largest object size".into(),
             ));
         }
-        let dirtied = if s.open.blocks.insert(blkid, Dirty::Stored(block)).is_none() {
+        let dirtied = if s.open.blocks.insert(blkid, block).is_none() {
             s.dnode.block_size as u64
         } else {
             0

@@ -156,19 +156,10 @@ impl Tx<'_> {
         blkid: u64,
         contents: vdev::AlignedBuf,
     ) -> Result<(), PoolError> {
-        let p = self.pool;
-        let objset = p.writable_objset(os)?;
         let len = contents.len() as u64;
-        let dirtied = objset.write_block(&p.storage, obj, blkid, contents)?;
-        p.account_dirty(&objset, dirtied);
-        self.record(LogOp::Write {
-            os,
-            obj,
-            offset: blkid * len,
-            len,
-            data: Vec::new(),
-        });
-        Ok(())
+        self.whole_block(os, obj, blkid, len, |objset, st| {
+            objset.write_block(st, obj, blkid, contents)
+        })
     }
 
     /// Block `blkid` of `obj` becomes a received block as its sender stored it
@@ -180,10 +171,25 @@ impl Tx<'_> {
         blkid: u64,
         block: Arc<crate::storage::StoredBlock>,
     ) -> Result<(), PoolError> {
+        let len = block.lsize as u64;
+        self.whole_block(os, obj, blkid, len, |objset, st| {
+            objset.write_stored(st, obj, blkid, block)
+        })
+    }
+
+    /// A whole block of `len` bytes at `blkid` put in place by `put`, accounted and
+    /// logged as a write of its bytes.
+    fn whole_block(
+        &self,
+        os: u64,
+        obj: u64,
+        blkid: u64,
+        len: u64,
+        put: impl FnOnce(&Objset, &Storage) -> Result<u64, PoolError>,
+    ) -> Result<(), PoolError> {
         let p = self.pool;
         let objset = p.writable_objset(os)?;
-        let len = block.lsize as u64;
-        let dirtied = objset.write_stored(&p.storage, obj, blkid, block)?;
+        let dirtied = put(&objset, &p.storage)?;
         p.account_dirty(&objset, dirtied);
         self.record(LogOp::Write {
             os,
