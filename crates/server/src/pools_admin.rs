@@ -699,7 +699,7 @@ pub(crate) async fn candidates(State(s): State<Shared>) -> ApiResult<Vec<Candida
         }
         paths.extend(free_block_devices().into_iter().map(|p| (p, "block")));
         for (path, kind) in paths {
-            let Ok(dev) = vdev::FileDevice::open_buffered(&path) else {
+            let Ok(dev) = vdev::FileDevice::open_shared(&path) else {
                 continue;
             };
             let size_bytes = vdev::Device::size_bytes(&dev);

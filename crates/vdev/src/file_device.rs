@@ -5,6 +5,12 @@
 //! get buffered I/O instead, with fdatasync as the flush; `io_mode` tells which, and
 //! pool status shows it. With O_DIRECT, a caller's buffer that is not sector-aligned is
 //! bounced through an `AlignedBuf`.
+//!
+//! A block device is opened exclusively (`O_EXCL`, which Linux gives block devices
+//! without `O_CREAT` the meaning "claim it"): a disk that is mounted, holds a swap
+//! area or a device-mapper target, or belongs to another running pool is refused with
+//! `ResourceBusy` instead of being overwritten. The claim lasts while the device is
+//! open and ends with the process. `open_shared` is for looking at labels only.
 
 use crate::aligned::AlignedBuf;
 use crate::device::{check_io, Device, IoMode, SECTOR_SIZE};
@@ -28,8 +34,15 @@ pub struct FileDevice {
 impl FileDevice {
     /// Opens an existing file or block device read-write, bypassing the page cache
     /// where the file system allows it.
+    /// A block device is claimed exclusively (see the module doc).
     pub fn open(path: impl AsRef<Path>) -> io::Result<FileDevice> {
-        Self::open_mode(path.as_ref(), true)
+        Self::open_mode(path.as_ref(), true, true)
+    }
+
+    /// Opens without claiming a block device, buffered: for reading labels of
+    /// devices that may be in use (a listing of the host's disks), never for a pool.
+    pub fn open_shared(path: impl AsRef<Path>) -> io::Result<FileDevice> {
+        Self::open_mode(path.as_ref(), false, false)
     }
 
     /// The holes of `[start, end)`, as the file system reports them.
@@ -95,51 +108,74 @@ impl FileDevice {
     }
 
     /// Opens with buffered I/O (page cache) and fdatasync as the flush.
+    /// A block device is claimed exclusively, as by `open`.
     pub fn open_buffered(path: impl AsRef<Path>) -> io::Result<FileDevice> {
-        Self::open_mode(path.as_ref(), false)
+        Self::open_mode(path.as_ref(), false, true)
     }
 
-    fn open_mode(path: &Path, try_direct: bool) -> io::Result<FileDevice> {
-        let direct = if try_direct {
+    fn open_mode(path: &Path, try_direct: bool, exclusive: bool) -> io::Result<FileDevice> {
+        use std::os::unix::fs::FileTypeExt;
+        let claim = exclusive && std::fs::metadata(path)?.file_type().is_block_device();
+        let open = |direct: bool| {
+            let mut flags = 0;
+            if direct {
+                flags |= libc::O_DIRECT;
+            }
+            if claim {
+                flags |= libc::O_EXCL;
+            }
             OpenOptions::new()
                 .read(true)
                 .write(true)
-                .custom_flags(libc::O_DIRECT)
+                .custom_flags(flags)
                 .open(path)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::EBUSY) if claim => io::Error::new(
+                        io::ErrorKind::ResourceBusy,
+                        format!(
+                            "{} is in use (mounted, a swap area, or held by another pool \
+                             or program); refusing to share it",
+                            path.display()
+                        ),
+                    ),
+                    _ => e,
+                })
+        };
+        let direct = if try_direct {
+            open(true)
         } else {
             Err(io::Error::from_raw_os_error(libc::EINVAL))
         };
         let (mut file, mode) = match direct {
             Ok(f) => (f, IoMode::Direct),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
-                OpenOptions::new().read(true).write(true).open(path)?,
-                IoMode::Buffered,
-            ),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(false)?, IoMode::Buffered),
             Err(e) => return Err(e),
         };
         let end = file.seek(SeekFrom::End(0))?;
         let size = end / SECTOR_SIZE as u64 * SECTOR_SIZE as u64;
-        let rotational = backing_disk_is_rotational(&file);
-        let mut dev = FileDevice {
-            file,
-            path: path.to_path_buf(),
-            size,
-            mode,
-            rotational,
-        };
+        let mut mode = mode;
         if mode == IoMode::Direct && size >= SECTOR_SIZE as u64 {
             // Some file systems accept the flag at open and refuse the I/O.
             let mut probe = AlignedBuf::zeroed(SECTOR_SIZE);
-            if let Err(e) = dev.file.read_exact_at(&mut probe, 0) {
+            if let Err(e) = file.read_exact_at(&mut probe, 0) {
                 if e.raw_os_error() == Some(libc::EINVAL) {
-                    dev.file = OpenOptions::new().read(true).write(true).open(path)?;
-                    dev.mode = IoMode::Buffered;
+                    // Closed first: a claimed block device cannot be opened twice.
+                    drop(file);
+                    file = open(false)?;
+                    mode = IoMode::Buffered;
                 } else {
                     return Err(e);
                 }
             }
         }
-        Ok(dev)
+        let rotational = backing_disk_is_rotational(&file);
+        Ok(FileDevice {
+            file,
+            path: path.to_path_buf(),
+            size,
+            mode,
+            rotational,
+        })
     }
 
     /// Creates a new sparse file of `size_bytes` and opens it.
@@ -389,6 +425,70 @@ fn finish_short(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loop device over a file, detached when dropped.
+    struct LoopDevice(PathBuf);
+
+    impl LoopDevice {
+        fn over(file: &Path) -> LoopDevice {
+            let out = std::process::Command::new("losetup")
+                .args(["--find", "--show"])
+                .arg(file)
+                .output()
+                .expect("losetup (util-linux) runs");
+            assert!(
+                out.status.success(),
+                "this test needs root and loop devices: losetup said {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            LoopDevice(PathBuf::from(
+                String::from_utf8(out.stdout).unwrap().trim().to_string(),
+            ))
+        }
+    }
+
+    impl Drop for LoopDevice {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(&self.0)
+                .status();
+        }
+    }
+
+    #[test]
+    fn a_block_device_in_use_is_refused_and_free_again_once_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let backing = dir.path().join("disk.img");
+        FileDevice::create(&backing, MIN_DEVICE_BYTES).unwrap();
+        let disk = LoopDevice::over(&backing);
+        let first = FileDevice::open(&disk.0).unwrap();
+        // A second pool (or this one opened twice) is refused, by `open` and by
+        // `open_buffered`, with an error that says why.
+        for e in [
+            FileDevice::open(&disk.0).unwrap_err(),
+            FileDevice::open_buffered(&disk.0).unwrap_err(),
+        ] {
+            assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+            assert!(e.to_string().contains("is in use"), "{e}");
+        }
+        // Looking at its label is still possible.
+        let look = FileDevice::open_shared(&disk.0).unwrap();
+        assert_eq!(look.size_bytes(), first.size_bytes());
+        drop(look);
+        drop(first);
+        let again = FileDevice::open(&disk.0).unwrap();
+        // Negative control: without the claim the same double open goes through,
+        // which is how two pools came to write one disk.
+        drop(again);
+        let a = FileDevice::open_mode(&disk.0, true, false).unwrap();
+        let b = FileDevice::open_mode(&disk.0, true, false).unwrap();
+        drop((a, b));
+        // Regular files are never claimed (tests and pools of files open them as
+        // they like).
+        let _one = FileDevice::open(&backing).unwrap();
+        let _two = FileDevice::open(&backing).unwrap();
+    }
 
     fn round_trip(dir: &Path) -> IoMode {
         round_trip_with(dir, false)
