@@ -123,12 +123,12 @@ impl StoredBlock {
                 "stored block of {psize} bytes for {lsize} in {compression:?}"
             )));
         }
-        assert_eq!(
-            io.len() as u64,
-            sector_round(psize as u64),
-            "padded to sectors"
-        );
-        debug_assert!(io[psize..].iter().all(|&b| b == 0), "zero padding");
+        if io.len() as u64 != sector_round(psize as u64) || io[psize..].iter().any(|&b| b != 0) {
+            return Err(PoolError::InvalidArgument(format!(
+                "stored block of {psize} bytes in a buffer of {} not zero-padded to a sector",
+                io.len()
+            )));
+        }
         Ok(StoredBlock {
             compression,
             lsize,

@@ -37,19 +37,42 @@ type Chunk = Result<Bytes, std::io::Error>;
 /// Request body bytes handed to the reading thread at once.
 const GATHER: usize = 256 << 10;
 
-/// Writes into the response body's channel.
-struct ChannelWriter(mpsc::Sender<Chunk>);
+/// Writes into the response body's channel in pieces of about `SEND_CHUNK` (the
+/// stream writer hands over each big payload by itself; a chunk each would be an
+/// HTTP chunk and a channel message per 128 KiB).
+struct ChannelWriter {
+    tx: mpsc::Sender<Chunk>,
+    buf: Vec<u8>,
+}
+
+const SEND_CHUNK: usize = 1 << 20;
+
+impl ChannelWriter {
+    fn new(tx: mpsc::Sender<Chunk>) -> ChannelWriter {
+        ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(SEND_CHUNK + (128 << 10)),
+        }
+    }
+}
 
 impl std::io::Write for ChannelWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client went away"))?;
-        Ok(buf.len())
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= SEND_CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(SEND_CHUNK + (128 << 10)));
+        self.tx
+            .blocking_send(Ok(Bytes::from(full)))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client went away"))
     }
 }
 
@@ -104,7 +127,7 @@ fn stream_response(
     let snapshot = what;
     let (tx, rx) = mpsc::channel::<Chunk>(4);
     tokio::task::spawn_blocking(move || {
-        let mut w = ChannelWriter(tx.clone());
+        let mut w = ChannelWriter::new(tx.clone());
         for (id, from_id, at) in streams {
             if let Err(e) = pool::send::writer::send_from(ds.pool(), id, from_id, at, &mut w) {
                 tracing::warn!("send of {snapshot} failed part way: {e}");

@@ -10,7 +10,11 @@
 //! without `O_CREAT` the meaning "claim it"): a disk that is mounted, holds a swap
 //! area or a device-mapper target, or belongs to another running pool is refused with
 //! `ResourceBusy` instead of being overwritten. The claim lasts while the device is
-//! open and ends with the process. `open_shared` is for looking at labels only.
+//! open and ends with the process. A device this process already has open (an
+//! exported pool's handle that something still holds, a fault-injection wrapper) is
+//! opened again without a claim: the claim is ours already, and the pool labels keep
+//! two live pools of one process apart. `open_shared` is for reading labels only:
+//! read-only, no claim.
 
 use crate::aligned::AlignedBuf;
 use crate::device::{check_io, Device, IoMode, SECTOR_SIZE};
@@ -39,8 +43,9 @@ impl FileDevice {
         Self::open_mode(path.as_ref(), true, true)
     }
 
-    /// Opens without claiming a block device, buffered: for reading labels of
-    /// devices that may be in use (a listing of the host's disks), never for a pool.
+    /// Opens read-only and buffered, without claiming a block device: for reading the
+    /// labels of devices that may be in use (a listing of the host's disks), never
+    /// for a pool (writes fail).
     pub fn open_shared(path: impl AsRef<Path>) -> io::Result<FileDevice> {
         Self::open_mode(path.as_ref(), false, false)
     }
@@ -113,10 +118,11 @@ impl FileDevice {
         Self::open_mode(path.as_ref(), false, true)
     }
 
-    fn open_mode(path: &Path, try_direct: bool, exclusive: bool) -> io::Result<FileDevice> {
+    /// `for_pool`: read-write, claiming a block device; else read-only, no claim.
+    fn open_mode(path: &Path, try_direct: bool, for_pool: bool) -> io::Result<FileDevice> {
         use std::os::unix::fs::FileTypeExt;
-        let claim = exclusive && std::fs::metadata(path)?.file_type().is_block_device();
-        let open = |direct: bool| {
+        let claim = for_pool && std::fs::metadata(path)?.file_type().is_block_device();
+        let open_with = |direct: bool, claim: bool| {
             let mut flags = 0;
             if direct {
                 flags |= libc::O_DIRECT;
@@ -126,20 +132,25 @@ impl FileDevice {
             }
             OpenOptions::new()
                 .read(true)
-                .write(true)
+                .write(for_pool)
                 .custom_flags(flags)
                 .open(path)
-                .map_err(|e| match e.raw_os_error() {
-                    Some(libc::EBUSY) if claim => io::Error::new(
-                        io::ErrorKind::ResourceBusy,
-                        format!(
-                            "{} is in use (mounted, a swap area, or held by another pool \
-                             or program); refusing to share it",
-                            path.display()
-                        ),
+        };
+        let open = |direct: bool| match open_with(direct, claim) {
+            Err(e) if claim && e.raw_os_error() == Some(libc::EBUSY) => {
+                if held_by_this_process(path) {
+                    return open_with(direct, false);
+                }
+                Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!(
+                        "{} is in use (mounted, a swap area, or held by another pool \
+                         or program); refusing to share it",
+                        path.display()
                     ),
-                    _ => e,
-                })
+                ))
+            }
+            r => r,
         };
         let direct = if try_direct {
             open(true)
@@ -422,6 +433,21 @@ fn finish_short(
     Ok(())
 }
 
+/// Whether this process has block device `path` open already (see the module doc).
+fn held_by_this_process(path: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(rdev) = std::fs::metadata(path).map(|m| m.rdev()) else {
+        return false;
+    };
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::metadata(fd.path())
+            .is_ok_and(|m| m.file_type().is_block_device() && m.rdev() == rdev)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,15 +482,35 @@ mod tests {
         }
     }
 
+    fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
+        let out = std::process::Command::new(cmd).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     #[test]
-    fn a_block_device_in_use_is_refused_and_free_again_once_closed() {
+    fn a_mounted_block_device_is_refused_and_free_again_once_unmounted() {
         let dir = tempfile::tempdir().unwrap();
         let backing = dir.path().join("disk.img");
         FileDevice::create(&backing, MIN_DEVICE_BYTES).unwrap();
         let disk = LoopDevice::over(&backing);
-        let first = FileDevice::open(&disk.0).unwrap();
-        // A second pool (or this one opened twice) is refused, by `open` and by
-        // `open_buffered`, with an error that says why.
+        let dev = disk.0.as_os_str();
+        run("mkfs.ext4", &["-q".as_ref(), dev]);
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        run("mount", &[dev, mnt.as_os_str()]);
+        // Unmounted however the test ends, before the loop device is detached.
+        struct Mounted<'a>(&'a Path);
+        impl Drop for Mounted<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let mounted = Mounted(&mnt);
+        // Mounted: refused by `open` and `open_buffered`, with an error that says why.
         for e in [
             FileDevice::open(&disk.0).unwrap_err(),
             FileDevice::open_buffered(&disk.0).unwrap_err(),
@@ -472,20 +518,23 @@ mod tests {
             assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
             assert!(e.to_string().contains("is in use"), "{e}");
         }
-        // Looking at its label is still possible.
+        // Its label can still be looked at, read-only.
         let look = FileDevice::open_shared(&disk.0).unwrap();
-        assert_eq!(look.size_bytes(), first.size_bytes());
+        assert_eq!(look.size_bytes(), MIN_DEVICE_BYTES);
+        assert!(look.write_at(0, &[0u8; 512]).is_err(), "read-only");
         drop(look);
-        drop(first);
-        let again = FileDevice::open(&disk.0).unwrap();
-        // Negative control: without the claim the same double open goes through,
-        // which is how two pools came to write one disk.
-        drop(again);
-        let a = FileDevice::open_mode(&disk.0, true, false).unwrap();
-        let b = FileDevice::open_mode(&disk.0, true, false).unwrap();
-        drop((a, b));
-        // Regular files are never claimed (tests and pools of files open them as
-        // they like).
+        // Negative control: the same open without the claim goes through, which is
+        // how a pool came to write over a mounted file system.
+        let unclaimed = OpenOptions::new().read(true).write(true).open(&disk.0);
+        assert!(unclaimed.is_ok(), "an open without O_EXCL is not refused");
+        drop(unclaimed);
+        drop(mounted);
+        // Free again; opened twice by this process (an exported pool's handle still
+        // alive), the second open goes through on the claim this process holds.
+        let first = FileDevice::open(&disk.0).unwrap();
+        let second = FileDevice::open(&disk.0).unwrap();
+        assert_eq!(first.size_bytes(), second.size_bytes());
+        // Regular files are never claimed.
         let _one = FileDevice::open(&backing).unwrap();
         let _two = FileDevice::open(&backing).unwrap();
     }

@@ -25,10 +25,12 @@
 //! sender's compression whatever the receiving object's property says (as
 //! `zfs send -c` does). Only bytes whose stretch verified are applied, and those are
 //! the bytes the sender's pool verified against its checksums when it read them; an
-//! uncompressed block goes through the ordinary write path (its buffer is shared
-//! with the ARC). Either way the buffer a payload was read into (`Payload`, read
-//! through `input::StreamInput` straight from the pipe) becomes the block: no copy
-//! of a received byte in shoal's own code.
+//! uncompressed block becomes a dirty block like any write (`Pool::write_block`),
+//! compressed by the object's setting at the sync. Either way the buffer a payload
+//! was read into (`Payload`) becomes the block, not a copy of it. Through
+//! `input::StreamInput` (the CLI reading a pipe) the payload's bytes reach that
+//! buffer straight from the kernel, but for the few a head's read brought along;
+//! through the daemon they are copied once out of the HTTP body's chunks.
 
 use super::{HashingReader, Position, Record, StreamHeader};
 use crate::checksum::ChecksumKind;
