@@ -89,3 +89,18 @@ EOC
         echo "         SecType = sys; Protocols = 3; Transports = TCP; FSAL { Name = VFS; } }"
     done
 }
+
+# One timed full `send | receive` of ssrc/fs@s1 into sdst/fs by shoal binary BIN (the
+# copy of an earlier round destroyed first, the kernel's caches dropped, the clock
+# stopped after sync(1)); TMP is a scratch directory. Prints "seconds cpu_seconds"
+# (user + system of the pipeline). For bench/replication.sh and replication-ab.sh.
+shoal_send_receive_round() { # BIN TMP
+    "$1" snapshot destroy sdst/fs@s1 >/dev/null 2>&1 || true
+    "$1" fs destroy sdst/fs >/dev/null 2>&1 || true
+    drop_caches
+    /usr/bin/time -f "%e %U %S" -o "$2/time" bash -c \
+        "'$1' send ssrc/fs@s1 2>/dev/null | '$1' receive sdst/fs >/dev/null 2>&1; sync"
+    local e u s
+    read -r e u s < "$2/time"
+    echo "$e $(echo "$u $s" | awk '{print $1 + $2}')"
+}

@@ -54,13 +54,7 @@ for r in $(seq "$ROUNDS"); do
     for i in "${!bins[@]}"; do
         b=${bins[$i]}
         echo "round $r: ${b}..." >&2
-        "$b" snapshot destroy sdst/fs@s1 >/dev/null 2>&1 || true
-        "$b" fs destroy sdst/fs >/dev/null 2>&1 || true
-        drop_caches
-        /usr/bin/time -f "%e %U %S" -o "$OUT/time" bash -c \
-            "'$b' send ssrc/fs@s1 2>/dev/null | '$b' receive sdst/fs >/dev/null 2>&1; sync"
-        read -r e u s < "$OUT/time"
-        echo "$e $(echo "$u $s" | awk '{print $1 + $2}')" >> "$OUT/$i"
+        shoal_send_receive_round "$b" "$OUT" >> "$OUT/$i"
     done
 done
 

@@ -124,15 +124,7 @@ zfs_daemon_cpu() { # utime + stime of zfs-fuse, seconds
 }
 
 # One timed full transfer: prints "seconds cpu_seconds".
-shoal_round() {
-    "$SHOAL" snapshot destroy sdst/fs@s1 >/dev/null 2>&1 || true
-    "$SHOAL" fs destroy sdst/fs >/dev/null 2>&1 || true
-    drop_caches
-    /usr/bin/time -f "%e %U %S" -o "$OUT/time" bash -c \
-        "'$SHOAL' send ssrc/fs@s1 2>/dev/null | '$SHOAL' receive sdst/fs >/dev/null 2>&1; sync"
-    read -r e u s < "$OUT/time"
-    echo "$e $(echo "$u $s" | awk '{print $1 + $2}')"
-}
+shoal_round() { shoal_send_receive_round "$SHOAL" "$OUT"; }
 zfs_round() {
     zfs destroy -r zdst/fs >/dev/null 2>&1 || true
     zfs_reimport
