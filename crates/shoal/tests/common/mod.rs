@@ -178,10 +178,18 @@ impl Served {
     fn spawn(&mut self) {
         let child = self.serve_command().spawn().unwrap();
         let child = self.child.insert(child);
+        // The daemon writes `daemon.json` after it listens: until then a restarted
+        // daemon's ports answer while the file still names the killed one, and the CLI
+        // finds no daemon. So wait for the file to name this child.
+        let (nfs, api) = daemon_addrs(&self.state, child, Some(&self.log));
         if self.nfs_port == 0 {
-            let (nfs, api) = daemon_addrs(&self.state, child, Some(&self.log));
             (self.nfs_port, self.api_port) = (nfs.port(), api.port());
         }
+        assert_eq!(
+            (nfs.port(), api.port()),
+            (self.nfs_port, self.api_port),
+            "a restart keeps the ports"
+        );
         wait_listening(self.nfs_port);
         wait_listening(self.api_port);
     }
@@ -217,7 +225,10 @@ impl Served {
                 return Err(format!("shoal serve exited ({status}) instead of starting"));
             }
             let up = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-            if up(self.nfs_port) && up(self.api_port) {
+            // As in `spawn`: listening, and `daemon.json` names this child.
+            let named =
+                server::DaemonFile::read_live(&self.state).is_some_and(|d| d.pid == child.id());
+            if up(self.nfs_port) && up(self.api_port) && named {
                 return Ok(());
             }
             if Instant::now() > deadline {
