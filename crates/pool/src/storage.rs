@@ -335,7 +335,7 @@ impl Drop for ReadPin<'_> {
     }
 }
 
-fn sector_round(n: u64) -> u64 {
+pub(crate) fn sector_round(n: u64) -> u64 {
     n.div_ceil(SECTOR_SIZE as u64) * SECTOR_SIZE as u64
 }
 

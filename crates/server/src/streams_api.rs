@@ -37,29 +37,31 @@ type Chunk = Result<Bytes, std::io::Error>;
 /// Request body bytes handed to the reading thread at once.
 const GATHER: usize = 256 << 10;
 
-/// Writes into the response body's channel in pieces of about `SEND_CHUNK` (the
-/// stream writer hands over each big payload by itself; a chunk each would be an
-/// HTTP chunk and a channel message per 128 KiB).
-struct ChannelWriter {
-    tx: mpsc::Sender<Chunk>,
+/// A writer that gathers what it is given into pieces of about `GATHERED_CHUNK` and
+/// hands each whole piece to `send` (and the rest at `flush`): a snapshot stream's
+/// writer hands over each big payload by itself, and a channel message, an HTTP
+/// chunk or a frame per 128 KiB costs more than the copy. The daemon's
+/// `GET /send` and replication's sender both write through it.
+pub(crate) struct GatheringWriter<F: FnMut(Vec<u8>) -> std::io::Result<()>> {
+    send: F,
     buf: Vec<u8>,
 }
 
-const SEND_CHUNK: usize = 1 << 20;
+pub(crate) const GATHERED_CHUNK: usize = 1 << 20;
 
-impl ChannelWriter {
-    fn new(tx: mpsc::Sender<Chunk>) -> ChannelWriter {
-        ChannelWriter {
-            tx,
-            buf: Vec::with_capacity(SEND_CHUNK + (128 << 10)),
+impl<F: FnMut(Vec<u8>) -> std::io::Result<()>> GatheringWriter<F> {
+    pub(crate) fn new(send: F) -> Self {
+        GatheringWriter {
+            send,
+            buf: Vec::with_capacity(GATHERED_CHUNK + (128 << 10)),
         }
     }
 }
 
-impl std::io::Write for ChannelWriter {
+impl<F: FnMut(Vec<u8>) -> std::io::Result<()>> std::io::Write for GatheringWriter<F> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         self.buf.extend_from_slice(data);
-        if self.buf.len() >= SEND_CHUNK {
+        if self.buf.len() >= GATHERED_CHUNK {
             self.flush()?;
         }
         Ok(data.len())
@@ -69,10 +71,11 @@ impl std::io::Write for ChannelWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(SEND_CHUNK + (128 << 10)));
-        self.tx
-            .blocking_send(Ok(Bytes::from(full)))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client went away"))
+        let full = std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(GATHERED_CHUNK + (128 << 10)),
+        );
+        (self.send)(full)
     }
 }
 
@@ -127,7 +130,11 @@ fn stream_response(
     let snapshot = what;
     let (tx, rx) = mpsc::channel::<Chunk>(4);
     tokio::task::spawn_blocking(move || {
-        let mut w = ChannelWriter::new(tx.clone());
+        let mut w = GatheringWriter::new(|chunk| {
+            tx.blocking_send(Ok(Bytes::from(chunk))).map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client went away")
+            })
+        });
         for (id, from_id, at) in streams {
             if let Err(e) = pool::send::writer::send_from(ds.pool(), id, from_id, at, &mut w) {
                 tracing::warn!("send of {snapshot} failed part way: {e}");

@@ -71,14 +71,19 @@ fn stream_out() -> Result<Counting<std::fs::File>> {
         bail!("the stream is binary: send it into a pipe or a file, not a terminal");
     }
     widen_pipe(&stdout);
-    let fd = stdout
-        .as_fd()
-        .try_clone_to_owned()
-        .context("duplicating standard output")?;
     Ok(Counting {
-        inner: std::fs::File::from(fd),
+        inner: duplicate(&stdout, "standard output")?,
         bytes: 0,
     })
+}
+
+/// A standard stream's descriptor, duplicated, as a plain file: unbuffered, unlocked.
+fn duplicate(stream: &impl AsFd, what: &str) -> Result<std::fs::File> {
+    let fd = stream
+        .as_fd()
+        .try_clone_to_owned()
+        .with_context(|| format!("duplicating {what}"))?;
+    Ok(std::fs::File::from(fd))
 }
 
 /// `get_to` of a stream from the daemon into `out`, buffered: the HTTP body arrives
@@ -171,11 +176,7 @@ pub fn receive(dataset: &str, resumable: bool, json: bool) -> Result<()> {
     widen_pipe(&stdin);
     let started = Instant::now();
     // Payloads are read straight into the pool's block buffers (`StreamInput`).
-    let fd = stdin
-        .as_fd()
-        .try_clone_to_owned()
-        .context("duplicating standard input")?;
-    let mut input = pool::send::input::StreamInput::new(std::fs::File::from(fd));
+    let mut input = pool::send::input::StreamInput::new(duplicate(&stdin, "standard input")?);
     let summary: ReceiveSummary = match Admin::connect()? {
         Admin::Daemon(api) => {
             let query = if resumable { "?resumable=true" } else { "" };

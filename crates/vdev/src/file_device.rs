@@ -157,14 +157,13 @@ impl FileDevice {
         } else {
             Err(io::Error::from_raw_os_error(libc::EINVAL))
         };
-        let (mut file, mode) = match direct {
+        let (mut file, mut mode) = match direct {
             Ok(f) => (f, IoMode::Direct),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(false)?, IoMode::Buffered),
             Err(e) => return Err(e),
         };
         let end = file.seek(SeekFrom::End(0))?;
         let size = end / SECTOR_SIZE as u64 * SECTOR_SIZE as u64;
-        let mut mode = mode;
         if mode == IoMode::Direct && size >= SECTOR_SIZE as u64 {
             // Some file systems accept the flag at open and refuse the I/O.
             let mut probe = AlignedBuf::zeroed(SECTOR_SIZE);

@@ -30,7 +30,7 @@ pub mod receiver;
 pub mod writer;
 
 use crate::PoolError;
-use vdev::{AlignedBuf, SECTOR_SIZE};
+use vdev::AlignedBuf;
 
 pub const STREAM_MAGIC: &[u8; 8] = b"SHOALSND";
 /// Version 2 added checkpoints and resumed streams; version 3 hashes with fletcher4
@@ -177,16 +177,9 @@ impl Payload {
     /// A payload of `len` bytes, all to be overwritten (the padding after them is
     /// zeroed here).
     fn for_overwrite(len: usize) -> Payload {
-        let padded = len.div_ceil(SECTOR_SIZE) * SECTOR_SIZE;
-        let mut buf = AlignedBuf::for_overwrite(padded);
+        let mut buf = AlignedBuf::for_overwrite(crate::storage::sector_round(len as u64) as usize);
         buf[len..].fill(0);
         Payload { buf, len }
-    }
-
-    pub fn from_slice(bytes: &[u8]) -> Payload {
-        let mut p = Payload::for_overwrite(bytes.len());
-        p.buf[..bytes.len()].copy_from_slice(bytes);
-        p
     }
 
     /// The buffer: the payload, then zeros up to a whole sector.
@@ -575,7 +568,7 @@ impl<'a> HashingWriter<'a> {
         HashingWriter {
             inner,
             hasher: StreamHash::of_version(version),
-            buf: Vec::with_capacity(WRITE_BYTES + 4096),
+            buf: Vec::with_capacity(WRITE_BYTES),
             bytes: 0,
             checkpointed: 0,
         }
@@ -584,28 +577,26 @@ impl<'a> HashingWriter<'a> {
     /// Writes a checkpoint before the record at `at` when enough was written since
     /// the last one.
     pub fn checkpoint_before(&mut self, at: Position) -> Result<(), PoolError> {
-        self.append_checkpoint_before(at);
-        self.drain_when_full()
-    }
-
-    /// `checkpoint_before` into the buffer only.
-    fn append_checkpoint_before(&mut self, at: Position) {
         if self.bytes - self.checkpointed < CHECKPOINT_BYTES {
-            return;
+            return Ok(());
         }
         let mut b = [0u8; 17];
         b[0] = REC_CHECKPOINT;
         b[1..9].copy_from_slice(&at.obj.to_le_bytes());
         b[9..17].copy_from_slice(&at.blkid.to_le_bytes());
-        self.append(&b);
+        self.put(&b)?;
         let hash = self.hasher.value();
-        self.append(&hash);
+        self.put(&hash)?;
         self.checkpointed = self.bytes;
+        Ok(())
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<(), PoolError> {
         self.append(bytes);
-        self.drain_when_full()
+        if self.buf.len() >= WRITE_BYTES {
+            self.drain()?;
+        }
+        Ok(())
     }
 
     /// Hashes, counts and buffers `bytes`.
@@ -613,13 +604,6 @@ impl<'a> HashingWriter<'a> {
         self.hasher.update(bytes);
         self.bytes += bytes.len() as u64;
         self.buf.extend_from_slice(bytes);
-    }
-
-    fn drain_when_full(&mut self) -> Result<(), PoolError> {
-        if self.buf.len() >= WRITE_BYTES {
-            self.drain()?;
-        }
-        Ok(())
     }
 
     fn drain(&mut self) -> Result<(), PoolError> {

@@ -372,6 +372,8 @@ impl Applier<'_> {
                         // a whole number of sectors).
                         pool.write_block(os, obj, blkid, payload.into_padded())?;
                     } else {
+                        // Blocks smaller than a sector (or not a whole number of
+                        // them): the padded buffer is not the block.
                         pool.write(os, obj, offset, &payload)?;
                     }
                 } else {

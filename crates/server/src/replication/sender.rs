@@ -328,33 +328,10 @@ fn produce(
     streams: &[(u64, Option<u64>, Option<pool::send::Position>)],
     tx: SyncSender<std::io::Result<Vec<u8>>>,
 ) {
-    struct Chunks<'a> {
-        tx: &'a SyncSender<std::io::Result<Vec<u8>>>,
-        buf: Vec<u8>,
-    }
-    impl std::io::Write for Chunks<'_> {
-        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-            self.buf.extend_from_slice(data);
-            if self.buf.len() >= CHUNK {
-                self.flush()?;
-            }
-            Ok(data.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            if !self.buf.is_empty() {
-                let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK + 65536));
-                self.tx.send(Ok(full)).map_err(|_| {
-                    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the transfer ended")
-                })?;
-            }
-            Ok(())
-        }
-    }
-    const CHUNK: usize = 1 << 20;
-    let mut w = Chunks {
-        tx: &tx,
-        buf: Vec::with_capacity(CHUNK + 65536),
-    };
+    let mut w = crate::streams_api::GatheringWriter::new(|chunk| {
+        tx.send(Ok(chunk))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the transfer ended"))
+    });
     for (id, base, resume) in streams {
         if let Err(e) = pool::send::writer::send_from(pool, *id, *base, *resume, &mut w) {
             let _ = tx.send(Err(std::io::Error::other(e.to_string())));
