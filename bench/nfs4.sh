@@ -19,7 +19,12 @@
 # later), so one pair compares equal guarantees. Ganesha serves both loops from a
 # second export too, a tree of the same ext4 with synchronous directory updates
 # (chattr +D, ext4's dirsync): its creates and removes are then on disk when
-# answered, as shoal's at sync=standard, the other pair of equal guarantees. Then reads from disk (DISK_MIB, default 4096, of
+# answered, as shoal's at sync=standard, the other pair of equal guarantees. Those
+# two loops also run on a third shoal pool, `s1disk`: one file on the same ext4
+# (sync=standard), so shoal keeps one copy of each log block as ext4 keeps one journal:
+# the raidz2 writes and flushes every log block on three of its six files, which on real
+# disks run in parallel but here all land on this VM's one disk. shoal-1disk against
+# ganesha-dirsync compares equal guarantees on equal redundancy. Then reads from disk (DISK_MIB, default 4096, of
 # files against a 256 MiB ARC, one stream and four, 128K reads 16 in flight) over v3
 # and v4.1 beside the raw disk (fio, O_DIRECT, 1 MiB, 32 in flight, the file
 # system's best), shoal only, every round after dropping the host's caches.
@@ -69,9 +74,12 @@ chattr +D "$DIR/ext4-dirsync"
 "$SHOAL" pool create --dir "$DIR/shoal" --size 2G sbench raidz2 a b c d e f >/dev/null
 "$SHOAL" fs create sbench/fs -o recordsize=128K -o compression=off >/dev/null
 "$SHOAL" fs create sbench/nosync -o recordsize=128K -o compression=off -o sync=disabled >/dev/null
+"$SHOAL" pool create --dir "$DIR/shoal" --size 2G s1disk one >/dev/null
+"$SHOAL" fs create s1disk/fs -o recordsize=128K -o compression=off >/dev/null
 SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off --arc-max 2G \
     --share 'sbench/fs=127.0.0.1(rw,no_root_squash,insecure)' \
-    --share 'sbench/nosync=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
+    --share 'sbench/nosync=127.0.0.1(rw,no_root_squash,insecure)' \
+    --share 's1disk/fs=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
 echo $! > "$OUT/shoal.pid"
 
 pgrep -x rpcbind >/dev/null || { rpcbind -w; touch "$OUT/rpcbind.started"; }
@@ -97,13 +105,14 @@ endpoint() { # SERVER VERSION -> shoal bench arguments
     case "$1" in
         shoal) echo "--server 127.0.0.1:$SHOAL_PORT --export /sbench/fs" ;;
         shoal-nosync) echo "--server 127.0.0.1:$SHOAL_PORT --export /sbench/nosync" ;;
+        shoal-1disk) echo "--server 127.0.0.1:$SHOAL_PORT --export /s1disk/fs" ;;
         ganesha) if [ "$2" = 3 ]; then echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/ext4";
                  else echo "--server 127.0.0.1:$GANESHA_PORT --export /ext4"; fi ;;
         ganesha-dirsync) if [ "$2" = 3 ]; then echo "--server 127.0.0.1:$GANESHA_PORT --mount-port $GANESHA_MNT --export $DIR/ext4-dirsync";
                  else echo "--server 127.0.0.1:$GANESHA_PORT --export /ext4-dirsync"; fi ;;
     esac
 }
-pid_of() { local s=${1%-nosync}; cat "$OUT/${s%-dirsync}.pid"; }
+pid_of() { local s=${1%-nosync}; s=${s%-1disk}; cat "$OUT/${s%-dirsync}.pid"; }
 cpu_s() { # PID -> user+system CPU seconds of the process so far
     awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
@@ -154,7 +163,7 @@ for round in $(seq "$REPEAT"); do
     log "round $round of $REPEAT"
     for test in $TESTS; do
         servers="shoal ganesha"
-        case "$test" in metadata|smallfiles) servers="shoal shoal-nosync ganesha ganesha-dirsync" ;; esac
+        case "$test" in metadata|smallfiles) servers="shoal shoal-nosync shoal-1disk ganesha ganesha-dirsync" ;; esac
         for server in $servers; do
             for version in 3 4.1; do
                 run "$server" "$version" "$test" | tee -a "$OUT/results.jsonl" >&2
@@ -253,11 +262,13 @@ ratios["smallfiles: shoal-nosync v4.1 / shoal-nosync v3"] = ratio("shoal-nosync 
 ratios["smallfiles: shoal-nosync v4.1 / ganesha v4.1"] = ratio("shoal-nosync v4.1 smallfiles", "ganesha v4.1 smallfiles", "iops")
 for t in ("metadata", "smallfiles"):
     ratios[f"{t}: shoal v4.1 / ganesha-dirsync v4.1"] = ratio(f"shoal v4.1 {t}", f"ganesha-dirsync v4.1 {t}", "iops")
+    ratios[f"{t}: shoal-1disk v4.1 / ganesha-dirsync v4.1"] = ratio(f"shoal-1disk v4.1 {t}", f"ganesha-dirsync v4.1 {t}", "iops")
+    ratios[f"{t}: shoal-1disk v4.1 / shoal-1disk v3"] = ratio(f"shoal-1disk v4.1 {t}", f"shoal-1disk v3 {t}", "iops")
 print(json.dumps({
     "benchmark": "bench/nfs4.sh", "date": datetime.date.today().isoformat(), "commit": commit,
     "setup": {"rounds": int(repeat), "seconds_per_run": int(seconds), "set_mib": int(set_mib),
               "threads": int(threads), "depth": 8, "client": "shoal bench (one process, loopback)",
-              "shoal": "raidz2 of six files, recordsize 128K, compression off, ARC 2G",
+              "shoal": "raidz2 of six files, recordsize 128K, compression off, ARC 2G; shoal-1disk: a pool of one file on the same ext4",
               "ganesha": "FSAL VFS on ext4, Protocols 3 and 4, Minor_Versions 1, 2"},
     "targets (issue 23)": {"read from disk >= 0.85x raw disk (1 stream)": from_disk["streams 1"]["v41_vs_raw_disk_median"],
                            "read from disk >= 0.85x raw disk (4 streams)": from_disk["streams 4"]["v41_vs_raw_disk_median"],
@@ -272,7 +283,9 @@ print(json.dumps({
                            "small files >= 1.5x ganesha v4.1 (shoal sync=standard: creates, data and removes durable; ganesha: data durable by FILE_SYNC, removes not)": ratios["smallfiles: shoal v4.1 / ganesha v4.1"],
                            "small files, shoal sync=disabled / ganesha v4.1": ratios["smallfiles: shoal-nosync v4.1 / ganesha v4.1"],
                            "small files >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=standard, ganesha on ext4 with synchronous directories)": ratios["smallfiles: shoal v4.1 / ganesha-dirsync v4.1"],
-                           "metadata >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=standard, ganesha on ext4 with synchronous directories)": ratios["metadata: shoal v4.1 / ganesha-dirsync v4.1"]},
+                           "metadata >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=standard, ganesha on ext4 with synchronous directories)": ratios["metadata: shoal v4.1 / ganesha-dirsync v4.1"],
+                           "small files >= 1.5x ganesha v4.1 (equal guarantees, equal redundancy: shoal sync=standard on one file, ganesha-dirsync on the same ext4)": ratios["smallfiles: shoal-1disk v4.1 / ganesha-dirsync v4.1"],
+                           "metadata >= 1.5x ganesha v4.1 (equal guarantees, equal redundancy: shoal sync=standard on one file, ganesha-dirsync on the same ext4)": ratios["metadata: shoal-1disk v4.1 / ganesha-dirsync v4.1"]},
     "from_disk": {"setup": f"shoal with a 256 MiB ARC, {disk_mib} MiB in 8 files, 128K reads 16 in flight, host caches dropped before each run; raw disk: fio O_DIRECT 1 MiB x 32 on the same file system", **from_disk, "runs": disk},
     "ratios": ratios, "figures": figures, "runs": rows}, indent=1))
 PY

@@ -125,7 +125,63 @@ pub(crate) struct RegisteredDevice {
 #[derive(Default)]
 struct Open {
     total: u64,
+    /// Counts by breakdown key, except those still in `recent`.
     keys: FastMap<RawKey, u64>,
+    /// The two keys counted last and their counts not yet in `keys`. Events of one
+    /// kind mostly repeat a key (every 8K random read is op `read`; NFS bytes
+    /// alternate in and out), and comparing two small keys costs far less than
+    /// hashing one and probing the map: under 8K random reads the map's hashing and
+    /// probing were over half of the collector's CPU.
+    recent: [Option<(RawKey, u64)>; 2],
+    /// Counts by heatmap bucket (`RawKey::Bucket`), indexed by bucket: a latency,
+    /// size or offset breakdown changes bucket from one event to the next, and an
+    /// array of `buckets::BUCKETS` counts needs no hashing. Empty until the first.
+    buckets: Vec<u64>,
+}
+
+impl Open {
+    #[inline]
+    fn count_key(&mut self, key: RawKey, value: u64) {
+        if let RawKey::Bucket(i) = key {
+            if self.buckets.is_empty() {
+                self.buckets = vec![0; buckets::BUCKETS as usize];
+            }
+            self.buckets[i as usize] += value;
+            return;
+        }
+        for slot in self.recent.iter_mut().flatten() {
+            if same_key(&slot.0, &key) {
+                slot.1 += value;
+                return;
+            }
+        }
+        if let Some((old, n)) = self.recent[1].take() {
+            *self.keys.entry(old).or_default() += n;
+        }
+        self.recent[1] = self.recent[0].take();
+        self.recent[0] = Some((key, value));
+    }
+
+    /// Every key's count, `recent` and `buckets` included.
+    fn into_keys(mut self) -> FastMap<RawKey, u64> {
+        for (key, n) in self.recent.iter_mut().filter_map(Option::take) {
+            *self.keys.entry(key).or_default() += n;
+        }
+        for (i, &n) in self.buckets.iter().enumerate().filter(|(_, &n)| n > 0) {
+            *self.keys.entry(RawKey::Bucket(i as u32)).or_default() += n;
+        }
+        self.keys
+    }
+}
+
+/// `a == b`, with names (static strings) compared by address first: the same name
+/// nearly always comes from the same constant.
+#[inline]
+fn same_key(a: &RawKey, b: &RawKey) -> bool {
+    match (a, b) {
+        (RawKey::Name(x), RawKey::Name(y)) => std::ptr::eq(*x, *y) || x == y,
+        _ => a == b,
+    }
 }
 
 struct DatasetState {
@@ -902,8 +958,7 @@ impl DatasetState {
             let o = open.entry(second).or_default();
             o.total += s.value;
             if let Some(dim) = spec.breakdown {
-                let key = s.key(dim).unwrap_or(RawKey::Name(NONE_KEY));
-                *o.keys.entry(key).or_default() += s.value;
+                o.count_key(s.key(dim).unwrap_or(RawKey::Name(NONE_KEY)), s.value);
             }
         });
     }
@@ -926,7 +981,8 @@ impl DatasetState {
             };
             let mut keys: HashMap<String, u64> = HashMap::new();
             let mut bucket_counts: BTreeMap<(u64, u64), u64> = BTreeMap::new();
-            for (key, count) in open.keys {
+            let total = open.total;
+            for (key, count) in open.into_keys() {
                 match key {
                     RawKey::Bucket(i) => {
                         *bucket_counts.entry(buckets::bounds(i)).or_default() += count
@@ -940,7 +996,7 @@ impl DatasetState {
             done.extend(self.history.push_second(Point::from_counts(
                 second,
                 1,
-                open.total,
+                total,
                 keys,
                 bucket_counts,
             )));

@@ -546,3 +546,47 @@ fn a_new_dataset_is_answered_in_seconds_from_before_it_counted() {
     assert_eq!(q.resolution, Resolution::Second);
     assert_eq!(q.points.iter().map(|p| p.total).sum::<u64>(), 1);
 }
+
+/// `Open` counts every key exactly as a plain map would, whatever the order keys come
+/// in: through the two recent slots (evicted into the map in any order), the bucket
+/// array, and names equal in content but at different addresses (which must count
+/// as one name, as the map's own equality does).
+#[test]
+fn open_second_counts_every_key_as_a_plain_map() {
+    use proptest::prelude::*;
+    let read_a: &'static str = "read";
+    // The same text at another address: leaked from a String, never merged by the
+    // compiler with the literal.
+    let read_b: &'static str = Box::leak(String::from("read").into_boxed_str());
+    assert!(!std::ptr::eq(read_a, read_b));
+    let keys = [
+        RawKey::Name(read_a),
+        RawKey::Name(read_b),
+        RawKey::Name("write"),
+        RawKey::Direction(false),
+        RawKey::Direction(true),
+        RawKey::Client(client(1)),
+        RawKey::Client(client(2)),
+        RawKey::File(7, 1),
+        RawKey::Bucket(0),
+        RawKey::Bucket(buckets::index(80)),
+        RawKey::Bucket(buckets::BUCKETS - 1),
+    ];
+    let mut runner = proptest::test_runner::TestRunner::default();
+    runner
+        .run(
+            &proptest::collection::vec((0..keys.len(), 1u64..1000), 0..200),
+            |seq| {
+                let mut open = Open::default();
+                let mut plain: FastMap<RawKey, u64> = FastMap::default();
+                for &(k, v) in &seq {
+                    open.count_key(keys[k], v);
+                    *plain.entry(keys[k]).or_default() += v;
+                }
+                let got = open.into_keys();
+                prop_assert_eq!(got, plain);
+                Ok(())
+            },
+        )
+        .unwrap();
+}
