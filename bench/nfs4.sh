@@ -112,7 +112,7 @@ endpoint() { # SERVER VERSION -> shoal bench arguments
                  else echo "--server 127.0.0.1:$GANESHA_PORT --export /ext4-dirsync"; fi ;;
     esac
 }
-pid_of() { local s=${1%-nosync}; s=${s%-1disk}; cat "$OUT/${s%-dirsync}.pid"; }
+pid_of() { cat "$OUT/${1%%-*}.pid"; } # shoal-nosync, shoal-1disk -> shoal; ganesha-dirsync -> ganesha
 cpu_s() { # PID -> user+system CPU seconds of the process so far
     awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }

@@ -47,14 +47,19 @@ pub(crate) struct GatheringWriter<F: FnMut(Vec<u8>) -> std::io::Result<()>> {
     buf: Vec<u8>,
 }
 
-pub(crate) const GATHERED_CHUNK: usize = 1 << 20;
+const GATHERED_CHUNK: usize = 1 << 20;
 
 impl<F: FnMut(Vec<u8>) -> std::io::Result<()>> GatheringWriter<F> {
     pub(crate) fn new(send: F) -> Self {
         GatheringWriter {
             send,
-            buf: Vec::with_capacity(GATHERED_CHUNK + (128 << 10)),
+            buf: Self::empty_piece(),
         }
+    }
+
+    /// Room for a whole piece and the payload that fills it past `GATHERED_CHUNK`.
+    fn empty_piece() -> Vec<u8> {
+        Vec::with_capacity(GATHERED_CHUNK + (128 << 10))
     }
 }
 
@@ -71,10 +76,7 @@ impl<F: FnMut(Vec<u8>) -> std::io::Result<()>> std::io::Write for GatheringWrite
         if self.buf.is_empty() {
             return Ok(());
         }
-        let full = std::mem::replace(
-            &mut self.buf,
-            Vec::with_capacity(GATHERED_CHUNK + (128 << 10)),
-        );
+        let full = std::mem::replace(&mut self.buf, Self::empty_piece());
         (self.send)(full)
     }
 }
