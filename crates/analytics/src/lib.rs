@@ -174,6 +174,49 @@ impl Open {
     }
 }
 
+/// A dataset's seconds not yet sealed, oldest first: a handful (the seconds of the
+/// last `SEAL_DELAY_S`), and events nearly always count in the newest, which is
+/// looked at first, so finding an event's second costs one comparison.
+#[derive(Default)]
+struct OpenSeconds(std::collections::VecDeque<(u64, Open)>);
+
+impl OpenSeconds {
+    /// The counts of `second`, new and empty if it had none.
+    #[inline]
+    fn second(&mut self, second: u64) -> &mut Open {
+        let seconds = &mut self.0;
+        let at = match seconds.iter().rposition(|(s, _)| *s <= second) {
+            Some(i) if seconds[i].0 == second => i,
+            Some(i) => {
+                seconds.insert(i + 1, (second, Open::default()));
+                i + 1
+            }
+            None => {
+                seconds.push_front((second, Open::default()));
+                0
+            }
+        };
+        &mut seconds[at].1
+    }
+
+    /// Forgets the seconds before `from`.
+    fn drop_before(&mut self, from: u64) {
+        while self.0.front().is_some_and(|(s, _)| *s < from) {
+            self.0.pop_front();
+        }
+    }
+
+    /// The counts of `second` if it is the oldest open second (seconds are sealed
+    /// oldest first, after `drop_before`).
+    fn take_first(&mut self, second: u64) -> Option<Open> {
+        if self.0.front()?.0 == second {
+            self.0.pop_front().map(|(_, open)| open)
+        } else {
+            None
+        }
+    }
+}
+
 /// `a == b`, with names (static strings) compared by address first: the same name
 /// nearly always comes from the same constant.
 #[inline]
@@ -189,7 +232,7 @@ struct DatasetState {
     builtin: bool,
     /// First second the dataset counts in full.
     since: u64,
-    open: BTreeMap<u64, Open>,
+    open: OpenSeconds,
     history: History,
     /// (filter index, value) → whether the value's name matches the filter.
     filter_memo: FastMap<(usize, RawKey), bool>,
@@ -858,7 +901,7 @@ impl Namer<'_> {
         };
         let name = match (dim, key) {
             (_, RawKey::Name(n)) => n.to_string(),
-            (_, RawKey::Client(ip)) => ip.to_canonical().to_string(),
+            (_, RawKey::Client(ip)) => RawKey::client_ip(ip).to_string(),
             (_, RawKey::Share(fsid)) => share(fsid),
             (_, RawKey::File(fsid, ino)) => self
                 .resolver
@@ -906,7 +949,7 @@ impl DatasetState {
             spec,
             builtin,
             since,
-            open: BTreeMap::new(),
+            open: OpenSeconds::default(),
             history: History::default(),
             filter_memo: FastMap::default(),
         }
@@ -955,7 +998,7 @@ impl DatasetState {
                     return;
                 }
             }
-            let o = open.entry(second).or_default();
+            let o = open.second(second);
             o.total += s.value;
             if let Some(dim) = spec.breakdown {
                 o.count_key(s.key(dim).unwrap_or(RawKey::Name(NONE_KEY)), s.value);
@@ -973,9 +1016,9 @@ impl DatasetState {
             .max(self.since)
             .max(self.history.seconds.back().map_or(0, |p| p.t + 1));
         // Seconds before `from` can only be stale leftovers of a long pause.
-        self.open = self.open.split_off(&from);
+        self.open.drop_before(from);
         for second in from..=to {
-            let Some(open) = self.open.remove(&second) else {
+            let Some(open) = self.open.take_first(second) else {
                 done.extend(self.history.push_second(Point::empty(second, 1)));
                 continue;
             };

@@ -565,8 +565,8 @@ fn open_second_counts_every_key_as_a_plain_map() {
         RawKey::Name("write"),
         RawKey::Direction(false),
         RawKey::Direction(true),
-        RawKey::Client(client(1)),
-        RawKey::Client(client(2)),
+        RawKey::client(client(1)),
+        RawKey::client(client(2)),
         RawKey::File(7, 1),
         RawKey::Bucket(0),
         RawKey::Bucket(buckets::index(80)),
@@ -588,5 +588,43 @@ fn open_second_counts_every_key_as_a_plain_map() {
                 Ok(())
             },
         )
+        .unwrap();
+}
+
+/// `OpenSeconds` keeps counts per second as a `BTreeMap` would, whatever order the
+/// seconds come in (mostly ascending, sometimes an older one), and seals them as
+/// `DatasetState::seal` does: everything before `from` forgotten, then `from..=to`
+/// taken in order.
+#[test]
+fn open_seconds_keep_counts_as_an_ordered_map() {
+    use proptest::prelude::*;
+    // (second offset, value) counts, or a seal of [from, to] offsets when value is 0.
+    let op = (0u64..8, 0u64..50);
+    proptest::test_runner::TestRunner::default()
+        .run(&proptest::collection::vec(op, 0..100), |ops| {
+            let mut open = OpenSeconds::default();
+            let mut plain: BTreeMap<u64, u64> = BTreeMap::new();
+            for (i, &(second, value)) in ops.iter().enumerate() {
+                let second = 1000 + second;
+                if value > 0 {
+                    open.second(second).total += value;
+                    *plain.entry(second).or_default() += value;
+                    continue;
+                }
+                let (from, to) = (second.saturating_sub(i as u64 % 3), second);
+                open.drop_before(from);
+                plain = plain.split_off(&from);
+                for s in from..=to {
+                    let got = open.take_first(s).map(|o| o.total);
+                    prop_assert_eq!(got, plain.remove(&s), "second {}", s);
+                }
+                let left: Vec<(u64, u64)> = open.0.iter().map(|(s, o)| (*s, o.total)).collect();
+                prop_assert_eq!(
+                    left,
+                    plain.iter().map(|(s, n)| (*s, *n)).collect::<Vec<_>>()
+                );
+            }
+            Ok(())
+        })
         .unwrap();
 }
