@@ -476,6 +476,7 @@ impl Sample<'_> {
     /// The sample's value of `dim`, or None when the dimension does not apply.
     /// `Dim::Pool` and `Dim::Role` yield the device, which the engine maps to its
     /// pool and role.
+    #[inline]
     pub fn key(&self, dim: Dim) -> Option<RawKey> {
         if dim.numeric() {
             return self
@@ -511,6 +512,7 @@ impl Sample<'_> {
 
     /// The sample's value of a numeric dimension in the dimension's unit
     /// (microseconds, bytes), or None when it does not apply.
+    #[inline]
     pub fn number(&self, dim: Dim) -> Option<u64> {
         match (self.event, dim) {
             (Event::Nfs(e), Dim::Latency) => Some(e.latency_ns / 1000),
@@ -560,6 +562,7 @@ pub fn route(event: &Event) -> usize {
     }
 }
 
+#[inline]
 pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>)) {
     let one = |value, outbound| Sample {
         value,

@@ -628,3 +628,31 @@ fn open_seconds_keep_counts_as_an_ordered_map() {
         })
         .unwrap();
 }
+
+/// `SecondOf` gives every instant the second `unix_second` gives it, in any order,
+/// at the bounds of seconds and before the epoch.
+#[test]
+fn remembered_second_bounds_agree_with_the_arithmetic() {
+    use proptest::prelude::*;
+    let (a, _) = instance();
+    let epoch = a.epoch;
+    let early = epoch.checked_sub(Duration::from_secs(3)).unwrap_or(epoch);
+    let whole = 1_000_000_000 - a.epoch_unix.subsec_nanos() as u64;
+    // Offsets from `early` in ns, biased to the bounds of seconds.
+    let offset = prop_oneof![
+        0u64..20_000_000_000,
+        (0u64..20, -2i64..=2).prop_map(
+            move |(s, d)| (3_000_000_000 + whole + s * 1_000_000_000).saturating_add_signed(d)
+        ),
+    ];
+    proptest::test_runner::TestRunner::default()
+        .run(&proptest::collection::vec(offset, 1..100), |offsets| {
+            let mut seconds = SecondOf::default();
+            for ns in offsets {
+                let at = early + Duration::from_nanos(ns);
+                prop_assert_eq!(seconds.second(&a, at), a.unix_second(at), "{} ns", ns);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
