@@ -392,6 +392,15 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
         s.make_room(NIL)
     }
 
+    /// Bytes of cached values (MRU and MFU), without `stats`' walk of every entry:
+    /// for readers once a second (analytics' `arc.size`), which must not hold the
+    /// cache's lock for a walk while reads wait on it.
+    pub fn resident_bytes(&self) -> u64 {
+        self.inner.lock().unwrap().resident()
+    }
+
+    /// Every counter and level, `entries` counted by walking the entries under the
+    /// cache's lock (for status pages, not for anything that runs every second).
     pub fn stats(&self) -> ArcStats {
         let s = self.inner.lock().unwrap();
         let mut st = s.stats.clone();
@@ -451,6 +460,7 @@ mod tests {
         c.insert(1, Buf(10), AccessKind::Prefetch);
         c.get(&1, AccessKind::Demand);
         assert_eq!(c.stats().mfu_bytes, 0);
+        assert_eq!(c.resident_bytes(), c.stats().size_bytes);
         c.get(&1, AccessKind::Demand);
         assert_eq!(c.stats().mfu_bytes, 10);
         assert_eq!(c.stats().demand_hits, 2);

@@ -79,7 +79,7 @@ impl analytics::Sampler for PoolSampler {
             Meter::ArcSize,
             id,
             ["", "", ""],
-            pool.storage.arc.stats().size_bytes,
+            pool.storage.arc.resident_bytes(),
         );
         push(Meter::PoolDirty, id, ["", "", ""], pool.dirty_bytes());
         let allocated = {

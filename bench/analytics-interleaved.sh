@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Analytics overhead, interleaved: two `shoal serve` daemons run side by side, one
+# with analytics on (the default statistics, host CPUs and interfaces included) and
+# one with it off, each on its own raidz2 pool of 6 file devices holding the same
+# files written the same way. Short runs of 8K random reads from the ARC go to one
+# daemon, then the other, PAIRS times, so both see the machine in nearly the same
+# state: on this VM CPU per call drifts by 10% and more between runs a minute apart
+# (bench/analytics.sh, which restarts one daemon per mode), which hides a 2% cost.
+#
+# Each daemon's CPU (utime+stime from /proc, threads that ended included) is read
+# at every switch; a pair's ratio is the "on" daemon's CPU per call over the "off"
+# daemon's, each over the pair's two windows (its own busy window and its idle one,
+# so the collector's catch-up and the once-a-second samplers count where they
+# fall). Prints one JSON object: every pair, the median ratio and its spread, the
+# ratio of the totals, and the collector thread's share of the "on" daemon's CPU.
+# CONTROL=1 runs both daemons with analytics off (an A/A run): its ratio shows what
+# the harness itself gives when there is nothing to measure.
+# A benchmark, never a test.
+#
+#   bench/analytics-interleaved.sh
+#   BENCH_DIR=/work/bench-data PAIRS=30 WINDOW_S=3 bench/analytics-interleaved.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${BENCH_DIR:-$PWD/target/bench-data}/analytics-interleaved
+PAIRS=${PAIRS:-30}
+WINDOW_S=${WINDOW_S:-3}
+FILE_MIB=${FILE_MIB:-512}
+STREAMS=${STREAMS:-8}
+CONTROL=${CONTROL:-0}
+. bench/lib.sh
+cargo build --release -q -p shoal -p nfs-bench
+SHOAL=$PWD/target/release/shoal
+NB=$PWD/target/release/nfs-bench
+declare -A PORT=([on]=20492 [off]=20493) PID=()
+OUT=$(mktemp -d)
+stop_all() {
+    for mode in on off; do
+        [ -n "${PID[$mode]:-}" ] && kill -TERM "${PID[$mode]}" 2>/dev/null && while kill -0 "${PID[$mode]}" 2>/dev/null; do sleep 0.1; done
+    done
+    return 0
+}
+trap 'stop_all; rm -rf "$OUT"' EXIT
+rm -rf "$DIR" && mkdir -p "$DIR"
+DEV_MIB=$(( FILE_MIB * STREAMS * 2 / 4 + 512 ))
+for mode in on off; do
+    mkdir -p "$DIR/$mode"
+    SHOAL_STATE_DIR="$DIR/$mode/state" "$SHOAL" pool create --dir "$DIR/$mode" --size "${DEV_MIB}M" "a$mode" raidz2 a b c d e f >/dev/null
+    SHOAL_STATE_DIR="$DIR/$mode/state" "$SHOAL" fs create "a$mode/fs" -o recordsize=128K -o compression=off >/dev/null
+    SHOAL_STATE_DIR="$DIR/$mode/state" SHOAL_LOG=warn "$SHOAL" serve --listen "127.0.0.1:${PORT[$mode]}" --api off --analytics "$( [ "$CONTROL" = 1 ] && echo off || echo "$mode")" \
+        --share "a$mode/fs=127.0.0.1(rw,no_root_squash,insecure)" 2>>"$OUT/shoal-$mode.log" &
+    PID[$mode]=$!
+    for _ in $(seq 100); do ss -ltn | grep -q ":${PORT[$mode]} " && break; sleep 0.1; done
+    ss -ltn | grep -q ":${PORT[$mode]} " || { echo "shoal ($mode) did not start" >&2; cat "$OUT/shoal-$mode.log" >&2; exit 1; }
+done
+nb() { local mode=$1; shift; "$NB" --server "127.0.0.1:${PORT[$mode]}" --export "/a$mode/fs" --streams "$STREAMS" --file-mib "$FILE_MIB" "$@"; }
+for mode in on off; do
+    nb "$mode" --test write --block 131072 --depth 16 >/dev/null
+    nb "$mode" --test read --block 131072 --depth 16 >/dev/null # into the ARC
+done
+collector_ns() { local t=0; for f in /proc/"$1"/task/*; do [ "$(cat "$f/comm" 2>/dev/null)" = analytics ] && t=$(( t + $(awk '{ print $1 }' "$f/schedstat") )); done; echo "$t"; }
+cpu() { echo "$(proc_cpu_ticks "${PID[on]}") $(proc_cpu_ticks "${PID[off]}") $(collector_ns "${PID[on]}")"; }
+per() { awk -v a="$1" -v b="$2" -v d="$3" 'BEGIN { print (b - a) / d }'; } # FROM TO DIVISOR
+HZ=$(getconf CLK_TCK)
+: > "$OUT/pairs.jsonl"
+for i in $(seq "$PAIRS"); do
+    # Alternate which daemon goes first, so a trend within a pair falls on both.
+    order="on off"; [ $(( i % 2 )) -eq 0 ] && order="off on"
+    read -r on0 off0 col0 <<<"$(cpu)"
+    declare -A calls=()
+    for mode in $order; do
+        calls[$mode]=$(nb "$mode" --test randread --block 8192 --depth 16 --seconds "$WINDOW_S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls"])')
+    done
+    read -r on1 off1 col1 <<<"$(cpu)"
+    echo "{\"pair\":$i,\"first\":\"${order%% *}\",\"calls_on\":${calls[on]},\"calls_off\":${calls[off]},\"cpu_s_on\":$(per "$on0" "$on1" "$HZ"),\"cpu_s_off\":$(per "$off0" "$off1" "$HZ"),\"collector_s\":$(per "$col0" "$col1" 1e9)}" >> "$OUT/pairs.jsonl"
+    echo "analytics-interleaved.sh: pair $i of $PAIRS done" >&2
+done
+python3 - "$OUT/pairs.jsonl" "$WINDOW_S" "$STREAMS" "$CONTROL" <<'PY'
+import json, statistics, sys
+pairs = [json.loads(l) for l in open(sys.argv[1])]
+ratio = lambda p: (p["cpu_s_on"] / p["calls_on"]) / (p["cpu_s_off"] / p["calls_off"])
+ratios = sorted(ratio(p) for p in pairs)
+q = lambda f: ratios[min(len(ratios) - 1, int(f * len(ratios)))]
+tot = lambda k: sum(p[k] for p in pairs)
+out = {
+    "benchmark": "analytics overhead, interleaved daemons",
+    "control_both_off": sys.argv[4] == "1",
+    "test": "randread 8K, %s streams, depth 16, %s s windows, from the ARC" % (sys.argv[3], sys.argv[2]),
+    "pairs": pairs,
+    "cpu_per_call_on_over_off_median": round(statistics.median(ratios), 4),
+    "cpu_per_call_on_over_off_quartiles": [round(q(0.25), 4), round(q(0.75), 4)],
+    "cpu_per_call_on_over_off_totals": round((tot("cpu_s_on") / tot("calls_on")) / (tot("cpu_s_off") / tot("calls_off")), 4),
+    "cpu_us_per_call_on": round(tot("cpu_s_on") * 1e6 / tot("calls_on"), 3),
+    "cpu_us_per_call_off": round(tot("cpu_s_off") * 1e6 / tot("calls_off"), 3),
+    "collector_share_of_on_cpu": round(tot("collector_s") / tot("cpu_s_on"), 4),
+}
+print(json.dumps(out, indent=1))
+PY
