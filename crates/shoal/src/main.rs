@@ -93,7 +93,7 @@ enum Command {
     },
     /// Unmount a shoal filesystem; its mount process commits and exits.
     Unmount { mountpoint: std::path::PathBuf },
-    /// Run the daemon: serve shared filesystems over NFSv3 until SIGTERM.
+    /// Run the daemon: serve shared filesystems over NFSv3, NFSv4.1 and NFSv4.2 until SIGTERM.
     Serve(serve::ServeArgs),
     /// Try shoal: a pool of device files under ./shoal-demo, a filesystem shared over
     /// NFS, served until Ctrl-C; prints how to mount it.

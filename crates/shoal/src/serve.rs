@@ -137,7 +137,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     serve(&config, |daemon| {
         for a in daemon.nfs_addrs() {
-            eprintln!("shoal: serving NFSv3 on {a}");
+            eprintln!("shoal: serving NFSv3, NFSv4.1 and NFSv4.2 on {a}");
         }
         if let Some(a) = daemon.api_addr() {
             let tls = daemon.state().auth.secure();

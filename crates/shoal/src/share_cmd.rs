@@ -78,7 +78,7 @@ pub fn status(json: bool) -> Result<()> {
         return Ok(());
     }
     println!("shoal {} (pid {}), API on {}", st.version, st.pid, st.api);
-    println!("NFSv3 on {}", st.nfs.join(", "));
+    println!("NFS (v3, v4.1, v4.2) on {}", st.nfs.join(", "));
     for p in &st.pools {
         println!(
             "pool {}: {}, {} of {} allocated",
