@@ -13,12 +13,17 @@
 # so the collector's catch-up and the once-a-second samplers count where they
 # fall). Prints one JSON object: every pair, the median ratio and its spread, the
 # ratio of the totals, and the collector thread's share of the "on" daemon's CPU.
+# PIN=1 (the default on a machine of 2 or more CPUs) runs both daemons on CPU 0 and
+# the load generator on CPU 1 (taskset), so server and client never share a CPU and
+# a daemon's threads are not moved between CPUs: on a 2-CPU VM this narrows the
+# spread of CPU per call between pairs. PIN=0 lets the scheduler place them.
 # CONTROL=1 runs both daemons with analytics off (an A/A run): its ratio shows what
 # the harness itself gives when there is nothing to measure.
 # A benchmark, never a test.
 #
 #   bench/analytics-interleaved.sh
 #   BENCH_DIR=/work/bench-data PAIRS=30 WINDOW_S=3 bench/analytics-interleaved.sh
+#   CONTROL=1 BENCH_DIR=/work/bench-data PAIRS=30 bench/analytics-interleaved.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-$PWD/target/bench-data}/analytics-interleaved
@@ -27,6 +32,9 @@ WINDOW_S=${WINDOW_S:-3}
 FILE_MIB=${FILE_MIB:-512}
 STREAMS=${STREAMS:-8}
 CONTROL=${CONTROL:-0}
+PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
+SERVER_CPUS=() CLIENT_CPUS=()
+if [ "$PIN" = 1 ]; then SERVER_CPUS=(taskset -c 0) CLIENT_CPUS=(taskset -c 1); fi
 . bench/lib.sh
 cargo build --release -q -p shoal -p nfs-bench
 SHOAL=$PWD/target/release/shoal
@@ -46,13 +54,13 @@ for mode in on off; do
     mkdir -p "$DIR/$mode"
     SHOAL_STATE_DIR="$DIR/$mode/state" "$SHOAL" pool create --dir "$DIR/$mode" --size "${DEV_MIB}M" "a$mode" raidz2 a b c d e f >/dev/null
     SHOAL_STATE_DIR="$DIR/$mode/state" "$SHOAL" fs create "a$mode/fs" -o recordsize=128K -o compression=off >/dev/null
-    SHOAL_STATE_DIR="$DIR/$mode/state" SHOAL_LOG=warn "$SHOAL" serve --listen "127.0.0.1:${PORT[$mode]}" --api off --analytics "$( [ "$CONTROL" = 1 ] && echo off || echo "$mode")" \
+    SHOAL_STATE_DIR="$DIR/$mode/state" SHOAL_LOG=warn "${SERVER_CPUS[@]}" "$SHOAL" serve --listen "127.0.0.1:${PORT[$mode]}" --api off --analytics "$( [ "$CONTROL" = 1 ] && echo off || echo "$mode")" \
         --share "a$mode/fs=127.0.0.1(rw,no_root_squash,insecure)" 2>>"$OUT/shoal-$mode.log" &
     PID[$mode]=$!
     for _ in $(seq 100); do ss -ltn | grep -q ":${PORT[$mode]} " && break; sleep 0.1; done
     ss -ltn | grep -q ":${PORT[$mode]} " || { echo "shoal ($mode) did not start" >&2; cat "$OUT/shoal-$mode.log" >&2; exit 1; }
 done
-nb() { local mode=$1; shift; "$NB" --server "127.0.0.1:${PORT[$mode]}" --export "/a$mode/fs" --streams "$STREAMS" --file-mib "$FILE_MIB" "$@"; }
+nb() { local mode=$1; shift; "${CLIENT_CPUS[@]}" "$NB" --server "127.0.0.1:${PORT[$mode]}" --export "/a$mode/fs" --streams "$STREAMS" --file-mib "$FILE_MIB" "$@"; }
 for mode in on off; do
     nb "$mode" --test write --block 131072 --depth 16 >/dev/null
     nb "$mode" --test read --block 131072 --depth 16 >/dev/null # into the ARC
@@ -74,7 +82,7 @@ for i in $(seq "$PAIRS"); do
     echo "{\"pair\":$i,\"first\":\"${order%% *}\",\"calls_on\":${calls[on]},\"calls_off\":${calls[off]},\"cpu_s_on\":$(per "$on0" "$on1" "$HZ"),\"cpu_s_off\":$(per "$off0" "$off1" "$HZ"),\"collector_s\":$(per "$col0" "$col1" 1e9)}" >> "$OUT/pairs.jsonl"
     echo "analytics-interleaved.sh: pair $i of $PAIRS done" >&2
 done
-python3 - "$OUT/pairs.jsonl" "$WINDOW_S" "$STREAMS" "$CONTROL" <<'PY'
+python3 - "$OUT/pairs.jsonl" "$WINDOW_S" "$STREAMS" "$CONTROL" "$PIN" <<'PY'
 import json, statistics, sys
 pairs = [json.loads(l) for l in open(sys.argv[1])]
 ratio = lambda p: (p["cpu_s_on"] / p["calls_on"]) / (p["cpu_s_off"] / p["calls_off"])
@@ -84,6 +92,7 @@ tot = lambda k: sum(p[k] for p in pairs)
 out = {
     "benchmark": "analytics overhead, interleaved daemons",
     "control_both_off": sys.argv[4] == "1",
+    "pinned_server_cpu0_client_cpu1": sys.argv[5] == "1",
     "test": "randread 8K, %s streams, depth 16, %s s windows, from the ARC" % (sys.argv[3], sys.argv[2]),
     "pairs": pairs,
     "cpu_per_call_on_over_off_median": round(statistics.median(ratios), 4),
