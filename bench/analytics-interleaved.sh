@@ -65,7 +65,6 @@ for mode in on off; do
     nb "$mode" --test write --block 131072 --depth 16 >/dev/null
     nb "$mode" --test read --block 131072 --depth 16 >/dev/null # into the ARC
 done
-collector_ns() { local t=0; for f in /proc/"$1"/task/*; do [ "$(cat "$f/comm" 2>/dev/null)" = analytics ] && t=$(( t + $(awk '{ print $1 }' "$f/schedstat") )); done; echo "$t"; }
 cpu() { echo "$(proc_cpu_ticks "${PID[on]}") $(proc_cpu_ticks "${PID[off]}") $(collector_ns "${PID[on]}")"; }
 per() { awk -v a="$1" -v b="$2" -v d="$3" 'BEGIN { print (b - a) / d }'; } # FROM TO DIVISOR
 HZ=$(getconf CLK_TCK)

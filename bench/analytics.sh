@@ -43,12 +43,9 @@ start() { # on|off
     for _ in $(seq 100); do ss -ltn | grep -q ":$PORT " && return; sleep 0.1; done
     echo "shoal did not start" >&2; cat "$OUT/shoal.log" >&2; exit 1
 }
-# The analytics collector thread's run time (it also runs the once-a-second
-# samplers): the part of analytics' cost that is not on the I/O path, measured
-# directly rather than as a difference of two noisy runs.
-# In nanoseconds from schedstat: the collector takes about a hundredth of a CPU, a
-# dozen clock ticks in a 10 s run, too coarse to compare builds.
-collector_ns() { local t=0; for f in /proc/"$1"/task/*; do [ "$(cat "$f/comm" 2>/dev/null)" = analytics ] && t=$(( t + $(awk '{ print $1 }' "$f/schedstat") )); done; echo "$t"; }
+# The analytics collector thread's run time (`collector_ns`; it also runs the
+# once-a-second samplers) is the part of analytics' cost that is not on the I/O
+# path, measured directly rather than as a difference of two noisy runs.
 nb() { "$NB" --server 127.0.0.1:$PORT --export /abench/fs --streams "$STREAMS" --file-mib "$FILE_MIB" "$@"; }
 start on
 nb --test write --block 131072 --depth 16 >/dev/null

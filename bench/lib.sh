@@ -22,6 +22,10 @@ remove_zfs_fuse_if_installed() {
 }
 
 proc_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # PID -> utime+stime, clock ticks
+# PID -> run time of its analytics collector thread in ns (schedstat): the collector
+# takes about a hundredth of a CPU, a dozen clock ticks in a 10 s run, too coarse to
+# compare builds.
+collector_ns() { local t=0; for f in /proc/"$1"/task/*; do [ "$(cat "$f/comm" 2>/dev/null)" = analytics ] && t=$(( t + $(awk '{ print $1 }' "$f/schedstat") )); done; echo "$t"; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 # The replication benchmarks' data in DIR: a file "big" of SIZE_MIB MiB and FILES
