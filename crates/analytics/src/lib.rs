@@ -248,12 +248,18 @@ impl OpenSeconds {
     }
 }
 
-/// `a == b`, with names (static strings) compared by address first: the same name
-/// nearly always comes from the same constant.
+/// `a == b` for names (static strings), by address first: the same name nearly
+/// always comes from the same constant, and then no bytes are compared.
+#[inline]
+pub(crate) fn same_name(a: &'static str, b: &'static str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
+/// `a == b`, with names compared as `same_name` does.
 #[inline]
 fn same_key(a: &RawKey, b: &RawKey) -> bool {
     match (a, b) {
-        (RawKey::Name(x), RawKey::Name(y)) => std::ptr::eq(*x, *y) || x == y,
+        (RawKey::Name(x), RawKey::Name(y)) => same_name(x, y),
         _ => a == b,
     }
 }
@@ -534,7 +540,7 @@ impl Analytics {
         self.unix_second(Instant::now())
     }
 
-    pub(crate) fn unix_second(&self, at: Instant) -> u64 {
+    fn unix_second(&self, at: Instant) -> u64 {
         // A `Duration` sum, not nanoseconds: a u128 division per event showed in the
         // collector's profile.
         (self.epoch_unix + at.saturating_duration_since(self.epoch)).as_secs()

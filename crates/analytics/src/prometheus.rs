@@ -28,7 +28,7 @@ const LATENCY_LE_NS: [u64; 12] = [
 
 /// Counts per bucket, not cumulative: one increment per event; `cumulative` turns
 /// them into Prometheus' `le` counts when rendered.
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct Histogram {
     buckets: [u64; LATENCY_LE_NS.len()],
     count: u64,
@@ -90,7 +90,7 @@ pub(crate) struct Totals {
     /// Every (version, op, fsid) seen, in the order first seen; `nfs_index` finds
     /// them and `nfs_last` is the one counted last. Events mostly repeat the last
     /// key (every 8K random read is a READ of one share), and comparing it (the
-    /// operation's name by address first) costs far less than hashing the key and
+    /// operation's name as `same_name` does) costs far less than hashing the key and
     /// probing a map: two map entries per event were a fifth of the collector's CPU
     /// under 8K random reads.
     nfs: Vec<(NfsKey, NfsTotal)>,
@@ -145,7 +145,7 @@ impl Totals {
             .nfs
             .get(self.nfs_last)
             .is_some_and(|((v, op, fsid), _)| {
-                *v == key.0 && *fsid == key.2 && (std::ptr::eq(*op, key.1) || *op == key.1)
+                *v == key.0 && *fsid == key.2 && crate::same_name(op, key.1)
             });
         if !last_matches {
             let next = self.nfs.len();
