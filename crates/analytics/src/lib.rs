@@ -2,12 +2,11 @@
 //! breakdowns, heatmaps and history are computed from them away from the I/O path.
 //!
 //! What it owns:
-//! - the hot path, `Analytics::record`: an event is copied into one of `SHARDS`
-//!   bounded lock-free queues (crossbeam's `ArrayQueue`), picked by the recording
-//!   thread, so threads do not share a cache line or take a lock. A full queue drops
-//!   the event and counts the drop (shown in status and `/metrics`); it never blocks
-//!   I/O.
-//! - the collector thread, which drains the queues every `TICK`, assigns each event
+//! - the hot path, `Analytics::record`: an event is copied into the recording
+//!   thread's own buffer (`recording`), so threads do not share a cache line. A full
+//!   buffer drops the event and counts the drop (shown in status and `/metrics`); it
+//!   never blocks I/O.
+//! - the collector thread, which takes the buffers' events every `TICK`, assigns each event
 //!   to its second (from the event's own timestamp), adds it to every enabled
 //!   dataset, and seals a second once it is `SEAL_DELAY_S` old, appending it to the
 //!   dataset's history rings. Ids become names here (shares, files, devices), once
@@ -29,25 +28,20 @@ pub mod fasthash;
 pub mod history;
 pub mod host;
 pub mod prometheus;
+pub mod recording;
 
 pub use catalog::{Dim, Spec, SpecError, Statistic, BUILTIN_DATASETS, STATISTICS};
 pub use event::{Event, IoEvent, Meter, MeterEvent, NfsEvent, RefusalEvent};
 pub use history::{BucketCount, History, KeyCount, Point, Resolution};
 
 use catalog::{samples, RawKey};
-use crossbeam_queue::ArrayQueue;
 use fasthash::FastMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Queues events are recorded into.
-pub const SHARDS: usize = 16;
-/// Events each queue holds between two drains.
-pub const SHARD_EVENTS: usize = 8192;
-/// How often the collector drains the queues.
+/// How often the collector takes the recorded events.
 pub const TICK: Duration = Duration::from_millis(100);
 /// A second is sealed once it ended this many seconds ago.
 pub const SEAL_DELAY_S: u64 = 2;
@@ -91,18 +85,6 @@ pub enum AnalyticsError {
     TooMany,
     #[error("{0}")]
     BadRange(String),
-}
-
-/// What a queue holds: one event, or all the NFS events of one request (the
-/// operations of an NFSv4 COMPOUND), recorded with one push.
-enum Queued {
-    One(Event),
-    Nfs(Vec<NfsEvent>),
-}
-
-struct Shard {
-    queue: ArrayQueue<Queued>,
-    dropped: AtomicU64,
 }
 
 #[derive(Default, Clone)]
@@ -288,6 +270,9 @@ struct Engine {
     memory_limit: u64,
     /// Points dropped from memory to stay within `memory_limit`.
     trimmed: u64,
+    /// The vector `tick` gives a recording thread for the one it takes (see
+    /// `recording::Recorder::drain`), kept between ticks with its capacity.
+    spare: Vec<Event>,
 }
 
 /// Everything about one dataset but its points.
@@ -347,7 +332,7 @@ pub struct Status {
 }
 
 pub struct Analytics {
-    shards: Box<[Shard]>,
+    recorder: recording::Recorder,
     epoch: Instant,
     /// The wall-clock time at `epoch`, since the Unix epoch.
     epoch_unix: Duration,
@@ -372,11 +357,6 @@ impl std::fmt::Debug for Analytics {
     }
 }
 
-static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
-thread_local! {
-    static THREAD_SHARD: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed) % SHARDS;
-}
-
 impl Analytics {
     /// A new instance with the built-in datasets enabled; `start_collector` makes it live.
     pub fn new() -> Arc<Analytics> {
@@ -385,12 +365,7 @@ impl Analytics {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let a = Arc::new(Analytics {
-            shards: (0..SHARDS)
-                .map(|_| Shard {
-                    queue: ArrayQueue::new(SHARD_EVENTS),
-                    dropped: AtomicU64::new(0),
-                })
-                .collect(),
+            recorder: recording::Recorder::new(),
             epoch,
             epoch_unix,
             registry: RwLock::default(),
@@ -415,26 +390,17 @@ impl Analytics {
         a
     }
 
-    /// Records one event. Lock-free; never blocks (a full queue drops and counts).
+    /// Records one event. Never blocks on the collector (a full buffer drops and
+    /// counts).
     #[inline]
     pub fn record(&self, event: Event) {
-        let shard = &self.shards[THREAD_SHARD.with(|s| *s)];
-        if shard.queue.push(Queued::One(event)).is_err() {
-            shard.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.recorder.record(std::iter::once(event));
     }
 
     /// Records the NFS events of one request (an NFSv4 COMPOUND's operations) as
-    /// `record` would each, with one push.
-    pub fn record_nfs(&self, events: Vec<NfsEvent>) {
-        let n = events.len() as u64;
-        if n == 0 {
-            return;
-        }
-        let shard = &self.shards[THREAD_SHARD.with(|s| *s)];
-        if shard.queue.push(Queued::Nfs(events)).is_err() {
-            shard.dropped.fetch_add(n, Ordering::Relaxed);
-        }
+    /// `record` would each, taking the thread's buffer once.
+    pub fn record_nfs(&self, events: &[NfsEvent]) {
+        self.recorder.record(events.iter().copied().map(Event::Nfs));
     }
 
     /// A number for a device, for its `IoEvent`s; the same (pool, path) gets the same
@@ -490,7 +456,7 @@ impl Analytics {
         self.samplers.write().unwrap().push(sampler);
     }
 
-    /// Reads every sampler into the queues.
+    /// Reads every sampler into the recorded events.
     pub fn sample_now(&self) {
         let samplers = self.samplers.read().unwrap().clone();
         let mut events = Vec::new();
@@ -546,7 +512,7 @@ impl Analytics {
         (self.epoch_unix + at.saturating_duration_since(self.epoch)).as_secs()
     }
 
-    /// Drains the queues and seals every second that ended `SEAL_DELAY_S` before `now`.
+    /// Takes the recorded events and seals every second that ended `SEAL_DELAY_S` before `now`.
     /// The collector calls it every `TICK`; tests call it to step time.
     pub fn tick(&self, now: u64) {
         let resolver = self.resolver.read().unwrap().clone();
@@ -581,9 +547,10 @@ impl Analytics {
                 routes[r].push(i);
             }
         }
-        // Events are counted as they are taken from the queues, not gathered first:
+        // Events are counted as they are taken from the buffers, not gathered first:
         // copying them into one vector showed in the collector's profile.
         let mut seconds = SecondOf::default();
+        let mut spare = std::mem::take(&mut engine.spare);
         let mut count = |e: &Event| {
             let second = seconds.second(self, e.at());
             if engine.sealed_upto.is_some_and(|s| second <= s) {
@@ -598,19 +565,9 @@ impl Analytics {
                 }
             }
         };
-        for s in self.shards.iter() {
-            while let Some(q) = s.queue.pop() {
-                match q {
-                    Queued::One(e) => count(&e),
-                    Queued::Nfs(v) => {
-                        for n in v {
-                            count(&Event::Nfs(n));
-                        }
-                    }
-                }
-            }
-        }
+        self.recorder.drain(&mut spare, &mut count);
         drop(states);
+        engine.spare = spare;
         let Some(seal_to) = now.checked_sub(SEAL_DELAY_S) else {
             return;
         };
@@ -848,10 +805,7 @@ impl Analytics {
     }
 
     fn dropped(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.dropped.load(Ordering::Relaxed))
-            .sum()
+        self.recorder.dropped()
     }
 
     /// The Prometheus text exposition of the cumulative counters.

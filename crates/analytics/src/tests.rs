@@ -252,13 +252,13 @@ fn events_from_many_threads_all_arrive() {
 #[test]
 fn a_full_queue_drops_and_counts_instead_of_blocking() {
     let (a, t0) = instance();
-    for _ in 0..SHARD_EVENTS + 10 {
+    for _ in 0..recording::THREAD_EVENTS + 10 {
         nfs(&a, 1, "read", 1, 1, 1, 1);
     }
     assert_eq!(a.status().events_dropped, 10);
     a.tick(t0 + 5);
     let p = &a.query("nfs3.ops", t0 + 1, t0 + 1, None).unwrap().points[0];
-    assert_eq!(p.total, SHARD_EVENTS as u64);
+    assert_eq!(p.total, recording::THREAD_EVENTS as u64);
 }
 
 #[test]

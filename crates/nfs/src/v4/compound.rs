@@ -509,7 +509,7 @@ impl NfsService {
                 first.request_bytes = (call.record.len() + 4) as u32;
                 first.reply_bytes = (reply.len() + 4) as u32;
             }
-            a.record_nfs(events);
+            a.record_nfs(&events);
         }
         reply
     }
