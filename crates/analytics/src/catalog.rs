@@ -476,7 +476,7 @@ impl Sample<'_> {
     /// The sample's value of `dim`, or None when the dimension does not apply.
     /// `Dim::Pool` and `Dim::Role` yield the device, which the engine maps to its
     /// pool and role.
-    #[inline]
+    #[inline(always)]
     pub fn key(&self, dim: Dim) -> Option<RawKey> {
         if dim.numeric() {
             return self

@@ -146,10 +146,10 @@ impl Recorder {
         self.buffers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes every buffer's events and hands each to `each`, buffer by buffer.
+    /// Takes every buffer's events and hands them to `each`, one buffer's at a time.
     /// `spare` is an empty vector given to a thread in place of the one taken (its
     /// capacity kept, so threads rarely grow theirs); it comes back empty.
-    pub(crate) fn drain(&self, spare: &mut Vec<Event>, mut each: impl FnMut(&Event)) {
+    pub(crate) fn drain(&self, spare: &mut Vec<Event>, mut each: impl FnMut(&[Event])) {
         debug_assert!(spare.is_empty());
         let buffers = self.lock_buffers().clone();
         let mut ended = Vec::new();
@@ -160,8 +160,8 @@ impl Recorder {
                 ended.push(buffer.clone());
             }
             std::mem::swap(&mut *buffer.lock(), spare);
-            for e in spare.iter() {
-                each(e);
+            if !spare.is_empty() {
+                each(spare);
             }
             spare.clear();
         }
@@ -179,13 +179,13 @@ impl Recorder {
     /// lost or counted twice: the events are copied under the lock and the buffer
     /// cleared under a second one, so what a thread records in between is lost.
     #[cfg(test)]
-    fn drain_copy_then_clear(&self, mut each: impl FnMut(&Event)) {
+    fn drain_copy_then_clear(&self, mut each: impl FnMut(&[Event])) {
         let buffers = self.lock_buffers().clone();
         for buffer in &buffers {
             let copy = buffer.lock().clone();
             std::thread::yield_now();
             buffer.lock().clear();
-            copy.iter().for_each(&mut each);
+            each(&copy);
         }
     }
 
@@ -239,11 +239,14 @@ mod tests {
         })
     }
 
-    fn bytes(e: &Event) -> u64 {
-        match e {
-            Event::Io(io) => io.bytes as u64,
-            _ => panic!("only I/O events are recorded here"),
-        }
+    fn bytes(events: &[Event]) -> u64 {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::Io(io) => io.bytes as u64,
+                _ => panic!("only I/O events are recorded here"),
+            })
+            .sum()
     }
 
     /// Four threads record events of 1 byte while the collector drains without pause;
