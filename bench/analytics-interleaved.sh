@@ -17,6 +17,10 @@
 # the load generator on CPU 1 (taskset), so server and client never share a CPU and
 # a daemon's threads are not moved between CPUs: on a 2-CPU VM this narrows the
 # spread of CPU per call between pairs. PIN=0 lets the scheduler place them.
+# TOGETHER=1 loads both daemons at once, in the same windows, instead of one after the
+# other: they share CPU 0 (and the load generators CPU 1), so whatever the VM does to
+# the CPU in a window it does to both; a pair's ratio is then of two daemons measured
+# over the same instants.
 # CONTROL=1 runs both daemons with analytics off (an A/A run): its ratio shows what
 # the harness itself gives when there is nothing to measure.
 # A benchmark, never a test.
@@ -32,6 +36,7 @@ WINDOW_S=${WINDOW_S:-3}
 FILE_MIB=${FILE_MIB:-512}
 STREAMS=${STREAMS:-8}
 CONTROL=${CONTROL:-0}
+TOGETHER=${TOGETHER:-0}
 PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
 SERVER_CPUS=() CLIENT_CPUS=()
 if [ "$PIN" = 1 ]; then SERVER_CPUS=(taskset -c 0) CLIENT_CPUS=(taskset -c 1); fi
@@ -74,14 +79,26 @@ for i in $(seq "$PAIRS"); do
     order="on off"; [ $(( i % 2 )) -eq 0 ] && order="off on"
     read -r on0 off0 col0 <<<"$(cpu)"
     declare -A calls=()
-    for mode in $order; do
-        calls[$mode]=$(nb "$mode" --test randread --block 8192 --depth 16 --seconds "$WINDOW_S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls"])')
-    done
+    if [ "$TOGETHER" = 1 ]; then
+        loads=()
+        for mode in on off; do
+            nb "$mode" --test randread --block 8192 --depth 16 --seconds "$WINDOW_S" > "$OUT/nb-$mode.json" &
+            loads+=($!)
+        done
+        wait "${loads[@]}" # not the daemons, which are this shell's jobs too
+        for mode in on off; do
+            calls[$mode]=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["calls"])' "$OUT/nb-$mode.json")
+        done
+    else
+        for mode in $order; do
+            calls[$mode]=$(nb "$mode" --test randread --block 8192 --depth 16 --seconds "$WINDOW_S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls"])')
+        done
+    fi
     read -r on1 off1 col1 <<<"$(cpu)"
     echo "{\"pair\":$i,\"first\":\"${order%% *}\",\"calls_on\":${calls[on]},\"calls_off\":${calls[off]},\"cpu_s_on\":$(per "$on0" "$on1" "$HZ"),\"cpu_s_off\":$(per "$off0" "$off1" "$HZ"),\"collector_s\":$(per "$col0" "$col1" 1e9)}" >> "$OUT/pairs.jsonl"
     echo "analytics-interleaved.sh: pair $i of $PAIRS done" >&2
 done
-python3 - "$OUT/pairs.jsonl" "$WINDOW_S" "$STREAMS" "$CONTROL" "$PIN" <<'PY'
+python3 - "$OUT/pairs.jsonl" "$WINDOW_S" "$STREAMS" "$CONTROL" "$PIN" "$TOGETHER" <<'PY'
 import json, statistics, sys
 pairs = [json.loads(l) for l in open(sys.argv[1])]
 ratio = lambda p: (p["cpu_s_on"] / p["calls_on"]) / (p["cpu_s_off"] / p["calls_off"])
@@ -92,6 +109,7 @@ out = {
     "benchmark": "analytics overhead, interleaved daemons",
     "control_both_off": sys.argv[4] == "1",
     "pinned_server_cpu0_client_cpu1": sys.argv[5] == "1",
+    "daemons_loaded_together": sys.argv[6] == "1",
     "test": "randread 8K, %s streams, depth 16, %s s windows, from the ARC" % (sys.argv[3], sys.argv[2]),
     "pairs": pairs,
     "cpu_per_call_on_over_off_median": round(statistics.median(ratios), 4),
