@@ -30,10 +30,8 @@ WINDOW_S=${WINDOW_S:-10}
 FILE_MIB=${FILE_MIB:-512}
 STREAMS=${STREAMS:-8}
 PORT=${PORT:-20494}
-PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
-SERVER_CPUS=() CLIENT_CPUS=()
-if [ "$PIN" = 1 ]; then SERVER_CPUS=(taskset -c 0) CLIENT_CPUS=(taskset -c 1); fi
 . bench/lib.sh
+pin_cpus
 command -v perf >/dev/null || need linux-perf
 cargo build --release -q -p shoal -p nfs-bench
 SHOAL=$PWD/target/release/shoal
@@ -50,8 +48,7 @@ export SHOAL_STATE_DIR="$DIR/state"
 SHOAL_LOG=warn "${SERVER_CPUS[@]}" "$SHOAL" serve --listen "127.0.0.1:$PORT" --api off --analytics on \
     --share "attr/fs=127.0.0.1(rw,no_root_squash,insecure)" 2>>"$OUT/shoal.log" &
 PID=$!
-for _ in $(seq 100); do ss -ltn | grep -q ":$PORT " && break; sleep 0.1; done
-ss -ltn | grep -q ":$PORT " || { echo "shoal did not start" >&2; cat "$OUT/shoal.log" >&2; exit 1; }
+wait_listening "$PORT" "$OUT/shoal.log"
 nb() { "${CLIENT_CPUS[@]}" "$NB" --server "127.0.0.1:$PORT" --export /attr/fs --streams "$STREAMS" --file-mib "$FILE_MIB" "$@"; }
 nb --test write --block 131072 --depth 16 >/dev/null
 nb --test read --block 131072 --depth 16 >/dev/null # into the ARC

@@ -37,10 +37,8 @@ FILE_MIB=${FILE_MIB:-512}
 STREAMS=${STREAMS:-8}
 CONTROL=${CONTROL:-0}
 TOGETHER=${TOGETHER:-0}
-PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
-SERVER_CPUS=() CLIENT_CPUS=()
-if [ "$PIN" = 1 ]; then SERVER_CPUS=(taskset -c 0) CLIENT_CPUS=(taskset -c 1); fi
 . bench/lib.sh
+pin_cpus
 cargo build --release -q -p shoal -p nfs-bench
 SHOAL=$PWD/target/release/shoal
 NB=$PWD/target/release/nfs-bench
@@ -62,8 +60,7 @@ for mode in on off; do
     SHOAL_STATE_DIR="$DIR/$mode/state" SHOAL_LOG=warn "${SERVER_CPUS[@]}" "$SHOAL" serve --listen "127.0.0.1:${PORT[$mode]}" --api off --analytics "$( [ "$CONTROL" = 1 ] && echo off || echo "$mode")" \
         --share "a$mode/fs=127.0.0.1(rw,no_root_squash,insecure)" 2>>"$OUT/shoal-$mode.log" &
     PID[$mode]=$!
-    for _ in $(seq 100); do ss -ltn | grep -q ":${PORT[$mode]} " && break; sleep 0.1; done
-    ss -ltn | grep -q ":${PORT[$mode]} " || { echo "shoal ($mode) did not start" >&2; cat "$OUT/shoal-$mode.log" >&2; exit 1; }
+    wait_listening "${PORT[$mode]}" "$OUT/shoal-$mode.log"
 done
 nb() { local mode=$1; shift; "${CLIENT_CPUS[@]}" "$NB" --server "127.0.0.1:${PORT[$mode]}" --export "/a$mode/fs" --streams "$STREAMS" --file-mib "$FILE_MIB" "$@"; }
 for mode in on off; do

@@ -26,6 +26,19 @@ proc_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # PID -> utime+s
 # takes about a hundredth of a CPU, a dozen clock ticks in a 10 s run, too coarse to
 # compare builds.
 collector_ns() { local t=0; for f in /proc/"$1"/task/*; do [ "$(cat "$f/comm" 2>/dev/null)" = analytics ] && t=$(( t + $(awk '{ print $1 }' "$f/schedstat") )); done; echo "$t"; }
+# PIN=1 (the default on a machine of 2 or more CPUs): SERVER_CPUS and CLIENT_CPUS are
+# `taskset` prefixes putting daemons on CPU 0 and load generators on CPU 1; PIN=0
+# leaves both empty, for the scheduler to place them.
+pin_cpus() {
+    PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
+    SERVER_CPUS=() CLIENT_CPUS=()
+    if [ "$PIN" = 1 ]; then SERVER_CPUS=(taskset -c 0) CLIENT_CPUS=(taskset -c 1); fi
+}
+# Waits up to 10 s for a TCP listener on PORT; on none, prints LOG and fails.
+wait_listening() { # port log
+    for _ in $(seq 100); do ss -ltn | grep -q ":$1 " && return 0; sleep 0.1; done
+    echo "nothing listens on port $1" >&2; cat "$2" >&2; return 1
+}
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 # The replication benchmarks' data in DIR: a file "big" of SIZE_MIB MiB and FILES

@@ -10,6 +10,7 @@
 
 #[path = "../../../crates/shoal/src/allocator.rs"]
 mod allocator;
+use analytics::cpu::thread_cpu_ns;
 use analytics::{Analytics, Event, NfsEvent};
 use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr};
@@ -29,19 +30,6 @@ struct Args {
     ticks: u64,
     #[arg(long, default_value_t = 5)]
     repeat: usize,
-}
-
-/// This thread's CPU time in nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the
-    // kernel knows, so the call only writes `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "CLOCK_THREAD_CPUTIME_ID is readable");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// One repetition: the collector's CPU nanoseconds per event.

@@ -66,12 +66,17 @@ pub fn charge_compression<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// A thread's run time in nanoseconds.
-fn run_time_ns(tid: &str) -> Option<u64> {
-    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) {
-        return s.split_whitespace().next()?.parse().ok();
-    }
-    stat_cpu_ns(&format!("/proc/self/task/{tid}/stat"))
+/// The calling thread's CPU time in nanoseconds (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the whole call, and
+    // CLOCK_THREAD_CPUTIME_ID exists on every Linux this runs on.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// utime + stime of a `/proc/.../stat` file, in nanoseconds.
@@ -170,7 +175,7 @@ impl CpuSampler {
                             (run, work)
                         }
                         // No schedstat (a kernel without it): stat's clock ticks.
-                        Err(_) => match run_time_ns(&tid_s) {
+                        Err(_) => match stat_cpu_ns(&format!("/proc/self/task/{tid_s}/stat")) {
                             Some(run) => (run, work),
                             None => continue,
                         },
@@ -219,19 +224,6 @@ impl crate::Sampler for CpuSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// CPU time of the calling thread, in microseconds.
-    fn thread_cpu_us() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec for the whole call, and
-        // CLOCK_THREAD_CPUTIME_ID exists on every Linux this runs on.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        assert_eq!(rc, 0, "clock_gettime");
-        ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
-    }
 
     /// The kind of work the sampler holds for `tid`, if it keeps a file for it.
     fn kept(sampler: &CpuSampler, tid: i32) -> Option<&'static str> {
@@ -311,7 +303,7 @@ mod tests {
                 .name(name.into())
                 .spawn(move || {
                     let mut x = 0u64;
-                    while thread_cpu_us() < 100_000 {
+                    while thread_cpu_ns() < 100_000_000 {
                         let mut step = || {
                             for i in 0..10_000u64 {
                                 x = x.wrapping_mul(31).wrapping_add(i);

@@ -237,16 +237,6 @@ impl OpenSeconds {
     }
 }
 
-#[cfg(test)]
-fn per_event_reference(engine: &Engine) -> bool {
-    engine.per_event_reference
-}
-
-#[cfg(not(test))]
-fn per_event_reference(_: &Engine) -> bool {
-    false
-}
-
 /// What `tick` works out once for a chunk of events before offering it to each
 /// dataset: each event's route (as a bit) and the runs of events in one second.
 #[derive(Default)]
@@ -331,9 +321,8 @@ struct Engine {
     memory_limit: u64,
     /// Points dropped from memory to stay within `memory_limit`.
     trimmed: u64,
-    /// Tests only: count event by event, each offered to every dataset of its route,
-    /// as the reference the chunked counting must agree with.
-    #[cfg(test)]
+    /// Set by tests only: count event by event, each offered to every dataset of its
+    /// route, as the reference the chunked counting must agree with.
     per_event_reference: bool,
     /// The vector `tick` gives a recording thread for the one it takes (see
     /// `recording::Recorder::drain`), kept between ticks with its capacity.
@@ -586,7 +575,7 @@ impl Analytics {
         let registry = self.registry.read().unwrap().clone();
         let mut engine = self.engine.lock().unwrap();
         let engine = &mut *engine;
-        let per_event = per_event_reference(engine);
+        let per_event = engine.per_event_reference;
         if now >= engine.names_at + NAME_CACHE_S {
             // Names change (rename, a share re-created): look them up afresh.
             engine.names.clear();
@@ -627,15 +616,23 @@ impl Analytics {
         let mut seconds = SecondOf::default();
         let mut spare = std::mem::take(&mut engine.spare);
         let mut plan = ChunkPlan::default();
+        // An event's second, or None for one that came after its second was sealed
+        // (counted as late); the Prometheus totals count every other event.
+        let (sealed_upto, late, totals) =
+            (engine.sealed_upto, &mut engine.late, &mut engine.totals);
+        let mut admit = |e: &Event| {
+            let second = seconds.second(self, e.at());
+            if sealed_upto.is_some_and(|s| second <= s) {
+                *late += 1;
+                return None;
+            }
+            totals.add(e);
+            Some(second)
+        };
         let mut count = |batch: &[Event]| {
             if per_event {
                 for e in batch {
-                    let second = seconds.second(self, e.at());
-                    if engine.sealed_upto.is_some_and(|s| second <= s) {
-                        engine.late += 1;
-                        continue;
-                    }
-                    engine.totals.add(e);
+                    let Some(second) = admit(e) else { continue };
                     let bit = 1 << catalog::route(e);
                     for (ds, _) in states.iter_mut().filter(|(_, m)| m & bit != 0) {
                         if second >= ds.since {
@@ -648,14 +645,10 @@ impl Analytics {
             for chunk in batch.chunks(CHUNK) {
                 plan.clear();
                 for (i, e) in chunk.iter().enumerate() {
-                    let second = seconds.second(self, e.at());
-                    if engine.sealed_upto.is_some_and(|s| second <= s) {
-                        engine.late += 1;
-                        plan.bits.push(0);
-                        continue;
+                    match admit(e) {
+                        Some(second) => plan.push(i, second, 1 << catalog::route(e)),
+                        None => plan.bits.push(0),
                     }
-                    engine.totals.add(e);
-                    plan.push(i, second, 1 << catalog::route(e));
                 }
                 for (ds, mask) in states.iter_mut().filter(|(_, m)| m & plan.present != 0) {
                     ds.add_chunk(chunk, &plan, *mask, &mut namer);

@@ -21,7 +21,7 @@
 //! - a buffer holds at most `THREAD_EVENTS` events; beyond, `record` drops the event
 //!   and counts it, and never blocks;
 //! - a thread's buffer outlives the thread: the collector drains it once more after
-//!   the thread ended, then forgets it, keeping its drop count;
+//!   the thread ended, then forgets it;
 //! - each `Recorder` (one per `Analytics`) has its own buffers: a thread recording
 //!   into two instances keeps their events apart.
 
@@ -38,7 +38,6 @@ pub const THREAD_EVENTS: usize = 16_384;
 /// One recording thread's events not yet taken by the collector.
 struct ThreadBuffer {
     events: Mutex<Vec<Event>>,
-    dropped: AtomicU64,
 }
 
 impl ThreadBuffer {
@@ -54,11 +53,10 @@ pub(crate) struct Recorder {
     /// Tells this instance's buffers from other instances' in a thread's list.
     id: u64,
     buffers: Mutex<Vec<Arc<ThreadBuffer>>>,
-    /// Drops counted by buffers already forgotten (their threads ended).
-    retired_dropped: AtomicU64,
-    /// Events recorded by a thread while it was being torn down, after its list of
-    /// buffers was: dropped and counted.
-    orphans_dropped: AtomicU64,
+    /// Events dropped: beyond a full buffer, or recorded by a thread while it was
+    /// being torn down (after its list of buffers was). Rare, so one counter shared
+    /// by all threads costs nothing on the way of events that are kept.
+    dropped: AtomicU64,
 }
 
 static NEXT_RECORDER: AtomicU64 = AtomicU64::new(1);
@@ -73,8 +71,7 @@ impl Recorder {
         Recorder {
             id: NEXT_RECORDER.fetch_add(1, Ordering::Relaxed),
             buffers: Mutex::default(),
-            retired_dropped: AtomicU64::new(0),
-            orphans_dropped: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         }
     }
 
@@ -88,7 +85,7 @@ impl Recorder {
             };
             match mine.first() {
                 Some((id, buffer)) if *id == self.id => {
-                    push(buffer, events.take().expect("events are taken once"));
+                    self.push(buffer, events.take().expect("events are taken once"));
                     true
                 }
                 _ => false,
@@ -98,7 +95,7 @@ impl Recorder {
             if pushed.is_ok() {
                 self.record_slow(events);
             } else {
-                self.count_orphans(events.len());
+                self.count_dropped(events.len());
             }
         }
     }
@@ -120,7 +117,6 @@ impl Recorder {
                 None => {
                     let buffer = Arc::new(ThreadBuffer {
                         events: Mutex::new(Vec::new()),
-                        dropped: AtomicU64::new(0),
                     });
                     self.lock_buffers().push(buffer.clone());
                     mine.push((self.id, buffer));
@@ -128,18 +124,32 @@ impl Recorder {
                 }
             };
             mine.swap(0, at);
-            push(&mine[0].1, events.take().expect("events are taken once"));
+            self.push(&mine[0].1, events.take().expect("events are taken once"));
         });
         if events.is_some() {
-            self.count_orphans(n);
+            self.count_dropped(n);
         }
     }
 
-    /// Counts events recorded while the thread's list of buffers was torn down (at
-    /// the thread's end) or in use further up the stack: they are dropped.
+    /// Adds `events` to `buffer`, as many as fit; counts the rest as dropped.
+    #[inline]
+    fn push<I: ExactSizeIterator<Item = Event>>(&self, buffer: &ThreadBuffer, events: I) {
+        let n = events.len();
+        let mut v = buffer.lock();
+        let room = THREAD_EVENTS.saturating_sub(v.len());
+        v.extend(events.take(room));
+        drop(v);
+        if n > room {
+            self.count_dropped(n - room);
+        }
+    }
+
+    /// Counts `n` events dropped: beyond a full buffer, or recorded while the
+    /// thread's list of buffers was torn down (at the thread's end) or in use further
+    /// up the stack.
     #[cold]
-    fn count_orphans(&self, n: usize) {
-        self.orphans_dropped.fetch_add(n as u64, Ordering::Relaxed);
+    fn count_dropped(&self, n: usize) {
+        self.dropped.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     fn lock_buffers(&self) -> MutexGuard<'_, Vec<Arc<ThreadBuffer>>> {
@@ -166,12 +176,8 @@ impl Recorder {
             spare.clear();
         }
         if !ended.is_empty() {
-            let mut all = self.lock_buffers();
-            for gone in &ended {
-                self.retired_dropped
-                    .fetch_add(gone.dropped.load(Ordering::Relaxed), Ordering::Relaxed);
-                all.retain(|b| !Arc::ptr_eq(b, gone));
-            }
+            self.lock_buffers()
+                .retain(|b| !ended.iter().any(|gone| Arc::ptr_eq(b, gone)));
         }
     }
 
@@ -191,33 +197,13 @@ impl Recorder {
 
     /// Events dropped so far, by every thread that recorded.
     pub(crate) fn dropped(&self) -> u64 {
-        let live: u64 = self
-            .lock_buffers()
-            .iter()
-            .map(|b| b.dropped.load(Ordering::Relaxed))
-            .sum();
-        live + self.retired_dropped.load(Ordering::Relaxed)
-            + self.orphans_dropped.load(Ordering::Relaxed)
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Threads with a buffer: those that recorded and were not yet seen gone.
     #[cfg(test)]
     pub(crate) fn threads(&self) -> usize {
         self.lock_buffers().len()
-    }
-}
-
-#[inline]
-fn push<I: ExactSizeIterator<Item = Event>>(buffer: &ThreadBuffer, events: I) {
-    let n = events.len();
-    let mut v = buffer.lock();
-    let room = THREAD_EVENTS.saturating_sub(v.len());
-    v.extend(events.take(room));
-    drop(v);
-    if n > room {
-        buffer
-            .dropped
-            .fetch_add((n - room) as u64, Ordering::Relaxed);
     }
 }
 
