@@ -23,11 +23,18 @@
 # over the same instants.
 # CONTROL=1 runs both daemons with analytics off (an A/A run): its ratio shows what
 # the harness itself gives when there is nothing to measure.
+# ROUNDS=N (default 1) starts both daemons afresh N times, on new pools, with PAIRS
+# pairs each, and alternates which daemon is started and loaded first from round to
+# round: two daemon processes differ by a percent or so in CPU per call for reasons of
+# their own (where their memory and threads landed), which every pair of one round
+# shares, so only fresh daemons average it away. The summary gives each round's
+# median and the mean of the rounds' medians with its standard error.
 # A benchmark, never a test.
 #
 #   bench/analytics-interleaved.sh
 #   BENCH_DIR=/work/bench-data PAIRS=30 WINDOW_S=3 bench/analytics-interleaved.sh
 #   CONTROL=1 BENCH_DIR=/work/bench-data PAIRS=30 bench/analytics-interleaved.sh
+#   TOGETHER=1 ROUNDS=6 PAIRS=20 WINDOW_S=4 BENCH_DIR=/work/bench-data bench/analytics-interleaved.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-$PWD/target/bench-data}/analytics-interleaved
@@ -37,6 +44,7 @@ FILE_MIB=${FILE_MIB:-512}
 STREAMS=${STREAMS:-8}
 CONTROL=${CONTROL:-0}
 TOGETHER=${TOGETHER:-0}
+ROUNDS=${ROUNDS:-1}
 . bench/lib.sh
 pin_cpus
 cargo build --release -q -p shoal -p nfs-bench
@@ -51,34 +59,43 @@ stop_all() {
     return 0
 }
 trap 'stop_all; rm -rf "$OUT"' EXIT
-rm -rf "$DIR" && mkdir -p "$DIR"
 DEV_MIB=$(( FILE_MIB * STREAMS * 2 / 4 + 512 ))
-for mode in on off; do
-    mkdir -p "$DIR/$mode"
-    SHOAL_STATE_DIR="$DIR/$mode/state" "$SHOAL" pool create --dir "$DIR/$mode" --size "${DEV_MIB}M" "a$mode" raidz2 a b c d e f >/dev/null
-    SHOAL_STATE_DIR="$DIR/$mode/state" "$SHOAL" fs create "a$mode/fs" -o recordsize=128K -o compression=off >/dev/null
-    SHOAL_STATE_DIR="$DIR/$mode/state" SHOAL_LOG=warn "${SERVER_CPUS[@]}" "$SHOAL" serve --listen "127.0.0.1:${PORT[$mode]}" --api off --analytics "$( [ "$CONTROL" = 1 ] && echo off || echo "$mode")" \
-        --share "a$mode/fs=127.0.0.1(rw,no_root_squash,insecure)" 2>>"$OUT/shoal-$mode.log" &
-    PID[$mode]=$!
-    wait_listening "${PORT[$mode]}" "$OUT/shoal-$mode.log"
-done
+# Starts both daemons on new pools and reads their files into the ARC; in even rounds
+# the "off" daemon goes first.
+start_daemons() { # round
+    local modes="on off"
+    [ $(( $1 % 2 )) -eq 0 ] && modes="off on"
+    rm -rf "$DIR" && mkdir -p "$DIR"
+    for mode in $modes; do
+        mkdir -p "$DIR/$mode"
+        SHOAL_STATE_DIR="$DIR/$mode/state" "$SHOAL" pool create --dir "$DIR/$mode" --size "${DEV_MIB}M" "a$mode" raidz2 a b c d e f >/dev/null
+        SHOAL_STATE_DIR="$DIR/$mode/state" "$SHOAL" fs create "a$mode/fs" -o recordsize=128K -o compression=off >/dev/null
+        SHOAL_STATE_DIR="$DIR/$mode/state" SHOAL_LOG=warn "${SERVER_CPUS[@]}" "$SHOAL" serve --listen "127.0.0.1:${PORT[$mode]}" --api off --analytics "$( [ "$CONTROL" = 1 ] && echo off || echo "$mode")" \
+            --share "a$mode/fs=127.0.0.1(rw,no_root_squash,insecure)" 2>>"$OUT/shoal-$mode.log" &
+        PID[$mode]=$!
+        wait_listening "${PORT[$mode]}" "$OUT/shoal-$mode.log"
+    done
+    for mode in $modes; do
+        nb "$mode" --test write --block 131072 --depth 16 >/dev/null
+        nb "$mode" --test read --block 131072 --depth 16 >/dev/null # into the ARC
+    done
+}
 nb() { local mode=$1; shift; "${CLIENT_CPUS[@]}" "$NB" --server "127.0.0.1:${PORT[$mode]}" --export "/a$mode/fs" --streams "$STREAMS" --file-mib "$FILE_MIB" "$@"; }
-for mode in on off; do
-    nb "$mode" --test write --block 131072 --depth 16 >/dev/null
-    nb "$mode" --test read --block 131072 --depth 16 >/dev/null # into the ARC
-done
 cpu() { echo "$(proc_cpu_ticks "${PID[on]}") $(proc_cpu_ticks "${PID[off]}") $(collector_ns "${PID[on]}")"; }
 per() { awk -v a="$1" -v b="$2" -v d="$3" 'BEGIN { print (b - a) / d }'; } # FROM TO DIVISOR
 HZ=$(getconf CLK_TCK)
 : > "$OUT/pairs.jsonl"
+for round in $(seq "$ROUNDS"); do
+start_daemons "$round"
 for i in $(seq "$PAIRS"); do
-    # Alternate which daemon goes first, so a trend within a pair falls on both.
+    # Alternate which daemon goes (or is loaded) first, so a trend within a pair, or
+    # the head start of the load launched first, falls on both.
     order="on off"; [ $(( i % 2 )) -eq 0 ] && order="off on"
     read -r on0 off0 col0 <<<"$(cpu)"
     declare -A calls=()
     if [ "$TOGETHER" = 1 ]; then
         loads=()
-        for mode in on off; do
+        for mode in $order; do
             nb "$mode" --test randread --block 8192 --depth 16 --seconds "$WINDOW_S" > "$OUT/nb-$mode.json" &
             loads+=($!)
         done
@@ -92,8 +109,11 @@ for i in $(seq "$PAIRS"); do
         done
     fi
     read -r on1 off1 col1 <<<"$(cpu)"
-    echo "{\"pair\":$i,\"first\":\"${order%% *}\",\"calls_on\":${calls[on]},\"calls_off\":${calls[off]},\"cpu_s_on\":$(per "$on0" "$on1" "$HZ"),\"cpu_s_off\":$(per "$off0" "$off1" "$HZ"),\"collector_s\":$(per "$col0" "$col1" 1e9)}" >> "$OUT/pairs.jsonl"
-    echo "analytics-interleaved.sh: pair $i of $PAIRS done" >&2
+    echo "{\"round\":$round,\"pair\":$i,\"first\":\"${order%% *}\",\"calls_on\":${calls[on]},\"calls_off\":${calls[off]},\"cpu_s_on\":$(per "$on0" "$on1" "$HZ"),\"cpu_s_off\":$(per "$off0" "$off1" "$HZ"),\"collector_s\":$(per "$col0" "$col1" 1e9)}" >> "$OUT/pairs.jsonl"
+    echo "analytics-interleaved.sh: round $round of $ROUNDS, pair $i of $PAIRS done" >&2
+done
+stop_all
+PID=()
 done
 python3 - "$OUT/pairs.jsonl" "$WINDOW_S" "$STREAMS" "$CONTROL" "$PIN" "$TOGETHER" <<'PY'
 import json, statistics, sys
@@ -116,5 +136,11 @@ out = {
     "cpu_us_per_call_off": round(tot("cpu_s_off") * 1e6 / tot("calls_off"), 3),
     "collector_share_of_on_cpu": round(tot("collector_s") / tot("cpu_s_on"), 4),
 }
+rounds = sorted({p.get("round", 1) for p in pairs})
+medians = [statistics.median(ratio(p) for p in pairs if p.get("round", 1) == r) for r in rounds]
+out["round_medians"] = [round(m, 4) for m in medians]
+out["mean_of_round_medians"] = round(statistics.mean(medians), 4)
+if len(medians) > 1:
+    out["mean_of_round_medians_standard_error"] = round(statistics.stdev(medians) / len(medians) ** 0.5, 4)
 print(json.dumps(out, indent=1))
 PY

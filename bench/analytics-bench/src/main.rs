@@ -11,7 +11,7 @@
 #[path = "../../../crates/shoal/src/allocator.rs"]
 mod allocator;
 use analytics::cpu::thread_cpu_ns;
-use analytics::{Analytics, Event, NfsEvent};
+use analytics::{Analytics, Event, NfsEvent, Ticks};
 use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -61,8 +61,10 @@ fn run(args: &Args, seed: u64) -> f64 {
                             request_bytes: 140,
                             reply_bytes: 8320,
                             latency_ns: 15_000 + (r >> 48),
-                            at: tick_start
-                                + Duration::from_micros(i as u64 * 100_000 / per_thread as u64),
+                            at: Ticks::at(
+                                tick_start
+                                    + Duration::from_micros(i as u64 * 100_000 / per_thread as u64),
+                            ),
                         }));
                     }
                 });

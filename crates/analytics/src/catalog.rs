@@ -818,7 +818,7 @@ mod tests {
                 request_bytes: 100,
                 reply_bytes: 8300,
                 latency_ns: 1000,
-                at,
+                at: crate::Ticks::at(at),
             }));
         }
         for write in [false, true] {

@@ -22,6 +22,7 @@
 pub mod archive;
 pub mod buckets;
 pub mod catalog;
+pub mod clock;
 pub mod cpu;
 pub mod event;
 pub mod fasthash;
@@ -31,6 +32,7 @@ pub mod prometheus;
 pub mod recording;
 
 pub use catalog::{Dim, Spec, SpecError, Statistic, BUILTIN_DATASETS, STATISTICS};
+pub use clock::Ticks;
 pub use event::{Event, IoEvent, Meter, MeterEvent, NfsEvent, RefusalEvent};
 pub use history::{BucketCount, History, KeyCount, Point, Resolution};
 
@@ -175,9 +177,29 @@ impl Open {
 struct SecondOf {
     /// `[start, end)` maps to `second`.
     bounds: Option<(Instant, Instant, u64)>,
+    /// The same for NFS events' ticks, as `reference` maps them.
+    tick_bounds: Option<(Ticks, Ticks, u64)>,
 }
 
 impl SecondOf {
+    /// The second of an event; an NFS event's ticks are compared as they are, not
+    /// turned into an instant each.
+    #[inline]
+    fn of_event(&mut self, a: &Analytics, reference: &clock::Reference, e: &Event) -> u64 {
+        let Event::Nfs(n) = e else {
+            return self.second(a, e.at(reference));
+        };
+        if let Some((start, end, second)) = self.tick_bounds {
+            if start <= n.at && n.at < end {
+                return second;
+            }
+        }
+        let second = self.second(a, reference.instant(n.at));
+        let (start, end, _) = self.bounds.expect("just set");
+        self.tick_bounds = Some((reference.ticks(start), reference.ticks(end), second));
+        second
+    }
+
     #[inline]
     fn second(&mut self, a: &Analytics, at: Instant) -> u64 {
         if let Some((start, end, second)) = self.bounds {
@@ -552,6 +574,8 @@ impl std::fmt::Debug for Analytics {
 impl Analytics {
     /// A new instance with the built-in datasets enabled; `start_collector` makes it live.
     pub fn new() -> Arc<Analytics> {
+        // The counter's rate is measured here, once, not on the first call's path.
+        Ticks::calibrate();
         let epoch = Instant::now();
         let epoch_unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -758,8 +782,10 @@ impl Analytics {
         // (counted as late); the Prometheus totals count every other event.
         let (sealed_upto, late, totals) =
             (engine.sealed_upto, &mut engine.late, &mut engine.totals);
+        // NFS events carry ticks, made instants against this reading (`clock`).
+        let reference = clock::Reference::now();
         let mut admit = |e: &Event| {
-            let second = seconds.second(self, e.at());
+            let second = seconds.of_event(self, &reference, e);
             if sealed_upto.is_some_and(|s| second <= s) {
                 *late += 1;
                 return None;

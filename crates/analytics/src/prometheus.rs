@@ -533,7 +533,7 @@ mod histogram_tests {
                             request_bytes: 100,
                             reply_bytes: 100,
                             latency_ns,
-                            at,
+                            at: crate::Ticks::at(at),
                         }));
                         let p = plain.entry((version, op.to_string(), fsid)).or_default();
                         p.0 += 1;

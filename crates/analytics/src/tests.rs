@@ -27,7 +27,7 @@ fn nfs(a: &Analytics, second: u64, op: &'static str, c: u8, ino: u64, bytes: u32
         request_bytes: 100,
         reply_bytes: 100 + bytes,
         latency_ns: latency_us * 1000,
-        at: a.epoch + Duration::from_secs(second),
+        at: Ticks::at(a.epoch + Duration::from_secs(second)),
     }));
 }
 
@@ -690,7 +690,7 @@ fn run_steps(a: &Analytics, since: u64, t0: u64, steps: &[Step]) -> Vec<(String,
                             request_bytes: 100 + bytes,
                             reply_bytes: 100,
                             latency_ns,
-                            at: at(second),
+                            at: Ticks::at(at(second)),
                         }),
                         2 => Event::Io(IoEvent {
                             device,

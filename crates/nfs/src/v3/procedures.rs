@@ -59,7 +59,7 @@ impl NfsService {
             self.refused(call, op, reason, probe.fsid);
         }
         if let Some(a) = self.analytics.get() {
-            let at = std::time::Instant::now();
+            let at = analytics::Ticks::now();
             a.record(Event::Nfs(NfsEvent {
                 version: 3,
                 op,
@@ -71,7 +71,7 @@ impl NfsService {
                 // With the 4-byte record marks.
                 request_bytes: (call.record.len() + 4) as u32,
                 reply_bytes: (reply.len() + 4) as u32,
-                latency_ns: at.saturating_duration_since(call.received).as_nanos() as u64,
+                latency_ns: at.ns_since(call.received),
                 at,
             }));
         }

@@ -334,7 +334,7 @@ impl NfsService {
         let mut max_reply = crate::transport::MAX_RECORD_BYTES;
         let mut max_cached = usize::MAX;
         let mut events: Vec<NfsEvent> = Vec::with_capacity(n.min(16) as usize);
-        let mut op_start = std::time::Instant::now();
+        let mut op_start = analytics::Ticks::now();
         for i in 0..n {
             let Ok(opnum) = d.u32() else {
                 res.u32(op::ILLEGAL).u32(Nfs4Error::BadXdr as u32);
@@ -415,8 +415,8 @@ impl NfsService {
                 self.refused(call, op::name(resop), reason, probe.fsid);
             }
             // One clock reading an operation: its end is the next one's start.
-            let op_end = std::time::Instant::now();
-            let latency_ns = op_end.saturating_duration_since(op_start).as_nanos() as u64;
+            let op_end = analytics::Ticks::now();
+            let latency_ns = op_end.ns_since(op_start);
             op_start = op_end;
             events.push(NfsEvent {
                 version: 4,
@@ -683,7 +683,7 @@ mod tests {
         let record = c.record(1, &cred);
         let call = Call {
             peer: "127.0.0.1:1".parse().unwrap(),
-            received: std::time::Instant::now(),
+            received: analytics::Ticks::now(),
             header: decode_call(&record).unwrap(),
             record: &record,
             back: None,

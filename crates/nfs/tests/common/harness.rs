@@ -18,7 +18,6 @@ use pool::Pool;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub const COMPONENTS: [&str; 3] = ["tank", "home", "share"];
 
@@ -123,8 +122,13 @@ impl<'a> Client<'a> {
 
     /// The reply to a record, as bytes; the server must answer with the call's xid.
     pub fn send_record(&self, record: &[u8]) -> Vec<u8> {
-        let reply = answer_record(&self.srv.service, self.peer, record, Instant::now())
-            .expect("the server answers every call");
+        let reply = answer_record(
+            &self.srv.service,
+            self.peer,
+            record,
+            analytics::Ticks::now(),
+        )
+        .expect("the server answers every call");
         let bytes = reply.to_bytes();
         assert_eq!(bytes[..4], record[..4], "a reply carries the call's xid");
         assert_eq!(bytes.len() % 4, 0, "a reply is whole XDR units");
