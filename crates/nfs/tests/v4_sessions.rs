@@ -304,3 +304,49 @@ fn a_cachethis_reply_too_big_for_the_slot_gets_rep_too_big_to_cache_or_is_cached
         );
     }
 }
+
+// ---- analytics ----
+
+/// Each operation of a COMPOUND is one `nfs4.ops` sample under its own name.
+#[test]
+fn each_operation_of_a_compound_counts_once_in_nfs4_ops_by_op() {
+    let per_op = |a: &analytics::Analytics, since: u64| {
+        a.tick(a.unix_now() + 5);
+        let mut counts = std::collections::BTreeMap::<String, u64>::new();
+        for p in a
+            .query("nfs4.ops[op]", since, a.unix_now() + 1, None)
+            .unwrap()
+            .points
+        {
+            for k in &p.breakdown {
+                *counts.entry(k.key.clone()).or_default() += k.count;
+            }
+        }
+        counts
+    };
+    let compound = |srv: &Server| {
+        let c = srv.client_a();
+        let mut s = c.session("client-a");
+        let mut k = s.compound();
+        k.putrootfh().getfh();
+        c.ok(&k);
+    };
+
+    let srv = Server::new();
+    let a = analytics::Analytics::new();
+    let since = a.unix_now();
+    srv.service.set_analytics(a.clone());
+    compound(&srv);
+    let expected: std::collections::BTreeMap<String, u64> = [
+        ("exchange_id", 1),
+        ("create_session", 1),
+        ("sequence", 2),
+        ("reclaim_complete", 1),
+        ("putrootfh", 1),
+        ("getfh", 1),
+    ]
+    .into_iter()
+    .map(|(op, n)| (op.to_string(), n))
+    .collect();
+    assert_eq!(per_op(&a, since), expected);
+}

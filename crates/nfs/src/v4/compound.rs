@@ -333,7 +333,13 @@ impl NfsService {
         // Until SEQUENCE says otherwise: the largest reply the transport sends.
         let mut max_reply = crate::transport::MAX_RECORD_BYTES;
         let mut max_cached = usize::MAX;
-        let mut events: Vec<NfsEvent> = Vec::with_capacity(n.min(16) as usize);
+        // Operations are timed and reported only while analytics is on.
+        let recording = self.analytics.get().is_some();
+        let mut events: Vec<NfsEvent> = if recording {
+            Vec::with_capacity(n.min(16) as usize)
+        } else {
+            Vec::new()
+        };
         let mut op_start = analytics::Ticks::now();
         for i in 0..n {
             let Ok(opnum) = d.u32() else {
@@ -414,23 +420,25 @@ impl NfsService {
             if let Some(reason) = refusal_reason(&probe, failed) {
                 self.refused(call, op::name(resop), reason, probe.fsid);
             }
-            // One clock reading an operation: its end is the next one's start.
-            let op_end = analytics::Ticks::now();
-            let latency_ns = op_end.ns_since(op_start);
-            op_start = op_end;
-            events.push(NfsEvent {
-                version: 4,
-                op: op::name(resop),
-                client: call.peer.ip(),
-                fsid: probe.fsid,
-                ino: probe.ino,
-                bytes: probe.bytes,
-                offset: probe.offset,
-                request_bytes: 0,
-                reply_bytes: 0,
-                latency_ns,
-                at: op_end,
-            });
+            if recording {
+                // One clock reading an operation: its end is the next one's start.
+                let op_end = analytics::Ticks::now();
+                let latency_ns = op_end.ns_since(op_start);
+                op_start = op_end;
+                events.push(NfsEvent {
+                    version: 4,
+                    op: op::name(resop),
+                    client: call.peer.ip(),
+                    fsid: probe.fsid,
+                    ino: probe.ino,
+                    bytes: probe.bytes,
+                    offset: probe.offset,
+                    request_bytes: 0,
+                    reply_bytes: 0,
+                    latency_ns,
+                    at: op_end,
+                });
+            }
             if let Err(mut f) = r {
                 if resop == op::SETATTR && f.body.is_empty() {
                     // SETATTR4res carries its attrsset bitmap on failure too.
