@@ -145,7 +145,7 @@ impl Totals {
             .nfs
             .get(self.nfs_last)
             .is_some_and(|((v, op, fsid), _)| {
-                *v == key.0 && *fsid == key.2 && crate::same_name(op, key.1)
+                *v == key.0 && *fsid == key.2 && crate::counting::same_name(op, key.1)
             });
         if !last_matches {
             let next = self.nfs.len();

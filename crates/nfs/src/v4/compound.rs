@@ -334,12 +334,12 @@ impl NfsService {
         let mut max_reply = crate::transport::MAX_RECORD_BYTES;
         let mut max_cached = usize::MAX;
         // Operations are timed and reported only while analytics is on.
-        let recording = self.analytics.get().is_some();
-        let mut events: Vec<NfsEvent> = if recording {
-            Vec::with_capacity(n.min(16) as usize)
+        let analytics = self.analytics.get();
+        let mut events: Vec<NfsEvent> = Vec::with_capacity(if analytics.is_some() {
+            n.min(16) as usize
         } else {
-            Vec::new()
-        };
+            0
+        });
         let mut op_start = analytics::Ticks::now();
         for i in 0..n {
             let Ok(opnum) = d.u32() else {
@@ -420,7 +420,7 @@ impl NfsService {
             if let Some(reason) = refusal_reason(&probe, failed) {
                 self.refused(call, op::name(resop), reason, probe.fsid);
             }
-            if recording {
+            if analytics.is_some() {
                 // One clock reading an operation: its end is the next one's start.
                 let op_end = analytics::Ticks::now();
                 let latency_ns = op_end.ns_since(op_start);
@@ -511,7 +511,7 @@ impl NfsService {
             }
         }
         super::state::release_all(std::mem::take(&mut ctx.releases));
-        if let Some(a) = self.analytics.get() {
+        if let Some(a) = analytics {
             // The records on the wire are counted once, with the first operation.
             if let Some(first) = events.first_mut() {
                 first.request_bytes = (call.record.len() + 4) as u32;
