@@ -88,11 +88,11 @@ NFS_CORE_PARAM {
     NFS_Port = $GANESHA_PORT; MNT_Port = $GANESHA_MNT; NLM_Port = 20592; Rquota_Port = 20593;
     Protocols = 3, 4; Enable_NLM = false; Enable_RQUOTA = false; Bind_addr = 127.0.0.1;
 }
-NFSV4 { Graceless = true; Minor_Versions = 1, 2; }
+NFSV4 { Graceless = true; Minor_Versions = 1, 2; Delegations = true; }
 EXPORT { Export_Id = 1; Path = $DIR/ext4; Pseudo = /ext4; Access_Type = RW; Squash = No_Root_Squash;
-         SecType = sys; Protocols = 3, 4; Transports = TCP; FSAL { Name = VFS; } }
+         SecType = sys; Protocols = 3, 4; Transports = TCP; Delegations = readwrite; FSAL { Name = VFS; } }
 EXPORT { Export_Id = 2; Path = $DIR/ext4-dirsync; Pseudo = /ext4-dirsync; Access_Type = RW; Squash = No_Root_Squash;
-         SecType = sys; Protocols = 3, 4; Transports = TCP; FSAL { Name = VFS; } }
+         SecType = sys; Protocols = 3, 4; Transports = TCP; Delegations = readwrite; FSAL { Name = VFS; } }
 EOF
 ganesha.nfsd -F -L "$OUT/ganesha.log" -f "$OUT/ganesha.conf" -p "$OUT/ganesha.pid.unused" &
 echo $! > "$OUT/ganesha.pid"
@@ -127,11 +127,13 @@ run() { # SERVER VERSION TEST -> one JSON line
         metadata) args="--workload metadata --duration ${SECONDS_RUN}s" ;;
         smallfiles) args="--workload smallfiles --io-size 4K --duration ${SECONDS_RUN}s" ;;
     esac
-    local pid before after
+    local pid before after proto=$version
+    # 4.1d: NFSv4.1 with the client taking the delegations the server offers.
+    [ "$version" = 4.1d ] && { proto=4.1; args="$args --delegations"; }
     pid=$(pid_of "$server")
     before=$(cpu_s "$pid")
     # shellcheck disable=SC2086
-    "$SHOAL" bench run --json --nfs-version "$version" --threads "$THREADS" $(endpoint "$server" "$version") $args \
+    "$SHOAL" bench run --json --nfs-version "$proto" --threads "$THREADS" $(endpoint "$server" "$version") $args \
         > "$OUT/run.json" 2>>"$OUT/bench.log" || { log "$server v$version $test failed"; tail -5 "$OUT/bench.log" >&2; }
     after=$(cpu_s "$pid")
     python3 - "$server" "$version" "$test" "$before" "$after" "$OUT/run.json" <<'PY'
@@ -143,6 +145,7 @@ try:
     print(json.dumps({"server": server, "version": version, "test": test,
                       "mb_per_s": s["mb_per_s"], "iops": s["iops"], "errors": a["errors"],
                       "ops": a["ops"], "bytes": a["read_bytes"] + a["write_bytes"],
+                      "delegated_ops": sum(v["ops"] for k, v in a["per_op"].items() if k.endswith("_delegated")),
                       "server_cpu_s": float(after) - float(before)}))
 except Exception as e:
     print(json.dumps({"server": server, "version": version, "test": test, "error": str(e)}))
@@ -165,7 +168,9 @@ for round in $(seq "$REPEAT"); do
         servers="shoal ganesha"
         case "$test" in metadata|smallfiles) servers="shoal shoal-nosync shoal-1disk ganesha ganesha-dirsync" ;; esac
         for server in $servers; do
-            for version in 3 4.1; do
+            versions="3 4.1"
+            [ "$test" = smallfiles ] && versions="3 4.1 4.1d"
+            for version in $versions; do
                 run "$server" "$version" "$test" | tee -a "$OUT/results.jsonl" >&2
             done
         done
@@ -244,6 +249,7 @@ for r in rows:
         "server_cpu_s_per_gb": summary([c / (b / 1e9) for c, b in zip(cpu, byts) if b]),
         "server_cpu_s_per_1000_ops": summary([c / (o / 1e3) for c, o in zip(cpu, ops) if o]),
         "errors": sum(series(s, v, t, "errors")),
+        "delegated_ops": summary(series(s, v, t, "delegated_ops")),
     }
 def med(k, key):
     f = figures.get(k, {}).get(key)
@@ -260,6 +266,13 @@ ratios["metadata: shoal-nosync v4.1 / shoal-nosync v3"] = ratio("shoal-nosync v4
 ratios["metadata: shoal-nosync v4.1 / ganesha v4.1"] = ratio("shoal-nosync v4.1 metadata", "ganesha v4.1 metadata", "iops")
 ratios["smallfiles: shoal-nosync v4.1 / shoal-nosync v3"] = ratio("shoal-nosync v4.1 smallfiles", "shoal-nosync v3 smallfiles", "iops")
 ratios["smallfiles: shoal-nosync v4.1 / ganesha v4.1"] = ratio("shoal-nosync v4.1 smallfiles", "ganesha v4.1 smallfiles", "iops")
+for s in ("shoal", "shoal-1disk", "shoal-nosync", "ganesha", "ganesha-dirsync"):
+    ratios[f"smallfiles: {s} v4.1 with delegations / own v4.1"] = ratio(f"{s} v4.1d smallfiles", f"{s} v4.1 smallfiles", "iops")
+ratios["smallfiles: shoal v4.1 with delegations / shoal v3"] = ratio("shoal v4.1d smallfiles", "shoal v3 smallfiles", "iops")
+ratios["smallfiles: shoal-1disk v4.1 with delegations / shoal-1disk v3"] = ratio("shoal-1disk v4.1d smallfiles", "shoal-1disk v3 smallfiles", "iops")
+for s in ("shoal", "shoal-1disk"):
+    ratios[f"smallfiles: {s} v4.1 with delegations / ganesha-dirsync v4.1 with delegations"] = ratio(f"{s} v4.1d smallfiles", "ganesha-dirsync v4.1d smallfiles", "iops")
+    ratios[f"smallfiles: {s} v4.1 with delegations / ganesha-dirsync v4.1"] = ratio(f"{s} v4.1d smallfiles", "ganesha-dirsync v4.1 smallfiles", "iops")
 for t in ("metadata", "smallfiles"):
     ratios[f"{t}: shoal v4.1 / ganesha-dirsync v4.1"] = ratio(f"shoal v4.1 {t}", f"ganesha-dirsync v4.1 {t}", "iops")
     ratios[f"{t}: shoal-1disk v4.1 / ganesha-dirsync v4.1"] = ratio(f"shoal-1disk v4.1 {t}", f"ganesha-dirsync v4.1 {t}", "iops")
@@ -269,7 +282,8 @@ print(json.dumps({
     "setup": {"rounds": int(repeat), "seconds_per_run": int(seconds), "set_mib": int(set_mib),
               "threads": int(threads), "depth": 8, "client": "shoal bench (one process, loopback)",
               "shoal": "raidz2 of six files, recordsize 128K, compression off, ARC 2G; shoal-1disk: a pool of one file on the same ext4",
-              "ganesha": "FSAL VFS on ext4, Protocols 3 and 4, Minor_Versions 1, 2"},
+              "ganesha": "FSAL VFS on ext4, Protocols 3 and 4, Minor_Versions 1, 2, Delegations on (NFSV4 and per export, readwrite)",
+              "v4.1d": "NFSv4.1 with the client taking delegations (shoal bench --delegations): the connection is the back channel; under a write delegation the stat and open/read/close of the file it just wrote are answered by the client (delegated_ops counts them)"},
     "targets (issue 23)": {"read from disk >= 0.85x raw disk (1 stream)": from_disk["streams 1"]["v41_vs_raw_disk_median"],
                            "read from disk >= 0.85x raw disk (4 streams)": from_disk["streams 4"]["v41_vs_raw_disk_median"],
                            "read cached >= 1.2x ganesha": ratios["read_cached_128k: shoal v4.1 / ganesha v4.1"],
@@ -285,6 +299,9 @@ print(json.dumps({
                            "small files >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=standard, ganesha on ext4 with synchronous directories)": ratios["smallfiles: shoal v4.1 / ganesha-dirsync v4.1"],
                            "metadata >= 1.5x ganesha v4.1 (equal guarantees: shoal sync=standard, ganesha on ext4 with synchronous directories)": ratios["metadata: shoal v4.1 / ganesha-dirsync v4.1"],
                            "small files >= 1.5x ganesha v4.1 (equal guarantees, equal redundancy: shoal sync=standard on one file, ganesha-dirsync on the same ext4)": ratios["smallfiles: shoal-1disk v4.1 / ganesha-dirsync v4.1"],
+                           "small files with delegations >= 1.5x ganesha v4.1 with delegations (equal guarantees, equal redundancy)": ratios["smallfiles: shoal-1disk v4.1 with delegations / ganesha-dirsync v4.1 with delegations"],
+                           "small files with delegations >= 1.5x ganesha v4.1 with delegations (equal guarantees; shoal on raidz2 of six)": ratios["smallfiles: shoal v4.1 with delegations / ganesha-dirsync v4.1 with delegations"],
+                           "small files with delegations >= 1.0x own v3 (sync=standard)": ratios["smallfiles: shoal v4.1 with delegations / shoal v3"],
                            "metadata >= 1.5x ganesha v4.1 (equal guarantees, equal redundancy: shoal sync=standard on one file, ganesha-dirsync on the same ext4)": ratios["metadata: shoal-1disk v4.1 / ganesha-dirsync v4.1"]},
     "from_disk": {"setup": f"shoal with a 256 MiB ARC, {disk_mib} MiB in 8 files, 128K reads 16 in flight, host caches dropped before each run; raw disk: fio O_DIRECT 1 MiB x 32 on the same file system", **from_disk, "runs": disk},
     "ratios": ratios, "figures": figures, "runs": rows}, indent=1))

@@ -150,6 +150,7 @@ fn agent_session(wire: &mut Wire, name: &str, options: &AgentOptions) -> Result<
             mount,
             bind: options.bind,
             version: job.nfs_version,
+            delegations: job.delegations,
         };
         let mine = first_client..first_client + job.clients_per_agent;
         // Prepare: every client its share, in parallel, with progress.

@@ -33,6 +33,9 @@ pub struct Target {
     pub bind: Option<IpAddr>,
     /// The protocol every connection to this target speaks.
     pub version: Version,
+    /// NFSv4.1: take the delegations the server offers (each connection is then also
+    /// its session's back channel, and answers recalls).
+    pub delegations: bool,
 }
 
 /// NFSv3 (with MOUNT) or NFSv4.1 (a session per connection, COMPOUNDs of SEQUENCE,
@@ -71,6 +74,9 @@ type Answer = std::result::Result<Vec<u8>, String>;
 
 struct Shared {
     pending: Mutex<Pending>,
+    /// File handles whose delegation the server recalled (CB_RECALL), until the
+    /// holder gives it back.
+    recalled: Mutex<std::collections::HashSet<Vec<u8>>>,
 }
 
 #[derive(Default)]
@@ -82,7 +88,8 @@ struct Pending {
 
 /// One RPC connection with many calls in flight.
 pub struct Connection {
-    writer: Mutex<TcpStream>,
+    /// Shared with the reader thread, which answers the server's callbacks.
+    writer: Arc<Mutex<TcpStream>>,
     shared: Arc<Shared>,
     next_xid: AtomicU32,
     cred: Credential,
@@ -230,14 +237,17 @@ impl Connection {
         let stream = connect_from(addr, bind)?;
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
+            recalled: Mutex::new(Default::default()),
         });
         let reader_stream = stream.try_clone()?;
         let reader_shared = shared.clone();
+        let writer = Arc::new(Mutex::new(stream));
+        let reader_writer = writer.clone();
         std::thread::Builder::new()
             .name("bench-rpc-reader".into())
-            .spawn(move || read_replies(reader_stream, reader_shared))?;
+            .spawn(move || read_replies(reader_stream, reader_shared, reader_writer))?;
         Ok(Connection {
-            writer: Mutex::new(stream),
+            writer,
             shared,
             next_xid: AtomicU32::new(first_xid()),
             cred,
@@ -276,6 +286,17 @@ impl Connection {
             bail!(why);
         }
         Ok(Call { rx, slot: None })
+    }
+
+    /// Whether the server recalled the delegation of `fh` (and it was not given back
+    /// with `returned` yet).
+    pub fn recalled(&self, fh: &[u8]) -> bool {
+        self.shared.recalled.lock().unwrap().contains(fh)
+    }
+
+    /// The delegation of `fh` was given back (or is gone).
+    pub fn returned(&self, fh: &[u8]) {
+        self.shared.recalled.lock().unwrap().remove(fh);
     }
 
     pub fn call(
@@ -331,7 +352,7 @@ fn fail_all(shared: &Shared, why: &str) {
     }
 }
 
-fn read_replies(stream: TcpStream, shared: Arc<Shared>) {
+fn read_replies(stream: TcpStream, shared: Arc<Shared>, writer: Arc<Mutex<TcpStream>>) {
     // Smaller than a READ reply, so payloads are read straight into their record and
     // only headers pass through the buffer.
     let mut r = BufReader::with_capacity(32 << 10, stream);
@@ -348,6 +369,20 @@ fn read_replies(stream: TcpStream, shared: Arc<Shared>) {
             return;
         }
         let xid = u32::from_be_bytes(record[0..4].try_into().unwrap());
+        if record.get(4..8) == Some(&rpc::MSG_CALL.to_be_bytes()[..]) {
+            // The server calling back on the session's back channel.
+            let answered = crate::nfs4::answer_callback(&record).and_then(|(reply, recalls)| {
+                shared.recalled.lock().unwrap().extend(recalls);
+                let mark = (nfs::transport::LAST_FRAGMENT | reply.len() as u32).to_be_bytes();
+                write_all_vectored(&mut writer.lock().unwrap(), &[&mark, &reply])
+                    .map_err(|e| anyhow!("answering a callback: {e}"))
+            });
+            if let Err(e) = answered {
+                fail_all(&shared, &format!("a callback: {e:#}"));
+                return;
+            }
+            continue;
+        }
         let tx = shared.pending.lock().unwrap().waiting.remove(&xid);
         match tx {
             Some(tx) => {
@@ -491,7 +526,7 @@ impl Nfs {
         let conn = Connection::connect(target.nfs, target.bind, cred)?;
         let v4 = match target.version {
             Version::V3 => None,
-            Version::V41 => Some(crate::nfs4::Session::create(&conn)?),
+            Version::V41 => Some(crate::nfs4::Session::create(&conn, target.delegations)?),
         };
         Ok(Nfs { conn, v4 })
     }
@@ -587,15 +622,40 @@ impl Nfs {
     /// A new file `name` in `dir` holding `data`, on stable storage when this
     /// returns: over NFSv3 CREATE (UNCHECKED, mode 0644, size 0) then a FILE_SYNC
     /// WRITE, as a client's close of a small file it wrote sends it; over NFSv4.1 one
-    /// COMPOUND of OPEN, WRITE and CLOSE (`v4_create_with_data`).
-    pub fn create_with_data(&self, dir: &Fh, name: &str, data: &[u8]) -> Result<Fh> {
+    /// COMPOUND of OPEN, WRITE and CLOSE (`v4_create_with_data`), with the
+    /// delegation the server handed out if this client takes them.
+    pub fn create_with_data(
+        &self,
+        dir: &Fh,
+        name: &str,
+        data: &[u8],
+    ) -> Result<(Fh, Option<nfs::v4::client::Stateid>)> {
         if let Some(s) = &self.v4 {
             return self.v4_create_with_data(s, dir, name, data);
         }
         let fh = self.create(dir, name, true)?;
         self.write(&fh, 0, data, Stable::FileSync)
             .with_context(|| format!("WRITE {name}"))?;
-        Ok(fh)
+        Ok((fh, None))
+    }
+
+    /// REMOVE of `name` (handle `fh`) in `dir`, giving back the delegation this
+    /// client holds of it in the same COMPOUND (NFSv4.1 only).
+    pub fn remove_delegated(
+        &self,
+        dir: &Fh,
+        name: &str,
+        fh: &Fh,
+        deleg: &nfs::v4::client::Stateid,
+    ) -> Result<bool> {
+        let s = self.v4.as_ref().context("a delegation over NFSv3")?;
+        self.v4_return_and_remove(s, dir, name, fh, deleg)
+    }
+
+    /// DELEGRETURN of the delegation this client holds of `fh` (NFSv4.1 only).
+    pub fn delegreturn(&self, fh: &Fh, deleg: &nfs::v4::client::Stateid) -> Result<()> {
+        let s = self.v4.as_ref().context("a delegation over NFSv3")?;
+        self.v4_delegreturn(s, fh, deleg)
     }
 
     /// Opens `name` (handle `fh`) in `dir`, reads up to `count` bytes from its start

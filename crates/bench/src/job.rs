@@ -176,6 +176,9 @@ pub struct JobFile {
     pub compressible: Option<f64>,
     /// Read the whole file set once before the measured run.
     pub warmup: Option<bool>,
+    /// NFSv4.1: take the delegations the server offers and serve what they cover
+    /// (stats, opens and reads of files this client wrote) without calls.
+    pub delegations: Option<bool>,
     pub expect: Option<Expect>,
     /// Directory under the export for the file set and the threads' own files.
     pub dir: Option<String>,
@@ -213,6 +216,8 @@ pub struct Job {
     pub seed: u64,
     pub compressible: f64,
     pub warmup: bool,
+    #[serde(default)]
+    pub delegations: bool,
     pub expect: Option<Expect>,
     pub dir: String,
     pub verify: bool,
@@ -450,6 +455,7 @@ impl JobFile {
             seed: self.seed.unwrap_or(1),
             compressible: self.compressible.unwrap_or(0.0),
             warmup: self.warmup.unwrap_or(false),
+            delegations: self.delegations.unwrap_or(false),
             expect: self.expect,
             dir: self.dir.clone().unwrap_or_else(|| "shoal-bench".into()),
             verify: self.verify.unwrap_or(false),
@@ -502,6 +508,9 @@ impl Job {
             if needed && (v == 0 || v > max) {
                 bail!("{what} must be 1 byte to 1M");
             }
+        }
+        if self.delegations && self.nfs_version != crate::client::Version::V41 {
+            bail!("delegations are NFSv4.1's: add nfs_version = \"4.1\" (--nfs-version 4.1)");
         }
         if !(0.0..1.0).contains(&self.compressible) {
             bail!("compressible must be at least 0 and below 1");

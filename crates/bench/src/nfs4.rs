@@ -8,7 +8,14 @@
 //! taking its reply, so the window of a pipelined workload is bounded by the slots the
 //! server granted; a slot's sequence id goes up by one per call sent on it.
 //!
-//! What is sent, as a client without delegations would: READ and WRITE with the
+//! Delegations (`--delegations`): CREATE_SESSION then makes the connection the
+//! session's back channel, small-file creates take the write delegation a server
+//! offers, and the connection's reader answers CB_RECALL (the handle is marked
+//! recalled; the workload gives the delegation back at its next step, or at once
+//! when it removes the file, in the REMOVE's COMPOUND). What a delegation lets a
+//! client skip is recorded as `getattr_delegated` and `read_delegated`.
+//!
+//! Otherwise what is sent, as a client without delegations would: READ and WRITE with the
 //! anonymous stateid (no OPEN needed for I/O, as NFSv3 clients do it), CREATE as one
 //! COMPOUND of OPEN (UNCHECKED, mode 0644), GETFH and CLOSE of the current stateid (the
 //! open state NFSv4 has, in one round trip); LOOKUP + GETFH + GETATTR; REMOVE for files and
@@ -58,6 +65,8 @@ struct Inner {
     slots: Mutex<Slots>,
     freed: Condvar,
     highest: u32,
+    /// Delegations are taken (the connection is the back channel).
+    delegations: bool,
 }
 
 /// One NFSv4.1 session (of one connection).
@@ -118,7 +127,7 @@ fn status_of(r: &CompoundReply, opnum: u32) -> Option<u32> {
 }
 
 impl Session {
-    pub fn create(conn: &Connection) -> Result<Session> {
+    pub fn create(conn: &Connection, delegations: bool) -> Result<Session> {
         let owner = unique_owner();
         let mut c = Compound::new("bench");
         c.exchange_id(b"shoalbnc", &owner, 0);
@@ -133,13 +142,17 @@ impl Session {
             ..ChannelAttrs::fore()
         };
         let mut c = Compound::new("bench");
-        c.create_session(x.clientid, x.seq, &fore, &ChannelAttrs::back());
+        let flags = if delegations { CONN_BACK_CHAN } else { 0 };
+        c.create_session_with_flags(x.clientid, x.seq, flags, &fore, &ChannelAttrs::back());
         let r = send(conn, &c).context("CREATE_SESSION")?;
         check(&r)?;
         let cs = r.results[0]
             .create_session()
             .ok_or_else(|| anyhow!("CREATE_SESSION result"))?
             .clone();
+        if delegations && cs.flags & CONN_BACK_CHAN == 0 {
+            eprintln!("note: the server made no back channel; it will offer no delegations");
+        }
         let n = cs.fore.max_requests.clamp(1, SLOTS_WANTED);
         let s = Session {
             inner: Arc::new(Inner {
@@ -153,6 +166,7 @@ impl Session {
                 }),
                 freed: Condvar::new(),
                 highest: n - 1,
+                delegations,
             }),
         };
         // A new client has nothing to reclaim; servers hold back opens until it says so.
@@ -292,24 +306,110 @@ fn last_result<'a>(reply: &'a Reply, what: &'a str, opnum: u32) -> Result<Decode
     Ok(r.d)
 }
 
-/// OPEN4resok, up to a delegation of none (the load generator's opens are for
-/// writing: no server gives a read delegation for those).
-fn skip_open_result(d: &mut Decoder<'_>) -> Result<()> {
+/// OPEN4resok: the delegation handed out, if any (its stateid, and whether it is a
+/// write delegation).
+fn open_result(d: &mut Decoder<'_>) -> Result<Option<(Stateid, bool)>> {
     d.fixed(16 + 20 + 4)?; // stateid, change_info4, rflags
     let words = d.u32()? as usize;
     d.fixed(words.checked_mul(4).ok_or_else(|| anyhow!("attrset"))?)?;
     match d.u32()? {
-        0 => Ok(()), // OPEN_DELEGATE_NONE
+        0 => Ok(None), // OPEN_DELEGATE_NONE
         3 => {
             // OPEN_DELEGATE_NONE_EXT: why none; CONTENTION and RESOURCE say more.
             let why = d.u32()?;
             if why == WND4_CONTENTION || why == WND4_RESOURCE {
                 d.bool()?;
             }
-            Ok(())
+            Ok(None)
         }
-        other => bail!("OPEN: a delegation of type {other}, which was not asked for"),
+        kind @ (1 | 2) => {
+            let stateid = Stateid::decode(d)?;
+            let _recall = d.bool()?;
+            if kind == 2 {
+                // nfs_space_limit4
+                match d.u32()? {
+                    1 => {
+                        d.u64()?;
+                    }
+                    2 => {
+                        d.u32()?;
+                        d.u32()?;
+                    }
+                    other => bail!("OPEN: a space limit of kind {other}"),
+                }
+            }
+            // nfsace4
+            d.fixed(12)?;
+            d.opaque(1024)?;
+            Ok(Some((stateid, kind == 2)))
+        }
+        other => bail!("OPEN: a delegation of type {other}"),
     }
+}
+
+/// OPEN4resok of an open that asked for no delegation.
+fn skip_open_result(d: &mut Decoder<'_>) -> Result<()> {
+    match open_result(d)? {
+        None => Ok(()),
+        Some(_) => bail!("OPEN: a delegation, which was not asked for"),
+    }
+}
+
+/// CREATE_SESSION4_FLAG_CONN_BACK_CHAN.
+const CONN_BACK_CHAN: u32 = 0x2;
+const CB_SEQUENCE: u32 = 11;
+const CB_RECALL: u32 = 4;
+const NFS4ERR_OP_ILLEGAL: u32 = 10044;
+
+/// The reply to a callback record the server sent on the back channel, and the file
+/// handles it recalls: CB_NULL, or CB_COMPOUND of CB_SEQUENCE and CB_RECALLs (all
+/// this client takes delegations for; any other operation is answered
+/// NFS4ERR_OP_ILLEGAL, which ends the compound, as RFC 8881 20 has it).
+pub(crate) fn answer_callback(record: &[u8]) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
+    let call = nfs::rpc::decode_call(record).map_err(|e| anyhow!("callback header: {e:?}"))?;
+    let mut reply = nfs::rpc::accepted(call.xid, nfs::rpc::Accept::Success);
+    let mut recalls = Vec::new();
+    if call.procedure == 0 {
+        return Ok((reply.buf, recalls));
+    }
+    let mut d = Decoder::new(&record[call.args_at..]);
+    let tag = d.opaque(1024)?.to_vec();
+    let _minor = d.u32()?;
+    let _ident = d.u32()?;
+    let n = d.u32()?;
+    let mut results = Encoder::new();
+    let (mut status, mut done) = (0u32, 0u32);
+    for _ in 0..n.min(16) {
+        let opnum = d.u32()?;
+        done += 1;
+        match opnum {
+            CB_SEQUENCE => {
+                let session = d.fixed(16)?.to_vec();
+                let (seq, slot, highest) = (d.u32()?, d.u32()?, d.u32()?);
+                let _cache = d.bool()?;
+                let referring = d.u32()?;
+                if referring != 0 {
+                    bail!("CB_SEQUENCE with referring calls");
+                }
+                results.u32(opnum).u32(0).fixed(&session);
+                results.u32(seq).u32(slot).u32(highest).u32(highest);
+            }
+            CB_RECALL => {
+                let _stateid = Stateid::decode(&mut d)?;
+                let _truncate = d.bool()?;
+                recalls.push(d.opaque(nfs::v4::FHSIZE4)?.to_vec());
+                results.u32(opnum).u32(0);
+            }
+            _ => {
+                status = NFS4ERR_OP_ILLEGAL;
+                results.u32(nfs::v4::op::ILLEGAL).u32(status);
+                break;
+            }
+        }
+    }
+    reply.u32(status).opaque(&tag).u32(done);
+    reply.buf.extend_from_slice(&results.buf);
+    Ok((reply.buf, recalls))
 }
 
 /// OPEN4_SHARE_ACCESS_WANT_NO_DELEG (RFC 8881 18.16.3): the load generator keeps no
@@ -478,16 +578,21 @@ impl Nfs {
         dir: &Fh,
         name: &str,
         data: &[u8],
-    ) -> Result<Fh> {
+    ) -> Result<(Fh, Option<Stateid>)> {
         let attrs = SetAttrs {
             mode: Some(0o644),
             size: Some(0),
         };
         let (clientid, owner) = (s.inner.clientid, &s.inner.owner);
+        let want = if s.inner.delegations {
+            0
+        } else {
+            WANT_NO_DELEG
+        };
         let reply = s.call_raw(&self.conn, |c| {
             c.putfh(&dir.0)
                 .open(
-                    3 | WANT_NO_DELEG,
+                    3 | want,
                     0,
                     clientid,
                     owner,
@@ -501,11 +606,14 @@ impl Nfs {
         let what = format!("OPEN (create), WRITE, CLOSE {name}");
         let mut r = Results::new(&reply, &what)?;
         r.next(op::PUTFH)?;
-        skip_open_result(r.next(op::OPEN)?)?;
+        let deleg = open_result(r.next(op::OPEN)?)?;
         let fh = Fh(r.next(op::GETFH)?.opaque(nfs::v4::FHSIZE4)?.to_vec());
         crate::client::write_result(r.next(op::WRITE)?, data.len(), Stable::FileSync)?;
         r.next(op::CLOSE)?;
-        Ok(fh)
+        // Only a write delegation covers what this client does next (stat and read
+        // what it wrote); a read delegation on a write open would be the server's
+        // odd choice, and is given back with the file's REMOVE all the same.
+        Ok((fh, deleg.map(|(stateid, _write)| stateid)))
     }
 
     /// OPEN of `name` in `dir` for reading, READ of up to `count` bytes at 0 on its
@@ -580,6 +688,63 @@ impl Nfs {
         Ok(())
     }
 
+    /// DELEGRETURN of `fh`'s delegation and REMOVE of `name` in `dir`, in one
+    /// COMPOUND (as the Linux client piggybacks it). A delegation the server no
+    /// longer knows (revoked, or dropped) is no reason to fail: the REMOVE goes alone.
+    pub(crate) fn v4_return_and_remove(
+        &self,
+        s: &Session,
+        dir: &Fh,
+        name: &str,
+        fh: &Fh,
+        deleg: &Stateid,
+    ) -> Result<bool> {
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&fh.0).raw_op(op::DELEGRETURN, &{
+                let mut e = Encoder::new();
+                deleg.encode(&mut e);
+                e.buf
+            });
+            c.putfh(&dir.0).remove(name);
+        })?;
+        self.conn.returned(&fh.0);
+        match status_of(&r, op::DELEGRETURN) {
+            Some(0) => {}
+            Some(status) => {
+                eprintln!("note: DELEGRETURN refused ({status}); removing without it");
+                return self.v4_remove(s, dir, name);
+            }
+            None => check(&r).context("DELEGRETURN")?,
+        }
+        match status_of(&r, op::REMOVE) {
+            Some(0) => Ok(true),
+            Some(NOENT) => Ok(false),
+            _ => {
+                check(&r).with_context(|| format!("REMOVE {name}"))?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// DELEGRETURN of `fh`'s delegation alone (after a recall).
+    pub(crate) fn v4_delegreturn(&self, s: &Session, fh: &Fh, deleg: &Stateid) -> Result<()> {
+        let r = s.call(&self.conn, |c| {
+            c.putfh(&fh.0).raw_op(op::DELEGRETURN, &{
+                let mut e = Encoder::new();
+                deleg.encode(&mut e);
+                e.buf
+            });
+        })?;
+        self.conn.returned(&fh.0);
+        match status_of(&r, op::DELEGRETURN) {
+            Some(0) | None => check(&r).context("DELEGRETURN"),
+            Some(status) => {
+                eprintln!("note: DELEGRETURN refused after a recall ({status})");
+                Ok(())
+            }
+        }
+    }
+
     /// REMOVE of a file or a directory; a missing name is `false`.
     pub(crate) fn v4_remove(&self, s: &Session, dir: &Fh, name: &str) -> Result<bool> {
         let reply = s.call_raw(&self.conn, |c| {
@@ -630,5 +795,73 @@ impl Nfs {
             .wait()?;
         let mut d = last_result(&reply, "COMMIT", op::COMMIT)?;
         Ok(d.fixed(8)?.try_into().unwrap())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfs::rpc::{AuthSys, Credential};
+
+    /// A CB_COMPOUND as a server sends a recall: CB_SEQUENCE, then CB_RECALL.
+    fn recall_record(ops: &[u32]) -> Vec<u8> {
+        let cred = Credential::Sys(AuthSys {
+            stamp: 0,
+            machine: b"server".to_vec(),
+            uid: 0,
+            gid: 0,
+            gids: vec![],
+        });
+        let mut e = nfs::rpc::encode_call(77, 0x4000_0000, 1, 1, &cred);
+        e.opaque(b"tag").u32(2).u32(0).u32(ops.len() as u32);
+        for &opnum in ops {
+            e.u32(opnum);
+            match opnum {
+                CB_SEQUENCE => {
+                    e.fixed(&[9; 16]).u32(5).u32(0).u32(0).bool(false).u32(0);
+                }
+                CB_RECALL => {
+                    Stateid::ANONYMOUS.encode(&mut e);
+                    e.bool(false).opaque(b"the-handle");
+                }
+                _ => {}
+            }
+        }
+        e.buf
+    }
+
+    #[test]
+    fn a_recall_is_answered_and_its_handle_marked() {
+        let (reply, recalls) = answer_callback(&recall_record(&[CB_SEQUENCE, CB_RECALL])).unwrap();
+        assert_eq!(recalls, vec![b"the-handle".to_vec()]);
+        let mut d = Decoder::new(&reply);
+        assert_eq!(d.u32().unwrap(), 77, "xid");
+        assert_eq!(d.u32().unwrap(), nfs::rpc::MSG_REPLY);
+        assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (0, 0), "accepted");
+        d.opaque(400).unwrap();
+        assert_eq!(d.u32().unwrap(), 0, "SUCCESS");
+        assert_eq!(d.u32().unwrap(), 0, "CB_COMPOUND status");
+        assert_eq!(d.opaque(100).unwrap(), b"tag");
+        assert_eq!(d.u32().unwrap(), 2, "two results");
+        assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (CB_SEQUENCE, 0));
+        assert_eq!(d.fixed(16).unwrap(), &[9; 16]);
+        assert_eq!(d.u32().unwrap(), 5, "the sequence id echoed");
+        d.fixed(12).unwrap();
+        assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (CB_RECALL, 0));
+        assert!(d.u32().is_err(), "nothing more");
+    }
+
+    #[test]
+    fn an_unknown_callback_operation_ends_the_compound_with_op_illegal() {
+        let (reply, recalls) =
+            answer_callback(&recall_record(&[CB_SEQUENCE, 99, CB_RECALL])).unwrap();
+        assert!(recalls.is_empty());
+        let mut d = Decoder::new(&reply);
+        d.fixed(16).unwrap(); // xid, reply, accepted, verifier flavour
+        d.opaque(400).unwrap();
+        assert_eq!(d.u32().unwrap(), 0, "SUCCESS");
+        assert_eq!(d.u32().unwrap(), NFS4ERR_OP_ILLEGAL);
+        d.opaque(100).unwrap();
+        assert_eq!(d.u32().unwrap(), 2, "CB_SEQUENCE and the illegal one");
     }
 }

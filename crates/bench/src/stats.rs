@@ -174,10 +174,16 @@ pub enum Op {
     Remove,
     Getattr,
     Lookup,
+    /// A stat a client answered itself, from attributes it holds under an NFSv4
+    /// delegation (no call to the server).
+    GetattrDelegated,
+    /// An open, read and close a client served itself under an NFSv4 delegation, from
+    /// the data it wrote (no call to the server; no bytes counted as moved).
+    ReadDelegated,
 }
 
 impl Op {
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 9] = [
         Op::Read,
         Op::Write,
         Op::Commit,
@@ -185,6 +191,8 @@ impl Op {
         Op::Remove,
         Op::Getattr,
         Op::Lookup,
+        Op::GetattrDelegated,
+        Op::ReadDelegated,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -195,6 +203,8 @@ impl Op {
             Op::Remove => "remove",
             Op::Getattr => "getattr",
             Op::Lookup => "lookup",
+            Op::GetattrDelegated => "getattr_delegated",
+            Op::ReadDelegated => "read_delegated",
         }
     }
 }

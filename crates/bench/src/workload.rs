@@ -536,7 +536,12 @@ impl<'a> Worker<'a> {
     }
 
     /// Small files through their life (see `Workload::Smallfiles`): each step one
-    /// timed operation, so both protocols count four a file.
+    /// timed operation, so both protocols count four a file. Under a write delegation
+    /// (`--delegations`, NFSv4.1) this client has the file's attributes and data
+    /// (it wrote them), so the stat and the open-read-close are answered here, as a
+    /// kernel client answers them, and recorded as `getattr_delegated` and
+    /// `read_delegated`; a delegation the server recalled is given back first and the
+    /// steps go to the server.
     fn smallfiles(&mut self) -> Result<()> {
         let own = self.own.clone();
         let size = self.job().io_size as usize;
@@ -547,16 +552,32 @@ impl<'a> Worker<'a> {
         while self.go() {
             let name = format!("s{n}");
             n += 1;
-            let fh = self.timed(Op::Create, size as u64, |nfs| {
+            let (fh, mut deleg) = self.timed(Op::Create, size as u64, |nfs| {
                 nfs.create_with_data(&own, &name, data)
             })?;
-            self.timed(Op::Getattr, 0, |nfs| nfs.getattr(&fh))?;
-            self.timed(Op::Read, size as u64, |nfs| {
-                let got = nfs.open_read_close(&own, &name, &fh, size as u32)?;
-                ensure!(got == size, "{name}: read {got} of its {size} bytes");
-                Ok(())
+            if let Some(d) = deleg.filter(|_| self.nfs.conn.recalled(&fh.0)) {
+                self.nfs.delegreturn(&fh, &d)?;
+                deleg = None;
+            }
+            if deleg.is_some() {
+                // What the client holds: the size it wrote, and the bytes.
+                self.timed(Op::GetattrDelegated, 0, |_| Ok(data.len()))?;
+                self.timed(Op::ReadDelegated, 0, |_| {
+                    ensure!(data.len() == size, "{name}: holds {} bytes", data.len());
+                    Ok(())
+                })?;
+            } else {
+                self.timed(Op::Getattr, 0, |nfs| nfs.getattr(&fh))?;
+                self.timed(Op::Read, size as u64, |nfs| {
+                    let got = nfs.open_read_close(&own, &name, &fh, size as u32)?;
+                    ensure!(got == size, "{name}: read {got} of its {size} bytes");
+                    Ok(())
+                })?;
+            }
+            self.timed(Op::Remove, 0, |nfs| match &deleg {
+                Some(d) => nfs.remove_delegated(&own, &name, &fh, d),
+                None => nfs.remove(&own, &name),
             })?;
-            self.timed(Op::Remove, 0, |nfs| nfs.remove(&own, &name))?;
         }
         Ok(())
     }

@@ -1,8 +1,11 @@
-//! Read delegations over real TCP connections (the back channel is the client's own
-//! connection): a read-only open with a back channel gets one; a conflicting change
-//! by another client is answered DELAY while a CB_RECALL goes to the holder; after
-//! DELEGRETURN the change goes ahead; a holder that never answers loses the
-//! delegation a lease after the recall, and SEQUENCE tells it.
+//! Read and write delegations over real TCP connections (the back channel is the
+//! client's own connection): a read-only open with a back channel gets a read
+//! delegation, an open for writing of a file nobody else has open a write delegation;
+//! a conflicting change by another client (for a write delegation: any read of it too,
+//! by NFSv4 or NFSv3) is answered DELAY (JUKEBOX) while a CB_RECALL goes to the holder;
+//! the holder's own work never waits; after DELEGRETURN the other client goes ahead; a
+//! holder that never answers loses the delegation a lease after the recall, and
+//! SEQUENCE tells it.
 
 mod common;
 
@@ -20,6 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const CONN_BACK_CHAN: u32 = 0x2;
+/// OPEN4_SHARE_ACCESS_WANT_NO_DELEG.
+const WANT_NO_DELEG: u32 = 0x0400;
+const ATTR_SIZE: u32 = 4;
 
 fn root() -> Credential {
     Credential::Sys(AuthSys {
@@ -42,6 +48,11 @@ struct Client {
 
 impl Client {
     fn connect(addr: std::net::SocketAddr, owner: &str) -> Client {
+        Client::connect_minor(addr, owner, 1)
+    }
+
+    /// A client whose session is made by a COMPOUND of minor version `minor`.
+    fn connect_minor(addr: std::net::SocketAddr, owner: &str, minor: u32) -> Client {
         let stream = TcpStream::connect(addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -57,7 +68,7 @@ impl Client {
         let r = c.send(&x);
         let x = r.results[0].exchange_id().unwrap().clone();
         let mut cs = Compound::new("cs");
-        cs.create_session_with_flags(
+        cs.minor(minor).create_session_with_flags(
             x.clientid,
             x.seq,
             CONN_BACK_CHAN,
@@ -122,12 +133,16 @@ impl Client {
         panic!("no callback came");
     }
 
-    /// Makes file `name` in `dir` with an open for writing, then closes it.
+    /// Makes file `name` in `dir` with an open for writing that wants no delegation,
+    /// then closes it.
     fn make(&mut self, dir: &[u8], name: &str) {
-        let r = self.open(dir, name, SHARE_ACCESS_BOTH, b"maker");
+        let r = self.open(dir, name, SHARE_ACCESS_BOTH | WANT_NO_DELEG, b"maker");
         assert_eq!(r.status, 0, "{:?}", r.summary());
         let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
-        assert_eq!(open.delegation, 0, "a write open gets no read delegation");
+        assert_eq!(
+            open.delegation, 0,
+            "an open that wants none gets no delegation"
+        );
         let fh = r.last().unwrap().fh().unwrap().to_vec();
         let mut c = self.session.compound();
         c.putfh(&fh).close(&open.stateid);
@@ -169,7 +184,7 @@ fn recalled_stateid(record: &[u8]) -> Stateid {
     let mut d = Decoder::new(&record[header.args_at..]);
     assert_eq!((header.version, header.procedure), (1, 1), "CB_COMPOUND");
     d.opaque(1024).unwrap(); // tag
-    assert_eq!(d.u32().unwrap(), 1, "minor version");
+    assert_eq!(d.u32().unwrap(), 1, "minor version of the holder's session");
     d.u32().unwrap(); // callback_ident
     assert_eq!(d.u32().unwrap(), 2, "two operations");
     assert_eq!(d.u32().unwrap(), 11, "CB_SEQUENCE");
@@ -261,4 +276,202 @@ fn a_holder_that_never_returns_its_delegation_loses_it_a_lease_after_the_recall(
         r.last().unwrap().test_stateid().unwrap(),
         &[Nfs4Error::Expired as u32]
     );
+}
+
+fn getattr_size(c: &mut Client, fh: &[u8]) -> CompoundReply {
+    let mut g = c.session.compound();
+    g.putfh(fh).getattr(&[ATTR_SIZE]);
+    c.send(&g)
+}
+
+/// An NFSv3 READ of `count` bytes at 0 of `fh` on a connection of its own: the
+/// status (NFS3_OK 0, NFS3ERR_JUKEBOX 10008).
+fn v3_read_status(addr: std::net::SocketAddr, fh: &[u8]) -> u32 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut e = rpc::encode_call(7, 100_003, 3, 6, &root());
+    e.opaque(fh).u64(0).u32(4096);
+    let mark = (LAST_FRAGMENT | e.buf.len() as u32).to_be_bytes();
+    s.write_all(&mark).unwrap();
+    s.write_all(&e.buf).unwrap();
+    let rec = read_reply_record(&mut s).unwrap();
+    let mut d = Decoder::new(&rec);
+    assert_eq!(d.u32().unwrap(), 7, "xid");
+    assert_eq!(d.u32().unwrap(), rpc::MSG_REPLY);
+    assert_eq!(d.u32().unwrap(), 0, "accepted");
+    d.u32().unwrap(); // verifier flavour
+    d.opaque(400).unwrap();
+    assert_eq!(d.u32().unwrap(), 0, "SUCCESS");
+    d.u32().unwrap()
+}
+
+#[test]
+fn a_write_delegation_serves_its_holder_and_is_recalled_before_anyone_else_reads() {
+    let (_pool, datasets) = common::pool_with_share();
+    let (_server, addr) = serve(common::service_for(&datasets, 1));
+    let mut a = Client::connect(addr, "client-a");
+    let mut b = Client::connect(addr, "client-b");
+    let root = a.root_of_share();
+    // A creates the file for writing, alone: a write delegation.
+    let r = a.open(&root, "w", SHARE_ACCESS_BOTH, b"oa");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    assert_eq!(open.delegation, 2, "a write delegation");
+    let deleg = open.delegation_stateid.unwrap();
+    let fh = r.last().unwrap().fh().unwrap().to_vec();
+    // The holder writes on the delegation's stateid, stats, closes, and opens again
+    // to read (the same open owner), never waiting on its own delegation.
+    let mut c = a.session.compound();
+    c.putfh(&fh)
+        .write(&deleg, 0, 2, &[7u8; 100])
+        .getattr(&[ATTR_SIZE])
+        .close(&open.stateid);
+    let r = a.send(&c);
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    let r = a.open(&root, "w", SHARE_ACCESS_READ, b"oa");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+    let reopened = r.find(op::OPEN).unwrap().open().unwrap().stateid;
+    let mut c = a.session.compound();
+    c.putfh(&fh).close(&reopened);
+    assert_eq!(a.send(&c).status, 0);
+    assert!(
+        a.callbacks.is_empty(),
+        "no recall for the holder's own work"
+    );
+    // B asks for the size: DELAY, and A is called back. NFSv3 READs wait too, and
+    // so does B's open to read.
+    let r = getattr_size(&mut b, &fh);
+    assert_eq!(r.status, Nfs4Error::Delay as u32, "{:?}", r.summary());
+    let (cb_xid, cb) = a.wait_callback();
+    assert_eq!(recalled_stateid(&cb), deleg);
+    a.answer_callback(cb_xid);
+    assert_eq!(v3_read_status(addr, &fh), 10008, "NFSv3 READ: JUKEBOX");
+    let r = b.open(&root, "w", SHARE_ACCESS_READ, b"ob");
+    assert_eq!(r.status, Nfs4Error::Delay as u32, "{:?}", r.summary());
+    // The holder may still write back what it cached, then returns the delegation.
+    let mut c = a.session.compound();
+    c.putfh(&fh).write(&deleg, 100, 2, &[8u8; 28]);
+    assert_eq!(
+        a.send(&c).status,
+        0,
+        "the holder writes back during the recall"
+    );
+    let mut c = a.session.compound();
+    c.putfh(&fh).raw_op(op::DELEGRETURN, &{
+        let mut e = Encoder::new();
+        deleg.encode(&mut e);
+        e.buf
+    });
+    let r = a.send(&c);
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    // Now B sees all the holder wrote, and NFSv3 reads it.
+    let r = getattr_size(&mut b, &fh);
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    assert_eq!(
+        r.find(op::GETATTR).unwrap().attrs().unwrap().size,
+        Some(128)
+    );
+    assert_eq!(v3_read_status(addr, &fh), 0);
+    let r = b.open(&root, "w", SHARE_ACCESS_READ, b"ob");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+}
+
+#[test]
+fn no_write_delegation_while_another_client_has_the_file_open() {
+    let (_pool, datasets) = common::pool_with_share();
+    let (_server, addr) = serve(common::service_for(&datasets, 1));
+    let mut a = Client::connect(addr, "client-a");
+    let mut b = Client::connect(addr, "client-b");
+    let root = a.root_of_share();
+    a.make(&root, "f");
+    let r = b.open(&root, "f", SHARE_ACCESS_READ | WANT_NO_DELEG, b"ob");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    let r = a.open(&root, "f", SHARE_ACCESS_BOTH, b"oa");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+    // And none for an open that asks for none, even alone.
+    let r = a.open(&root, "g", SHARE_ACCESS_BOTH | WANT_NO_DELEG, b"oa");
+    assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+}
+
+/// One client with two caches of its own (Linux: two mounts with `nosharecache`)
+/// opens through two open owners: the second owner's open recalls the first one's
+/// write delegation, whose holder may have taken locks the server never saw.
+#[test]
+fn another_owner_of_the_same_client_recalls_its_write_delegation() {
+    let (_pool, datasets) = common::pool_with_share();
+    let (_server, addr) = serve(common::service_for(&datasets, 1));
+    let mut a = Client::connect(addr, "client-a");
+    let root = a.root_of_share();
+    let r = a.open(&root, "l", SHARE_ACCESS_BOTH, b"mount-1");
+    let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    assert_eq!(open.delegation, 2, "a write delegation");
+    let deleg = open.delegation_stateid.unwrap();
+    let fh = r.last().unwrap().fh().unwrap().to_vec();
+    // The same owner opens again: no recall.
+    let r = a.open(&root, "l", SHARE_ACCESS_READ, b"mount-1");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    assert!(a.callbacks.is_empty());
+    // Another owner: DELAY, and a recall of that delegation.
+    let r = a.open(&root, "l", SHARE_ACCESS_BOTH, b"mount-2");
+    assert_eq!(r.status, Nfs4Error::Delay as u32, "{:?}", r.summary());
+    let (cb_xid, cb) = a.wait_callback();
+    assert_eq!(recalled_stateid(&cb), deleg);
+    a.answer_callback(cb_xid);
+    // The holder hands its open over under the delegation (CLAIM_DELEG_CUR_FH) with
+    // a third owner without waiting, then returns it, and the other owner goes ahead.
+    let clientid = a.session.clientid;
+    let mut c = a.session.compound();
+    c.putfh(&fh).open(
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+        clientid,
+        b"local-open",
+        &OpenHow::NoCreate,
+        &Claim::DelegCurFh(deleg),
+    );
+    let r = a.send(&c);
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    let mut c = a.session.compound();
+    c.putfh(&fh).raw_op(op::DELEGRETURN, &{
+        let mut e = Encoder::new();
+        deleg.encode(&mut e);
+        e.buf
+    });
+    assert_eq!(a.send(&c).status, 0);
+    let r = a.open(&root, "l", SHARE_ACCESS_BOTH, b"mount-2");
+    assert_eq!(r.status, 0, "{:?}", r.summary());
+    assert_eq!(
+        r.find(op::OPEN).unwrap().open().unwrap().delegation,
+        0,
+        "no write delegation while another owner of the client has the file open"
+    );
+}
+
+/// The minor version of a CB_COMPOUND call record.
+fn callback_minor(record: &[u8]) -> u32 {
+    let header = rpc::decode_call(record).unwrap();
+    let mut d = Decoder::new(&record[header.args_at..]);
+    d.opaque(1024).unwrap();
+    d.u32().unwrap()
+}
+
+/// A client whose session is NFSv4.2's is called back in minor version 2: the
+/// Linux client keeps a client per minor version and finds the session of a
+/// CB_SEQUENCE among its own version's only (a recall in 1 is answered BADSESSION).
+#[test]
+fn a_recall_to_a_v42_session_is_a_v42_callback() {
+    let (_pool, datasets) = common::pool_with_share();
+    let (_server, addr) = serve(common::service_for(&datasets, 1));
+    let mut a = Client::connect_minor(addr, "client-a", 2);
+    let mut b = Client::connect(addr, "client-b");
+    let root = a.root_of_share();
+    a.make(&root, "f");
+    let r = a.open(&root, "f", SHARE_ACCESS_READ, b"oa");
+    assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 1);
+    let r = b.open(&root, "f", SHARE_ACCESS_BOTH, b"ob");
+    assert_eq!(r.status, Nfs4Error::Delay as u32, "{:?}", r.summary());
+    let (_, cb) = a.wait_callback();
+    assert_eq!(callback_minor(&cb), 2);
 }

@@ -129,3 +129,56 @@ fn after_a_restart_listed_clients_reclaim_in_the_grace_period_and_new_state_wait
     let r = a.on(&mut sa, &fh, |c| open_previous(c, clientid, b"oa"));
     assert_eq!(failed_with(&r), st(Nfs4Error::NoGrace));
 }
+
+/// A client that held a delegation before the restart names it in its CLAIM_PREVIOUS
+/// open and gets it again, so what it cached under it (locks included) stays
+/// covered; without a back channel to call it on (as in this harness) it comes
+/// recalled, telling the client to write back and return it, and DELEGRETURN of
+/// its stateid is accepted. A reclaim that names none gets none.
+#[test]
+fn a_delegation_named_in_a_reclaim_is_given_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("nfs4-clients");
+    let mut srv = Server::new();
+    srv.service.enable_v4_recovery(list.clone()).unwrap();
+    let (f, g) = {
+        let a = srv.client_a();
+        let mut s = a.session("client-a");
+        let d = a.mkdir(&mut s, "d");
+        let f = a
+            .open(&mut s, &d, "f", SHARE_ACCESS_BOTH, SHARE_DENY_NONE, "oa")
+            .0;
+        let g = a
+            .open(&mut s, &d, "g", SHARE_ACCESS_BOTH, SHARE_DENY_NONE, "oa")
+            .0;
+        (f, g)
+    };
+    srv.restart(&list);
+    let a = srv.client_a();
+    let mut sa = a.session_to_reclaim("client-a");
+    let clientid = sa.clientid;
+    let r = a.on(&mut sa, &f, |c| {
+        c.open(
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE,
+            clientid,
+            b"oa",
+            &OpenHow::NoCreate,
+            &Claim::PreviousDelegated(2),
+        );
+    });
+    assert_ok(&r);
+    let o = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    assert_eq!(o.delegation, 2, "the write delegation again");
+    assert!(o.delegation_recalled, "no back channel: it comes recalled");
+    let deleg = o.delegation_stateid.unwrap();
+    let r = a.on(&mut sa, &f, |c| {
+        let mut e = nfs::xdr::Encoder::new();
+        deleg.encode(&mut e);
+        c.raw_op(op::DELEGRETURN, &e.buf);
+    });
+    assert_ok(&r);
+    let r = a.on(&mut sa, &g, |c| open_previous(c, clientid, b"oa"));
+    assert_ok(&r);
+    assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+}

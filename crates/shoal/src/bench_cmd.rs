@@ -91,6 +91,10 @@ pub struct RunArgs {
     /// Read the file set once before the measured run.
     #[arg(long)]
     warmup: bool,
+    /// NFSv4.1: take the delegations the server offers, and answer what they cover
+    /// (stats, opens and reads of files this client just wrote) without a call.
+    #[arg(long)]
+    delegations: bool,
     /// Where reads should come from: `arc` (DRAM; `cache` is the same), `l2arc` (the
     /// cache devices) or `disk`; checked against shoal's counters with --shoal-api.
     #[arg(long, value_parser = ["arc", "cache", "l2arc", "disk"])]
@@ -179,6 +183,9 @@ fn job_file(args: &RunArgs) -> Result<JobFile> {
     }
     if args.warmup {
         f.warmup = Some(true);
+    }
+    if args.delegations {
+        f.delegations = Some(true);
     }
     if args.verify {
         f.verify = Some(true);

@@ -230,6 +230,73 @@ fn nfs41_workloads_against_shoal_and_against_ganesha() {
     assert_eq!(f0.len(), 8 << 20);
 }
 
+/// `--delegations` over NFSv4.1: shoal hands each small file's creator a write
+/// delegation, so its stat and open/read/close are answered by the client (recorded
+/// as such, no bytes counted as moved) and the REMOVE gives the delegation back; the
+/// same run without the flag sends every step to the server. Over NFSv3 the flag is
+/// refused.
+#[test]
+fn smallfiles_with_delegations_are_stated_and_read_under_the_write_delegation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_shoal, nfs, _api) = serve(dir.path(), "64M");
+    let base = [
+        "--server",
+        &nfs,
+        "--export",
+        "/tank/b",
+        "--nfs-version",
+        "4.1",
+        "--workload",
+        "smallfiles",
+        "--io-size",
+        "4K",
+        "--threads",
+        "2",
+        "--duration",
+        "1s",
+    ];
+    let (ok_run, r) = bench(&[&base[..], &["--delegations"]].concat());
+    assert!(ok_run, "{r}");
+    assert_eq!(r["aggregate"]["errors"], 0, "{r}");
+    let ops = op_counts(&r);
+    let n = |op: &str| ops.get(op).copied().unwrap_or(0);
+    let created = n("create");
+    assert!(created > 0, "{ops:?}");
+    assert_eq!(
+        n("getattr") + n("read"),
+        0,
+        "no stat or read went out: {ops:?}"
+    );
+    for op in ["getattr_delegated", "read_delegated", "remove"] {
+        assert!(
+            (created.saturating_sub(2)..=created).contains(&n(op)),
+            "{op}: {ops:?}"
+        );
+    }
+    assert_eq!(r["aggregate"]["per_op"]["read_delegated"]["bytes"], 0);
+    // Without the flag: every step a call, no delegation.
+    let (ok_run, r) = bench(&base);
+    assert!(ok_run, "{r}");
+    let ops = op_counts(&r);
+    assert!(ops.get("getattr").copied().unwrap_or(0) > 0, "{ops:?}");
+    assert!(!ops.contains_key("getattr_delegated"), "{ops:?}");
+    // NFSv3 has no delegations.
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["bench", "run", "--server", &nfs, "--export", "/tank/b"])
+        .args([
+            "--workload",
+            "smallfiles",
+            "--duration",
+            "1s",
+            "--delegations",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("delegations are NFSv4.1's"), "{err}");
+}
+
 #[test]
 fn the_cache_check_flags_reads_the_arc_served() {
     let dir = tempfile::tempdir().unwrap();

@@ -589,6 +589,7 @@ fn handle_of(
         mount: d.nfs(),
         bind: None,
         version,
+        delegations: false,
     };
     let root = mount(&target, export, root_credential("test")).unwrap();
     let nfs = Nfs::connect(&target, root_credential("test")).unwrap();
@@ -611,6 +612,7 @@ fn read_by_handle(
         mount: d.nfs(),
         bind: None,
         version,
+        delegations: false,
     };
     let nfs = Nfs::connect(&target, root_credential("test"))?;
     Ok(nfs.read(fh, 0, len)?.bytes().to_vec())
@@ -684,6 +686,7 @@ fn failover_promote_write_and_replicate_back_to_the_old_primary() {
             mount: replica.nfs(),
             bind: None,
             version: Version::V3,
+            delegations: false,
         };
         let nfs = Nfs::connect(&target, root_credential("test")).unwrap();
         nfs.write(&handles[0].1, 0, b"SECOND", Stable::FileSync)

@@ -324,6 +324,10 @@ impl NfsService {
             if !(may(&t.attr, c, MAY_READ) || c.uid == t.attr.uid || may(&t.attr, c, MAY_EXEC)) {
                 return Err(Status::Acces.into());
             }
+            if !self.break_write_delegations((t.fsid, t.ino), None) {
+                // An NFSv4 client's write delegation may hold newer data.
+                return Err(Status::Jukebox.into());
+            }
             let count = count.min(RTMAX) as usize;
             let bytes = if cached_only {
                 let cached = t.share.fs.read_parts_cached(t.ino, offset, count)?;
@@ -565,8 +569,8 @@ impl NfsService {
         })
     }
 
-    /// NFSv4 read delegations of object `ino` (of `t`'s share) are recalled before
-    /// an NFSv3 change to it: JUKEBOX (try again) until they are back.
+    /// NFSv4 delegations of object `ino` (of `t`'s share) are recalled before an
+    /// NFSv3 change to it: JUKEBOX (try again) until they are back.
     fn v3_clear_delegations(&self, t: &Target, ino: u64) -> Result<(), Failure> {
         if self.break_delegations((t.fsid, ino), None) {
             Ok(())

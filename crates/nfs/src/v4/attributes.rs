@@ -65,6 +65,11 @@ impl NfsService {
             Fh::Pseudo(p) => pseudo_obj(p, self.v4.boot_time, self.v4.lease_seconds()),
             Fh::File(h) => {
                 let t = self.target(ctx.call, h)?;
+                if (mask.has(attrs::SIZE) || mask.has(attrs::CHANGE)) && self.delegations_exist() {
+                    // Another client's write delegation may hold a newer size and
+                    // change: it comes back first (RFC 8881 10.4.3, by recall).
+                    self.clear_for_read(open_file_key(&t), ctx.client)?;
+                }
                 self.obj_of(&t, &t.attr, attrs::needs_statfs(mask))
             }
         })

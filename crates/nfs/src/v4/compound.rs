@@ -111,6 +111,8 @@ pub(crate) struct Ctx<'c, 'a> {
     pub first_unsettled: Option<(u32, usize)>,
     /// The running operation's result index and status position.
     pub op_at: (u32, usize),
+    /// The COMPOUND's minor version (a session made by it calls back with it).
+    pub minor: u32,
 }
 
 impl Ctx<'_, '_> {
@@ -305,6 +307,7 @@ impl NfsService {
             return Reply::new(e);
         }
         let mut ctx = Ctx {
+            minor,
             call,
             cur: None,
             saved: None,

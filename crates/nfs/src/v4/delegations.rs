@@ -1,6 +1,16 @@
-//! Read delegations: granting one at OPEN, DELEGRETURN, and recalling them over the
-//! back channel (CB_COMPOUND of CB_SEQUENCE and CB_RECALL, RFC 8881 sections 10.4,
-//! 20.2 and 20.9) when anyone, over NFSv4 or NFSv3, changes the file or locks it.
+//! Read and write delegations: granting one at OPEN, DELEGRETURN, and recalling them
+//! over the back channel (CB_COMPOUND of CB_SEQUENCE and CB_RECALL, RFC 8881 sections
+//! 10.4, 20.2 and 20.9) when anyone else, over NFSv4 or NFSv3, changes the file or
+//! locks it, or (a write delegation) reads it: opens it, READs it, or asks for its
+//! size or change attribute.
+//!
+//! A write delegation lets its holder open, stat and read the file without asking the
+//! server. It is handed out with a space limit of zero bytes, which tells the client
+//! to write its cached data back at each CLOSE (RFC 8881 10.4.1; the Linux client
+//! flushes on close when its modified pages exceed the limit), so what others see of
+//! the file after its holder closed it is what NFSv3's close-to-open promises. An
+//! NFSv3 GETATTR does not recall one (as Linux's server): NFSv3 has no way to ask
+//! fresher than close-to-open.
 //!
 //! A change that meets a delegation is answered DELAY (NFSv3: JUKEBOX) while the
 //! recall is out; the client retries, and goes ahead once the holder has returned
@@ -31,13 +41,24 @@ pub fn wants_delegation(share_access: u32) -> bool {
     share_access & WANT_MASK != WANT_NO_DELEG
 }
 
-/// open_delegation4 of a read delegation: its stateid, no recall pending, and an
-/// empty ACE (the client checks access itself, with ACCESS).
-pub fn encode_read_delegation(e: &mut Encoder, stateid: &Stateid) {
+/// open_delegation4 of a read delegation: its stateid, whether it is recalled
+/// already (a reclaim that could not be granted cleanly), and an empty ACE (the
+/// client checks access itself, with ACCESS).
+pub fn encode_read_delegation(e: &mut Encoder, stateid: &Stateid, recall: bool) {
     e.u32(1); // OPEN_DELEGATE_READ
     encode_stateid(e, stateid);
-    e.bool(false);
+    e.bool(recall);
     e.u32(0).u32(0).u32(0).opaque(b""); // nfsace4: ALLOWED, no flags, no mask, no who
+}
+
+/// open_delegation4 of a write delegation: its stateid, whether it is recalled
+/// already, a space limit of zero bytes (flush at close), and an empty ACE.
+pub fn encode_write_delegation(e: &mut Encoder, stateid: &Stateid, recall: bool) {
+    e.u32(2); // OPEN_DELEGATE_WRITE
+    encode_stateid(e, stateid);
+    e.bool(recall);
+    e.u32(1).u64(0); // nfs_space_limit4: NFS_LIMIT_SIZE, filesize 0
+    e.u32(0).u32(0).u32(0).opaque(b"");
 }
 
 impl NfsService {
@@ -83,14 +104,23 @@ impl NfsService {
             .lock()
             .unwrap()
             .break_delegations(file, holder);
-        for r in recalls {
-            let spawned = std::thread::Builder::new()
-                .name("nfs4-recall".into())
-                .spawn(move || send_recall(r));
-            if let Err(e) = spawned {
-                tracing::warn!("no thread for a delegation recall: {e}");
-            }
+        send_recalls(recalls);
+        clear
+    }
+
+    /// As `break_delegations`, for a read of `file` by anyone but `holder`: only write
+    /// delegations are in its way.
+    pub(crate) fn break_write_delegations(&self, file: FileKey, holder: Option<u64>) -> bool {
+        if !self.delegations_exist() {
+            return true;
         }
+        let (clear, recalls) = self
+            .v4
+            .state
+            .lock()
+            .unwrap()
+            .break_write_delegations(file, holder);
+        send_recalls(recalls);
         clear
     }
 
@@ -111,12 +141,61 @@ impl NfsService {
         }
     }
 
+    /// Clears the way for an OPEN (`V4State::break_for_open`): DELAY while a
+    /// delegation in its way is out.
+    pub(crate) fn clear_for_open(
+        &self,
+        file: FileKey,
+        client: u64,
+        owner: &[u8],
+        writes: bool,
+        claims_delegation: bool,
+    ) -> OpResult<()> {
+        if !self.delegations_exist() {
+            return Ok(());
+        }
+        let (clear, recalls) = self.v4.state.lock().unwrap().break_for_open(
+            file,
+            client,
+            owner,
+            writes,
+            claims_delegation,
+        );
+        send_recalls(recalls);
+        if clear {
+            Ok(())
+        } else {
+            Err(Nfs4Error::Delay)
+        }
+    }
+
+    /// The v4 answer to a read that met a write delegation being recalled.
+    pub(crate) fn clear_for_read(&self, file: FileKey, holder: Option<u64>) -> OpResult<()> {
+        if self.break_write_delegations(file, holder) {
+            Ok(())
+        } else {
+            Err(Nfs4Error::Delay)
+        }
+    }
+
     /// The v4 answer to a change that met a delegation being recalled.
     pub(crate) fn clear_for_change(&self, file: FileKey, holder: Option<u64>) -> OpResult<()> {
         if self.break_delegations(file, holder) {
             Ok(())
         } else {
             Err(Nfs4Error::Delay)
+        }
+    }
+}
+
+/// Sends each recall from a thread of its own (never from a worker holding a call).
+fn send_recalls(recalls: Vec<Recall>) {
+    for r in recalls {
+        let spawned = std::thread::Builder::new()
+            .name("nfs4-recall".into())
+            .spawn(move || send_recall(r));
+        if let Err(e) = spawned {
+            tracing::warn!("no thread for a delegation recall: {e}");
         }
     }
 }
@@ -135,7 +214,7 @@ fn send_recall(r: Recall) {
     });
     let record = |xid: u32| {
         let mut e = rpc::encode_call(xid, program, CB_VERSION, CB_COMPOUND, &cred);
-        e.opaque(b"").u32(1).u32(0).u32(2);
+        e.opaque(b"").u32(r.minor).u32(0).u32(2);
         e.u32(OP_CB_SEQUENCE)
             .fixed(&r.session)
             .u32(*seq)

@@ -61,13 +61,18 @@ impl NfsService {
         };
         let claim = d.u32()?;
         let mut deleg_claim = None;
+        // CLAIM_PREVIOUS: the delegation the client held before a restart, if any.
+        let mut reclaimed_deleg = 0;
         let name = match claim {
             0 => Some(component(d)?),
             4 => None,
             1 => {
                 // CLAIM_PREVIOUS: an open held before the server restarted, on the
                 // current file handle, reclaimed in the grace period.
-                let _delegation_type = d.u32()?;
+                reclaimed_deleg = d.u32()?;
+                if reclaimed_deleg > 3 {
+                    return Err(Nfs4Error::BadXdr.into());
+                }
                 None
             }
             // CLAIM_DELEGATE_CUR (a name) and CLAIM_DELEG_CUR_FH (the current
@@ -77,15 +82,17 @@ impl NfsService {
                 deleg_claim = Some(decode_stateid(d)?);
                 Some(component(d)?)
             }
-            6 => {
+            5 => {
                 deleg_claim = Some(decode_stateid(d)?);
                 None
             }
+            // CLAIM_DELEGATE_PREV and CLAIM_DELEG_PREV_FH: delegations are not kept
+            // across a restart, so there is none to claim an open under.
             3 => {
                 component(d)?;
                 return Err(Nfs4Error::NotSupp.into());
             }
-            5 => return Err(Nfs4Error::NotSupp.into()),
+            6 => return Err(Nfs4Error::NotSupp.into()),
             _ => return Err(Nfs4Error::BadXdr.into()),
         };
         if !matches!(access, 1..=3) || deny > 3 {
@@ -298,21 +305,35 @@ impl NfsService {
                 _ => return Err(Nfs4Error::BadStateId.into()),
             }
         }
-        if access & SHARE_WRITE != 0 || deny & SHARE_READ != 0 {
-            // Writers (and readers' deniers) wait for read delegations to come back.
-            self.clear_for_change(key, Some(client))?;
-        }
+        // Writers (and readers' deniers) wait for read delegations to come back,
+        // everyone for another's write delegation.
+        let writes = access & SHARE_WRITE != 0 || deny & SHARE_READ != 0;
+        self.clear_for_open(key, client, owner, writes, deleg_claim.is_some())?;
         let handle = self.file_handle(&file.share, &file.attr);
         let (r, released, deleg) = {
             let mut st = self.v4.state.lock().unwrap();
             let (r, released) = st.open(client, owner, key, access, deny, &file.share.fs);
-            let deleg = (r.is_ok()
-                && access == SHARE_READ
-                && deny == 0
-                && matches!(claim, 0 | 4)
-                && super::delegations::wants_delegation(share_access))
-            .then(|| st.grant_read_deleg(client, key, &handle))
-            .flatten();
+            let deleg = if r.is_ok() && claim == 1 && matches!(reclaimed_deleg, 1 | 2) {
+                let write = reclaimed_deleg == 2;
+                let (s, recall) = st.reclaim_deleg(client, ctx.session, owner, key, &handle, write);
+                Some((s, write, recall))
+            } else {
+                (r.is_ok()
+                    && matches!(claim, 0 | 4)
+                    && super::delegations::wants_delegation(share_access))
+                .then(|| {
+                    if access & SHARE_WRITE != 0 {
+                        st.grant_write_deleg(client, ctx.session, owner, key, &handle)
+                            .map(|s| (s, true, false))
+                    } else if deny == 0 {
+                        st.grant_read_deleg(client, ctx.session, key, &handle)
+                            .map(|s| (s, false, false))
+                    } else {
+                        None
+                    }
+                })
+                .flatten()
+            };
             (r.map(|(id, seq)| st.stateid_of(id, seq)), released, deleg)
         };
         ctx.releases.extend(released);
@@ -357,7 +378,8 @@ impl NfsService {
         e.u32(OPEN4_RESULT_LOCKTYPE_POSIX | OPEN4_RESULT_PRESERVE_UNLINKED);
         attrset.encode(e);
         match &deleg {
-            Some(d) => super::delegations::encode_read_delegation(e, d),
+            Some((d, false, recall)) => super::delegations::encode_read_delegation(e, d, *recall),
+            Some((d, true, recall)) => super::delegations::encode_write_delegation(e, d, *recall),
             None => {
                 e.u32(0); // OPEN_DELEGATE_NONE
             }
@@ -462,6 +484,11 @@ impl NfsService {
             let (ok, released) = st.anonymous_allowed(key, write);
             drop(st);
             ctx.releases.extend(released);
+            if ok && !write {
+                // A read without open state: another client's write delegation may
+                // hold data the server has not seen (writes clear their own way).
+                self.clear_for_read(key, ctx.client)?;
+            }
             return if ok {
                 Ok(())
             } else {
@@ -473,12 +500,12 @@ impl NfsService {
             StateRef::Open(id) => id,
             StateRef::Lock(id) => st.lock_owners[&id].open,
             StateRef::Deleg(id) => {
-                // A read delegation's stateid reads; it never writes.
+                // A read delegation's stateid reads; a write delegation's writes too.
                 let d = &st.delegs[&id];
                 if d.client != client || d.file != key {
                     return Err(Nfs4Error::BadStateId.into());
                 }
-                if write {
+                if write && !d.write {
                     return Err(Nfs4Error::OpenMode.into());
                 }
                 return Ok(());

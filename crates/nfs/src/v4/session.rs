@@ -155,7 +155,7 @@ impl NfsService {
         match opnum {
             op::EXCHANGE_ID => self.op_exchange_id(ctx.call.peer.ip(), d, e),
             op::CREATE_SESSION => {
-                self.op_create_session(ctx.call.peer.ip(), ctx.call.back.clone(), d, e)
+                self.op_create_session(ctx.call.peer.ip(), ctx.call.back.clone(), ctx.minor, d, e)
             }
             op::BIND_CONN_TO_SESSION => {
                 let sessionid: [u8; 16] = d.fixed(16)?.try_into().unwrap();
@@ -347,6 +347,7 @@ impl NfsService {
         &self,
         peer: IpAddr,
         conn: Option<Arc<dyn BackChannel>>,
+        minor: u32,
         d: &mut Decoder<'_>,
         e: &mut Encoder,
     ) -> OpOut {
@@ -442,6 +443,7 @@ impl NfsService {
                     max_response: granted.max_response,
                     max_response_cached: granted.max_response_cached,
                     back: back_chan,
+                    minor,
                 },
             );
             let mut out = Encoder::new();

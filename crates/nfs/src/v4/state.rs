@@ -18,6 +18,10 @@
 //! change to the file by anyone (NFSv3 included), and any byte-range lock, first
 //! recalls it (`break_delegations`: CB_RECALL, and DELAY for the change until the
 //! holder returns it or its lease runs out after the recall, when it is revoked).
+//! A client opening a file to write may get a write delegation (`grant_write_deleg`)
+//! when it has a back channel and is the file's only opener; then a read by anyone
+//! else (an open, a READ, a GETATTR of size or change, an NFSv3 READ) recalls it too
+//! (`break_write_delegations`), and the holder's own changes never do.
 //!
 //! Bounds: `MAX_CLIENTS` client records (a new one past that evicts the least recently
 //! renewed client that holds no state), `MAX_SLOTS` slots a session, `MAX_SESSIONS_PER_CLIENT`
@@ -109,6 +113,10 @@ pub struct Session {
     pub max_response: u32,
     pub max_response_cached: u32,
     pub back: Option<BackChan>,
+    /// The minor version of the COMPOUND that made it: its callbacks carry it (the
+    /// Linux client keeps one client per minor version and finds the session of a
+    /// CB_SEQUENCE among the ones of that version only).
+    pub minor: u32,
 }
 
 pub struct Client {
@@ -186,6 +194,18 @@ pub struct Deleg {
     pub fh: Vec<u8>,
     /// When CB_RECALL was sent (the holder then has a lease to return it).
     pub recalled: Option<Instant>,
+    /// A write delegation (OPEN_DELEGATE_WRITE): the holder may write and cache
+    /// attributes, so others' reads are in its way too.
+    pub write: bool,
+    /// The open owner whose open got it. One client may open a file through two
+    /// caches of its own (Linux: two mounts with `nosharecache`) that share no
+    /// locks; only the owner's cache knows what the delegation covers, so another
+    /// owner's open recalls a write delegation.
+    pub owner: Vec<u8>,
+    /// The session whose OPEN got it: one client ID may stand for several caches of
+    /// one host (Linux: one per minor version), and only the one that asked holds
+    /// it, so the recall goes there while that session can be called.
+    pub session: Option<[u8; 16]>,
 }
 
 /// A session's back channel: where callbacks go.
@@ -205,6 +225,8 @@ pub struct Recall {
         Arc<std::sync::Mutex<u32>>,
     ),
     pub session: [u8; 16],
+    /// The session's minor version, for CB_COMPOUND.
+    pub minor: u32,
     pub stateid: Stateid,
     pub fh: Vec<u8>,
 }
@@ -793,6 +815,27 @@ impl V4State {
         })
     }
 
+    /// Where to call back about a delegation `session` of `client` got: that
+    /// session's live back channel, else any of the client's.
+    fn back_for(&self, client: u64, session: Option<[u8; 16]>) -> Option<([u8; 16], &BackChan)> {
+        session
+            .and_then(|id| {
+                let s = self.sessions.get(&id)?;
+                let b = s.back.as_ref()?;
+                (s.client == client && b.conn.is_open()).then_some((id, b))
+            })
+            .or_else(|| self.back_of(client))
+    }
+
+    /// Whether `session` (of `client`) can be called back itself.
+    fn session_callable(&self, client: u64, session: Option<[u8; 16]>) -> bool {
+        session
+            .and_then(|id| self.sessions.get(&id))
+            .is_some_and(|s| {
+                s.client == client && s.back.as_ref().is_some_and(|b| b.conn.is_open())
+            })
+    }
+
     /// Whether some of the client's delegations cannot be recalled: it holds some and
     /// none of its sessions has a live back channel (SEQUENCE says CB_PATH_DOWN).
     pub fn callback_path_down(&self, client: u64) -> bool {
@@ -802,8 +845,16 @@ impl V4State {
     /// A read delegation for a read-only open, when it is safe: the client can be
     /// called back, nobody has the file open for writing, no delegation of it is
     /// being recalled, and the client holds none of it yet.
-    pub fn grant_read_deleg(&mut self, client: u64, file: FileKey, fh: &[u8]) -> Option<Stateid> {
-        self.back_of(client)?;
+    pub fn grant_read_deleg(
+        &mut self,
+        client: u64,
+        session: Option<[u8; 16]>,
+        file: FileKey,
+        fh: &[u8],
+    ) -> Option<Stateid> {
+        if !self.session_callable(client, session) {
+            return None;
+        }
         let writers = self.files.get(&file).is_some_and(|f| {
             f.opens
                 .iter()
@@ -812,10 +863,86 @@ impl V4State {
         });
         let busy = self
             .delegs_on(file)
-            .any(|(_, d)| d.recalled.is_some() || d.client == client);
+            .any(|(_, d)| d.recalled.is_some() || d.client == client || d.write);
         if writers || busy || self.delegs.len() >= MAX_DELEGATIONS {
             return None;
         }
+        Some(self.add_new_deleg(client, session, file, fh, false, &[]))
+    }
+
+    /// A write delegation for an open with write access, when it is safe: the client
+    /// can be called back, every open of the file is this open owner's (nobody else
+    /// reads or writes it through open state, and no other cache of the same client
+    /// takes locks at the server that the holder's cache would not see), and no
+    /// delegation of the file exists.
+    pub fn grant_write_deleg(
+        &mut self,
+        client: u64,
+        session: Option<[u8; 16]>,
+        owner: &[u8],
+        file: FileKey,
+        fh: &[u8],
+    ) -> Option<Stateid> {
+        if !self.session_callable(client, session) {
+            return None;
+        }
+        let others = self.files.get(&file).is_some_and(|f| {
+            f.opens
+                .iter()
+                .filter_map(|id| self.opens.get(id))
+                .any(|o| o.client != client || o.owner != owner)
+        });
+        let any = self.delegs_by_file.contains_key(&file);
+        if others || any || self.delegs.len() >= MAX_DELEGATIONS {
+            return None;
+        }
+        Some(self.add_new_deleg(client, session, file, fh, true, owner))
+    }
+
+    /// The delegation a client held before the server restarted, reclaimed with its
+    /// open (CLAIM_PREVIOUS naming a delegation type): given again, as RFC 8881
+    /// 18.16.3 asks, so the client's cache (and the locks it kept there) stays
+    /// covered. When it could not be handed out now (no back channel to this
+    /// session, another delegation of the file, or another owner's open in the way
+    /// of a write delegation) it is given already recalled: the answer's recall
+    /// flag tells the client to write back, send its locks and return it. The
+    /// stateid and that flag.
+    pub fn reclaim_deleg(
+        &mut self,
+        client: u64,
+        session: Option<[u8; 16]>,
+        owner: &[u8],
+        file: FileKey,
+        fh: &[u8],
+        write: bool,
+    ) -> (Stateid, bool) {
+        let others = self.files.get(&file).is_some_and(|f| {
+            f.opens
+                .iter()
+                .filter_map(|id| self.opens.get(id))
+                .any(|o| o.client != client || (write && o.owner != owner))
+        });
+        let clean = self.session_callable(client, session)
+            && !self.delegs_by_file.contains_key(&file)
+            && !others;
+        let stateid = self.add_new_deleg(client, session, file, fh, write, owner);
+        if !clean {
+            if let Ok(StateRef::Deleg(id)) = self.lookup(&stateid) {
+                self.delegs.get_mut(&id).expect("just made").recalled = Some(Instant::now());
+            }
+        }
+        (stateid, !clean)
+    }
+
+    fn add_new_deleg(
+        &mut self,
+        client: u64,
+        session: Option<[u8; 16]>,
+        file: FileKey,
+        fh: &[u8],
+        write: bool,
+        owner: &[u8],
+    ) -> Stateid {
         let id = self.next_id();
         self.add_deleg(
             id,
@@ -824,9 +951,12 @@ impl V4State {
                 file,
                 fh: fh.to_vec(),
                 recalled: None,
+                write,
+                owner: owner.to_vec(),
+                session,
             },
         );
-        Some(self.stateid_of(id, 1))
+        self.stateid_of(id, 1)
     }
 
     /// Delegations of `file` in the way of a change to it (by anyone; `holder`: a
@@ -835,18 +965,70 @@ impl V4State {
     /// be recalled; ones recalled over a lease ago are revoked. `true` when none is
     /// left in the way.
     pub fn break_delegations(&mut self, file: FileKey, holder: Option<u64>) -> (bool, Vec<Recall>) {
-        let now = Instant::now();
+        // The holder's own write delegation allows its changes; its recalled read
+        // delegation no longer stands in its way either.
         let ids: Vec<u64> = self
             .delegs_on(file)
-            .filter(|(_, d)| !(d.recalled.is_some() && Some(d.client) == holder))
+            .filter(|(_, d)| !(Some(d.client) == holder && (d.write || d.recalled.is_some())))
             .map(|(id, _)| id)
             .collect();
+        self.recall_or_revoke(ids)
+    }
+
+    /// Write delegations of `file` in the way of a read of it by anyone but `holder`
+    /// (who may read what it writes): as `break_delegations`.
+    pub fn break_write_delegations(
+        &mut self,
+        file: FileKey,
+        holder: Option<u64>,
+    ) -> (bool, Vec<Recall>) {
+        let ids: Vec<u64> = self
+            .delegs_on(file)
+            .filter(|(_, d)| d.write && Some(d.client) != holder)
+            .map(|(id, _)| id)
+            .collect();
+        self.recall_or_revoke(ids)
+    }
+
+    /// Delegations of `file` in the way of an OPEN by `owner` of `client`: as
+    /// `break_delegations` for an open that writes (or denies reads) and as
+    /// `break_write_delegations` for one that reads, and besides, the client's own
+    /// write delegation when another of its owners opens, unless the open claims
+    /// the delegation (CLAIM_DELEGATE_CUR: the holder handing its opens over).
+    pub fn break_for_open(
+        &mut self,
+        file: FileKey,
+        client: u64,
+        owner: &[u8],
+        writes: bool,
+        claims_delegation: bool,
+    ) -> (bool, Vec<Recall>) {
+        let ids: Vec<u64> = self
+            .delegs_on(file)
+            .filter(|(_, d)| {
+                if d.client != client {
+                    d.write || writes
+                } else if d.write {
+                    !claims_delegation && d.owner != owner
+                } else {
+                    writes && d.recalled.is_none()
+                }
+            })
+            .map(|(id, _)| id)
+            .collect();
+        self.recall_or_revoke(ids)
+    }
+
+    /// Recalls the delegations `ids` not yet recalled and revokes the ones recalled
+    /// over a lease ago; `true` when none of them is left.
+    fn recall_or_revoke(&mut self, ids: Vec<u64>) -> (bool, Vec<Recall>) {
+        let now = Instant::now();
         let mut recalls = Vec::new();
         let mut clear = true;
         for id in ids {
-            let (client, recalled, fh) = {
+            let (client, recalled, fh, granted_on) = {
                 let d = &self.delegs[&id];
-                (d.client, d.recalled, d.fh.clone())
+                (d.client, d.recalled, d.fh.clone(), d.session)
             };
             match recalled {
                 Some(at) if now.saturating_duration_since(at) > self.lease => {
@@ -861,9 +1043,10 @@ impl V4State {
                     self.delegs.get_mut(&id).expect("listed").recalled = Some(now);
                     // Without a way to call it, the client has a lease to notice
                     // CB_PATH_DOWN and return the delegation, else it is revoked.
-                    if let Some((session, b)) = self.back_of(client) {
+                    if let Some((session, b)) = self.back_for(client, granted_on) {
                         recalls.push(Recall {
                             back: (b.conn.clone(), b.program, b.slot.clone()),
+                            minor: self.sessions[&session].minor,
                             session,
                             stateid: self.stateid_of(id, 1),
                             fh,

@@ -33,6 +33,7 @@ fn target(s: &Served) -> Target {
         mount: s.nfs(),
         bind: None,
         version: bench::client::Version::V3,
+        delegations: false,
     }
 }
 

@@ -218,6 +218,10 @@ pub enum Claim<'a> {
     /// CLAIM_PREVIOUS: the current file handle, reclaimed after a server restart (no
     /// delegation held).
     Previous,
+    /// CLAIM_PREVIOUS naming the delegation type the client held (1 read, 2 write).
+    PreviousDelegated(u32),
+    /// CLAIM_DELEG_CUR_FH: the current file handle, opened under this delegation.
+    DelegCurFh(Stateid),
 }
 
 /// channel_attrs4 of CREATE_SESSION.
@@ -603,6 +607,13 @@ impl Compound {
             }
             Claim::Previous => {
                 e.u32(1).u32(0);
+            }
+            Claim::PreviousDelegated(kind) => {
+                e.u32(1).u32(*kind);
+            }
+            Claim::DelegCurFh(s) => {
+                e.u32(5);
+                s.encode(e);
             }
         }
         self

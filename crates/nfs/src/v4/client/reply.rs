@@ -111,6 +111,8 @@ pub struct OpenRes {
     pub delegation: u32,
     /// The delegation's stateid, when one was handed out.
     pub delegation_stateid: Option<Stateid>,
+    /// The delegation comes recalled already: the client is to return it.
+    pub delegation_recalled: bool,
 }
 
 /// LOCK4denied: who holds the conflicting lock.
@@ -610,12 +612,13 @@ fn decode_result(opnum: u32, status: u32, d: &mut Decoder<'_>) -> XdrResult<Res>
             let attrset = decode_bitmap(d)?;
             let delegation = d.u32()?;
             let mut delegation_stateid = None;
+            let mut delegation_recalled = false;
             match delegation {
                 0 => {}
                 1 | 2 => {
                     // open_read_delegation4 / open_write_delegation4
                     delegation_stateid = Some(Stateid::decode(d)?);
-                    d.bool()?;
+                    delegation_recalled = d.bool()?;
                     if delegation == 2 {
                         match d.u32()? {
                             1 => {
@@ -649,6 +652,7 @@ fn decode_result(opnum: u32, status: u32, d: &mut Decoder<'_>) -> XdrResult<Res>
                 attrset,
                 delegation,
                 delegation_stateid,
+                delegation_recalled,
             })
         }
         op::CLOSE | op::OPEN_DOWNGRADE | op::LOCK | op::LOCKU => Res::Stateid(Stateid::decode(d)?),
