@@ -34,6 +34,7 @@
 # per GB or per 1,000 operations, which drifts far less on this VM than throughput.
 #
 #   BENCH_DIR=/work/bench-data REPEAT=3 SECONDS_RUN=8 bench/nfs4.sh > docs/bench/nfs4-DATE.json
+# TESTS="metadata smallfiles" runs some tests only; FROM_DISK=0 skips the reads from disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-/var/tmp/shoal-bench}/nfs4
@@ -177,7 +178,9 @@ for round in $(seq "$REPEAT"); do
     done
 done
 
-# --- from disk: shoal again with an ARC far smaller than the files ---
+# --- from disk: shoal again with an ARC far smaller than the files (FROM_DISK=0 skips it) ---
+touch "$OUT/disk.jsonl"
+if [ "${FROM_DISK:-1}" = 1 ]; then
 kill -TERM "$(cat "$OUT/shoal.pid")"
 while kill -0 "$(cat "$OUT/shoal.pid")" 2>/dev/null; do sleep 0.1; done
 SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off --arc-max 256M \
@@ -214,6 +217,8 @@ for round in $(seq "$REPEAT"); do
             | tee -a "$OUT/disk.jsonl" >&2
     done
 done
+
+fi
 
 python3 - "$OUT/results.jsonl" "$REPEAT" "$SECONDS_RUN" "$SET_MIB" "$THREADS" "$(git rev-parse --short HEAD)" "$OUT/disk.jsonl" "$DISK_MIB" <<'PY'
 import json, statistics, sys, datetime
