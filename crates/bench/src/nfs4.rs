@@ -309,42 +309,8 @@ fn last_result<'a>(reply: &'a Reply, what: &'a str, opnum: u32) -> Result<Decode
 /// OPEN4resok: the delegation handed out, if any (its stateid, and whether it is a
 /// write delegation).
 fn open_result(d: &mut Decoder<'_>) -> Result<Option<(Stateid, bool)>> {
-    d.fixed(16 + 20 + 4)?; // stateid, change_info4, rflags
-    let words = d.u32()? as usize;
-    d.fixed(words.checked_mul(4).ok_or_else(|| anyhow!("attrset"))?)?;
-    match d.u32()? {
-        0 => Ok(None), // OPEN_DELEGATE_NONE
-        3 => {
-            // OPEN_DELEGATE_NONE_EXT: why none; CONTENTION and RESOURCE say more.
-            let why = d.u32()?;
-            if why == WND4_CONTENTION || why == WND4_RESOURCE {
-                d.bool()?;
-            }
-            Ok(None)
-        }
-        kind @ (1 | 2) => {
-            let stateid = Stateid::decode(d)?;
-            let _recall = d.bool()?;
-            if kind == 2 {
-                // nfs_space_limit4
-                match d.u32()? {
-                    1 => {
-                        d.u64()?;
-                    }
-                    2 => {
-                        d.u32()?;
-                        d.u32()?;
-                    }
-                    other => bail!("OPEN: a space limit of kind {other}"),
-                }
-            }
-            // nfsace4
-            d.fixed(12)?;
-            d.opaque(1024)?;
-            Ok(Some((stateid, kind == 2)))
-        }
-        other => bail!("OPEN: a delegation of type {other}"),
-    }
+    let o = nfs::v4::client::OpenRes::decode(d).map_err(|e| anyhow!("OPEN result: {e:?}"))?;
+    Ok(o.delegation_stateid.map(|s| (s, o.delegation == 2)))
 }
 
 /// OPEN4resok of an open that asked for no delegation.
@@ -415,8 +381,6 @@ pub(crate) fn answer_callback(record: &[u8]) -> Result<(Vec<u8>, Vec<Vec<u8>>)> 
 /// OPEN4_SHARE_ACCESS_WANT_NO_DELEG (RFC 8881 18.16.3): the load generator keeps no
 /// cache that a delegation would serve.
 const WANT_NO_DELEG: u32 = 0x0400;
-const WND4_CONTENTION: u32 = 7;
-const WND4_RESOURCE: u32 = 8;
 
 /// GETATTR's result for ATTR_TYPE, ATTR_SIZE and ATTR_FILEID, which come in that
 /// order (the attribute numbers' order).
@@ -700,11 +664,7 @@ impl Nfs {
         deleg: &Stateid,
     ) -> Result<bool> {
         let r = s.call(&self.conn, |c| {
-            c.putfh(&fh.0).raw_op(op::DELEGRETURN, &{
-                let mut e = Encoder::new();
-                deleg.encode(&mut e);
-                e.buf
-            });
+            c.putfh(&fh.0).delegreturn(deleg);
             c.putfh(&dir.0).remove(name);
         })?;
         self.conn.returned(&fh.0);
@@ -729,11 +689,7 @@ impl Nfs {
     /// DELEGRETURN of `fh`'s delegation alone (after a recall).
     pub(crate) fn v4_delegreturn(&self, s: &Session, fh: &Fh, deleg: &Stateid) -> Result<()> {
         let r = s.call(&self.conn, |c| {
-            c.putfh(&fh.0).raw_op(op::DELEGRETURN, &{
-                let mut e = Encoder::new();
-                deleg.encode(&mut e);
-                e.buf
-            });
+            c.putfh(&fh.0).delegreturn(deleg);
         })?;
         self.conn.returned(&fh.0);
         match status_of(&r, op::DELEGRETURN) {

@@ -133,6 +133,13 @@ impl Client {
         panic!("no callback came");
     }
 
+    /// DELEGRETURN of `deleg`, the delegation of `fh`.
+    fn delegreturn(&mut self, fh: &[u8], deleg: &Stateid) -> CompoundReply {
+        let mut c = self.session.compound();
+        c.putfh(fh).delegreturn(deleg);
+        self.send(&c)
+    }
+
     /// Makes file `name` in `dir` with an open for writing that wants no delegation,
     /// then closes it.
     fn make(&mut self, dir: &[u8], name: &str) {
@@ -205,13 +212,39 @@ fn serve(service: nfs::NfsService) -> (RpcServer, std::net::SocketAddr) {
     (server, addr)
 }
 
+/// A server on a fresh pool, clients A and B connected to it, and the share's root.
+struct Two {
+    _pool: Arc<pool::Pool>,
+    _server: RpcServer,
+    addr: std::net::SocketAddr,
+    a: Client,
+    b: Client,
+    root: Vec<u8>,
+}
+
+impl Two {
+    fn start() -> Two {
+        let (pool, datasets) = common::pool_with_share();
+        let (server, addr) = serve(common::service_for(&datasets, 1));
+        let mut a = Client::connect(addr, "client-a");
+        let b = Client::connect(addr, "client-b");
+        let root = a.root_of_share();
+        Two {
+            _pool: pool,
+            _server: server,
+            addr,
+            a,
+            b,
+            root,
+        }
+    }
+}
+
 #[test]
 fn a_read_delegation_is_recalled_before_another_client_writes() {
-    let (_pool, datasets) = common::pool_with_share();
-    let (_server, addr) = serve(common::service_for(&datasets, 1));
-    let mut a = Client::connect(addr, "client-a");
-    let mut b = Client::connect(addr, "client-b");
-    let root = a.root_of_share();
+    let Two {
+        mut a, mut b, root, ..
+    } = Two::start();
     // A makes the file (a write open gets no delegation), then opens it to read.
     a.make(&root, "f");
     let r = a.open(&root, "f", SHARE_ACCESS_READ, b"oa2");
@@ -228,13 +261,7 @@ fn a_read_delegation_is_recalled_before_another_client_writes() {
     // Still DELAY until A gives it back.
     let r = b.open(&root, "f", SHARE_ACCESS_BOTH, b"ob");
     assert_eq!(r.status, Nfs4Error::Delay as u32);
-    let mut c = a.session.compound();
-    c.putfh(&fh).raw_op(op::DELEGRETURN, &{
-        let mut e = Encoder::new();
-        deleg.encode(&mut e);
-        e.buf
-    });
-    let r = a.send(&c);
+    let r = a.delegreturn(&fh, &deleg);
     assert_eq!(r.status, 0, "{:?}", r.summary());
     let r = b.open(&root, "f", SHARE_ACCESS_BOTH, b"ob");
     assert_eq!(r.status, 0, "{:?}", r.summary());
@@ -307,11 +334,13 @@ fn v3_read_status(addr: std::net::SocketAddr, fh: &[u8]) -> u32 {
 
 #[test]
 fn a_write_delegation_serves_its_holder_and_is_recalled_before_anyone_else_reads() {
-    let (_pool, datasets) = common::pool_with_share();
-    let (_server, addr) = serve(common::service_for(&datasets, 1));
-    let mut a = Client::connect(addr, "client-a");
-    let mut b = Client::connect(addr, "client-b");
-    let root = a.root_of_share();
+    let Two {
+        addr,
+        mut a,
+        mut b,
+        root,
+        ..
+    } = Two::start();
     // A creates the file for writing, alone: a write delegation.
     let r = a.open(&root, "w", SHARE_ACCESS_BOTH, b"oa");
     assert_eq!(r.status, 0, "{:?}", r.summary());
@@ -357,13 +386,7 @@ fn a_write_delegation_serves_its_holder_and_is_recalled_before_anyone_else_reads
         0,
         "the holder writes back during the recall"
     );
-    let mut c = a.session.compound();
-    c.putfh(&fh).raw_op(op::DELEGRETURN, &{
-        let mut e = Encoder::new();
-        deleg.encode(&mut e);
-        e.buf
-    });
-    let r = a.send(&c);
+    let r = a.delegreturn(&fh, &deleg);
     assert_eq!(r.status, 0, "{:?}", r.summary());
     // Now B sees all the holder wrote, and NFSv3 reads it.
     let r = getattr_size(&mut b, &fh);
@@ -379,11 +402,9 @@ fn a_write_delegation_serves_its_holder_and_is_recalled_before_anyone_else_reads
 
 #[test]
 fn no_write_delegation_while_another_client_has_the_file_open() {
-    let (_pool, datasets) = common::pool_with_share();
-    let (_server, addr) = serve(common::service_for(&datasets, 1));
-    let mut a = Client::connect(addr, "client-a");
-    let mut b = Client::connect(addr, "client-b");
-    let root = a.root_of_share();
+    let Two {
+        mut a, mut b, root, ..
+    } = Two::start();
     a.make(&root, "f");
     let r = b.open(&root, "f", SHARE_ACCESS_READ | WANT_NO_DELEG, b"ob");
     assert_eq!(r.status, 0, "{:?}", r.summary());
@@ -433,13 +454,8 @@ fn another_owner_of_the_same_client_recalls_its_write_delegation() {
     );
     let r = a.send(&c);
     assert_eq!(r.status, 0, "{:?}", r.summary());
-    let mut c = a.session.compound();
-    c.putfh(&fh).raw_op(op::DELEGRETURN, &{
-        let mut e = Encoder::new();
-        deleg.encode(&mut e);
-        e.buf
-    });
-    assert_eq!(a.send(&c).status, 0);
+    let r = a.delegreturn(&fh, &deleg);
+    assert_eq!(r.status, 0, "{:?}", r.summary());
     let r = a.open(&root, "l", SHARE_ACCESS_BOTH, b"mount-2");
     assert_eq!(r.status, 0, "{:?}", r.summary());
     assert_eq!(

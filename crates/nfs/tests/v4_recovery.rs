@@ -173,9 +173,7 @@ fn a_delegation_named_in_a_reclaim_is_given_again() {
     assert!(o.delegation_recalled, "no back channel: it comes recalled");
     let deleg = o.delegation_stateid.unwrap();
     let r = a.on(&mut sa, &f, |c| {
-        let mut e = nfs::xdr::Encoder::new();
-        deleg.encode(&mut e);
-        c.raw_op(op::DELEGRETURN, &e.buf);
+        c.delegreturn(&deleg);
     });
     assert_ok(&r);
     let r = a.on(&mut sa, &g, |c| open_previous(c, clientid, b"oa"));

@@ -19,7 +19,7 @@
 //! that holds a call, and never under the state lock.
 
 use super::compound::{decode_stateid, encode_stateid, Ctx, OpOut};
-use super::state::{FileKey, Recall, StateRef, Stateid};
+use super::state::{FileKey, Recall, StateRef, Stateid, V4State};
 use super::{Nfs4Error, OpResult};
 use crate::rpc::{self, AuthSys, Credential};
 use crate::service::NfsService;
@@ -98,12 +98,14 @@ impl NfsService {
         if !self.delegations_exist() {
             return true;
         }
-        let (clear, recalls) = self
-            .v4
-            .state
-            .lock()
-            .unwrap()
-            .break_delegations(file, holder);
+        self.recall_in_the_way(|st| st.break_delegations(file, holder))
+    }
+
+    /// Runs `find` (one of `V4State`'s break_* methods) under the state lock, sends
+    /// the recalls it made after letting go of the lock, and says whether the way is
+    /// clear.
+    fn recall_in_the_way(&self, find: impl FnOnce(&mut V4State) -> (bool, Vec<Recall>)) -> bool {
+        let (clear, recalls) = find(&mut self.v4.state.lock().unwrap());
         send_recalls(recalls);
         clear
     }
@@ -114,14 +116,7 @@ impl NfsService {
         if !self.delegations_exist() {
             return true;
         }
-        let (clear, recalls) = self
-            .v4
-            .state
-            .lock()
-            .unwrap()
-            .break_write_delegations(file, holder);
-        send_recalls(recalls);
-        clear
+        self.recall_in_the_way(|st| st.break_write_delegations(file, holder))
     }
 
     pub(crate) fn op_delegreturn(&self, ctx: &mut Ctx<'_, '_>, d: &mut Decoder<'_>) -> OpOut {
@@ -154,14 +149,9 @@ impl NfsService {
         if !self.delegations_exist() {
             return Ok(());
         }
-        let (clear, recalls) = self.v4.state.lock().unwrap().break_for_open(
-            file,
-            client,
-            owner,
-            writes,
-            claims_delegation,
-        );
-        send_recalls(recalls);
+        let clear = self.recall_in_the_way(|st| {
+            st.break_for_open(file, client, owner, writes, claims_delegation)
+        });
         if clear {
             Ok(())
         } else {

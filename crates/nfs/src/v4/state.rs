@@ -842,6 +842,13 @@ impl V4State {
         self.delegs_by_client.contains_key(&client) && self.back_of(client).is_none()
     }
 
+    /// Whether some open of `file` is as `f` asks.
+    fn any_open_of(&self, file: FileKey, f: impl Fn(&Open) -> bool) -> bool {
+        self.files
+            .get(&file)
+            .is_some_and(|fl| fl.opens.iter().filter_map(|id| self.opens.get(id)).any(f))
+    }
+
     /// A read delegation for a read-only open, when it is safe: the client can be
     /// called back, nobody has the file open for writing, no delegation of it is
     /// being recalled, and the client holds none of it yet.
@@ -855,11 +862,8 @@ impl V4State {
         if !self.session_callable(client, session) {
             return None;
         }
-        let writers = self.files.get(&file).is_some_and(|f| {
-            f.opens
-                .iter()
-                .filter_map(|id| self.opens.get(id))
-                .any(|o| o.access & SHARE_WRITE != 0 || o.deny & SHARE_READ != 0)
+        let writers = self.any_open_of(file, |o| {
+            o.access & SHARE_WRITE != 0 || o.deny & SHARE_READ != 0
         });
         let busy = self
             .delegs_on(file)
@@ -886,12 +890,7 @@ impl V4State {
         if !self.session_callable(client, session) {
             return None;
         }
-        let others = self.files.get(&file).is_some_and(|f| {
-            f.opens
-                .iter()
-                .filter_map(|id| self.opens.get(id))
-                .any(|o| o.client != client || o.owner != owner)
-        });
+        let others = self.any_open_of(file, |o| o.client != client || o.owner != owner);
         let any = self.delegs_by_file.contains_key(&file);
         if others || any || self.delegs.len() >= MAX_DELEGATIONS {
             return None;
@@ -916,12 +915,7 @@ impl V4State {
         fh: &[u8],
         write: bool,
     ) -> (Stateid, bool) {
-        let others = self.files.get(&file).is_some_and(|f| {
-            f.opens
-                .iter()
-                .filter_map(|id| self.opens.get(id))
-                .any(|o| o.client != client || (write && o.owner != owner))
-        });
+        let others = self.any_open_of(file, |o| o.client != client || (write && o.owner != owner));
         let clean = self.session_callable(client, session)
             && !self.delegs_by_file.contains_key(&file)
             && !others;

@@ -429,6 +429,12 @@ impl Compound {
         self
     }
 
+    /// DELEGRETURN of the current file's delegation.
+    pub fn delegreturn(&mut self, stateid: &Stateid) -> &mut Self {
+        stateid.encode(self.op(op::DELEGRETURN));
+        self
+    }
+
     pub fn destroy_session(&mut self, sessionid: &[u8; 16]) -> &mut Self {
         self.op(op::DESTROY_SESSION).fixed(sessionid);
         self

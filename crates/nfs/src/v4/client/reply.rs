@@ -115,6 +115,61 @@ pub struct OpenRes {
     pub delegation_recalled: bool,
 }
 
+impl OpenRes {
+    /// OPEN4resok, the delegation included.
+    pub fn decode(d: &mut Decoder<'_>) -> XdrResult<OpenRes> {
+        let stateid = Stateid::decode(d)?;
+        let cinfo = ChangeInfo::decode(d)?;
+        let rflags = d.u32()?;
+        let attrset = decode_bitmap(d)?;
+        let delegation = d.u32()?;
+        let mut delegation_stateid = None;
+        let mut delegation_recalled = false;
+        match delegation {
+            0 => {}
+            1 | 2 => {
+                // open_read_delegation4 / open_write_delegation4
+                delegation_stateid = Some(Stateid::decode(d)?);
+                delegation_recalled = d.bool()?;
+                if delegation == 2 {
+                    match d.u32()? {
+                        1 => {
+                            d.u64()?;
+                        }
+                        2 => {
+                            d.u32()?;
+                            d.u32()?;
+                        }
+                        _ => return Err(XdrError("unknown space limit")),
+                    }
+                }
+                // nfsace4
+                d.u32()?;
+                d.u32()?;
+                d.u32()?;
+                d.opaque(OPAQUE_LIMIT)?;
+            }
+            3 => {
+                // open_none_delegation4: why, and a bool for WND4_CONTENTION (1) and
+                // WND4_RESOURCE (2)
+                if matches!(d.u32()?, 1 | 2) {
+                    d.bool()?;
+                }
+            }
+            _ => return Err(XdrError("unknown delegation type")),
+        }
+        Ok(OpenRes {
+            stateid,
+            cinfo,
+            rflags,
+            attrset,
+            delegation,
+            delegation_stateid,
+            delegation_recalled,
+        })
+    }
+}
+
 /// LOCK4denied: who holds the conflicting lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockDenied {
@@ -605,56 +660,7 @@ fn decode_result(opnum: u32, status: u32, d: &mut Decoder<'_>) -> XdrResult<Res>
             supported: d.u32()?,
             access: d.u32()?,
         },
-        op::OPEN => {
-            let stateid = Stateid::decode(d)?;
-            let cinfo = ChangeInfo::decode(d)?;
-            let rflags = d.u32()?;
-            let attrset = decode_bitmap(d)?;
-            let delegation = d.u32()?;
-            let mut delegation_stateid = None;
-            let mut delegation_recalled = false;
-            match delegation {
-                0 => {}
-                1 | 2 => {
-                    // open_read_delegation4 / open_write_delegation4
-                    delegation_stateid = Some(Stateid::decode(d)?);
-                    delegation_recalled = d.bool()?;
-                    if delegation == 2 {
-                        match d.u32()? {
-                            1 => {
-                                d.u64()?;
-                            }
-                            2 => {
-                                d.u32()?;
-                                d.u32()?;
-                            }
-                            _ => return Err(XdrError("unknown space limit")),
-                        }
-                    }
-                    // nfsace4
-                    d.u32()?;
-                    d.u32()?;
-                    d.u32()?;
-                    d.opaque(OPAQUE_LIMIT)?;
-                }
-                3 => {
-                    // open_none_delegation4: why, and a bool for two of the reasons
-                    if matches!(d.u32()?, 6 | 7) {
-                        d.bool()?;
-                    }
-                }
-                _ => return Err(XdrError("unknown delegation type")),
-            }
-            Res::Open(OpenRes {
-                stateid,
-                cinfo,
-                rflags,
-                attrset,
-                delegation,
-                delegation_stateid,
-                delegation_recalled,
-            })
-        }
+        op::OPEN => Res::Open(OpenRes::decode(d)?),
         op::CLOSE | op::OPEN_DOWNGRADE | op::LOCK | op::LOCKU => Res::Stateid(Stateid::decode(d)?),
         op::READ => Res::Read {
             eof: d.bool()?,
