@@ -179,7 +179,7 @@ impl NfsService {
 }
 
 /// Sends each recall from a thread of its own (never from a worker holding a call).
-fn send_recalls(recalls: Vec<Recall>) {
+pub(crate) fn send_recalls(recalls: Vec<Recall>) {
     for r in recalls {
         let spawned = std::thread::Builder::new()
             .name("nfs4-recall".into())

@@ -313,26 +313,23 @@ impl NfsService {
         let (r, released, deleg) = {
             let mut st = self.v4.state.lock().unwrap();
             let (r, released) = st.open(client, owner, key, access, deny, &file.share.fs);
-            let deleg = if r.is_ok() && claim == 1 && matches!(reclaimed_deleg, 1 | 2) {
-                let write = reclaimed_deleg == 2;
-                let (s, recall) = st.reclaim_deleg(client, ctx.session, owner, key, &handle, write);
-                Some((s, write, recall))
-            } else {
-                (r.is_ok()
-                    && matches!(claim, 0 | 4)
-                    && super::delegations::wants_delegation(share_access))
-                .then(|| {
-                    if access & SHARE_WRITE != 0 {
-                        st.grant_write_deleg(client, ctx.session, owner, key, &handle)
-                            .map(|s| (s, true, false))
-                    } else if deny == 0 {
-                        st.grant_read_deleg(client, ctx.session, key, &handle)
-                            .map(|s| (s, false, false))
-                    } else {
-                        None
-                    }
-                })
-                .flatten()
+            let wants = super::delegations::wants_delegation(share_access);
+            let session = ctx.session;
+            // (stateid, write, handed out already recalled)
+            let deleg = match (r.is_ok(), claim) {
+                (false, _) => None,
+                (true, 1) if matches!(reclaimed_deleg, 1 | 2) => {
+                    let write = reclaimed_deleg == 2;
+                    let (s, recall) = st.reclaim_deleg(client, session, owner, key, &handle, write);
+                    Some((s, write, recall))
+                }
+                (true, 0 | 4) if wants && access & SHARE_WRITE != 0 => st
+                    .grant_write_deleg(client, session, owner, key, &handle)
+                    .map(|s| (s, true, false)),
+                (true, 0 | 4) if wants && deny == 0 => st
+                    .grant_read_deleg(client, session, key, &handle)
+                    .map(|s| (s, false, false)),
+                _ => None,
             };
             (r.map(|(id, seq)| st.stateid_of(id, seq)), released, deleg)
         };
@@ -482,17 +479,21 @@ impl NfsService {
         let mut st = self.v4.state.lock().unwrap();
         if s.is_special() {
             let (ok, released) = st.anonymous_allowed(key, write);
+            // A read without open state: another client's write delegation may hold
+            // data the server has not seen (writes clear their own way). Looked for
+            // under the lock already held.
+            let (clear, recalls) = if ok && !write && self.delegations_exist() {
+                st.break_write_delegations(key, ctx.client)
+            } else {
+                (true, Vec::new())
+            };
             drop(st);
             ctx.releases.extend(released);
-            if ok && !write {
-                // A read without open state: another client's write delegation may
-                // hold data the server has not seen (writes clear their own way).
-                self.clear_for_read(key, ctx.client)?;
-            }
-            return if ok {
-                Ok(())
-            } else {
-                Err(Nfs4Error::Locked.into())
+            super::delegations::send_recalls(recalls);
+            return match (ok, clear) {
+                (false, _) => Err(Nfs4Error::Locked.into()),
+                (true, false) => Err(Nfs4Error::Delay.into()),
+                (true, true) => Ok(()),
             };
         }
         let client = ctx.client()?;
