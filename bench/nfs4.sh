@@ -24,27 +24,24 @@
 # (sync=standard), so shoal keeps one copy of each log block as ext4 keeps one journal:
 # the raidz2 writes and flushes every log block on three of its six files, which on real
 # disks run in parallel but here all land on this VM's one disk. shoal-1disk against
-# ganesha-dirsync compares equal guarantees on equal redundancy. Then reads from disk (DISK_MIB, default 4096, of
-# files against a 256 MiB ARC, one stream and four, 128K reads 16 in flight) over v3
-# and v4.1 beside the raw disk (fio, O_DIRECT, 1 MiB, 32 in flight, the file
-# system's best), shoal only, every round after dropping the host's caches.
+# ganesha-dirsync compares equal guarantees on equal redundancy. Reads from disk
+# against the raw disk are bench/from-disk.sh's.
 # Rounds are interleaved (every test, every server and version, then the next round)
 # and figures are medians with their spread (min, max). Each run also records the
 # server process's CPU seconds (/proc/PID/stat), so efficiency reads as CPU-seconds
 # per GB or per 1,000 operations, which drifts far less on this VM than throughput.
 #
 #   BENCH_DIR=/work/bench-data REPEAT=3 SECONDS_RUN=8 bench/nfs4.sh > docs/bench/nfs4-DATE.json
-# TESTS="metadata smallfiles" runs some tests only; FROM_DISK=0 skips the reads from disk.
+# TESTS="metadata smallfiles" runs some tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-/var/tmp/shoal-bench}/nfs4
 REPEAT=${REPEAT:-3}
 SECONDS_RUN=${SECONDS_RUN:-8}
 SET_MIB=${SET_MIB:-512}
-DISK_MIB=${DISK_MIB:-4096}
 THREADS=${THREADS:-4}
 . bench/lib.sh
-need nfs-ganesha nfs-ganesha-vfs rpcbind fio
+need nfs-ganesha nfs-ganesha-vfs rpcbind
 cargo build --release -q -p shoal
 SHOAL=$PWD/target/release/shoal
 export SHOAL_STATE_DIR="$DIR/state"
@@ -178,64 +175,10 @@ for round in $(seq "$REPEAT"); do
     done
 done
 
-# --- from disk: shoal again with an ARC far smaller than the files (FROM_DISK=0 skips it) ---
-touch "$OUT/disk.jsonl"
-if [ "${FROM_DISK:-1}" = 1 ]; then
-kill -TERM "$(cat "$OUT/shoal.pid")"
-while kill -0 "$(cat "$OUT/shoal.pid")" 2>/dev/null; do sleep 0.1; done
-SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$SHOAL_PORT --api off --arc-max 256M \
-    --share 'sbench/fs=127.0.0.1(rw,no_root_squash,insecure)' 2>>"$OUT/shoal.log" &
-echo $! > "$OUT/shoal.pid"
-for _ in $(seq 100); do ss -ltn | grep -q ":$SHOAL_PORT " && break; sleep 0.1; done
-DISK_FILE=$(( DISK_MIB / 8 ))M
-"$SHOAL" bench run --threads 4 $(endpoint shoal 3) --workload read --files 8 --file-size "$DISK_FILE" \
-    --dir shoal-bench-disk >/dev/null 2>>"$OUT/bench.log"
-fio --name=raw --filename="$DIR/raw" --size="${DISK_MIB}M" --rw=write --bs=1M --direct=1 \
-    --ioengine=psync --output-format=json > /dev/null
-raw_read() {
-    drop_caches
-    fio --name=raw --filename="$DIR/raw" --size="${DISK_MIB}M" --rw=read --bs=1M --direct=1 \
-        --ioengine=libaio --iodepth=32 --output-format=json \
-        | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["read"]["bw_bytes"]/1e6)'
-}
-disk_read() { # VERSION STREAMS -> one JSON line
-    drop_caches
-    local out
-    # shellcheck disable=SC2046
-    out=$("$SHOAL" bench run --json --nfs-version "$1" --threads "$2" $(endpoint shoal "$1") --workload read \
-        --io-size 128K --depth 16 --files 8 --file-size "$DISK_FILE" --dir shoal-bench-disk 2>>"$OUT/bench.log") \
-        || { log "from-disk read v$1 failed"; tail -5 "$OUT/bench.log" >&2; }
-    python3 -c 'import json,sys; a=json.loads(sys.argv[1])["aggregate"]["stonewall"]; print(a["mb_per_s"])' "$out"
-}
-for round in $(seq "$REPEAT"); do
-    log "from-disk round $round of $REPEAT"
-    for streams in 1 4; do
-        raw=$(raw_read)
-        v3=$(disk_read 3 "$streams")
-        v41=$(disk_read 4.1 "$streams")
-        echo "{\"server\": \"disk\", \"test\": \"read_disk_s$streams\", \"raw_mb_per_s\": $raw, \"v3_mb_per_s\": $v3, \"v41_mb_per_s\": $v41}" \
-            | tee -a "$OUT/disk.jsonl" >&2
-    done
-done
-
-fi
-
-python3 - "$OUT/results.jsonl" "$REPEAT" "$SECONDS_RUN" "$SET_MIB" "$THREADS" "$(git rev-parse --short HEAD)" "$OUT/disk.jsonl" "$DISK_MIB" <<'PY'
+python3 - "$OUT/results.jsonl" "$REPEAT" "$SECONDS_RUN" "$SET_MIB" "$THREADS" "$(git rev-parse --short HEAD)" <<'PY'
 import json, statistics, sys, datetime
-path, repeat, seconds, set_mib, threads, commit, disk_path, disk_mib = sys.argv[1:]
+path, repeat, seconds, set_mib, threads, commit = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
-disk = [json.loads(l) for l in open(disk_path)]
-from_disk = {}
-for s in (1, 4):
-    rs = [d for d in disk if d["test"] == f"read_disk_s{s}"]
-    per = lambda k: [d[k] for d in rs]
-    ratio = [d["v41_mb_per_s"] / d["raw_mb_per_s"] for d in rs if d["raw_mb_per_s"]]
-    from_disk[f"streams {s}"] = {
-        "raw_disk_mb_per_s": per("raw_mb_per_s"), "shoal_v3_mb_per_s": per("v3_mb_per_s"),
-        "shoal_v41_mb_per_s": per("v41_mb_per_s"),
-        "v41_vs_raw_disk_per_round": [round(x, 3) for x in ratio],
-        "v41_vs_raw_disk_median": round(statistics.median(ratio), 3) if ratio else None,
-    }
 def series(server, version, test, key):
     return [r[key] for r in rows if r["server"] == server and r["version"] == version
             and r["test"] == test and "error" not in r]
@@ -289,9 +232,7 @@ print(json.dumps({
               "shoal": "raidz2 of six files, recordsize 128K, compression off, ARC 2G; shoal-1disk: a pool of one file on the same ext4",
               "ganesha": "FSAL VFS on ext4, Protocols 3 and 4, Minor_Versions 1, 2, Delegations on (NFSV4 and per export, readwrite)",
               "v4.1d": "NFSv4.1 with the client taking delegations (shoal bench --delegations): the connection is the back channel; under a write delegation the stat and open/read/close of the file it just wrote are answered by the client (delegated_ops counts them)"},
-    "targets (issue 23)": {"read from disk >= 0.85x raw disk (1 stream)": from_disk["streams 1"]["v41_vs_raw_disk_median"],
-                           "read from disk >= 0.85x raw disk (4 streams)": from_disk["streams 4"]["v41_vs_raw_disk_median"],
-                           "read cached >= 1.2x ganesha": ratios["read_cached_128k: shoal v4.1 / ganesha v4.1"],
+    "targets (issue 23)": {"read cached >= 1.2x ganesha": ratios["read_cached_128k: shoal v4.1 / ganesha v4.1"],
                            "randread 8K >= 1.5x ganesha": ratios["randread_8k: shoal v4.1 / ganesha v4.1"],
                            "metadata >= 1.0x own v3 (sync=standard)": ratios["metadata: shoal v4.1 / shoal v3"],
                            "metadata >= 1.0x own v3 (sync=disabled)": ratios["metadata: shoal-nosync v4.1 / shoal-nosync v3"],
@@ -308,6 +249,5 @@ print(json.dumps({
                            "small files with delegations >= 1.5x ganesha v4.1 with delegations (equal guarantees; shoal on raidz2 of six)": ratios["smallfiles: shoal v4.1 with delegations / ganesha-dirsync v4.1 with delegations"],
                            "small files with delegations >= 1.0x own v3 (sync=standard)": ratios["smallfiles: shoal v4.1 with delegations / shoal v3"],
                            "metadata >= 1.5x ganesha v4.1 (equal guarantees, equal redundancy: shoal sync=standard on one file, ganesha-dirsync on the same ext4)": ratios["metadata: shoal-1disk v4.1 / ganesha-dirsync v4.1"]},
-    "from_disk": {"setup": f"shoal with a 256 MiB ARC, {disk_mib} MiB in 8 files, 128K reads 16 in flight, host caches dropped before each run; raw disk: fio O_DIRECT 1 MiB x 32 on the same file system", **from_disk, "runs": disk},
     "ratios": ratios, "figures": figures, "runs": rows}, indent=1))
 PY

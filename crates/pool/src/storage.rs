@@ -238,17 +238,24 @@ struct InFlight {
     reads: Mutex<HashMap<BlockKey, Arc<ReadDone>>>,
 }
 
+/// The end of one block's device read, for readers that found it in flight. Finish
+/// wakes only when someone sleeps on it: std's condvar makes a futex call per notify
+/// even with no waiter, and read-ahead finishes a block at a time, thousands a second,
+/// almost always with nobody waiting.
 #[derive(Default)]
 struct ReadDone {
-    done: Mutex<bool>,
+    /// (done, readers asleep on `cv`)
+    state: Mutex<(bool, usize)>,
     cv: Condvar,
 }
 
 impl ReadDone {
     fn wait(&self) {
-        let mut done = self.done.lock().unwrap();
-        while !*done {
-            done = self.cv.wait(done).unwrap();
+        let mut st = self.state.lock().unwrap();
+        while !st.0 {
+            st.1 += 1;
+            st = self.cv.wait(st).unwrap();
+            st.1 -= 1;
         }
     }
 }
@@ -261,8 +268,14 @@ impl InFlight {
             keys.into_iter().filter_map(|k| reads.remove(k)).collect()
         };
         for signal in signals {
-            *signal.done.lock().unwrap() = true;
-            signal.cv.notify_all();
+            let waiters = {
+                let mut st = signal.state.lock().unwrap();
+                st.0 = true;
+                st.1
+            };
+            if waiters > 0 {
+                signal.cv.notify_all();
+            }
         }
     }
 }

@@ -531,6 +531,61 @@ fn sequential_reads_are_prefetched() {
     );
 }
 
+/// Reads held at a one-disk pool's device while `pool` reads block 1 of a file it has
+/// read block 0 of (so the read continues a stream and its block size is known).
+fn reads_held_while_a_stream_continues(prefetch: bool) -> usize {
+    let devs = sim_devices(1, 42, None);
+    let pool = create_pool(Layout::Disk, &devs);
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let f = new_file(&pool, os, 128 * 1024, Compression::Off);
+    let data = Rng(42).bytes(4 << 20);
+    pool.write(os, f, 0, &data).unwrap();
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let mut o = opts();
+    o.prefetch = prefetch;
+    let pool = pool::Pool::import(args(&devs), Some("tank"), o).unwrap();
+    assert_eq!(
+        pool.read(os, f, 0, 128 * 1024).unwrap(),
+        &data[..128 * 1024]
+    );
+    devs[0].hold_reads(true);
+    let reader = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.read(os, f, 128 * 1024, 128 * 1024).unwrap())
+    };
+    // The demand read reaches the gate; with read-ahead, so does the read-ahead it
+    // asked for (blocks 2 and 3). Without, nothing else ever comes: the check then
+    // gives the pool a quarter second to show a second read, and releases.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let want = if prefetch { 2 } else { 1 };
+    while devs[0].held_reads() < want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    if !prefetch {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let held = devs[0].held_reads();
+    devs[0].hold_reads(false);
+    assert_eq!(reader.join().unwrap(), &data[128 * 1024..256 * 1024]);
+    held
+}
+
+/// A read that must wait for the disk has queued its read-ahead first: a client that
+/// caught up with read-ahead keeps the disk busy ahead of it while it waits, rather
+/// than the window standing still until the one slow read comes back.
+#[test]
+fn a_read_that_waits_on_the_disk_has_queued_its_read_ahead_first() {
+    assert_eq!(
+        reads_held_while_a_stream_continues(true),
+        2,
+        "the demand read and its read-ahead are both at the disk"
+    );
+    // Control: without read-ahead only the demand read is there.
+    assert_eq!(reads_held_while_a_stream_continues(false), 1);
+}
+
 /// The bytes of a read are the ARC's own buffers: a second read of a cached block
 /// hands out the same memory, so a server can send it without copying.
 #[test]

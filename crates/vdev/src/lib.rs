@@ -16,6 +16,7 @@ pub mod sim_time;
 pub mod throttled_device;
 pub mod tree;
 pub mod volatile_cache;
+pub mod work_queue;
 
 pub use aligned::AlignedBuf;
 pub use device::{Device, IoMode, SECTOR_SIZE};

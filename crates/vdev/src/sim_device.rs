@@ -341,6 +341,9 @@ pub struct SimDevice {
 
     clock: Option<Arc<CrashClock>>,
     state: Mutex<State>,
+    /// Reads wait here while held (`hold_reads`): (held, reads waiting).
+    read_gate: Mutex<(bool, usize)>,
+    read_gate_opened: std::sync::Condvar,
 }
 
 fn sim_error(what: &str) -> io::Error {
@@ -426,6 +429,8 @@ impl SimDevice {
             size: size_bytes,
 
             clock,
+            read_gate: Mutex::new((false, 0)),
+            read_gate_opened: std::sync::Condvar::new(),
             state: Mutex::new(State {
                 current: content.clone(),
                 durable: content,
@@ -565,6 +570,31 @@ impl SimDevice {
         );
     }
 
+    /// While held, every read waits before it starts (tests that must see which reads
+    /// a pool issues while one is outstanding); releasing lets them all go.
+    pub fn hold_reads(&self, held: bool) {
+        self.read_gate.lock().unwrap().0 = held;
+        if !held {
+            self.read_gate_opened.notify_all();
+        }
+    }
+
+    /// Reads waiting at the gate of `hold_reads`.
+    pub fn held_reads(&self) -> usize {
+        self.read_gate.lock().unwrap().1
+    }
+
+    fn pass_read_gate(&self) {
+        let mut gate = self.read_gate.lock().unwrap();
+        if gate.0 {
+            gate.1 += 1;
+            while gate.0 {
+                gate = self.read_gate_opened.wait(gate).unwrap();
+            }
+            gate.1 -= 1;
+        }
+    }
+
     pub fn set_speed(&self, speed: Option<SpeedLimit>) {
         self.state.lock().unwrap().speed = speed;
     }
@@ -623,6 +653,7 @@ impl Device for SimDevice {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_io(offset, buf.len(), self.size)?;
+        self.pass_read_gate();
         let mut st = self.state.lock().unwrap();
         self.alive(&mut st, false)?;
         let sleep = self.service(&mut st, offset, buf.len());

@@ -25,6 +25,12 @@ use std::sync::Arc;
 
 /// Largest I/O a batch of adjacent writes is merged into.
 pub const MAX_AGGREGATE_BYTES: usize = 1 << 20;
+/// Largest I/O adjacent reads of a batch are merged into: a whole read-ahead job (4 MiB
+/// on disks) on one leaf, one request rather than four 1 MiB reads one after another
+/// (which held a one-disk pool's read-ahead to a quarter of its window in flight). A
+/// disk streams about as fast with its bytes in flight in fewer, larger requests (fio
+/// on this VM's disk: 4 MiB x 8 and 1 MiB x 32 within its run-to-run drift).
+pub const MAX_READ_AGGREGATE_BYTES: usize = 4 << 20;
 
 /// One leaf write of a batch: `buf[range]` goes to `leaf` at `offset`.
 #[derive(Debug, Clone)]
@@ -332,7 +338,7 @@ impl TopVdev {
 
     /// Reads many blocks with as few device I/Os as possible: data columns (or one mirror
     /// side) per leaf, sorted, adjacent pieces merged into reads of up to
-    /// `MAX_AGGREGATE_BYTES`. Nothing is verified here: a `None` (a piece failed to
+    /// `MAX_READ_AGGREGATE_BYTES`. Nothing is verified here: a `None` (a piece failed to
     /// read) or a block that fails its checksum must go through `read`, which
     /// reconstructs and heals.
     ///
@@ -694,7 +700,7 @@ struct LeafPiece<'a> {
 }
 
 /// Reads one leaf's pieces in offset order, adjacent ones merged into reads of up to
-/// `MAX_AGGREGATE_BYTES`; returns the requests whose pieces failed.
+/// `MAX_READ_AGGREGATE_BYTES`; returns the requests whose pieces failed.
 fn read_leaf_pieces(leaf: &Leaf, mut pieces: Vec<LeafPiece<'_>>) -> Vec<usize> {
     pieces.sort_by_key(|p| p.offset);
     let mut failed = Vec::new();
@@ -704,7 +710,7 @@ fn read_leaf_pieces(leaf: &Leaf, mut pieces: Vec<LeafPiece<'_>>) -> Vec<usize> {
         let mut run = rest[0].buf.len();
         while j < rest.len()
             && rest[j].offset == rest[0].offset + run as u64
-            && run + rest[j].buf.len() <= MAX_AGGREGATE_BYTES
+            && run + rest[j].buf.len() <= MAX_READ_AGGREGATE_BYTES
         {
             run += rest[j].buf.len();
             j += 1;

@@ -53,6 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use vdev::work_queue::{QueueSender, WorkQueue};
 
 pub use pool::ReadBuf;
 
@@ -164,10 +165,19 @@ pub trait Service: Send + Sync + 'static {
     }
 }
 
+/// A connection's calls queued or running, counted by its reader.
+#[derive(Default)]
+struct InFlight {
+    calls: usize,
+    reader_waits: bool,
+}
+
 struct Conn {
     peer: SocketAddr,
     writer: Mutex<TcpStream>,
-    in_flight: Mutex<usize>,
+    in_flight: Mutex<InFlight>,
+    /// Signalled when a call ends while the reader waits for one to (`reader_waits`):
+    /// std's condvar makes a futex call per notify even with nobody waiting.
     done: Condvar,
     closed: AtomicBool,
     /// Calls back to the client waiting for their replies, by xid.
@@ -198,6 +208,17 @@ impl BackChannel for Conn {
 }
 
 impl Conn {
+    /// Waits, as the connection's reader, until fewer than `limit` calls are in flight.
+    fn wait_for_fewer_calls_than(&self, limit: usize) -> std::sync::MutexGuard<'_, InFlight> {
+        let mut n = self.in_flight.lock().unwrap();
+        while n.calls >= limit {
+            n.reader_waits = true;
+            n = self.done.wait(n).unwrap();
+        }
+        n.reader_waits = false;
+        n
+    }
+
     fn send(&self, reply: &Reply) {
         let total = reply.len();
         assert!(
@@ -224,8 +245,10 @@ impl Conn {
             self.send(&reply);
         }
         let mut n = self.in_flight.lock().unwrap();
-        *n -= 1;
-        self.done.notify_all();
+        n.calls -= 1;
+        if n.reader_waits {
+            self.done.notify_all();
+        }
     }
 }
 
@@ -300,65 +323,10 @@ impl Drop for Claim {
     }
 }
 
-/// The calls waiting for a worker: a queue under a mutex, workers asleep on a condvar.
-/// A channel that spins before it sleeps (crossbeam's) cost each call a few
-/// `sched_yield`s of every idle worker, CPU the client and the busy workers need on a
-/// small machine; here an idle worker costs nothing and a call wakes exactly one.
-struct JobQueue {
-    state: Mutex<(std::collections::VecDeque<Job>, usize)>,
-    ready: Condvar,
-}
-
-/// A handle that queues calls; the queue closes when the last one is dropped.
-struct JobSender(Arc<JobQueue>);
-
-impl JobQueue {
-    fn new() -> (JobSender, Arc<JobQueue>) {
-        let q = Arc::new(JobQueue {
-            state: Mutex::new((std::collections::VecDeque::new(), 1)),
-            ready: Condvar::new(),
-        });
-        (JobSender(q.clone()), q)
-    }
-
-    /// The next call; `None` once the queue is empty and closed.
-    fn recv(&self) -> Option<Job> {
-        let mut st = self.state.lock().unwrap();
-        loop {
-            if let Some(job) = st.0.pop_front() {
-                return Some(job);
-            }
-            if st.1 == 0 {
-                return None;
-            }
-            st = self.ready.wait(st).unwrap();
-        }
-    }
-}
-
-impl JobSender {
-    fn send(&self, job: Job) {
-        self.0.state.lock().unwrap().0.push_back(job);
-        self.0.ready.notify_one();
-    }
-}
-
-impl Clone for JobSender {
-    fn clone(&self) -> JobSender {
-        self.0.state.lock().unwrap().1 += 1;
-        JobSender(self.0.clone())
-    }
-}
-
-impl Drop for JobSender {
-    fn drop(&mut self) {
-        let mut st = self.0.state.lock().unwrap();
-        st.1 -= 1;
-        if st.1 == 0 {
-            self.0.ready.notify_all();
-        }
-    }
-}
+/// The calls waiting for a worker (`vdev::work_queue`: an idle worker costs nothing,
+/// and a call wakes exactly one worker, and only when one sleeps).
+type JobQueue = WorkQueue<Job>;
+type JobSender = QueueSender<Job>;
 
 /// A record read under a claim that covers it.
 struct Claimed {
@@ -384,7 +352,7 @@ impl RpcServer {
         service: Arc<dyn Service>,
         workers: usize,
     ) -> std::io::Result<RpcServer> {
-        let (tx, rx) = JobQueue::new();
+        let (tx, rx) = JobQueue::new(usize::MAX);
         let budget = Arc::new(Budget::default());
         let mut worker_threads = Vec::new();
         for i in 0..workers.max(1) {
@@ -394,7 +362,7 @@ impl RpcServer {
                 std::thread::Builder::new()
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
-                        while let Some(job) = rx.recv() {
+                        while let Some(job) = rx.pop() {
                             let call = Call {
                                 peer: job.conn.peer,
                                 received: job.received,
@@ -515,7 +483,7 @@ fn accept_loop(
         let conn = Arc::new(Conn {
             peer,
             writer: Mutex::new(writer),
-            in_flight: Mutex::new(0),
+            in_flight: Mutex::new(InFlight::default()),
             done: Condvar::new(),
             closed: AtomicBool::new(false),
             callbacks: Mutex::new(HashMap::new()),
@@ -540,11 +508,7 @@ fn accept_loop(
                     tracing::debug!(%peer, "connection closed: {e}");
                 }
                 // Replies to calls already read still go out; wait for them.
-                let mut n = conn.in_flight.lock().unwrap();
-                while *n > 0 {
-                    n = conn.done.wait(n).unwrap();
-                }
-                drop(n);
+                drop(conn.wait_for_fewer_calls_than(1));
                 // The write half is shared with `conns`: close the socket explicitly so
                 // the client sees the end now, not when the server stops.
                 let _ = conn.writer.lock().unwrap().shutdown(Shutdown::Both);
@@ -623,22 +587,16 @@ fn read_loop(
         // flight stays so until the call is counted below. The peek, a system call,
         // comes last: a pipelining client is told apart by the count alone.
         if service.may_run_inline(&call)
-            && *conn.in_flight.lock().unwrap() == 0
+            && conn.in_flight.lock().unwrap().calls == 0
             && !more_waiting(&stream)
         {
-            *conn.in_flight.lock().unwrap() += 1;
+            conn.in_flight.lock().unwrap().calls += 1;
             conn.answer(service, &call);
             continue;
         }
         let header = call.header;
-        {
-            let mut n = conn.in_flight.lock().unwrap();
-            while *n >= MAX_IN_FLIGHT {
-                n = conn.done.wait(n).unwrap();
-            }
-            *n += 1;
-        }
-        tx.send(Job {
+        conn.wait_for_fewer_calls_than(MAX_IN_FLIGHT).calls += 1;
+        tx.push(Job {
             conn: conn.clone(),
             record,
             header,

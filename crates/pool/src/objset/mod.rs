@@ -770,6 +770,12 @@ impl Objset {
         Ok(Some((bs, out)))
     }
 
+    /// The block size of `obj` if it is loaded (no device I/O; `None` otherwise).
+    pub fn loaded_block_size(&self, obj: u64) -> Option<u64> {
+        let inner = self.inner.lock().unwrap();
+        inner.objects.get(&obj).map(|s| s.dnode.block_size as u64)
+    }
+
     /// Feeds a demand read to the object's stream detector; returns the block ids to
     /// read ahead.
     pub fn note_read(

@@ -465,7 +465,7 @@ pub struct Pool {
     intent_log: IntentLog,
     log_area: Mutex<(u64, u64)>,
     /// The read-ahead workers' queue, made (and the workers started) on first use.
-    prefetch_tx: std::sync::OnceLock<crossbeam_channel::Sender<PrefetchJob>>,
+    prefetch_tx: std::sync::OnceLock<vdev::work_queue::QueueSender<PrefetchJob>>,
     opts: PoolOptions,
     /// Where intent-log commits and txg syncs are reported, with this pool's number.
     analytics: std::sync::OnceLock<(Arc<analytics::Analytics>, u32)>,
