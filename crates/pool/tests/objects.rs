@@ -495,12 +495,22 @@ fn label_area(dev: &vdev::SimDevice) -> (u64, u64) {
     vdev::label::data_area(dev.size_bytes())
 }
 
-fn sequential_read_hits(prefetch: bool) -> u64 {
-    let devs = sim_devices(3, 40, None);
-    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+/// A file of `bytes` random bytes in 128K records on a new pool of `layout` over `n`
+/// simulated devices, written and the pool imported again (nothing in its ARC), with
+/// read-ahead on or off: (devices, pool, objset, file, the bytes).
+type ColdFile = (
+    Vec<Arc<vdev::SimDevice>>,
+    Arc<pool::Pool>,
+    u64,
+    u64,
+    Vec<u8>,
+);
+fn cold_file(layout: Layout, n: usize, seed: u64, bytes: usize, prefetch: bool) -> ColdFile {
+    let devs = sim_devices(n, seed, None);
+    let pool = create_pool(layout, &devs);
     let os = pool.create_objset("tank/fs", "{}").unwrap();
     let f = new_file(&pool, os, 128 * 1024, Compression::Off);
-    let data = Rng(40).bytes(32 << 20);
+    let data = Rng(seed).bytes(bytes);
     pool.write(os, f, 0, &data).unwrap();
     pool.sync().unwrap();
     pool.export().unwrap();
@@ -508,6 +518,12 @@ fn sequential_read_hits(prefetch: bool) -> u64 {
     let mut o = opts();
     o.prefetch = prefetch;
     let pool = pool::Pool::import(args(&devs), Some("tank"), o).unwrap();
+    (devs, pool, os, f, data)
+}
+
+fn sequential_read_hits(prefetch: bool) -> u64 {
+    let (_devs, pool, os, f, data) =
+        cold_file(Layout::RaidZ { nparity: 1 }, 3, 40, 32 << 20, prefetch);
     let before = pool.status().arc;
     let mut off = 0;
     while off < data.len() {
@@ -534,18 +550,7 @@ fn sequential_reads_are_prefetched() {
 /// Reads held at a one-disk pool's device while `pool` reads block 1 of a file it has
 /// read block 0 of (so the read continues a stream and its block size is known).
 fn reads_held_while_a_stream_continues(prefetch: bool) -> usize {
-    let devs = sim_devices(1, 42, None);
-    let pool = create_pool(Layout::Disk, &devs);
-    let os = pool.create_objset("tank/fs", "{}").unwrap();
-    let f = new_file(&pool, os, 128 * 1024, Compression::Off);
-    let data = Rng(42).bytes(4 << 20);
-    pool.write(os, f, 0, &data).unwrap();
-    pool.sync().unwrap();
-    pool.export().unwrap();
-    drop(pool);
-    let mut o = opts();
-    o.prefetch = prefetch;
-    let pool = pool::Pool::import(args(&devs), Some("tank"), o).unwrap();
+    let (devs, pool, os, f, data) = cold_file(Layout::Disk, 1, 42, 4 << 20, prefetch);
     assert_eq!(
         pool.read(os, f, 0, 128 * 1024).unwrap(),
         &data[..128 * 1024]

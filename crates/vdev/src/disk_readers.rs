@@ -5,7 +5,7 @@
 //! of CPU on a VM (pool-bench, 3x(4+1) on simulated disks: CPU per GB read up 50%),
 //! and a read-ahead stream issues hundreds of batches a second. Why not a work-stealing
 //! pool: its idle workers spin, and 80 of them doubled the CPU of the same run. These
-//! threads block on a channel when idle and cost nothing.
+//! threads sleep on a queue when idle and cost nothing.
 //!
 //! The caller runs the last task itself rather than wait idle: one hand-off fewer per
 //! batch, and a batch on two leaves wakes one thread, not two. Threads take tasks from
