@@ -13,6 +13,7 @@ pub mod raidz_map;
 pub mod raidz_math;
 pub mod sim_device;
 pub mod sim_time;
+pub mod staging;
 pub mod throttled_device;
 pub mod tree;
 pub mod volatile_cache;
