@@ -105,10 +105,10 @@ print(a["mb_per_s"], a["bytes"] / 1e9, (int(sys.argv[3]) - int(sys.argv[2])) / t
 PY
 }
 
-# fio's buffers in huge pages: a 1 MiB read into scattered 4 KiB pages exceeds a virtio
-# disk's segment limit and reaches it as two requests, which on this VM's disk read at
-# less than half the rate of whole ones (bench/disk-submission.sh). The raw disk is
-# the disk's best. 64 huge pages (128 MiB) hold 32 MiB of buffers with room to spare.
+# fio's buffers in huge pages: a read into scattered 4 KiB pages is cut at a virtio
+# disk's segment limit (254 contiguous runs), and on this VM's disk 1 MiB x 32 read at
+# two thirds of the rate into heap buffers that it did into huge pages
+# (bench/disk-submission.sh). The raw disk is the disk's best. 64 huge pages (128 MiB) hold 32 MiB of buffers with room to spare.
 HUGEPAGES_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
 [ "$HUGEPAGES_BEFORE" -ge 64 ] || echo 64 > /proc/sys/vm/nr_hugepages
 [ "$(cat /proc/sys/vm/nr_hugepages)" -ge 64 ] || { log "could not reserve 64 huge pages for fio's buffers"; exit 1; }

@@ -4,10 +4,10 @@
 //! Why: the block layer cuts a request at the device's segment limit (`max_segments`,
 //! 254 on virtio disks), and a segment is a physically contiguous run of memory. A
 //! 4 MiB read into block buffers made of scattered 4 KiB pages is up to 1,024 segments:
-//! split into requests of about 512 KiB. On this VM's disk, where every request costs
-//! about the same, that halved what a stream could read. fio, 8 x 4 MiB in flight, on
-//! one file: 0.86-0.96 GB/s with heap buffers (512 KiB requests) and 2.06-2.50 GB/s
-//! with huge-page buffers (4 MiB requests), same minutes. A 2 MiB huge page is one
+//! split into several requests. This VM's disk serves few large runs much faster than
+//! many small ones: fio, 8 x 4 MiB in flight on one file, read a median 1,235 MB/s
+//! into heap buffers (1.6 MiB a request) and 2,206 into huge-page buffers (4 MiB a
+//! request), rounds interleaved (`bench/disk-submission.sh`). A 2 MiB huge page is one
 //! segment, so a staged read of up to `STAGE_BYTES` is at most a few segments and one
 //! request; its bytes are then copied into the caller's buffers (a copy costs about a
 //! tenth of a CPU-second per GB and leaves the data warm in cache for the checksum
@@ -17,6 +17,10 @@
 //! given back on drop); its aligned window never moves (the backing vector is never
 //! resized after creation). Huge pages are advice: if the kernel has none to give, a
 //! stage is ordinary memory and reads through it are as correct, just no faster.
+//!
+//! Memory: a stage is 6 MiB (a 4 MiB window plus room to align it), one per large read
+//! in flight; up to `KEEP` stay for reuse (about 100 MiB for a one-disk pool's 16
+//! read-ahead workers, more on wide RAID-Z groups, whose leaves read in parallel).
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Mutex;
