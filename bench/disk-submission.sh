@@ -27,17 +27,14 @@ ROUNDS=${ROUNDS:-5}
 SECONDS_RUN=${SECONDS_RUN:-6}
 . bench/lib.sh
 need fio
-HUGEPAGES_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
 cleanup() {
     rm -rf "$DIR"
-    echo "$HUGEPAGES_BEFORE" > /proc/sys/vm/nr_hugepages
+    restore_hugepages
 }
 trap cleanup EXIT
 mkdir -p "$DIR"
 # 8 threads x 4 MiB of buffers, each in its own segment, with room to spare.
-[ "$HUGEPAGES_BEFORE" -ge 64 ] || echo 64 > /proc/sys/vm/nr_hugepages
-[ "$(cat /proc/sys/vm/nr_hugepages)" -ge 64 ] \
-    || { echo "disk-submission.sh: could not reserve 64 huge pages" >&2; exit 1; }
+reserve_hugepages 64
 # The device under the file system, as /proc/diskstats names it (major, minor).
 read -r MAJOR MINOR < <(findmnt -no MAJ:MIN -T "$DIR" | tr ':' ' ')
 disk_counters() { awk -v a="$MAJOR" -v b="$MINOR" '$1 == a && $2 == b { print $4, $6, $7, $13 }' /proc/diskstats; }

@@ -49,29 +49,30 @@ cleanup() {
     [ -f "$OUT/shoal.pid" ] && kill -TERM "$(cat "$OUT/shoal.pid")" 2>/dev/null || true
     sleep 1
     rm -rf "$DIR" "$OUT" "$RAM_DIR"
-    [ -n "${HUGEPAGES_BEFORE:-}" ] && echo "$HUGEPAGES_BEFORE" > /proc/sys/vm/nr_hugepages
-    true
+    restore_hugepages
 }
 trap cleanup EXIT
 rm -rf "$DIR" "$RAM_DIR"
 mkdir -p "$DIR/dz" "$DIR/d1"
 "$SHOAL" pool create --dir "$DIR/dz" --size $(( DISK_MIB / 2 + 1024 ))M dz raidz2 a b c d e f >/dev/null
 "$SHOAL" pool create --dir "$DIR/d1" --size $(( DISK_MIB * 3 / 2 + 1024 ))M d1 one >/dev/null
-SETS="dz d1"
-SHARES=(--share 'dz/fs=127.0.0.1(rw,no_root_squash,insecure)' --share 'd1/fs=127.0.0.1(rw,no_root_squash,insecure)')
+ALL_POOLS="dz d1"
 if [ "$RAM_POOL" = 1 ]; then
     mkdir -p "$RAM_DIR"
     "$SHOAL" pool create --dir "$RAM_DIR" --size $(( DISK_MIB * 3 / 2 + 1024 ))M ram one >/dev/null
-    SETS="$SETS ram"
-    SHARES+=(--share 'ram/fs=127.0.0.1(rw,no_root_squash,insecure)')
+    ALL_POOLS="$ALL_POOLS ram"
 fi
-for p in $SETS; do "$SHOAL" fs create $p/fs -o recordsize=128K -o compression=off >/dev/null; done
+SHARES=()
+for p in $ALL_POOLS; do
+    "$SHOAL" fs create $p/fs -o recordsize=128K -o compression=off >/dev/null
+    SHARES+=(--share "$p/fs=127.0.0.1(rw,no_root_squash,insecure)")
+done
 SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$PORT --api off --arc-max 256M "${SHARES[@]}" 2>>"$OUT/shoal.log" &
 echo $! > "$OUT/shoal.pid"
 wait_listening $PORT "$OUT/shoal.log"
 PID=$(cat "$OUT/shoal.pid")
 FILE=$(( DISK_MIB / 8 ))M
-for p in $(printf '%s\n' $POOLS $([ "$RAM_POOL" = 1 ] && echo ram) | sort -u); do
+for p in $POOLS $([ "$RAM_POOL" = 1 ] && echo ram); do
     log "writing $DISK_MIB MiB to $p"
     "$SHOAL" bench run --threads 4 --server 127.0.0.1:$PORT --export /$p/fs --workload read \
         --files 8 --file-size "$FILE" --dir set >/dev/null 2>>"$OUT/bench.log"
@@ -109,9 +110,7 @@ PY
 # disk's segment limit (254 contiguous runs), and on this VM's disk 1 MiB x 32 read at
 # two thirds of the rate into heap buffers that it did into huge pages
 # (bench/disk-submission.sh). The raw disk is the disk's best. 64 huge pages (128 MiB) hold 32 MiB of buffers with room to spare.
-HUGEPAGES_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
-[ "$HUGEPAGES_BEFORE" -ge 64 ] || echo 64 > /proc/sys/vm/nr_hugepages
-[ "$(cat /proc/sys/vm/nr_hugepages)" -ge 64 ] || { log "could not reserve 64 huge pages for fio's buffers"; exit 1; }
+reserve_hugepages 64
 touch "$OUT/runs.jsonl"
 for round in $(seq "$REPEAT"); do
     for streams in $STREAMS; do

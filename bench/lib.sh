@@ -21,6 +21,17 @@ remove_zfs_fuse_if_installed() {
     fi
 }
 
+# Huge pages for fio's buffers (`--mem=shmhuge`): reserve_hugepages N makes sure at
+# least N are reserved (or fails), restore_hugepages (for an exit trap) puts back the
+# count there was before.
+HUGEPAGES_BEFORE=
+reserve_hugepages() { # count
+    HUGEPAGES_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
+    [ "$HUGEPAGES_BEFORE" -ge "$1" ] || echo "$1" > /proc/sys/vm/nr_hugepages
+    [ "$(cat /proc/sys/vm/nr_hugepages)" -ge "$1" ] || { echo "could not reserve $1 huge pages" >&2; return 1; }
+}
+restore_hugepages() { if [ -n "$HUGEPAGES_BEFORE" ]; then echo "$HUGEPAGES_BEFORE" > /proc/sys/vm/nr_hugepages; fi; }
+
 proc_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # PID -> utime+stime, clock ticks
 # PID -> run time of its analytics collector thread in ns (schedstat): the collector
 # takes about a hundredth of a CPU, a dozen clock ticks in a 10 s run, too coarse to

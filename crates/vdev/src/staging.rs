@@ -37,12 +37,14 @@ const KEEP: usize = 64;
 
 static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
+#[cfg(test)]
 thread_local! {
     /// Stages this thread has taken: lets a test see that a read went through one.
     static TAKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// How many stages the calling thread has taken so far.
+#[cfg(test)]
 pub fn taken_on_this_thread() -> u64 {
     TAKEN.with(|t| t.get())
 }
@@ -61,8 +63,9 @@ impl Stage {
             .unwrap_or_else(|e| e.into_inner())
             .pop()
             .unwrap_or_else(new_storage);
+        #[cfg(test)]
         TAKEN.with(|t| t.set(t.get() + 1));
-        let start = aligned_start(&storage);
+        let start = aligned_offset(storage.as_ptr() as usize);
         assert!(
             start + STAGE_BYTES <= storage.len(),
             "stage window in bounds"
@@ -71,8 +74,8 @@ impl Stage {
     }
 }
 
-fn aligned_start(storage: &[u8]) -> usize {
-    let addr = storage.as_ptr() as usize;
+/// Bytes from `addr` to the next huge-page boundary (0 if it is one).
+fn aligned_offset(addr: usize) -> usize {
     (HUGE_PAGE - addr % HUGE_PAGE) % HUGE_PAGE
 }
 
@@ -80,7 +83,7 @@ fn new_storage() -> Vec<u8> {
     // Room to place a huge-page-aligned window of STAGE_BYTES anywhere in it.
     let mut storage: Vec<u8> = Vec::with_capacity(STAGE_BYTES + HUGE_PAGE);
     let addr = storage.as_ptr() as usize;
-    let start = (HUGE_PAGE - addr % HUGE_PAGE) % HUGE_PAGE;
+    let start = aligned_offset(addr);
     // SAFETY: madvise only advises the kernel how to back `[addr + start, +
     // STAGE_BYTES)`, which lies inside this vector's allocation (capacity STAGE_BYTES +
     // HUGE_PAGE, start < HUGE_PAGE) and is owned by it; it reads and writes no memory
