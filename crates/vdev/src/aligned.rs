@@ -1,6 +1,9 @@
-//! Sector-aligned heap buffers for O_DIRECT, built without `unsafe`: a `Vec<u8>`
-//! over-allocated by one sector, used from its first aligned byte. The backing vector
-//! is never resized after creation, so the aligned start never moves.
+//! Sector-aligned buffers for O_DIRECT, built without `unsafe`. Block-sized ones
+//! (above 32 KiB, up to 4 MiB) are slots of huge pages from `huge_slab`, so a disk
+//! transfer into them is few segments and reaches the disk whole; the others, and all
+//! of them when the slab has nothing to give, are a `Vec<u8>` over-allocated by one
+//! sector, used from its first aligned byte. The backing vector is never resized
+//! after creation, so the aligned start never moves.
 //!
 //! Buffers are recycled: block-sized buffers are allocated and freed at device speed,
 //! and fresh memory costs a page fault and a kernel zeroing per 4 KiB, which dominated
@@ -67,25 +70,51 @@ fn give_storage(v: Vec<u8>) {
 }
 
 pub struct AlignedBuf {
-    storage: Vec<u8>,
-    start: usize,
+    storage: Storage,
     len: usize,
 }
 
+enum Storage {
+    /// A heap vector, used from byte `start` (its first sector-aligned one).
+    Heap { vec: Vec<u8>, start: usize },
+    /// A slot of `huge_slab`, aligned to its size; used from its start.
+    Huge(&'static mut [u8]),
+    /// Only while being dropped.
+    Released,
+}
+
 impl AlignedBuf {
-    fn wrap(storage: Vec<u8>, len: usize) -> AlignedBuf {
-        let addr = storage.as_ptr() as usize;
+    fn wrap(vec: Vec<u8>, len: usize) -> AlignedBuf {
+        let addr = vec.as_ptr() as usize;
         let start = (SECTOR_SIZE - addr % SECTOR_SIZE) % SECTOR_SIZE;
+        assert!(start + len <= vec.len(), "aligned window in bounds");
         let buf = AlignedBuf {
-            storage,
-            start,
+            storage: Storage::Heap { vec, start },
             len,
         };
         debug_assert_eq!(buf.as_ptr() as usize % SECTOR_SIZE, 0);
         buf
     }
 
+    fn huge(len: usize) -> Option<AlignedBuf> {
+        let slot = crate::huge_slab::take(len)?;
+        assert!(len <= slot.len() && (slot.as_ptr() as usize).is_multiple_of(SECTOR_SIZE));
+        Some(AlignedBuf {
+            storage: Storage::Huge(slot),
+            len,
+        })
+    }
+
     pub fn zeroed(len: usize) -> AlignedBuf {
+        if let Some(mut b) = Self::huge(len) {
+            b.fill(0);
+            return b;
+        }
+        Self::zeroed_on_heap(len)
+    }
+
+    /// A zeroed buffer on the heap, never in huge pages.
+    pub fn zeroed_on_heap(len: usize) -> AlignedBuf {
         match take_storage(class_capacity(len)) {
             Some(mut v) => {
                 v.fill(0);
@@ -98,6 +127,9 @@ impl AlignedBuf {
     /// A buffer whose contents are unspecified (old data of a recycled buffer, or
     /// zeros): for callers that overwrite all of it.
     pub fn for_overwrite(len: usize) -> AlignedBuf {
+        if let Some(b) = Self::huge(len) {
+            return b;
+        }
         match take_storage(class_capacity(len)) {
             Some(v) => Self::wrap(v, len),
             None => Self::wrap(vec![0u8; class_capacity(len)], len),
@@ -122,19 +154,31 @@ impl AlignedBuf {
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.storage[self.start..self.start + self.len]
+        match &self.storage {
+            Storage::Heap { vec, start } => &vec[*start..*start + self.len],
+            Storage::Huge(slot) => &slot[..self.len],
+            Storage::Released => unreachable!("a buffer is used only before its drop"),
+        }
     }
 }
 
 impl DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + self.len]
+        match &mut self.storage {
+            Storage::Heap { vec, start } => &mut vec[*start..*start + self.len],
+            Storage::Huge(slot) => &mut slot[..self.len],
+            Storage::Released => unreachable!("a buffer is used only before its drop"),
+        }
     }
 }
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        give_storage(std::mem::take(&mut self.storage));
+        match std::mem::replace(&mut self.storage, Storage::Released) {
+            Storage::Heap { vec, .. } => give_storage(vec),
+            Storage::Huge(slot) => crate::huge_slab::give(slot),
+            Storage::Released => {}
+        }
     }
 }
 

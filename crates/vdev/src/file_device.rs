@@ -4,8 +4,10 @@
 //! (DESIGN.md invariant 6). File systems that refuse O_DIRECT (tmpfs answers EINVAL)
 //! get buffered I/O instead, with fdatasync as the flush; `io_mode` tells which, and
 //! pool status shows it. With O_DIRECT, a caller's buffer that is not sector-aligned is
-//! bounced through an `AlignedBuf`, and a read of 512 KiB to 4 MiB goes through a
-//! huge-page stage (`staging`) so the disk gets it as one request.
+//! bounced through an `AlignedBuf`, and a read of up to 4 MiB whose buffers could
+//! span more physically contiguous runs than the disk takes in one request
+//! (`queue/max_segments`) goes through a huge-page stage (`staging`) so the disk gets
+//! it whole; block buffers from `huge_slab` never need one.
 //!
 //! A block device is opened exclusively (`O_EXCL`, which Linux gives block devices
 //! without `O_CREAT` the meaning "claim it"): a disk that is mounted, holds a swap
@@ -19,8 +21,9 @@
 
 use crate::aligned::AlignedBuf;
 use crate::device::{check_io, Device, IoMode, SECTOR_SIZE};
+use crate::huge_slab;
 use crate::label::MIN_DEVICE_BYTES;
-use crate::staging::{Stage, STAGE_BYTES, STAGE_MIN_BYTES};
+use crate::staging::{Stage, STAGE_BYTES};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -35,6 +38,9 @@ pub struct FileDevice {
     mode: IoMode,
     /// What the kernel says of the disk under it (`queue/rotational`), read at open.
     rotational: bool,
+    /// Physically contiguous runs the disk under it takes in one request
+    /// (`queue/max_segments`), read at open.
+    max_segments: usize,
 }
 
 impl FileDevice {
@@ -180,13 +186,17 @@ impl FileDevice {
                 }
             }
         }
-        let rotational = backing_disk_is_rotational(&file);
+        let rotational = backing_queue_attribute(&file, "rotational").as_deref() == Some("1");
+        let max_segments = backing_queue_attribute(&file, "max_segments")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_MAX_SEGMENTS);
         Ok(FileDevice {
             file,
             path: path.to_path_buf(),
             size,
             mode,
             rotational,
+            max_segments,
         })
     }
 
@@ -341,10 +351,14 @@ impl FileDevice {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         check_io(offset, total, self.size)?;
         if self.mode == IoMode::Direct
-            && (STAGE_MIN_BYTES..=STAGE_BYTES).contains(&total)
+            && total <= STAGE_BYTES
             && total.is_multiple_of(SECTOR_SIZE)
+            && huge_slab::segments_at_most(bufs.iter().map(|b| (b.as_ptr() as usize, b.len())))
+                > self.max_segments
         {
-            return self.read_staged(offset, bufs, total);
+            if let Some(stage) = Stage::take() {
+                return self.read_staged(stage, offset, bufs, total);
+            }
         }
         if !vectored_ok(bufs.iter().map(|b| (b.as_ptr() as usize, b.len()))) {
             return crate::device::read_joined(self, offset, bufs);
@@ -382,8 +396,13 @@ impl FileDevice {
 
     /// A large read through a huge-page stage (`staging`): one request to the disk
     /// however scattered the pages of `bufs` are, then copied into them.
-    fn read_staged(&self, offset: u64, bufs: &mut [&mut [u8]], total: usize) -> io::Result<()> {
-        let mut stage = Stage::take();
+    fn read_staged(
+        &self,
+        mut stage: Stage,
+        offset: u64,
+        bufs: &mut [&mut [u8]],
+        total: usize,
+    ) -> io::Result<()> {
         let staged = &mut stage[..total];
         self.file.read_exact_at(staged, offset)?;
         let mut at = 0;
@@ -398,15 +417,18 @@ impl FileDevice {
 
 /// Vectored O_DIRECT needs every piece sector-aligned in address and length, and
 /// at most IOV_MAX pieces.
-/// Whether the disk a device file is (a block device) or lives on (a regular file's
-/// file system) spins, from sysfs: `/sys/dev/block/MAJ:MIN/queue/rotational`, or its
-/// parent's for a partition. Anything unknown (tmpfs, overlay, no sysfs) is taken as
-/// not rotational, which only makes mirror reads weigh queue length alone.
-fn backing_disk_is_rotational(file: &File) -> bool {
+/// Segment limit assumed when sysfs does not say (tmpfs, overlay): the smallest that
+/// common disks have (SCSI's 128), so a read that might be split is staged.
+const DEFAULT_MAX_SEGMENTS: usize = 128;
+
+/// A queue attribute of the disk a device file is (a block device) or lives on (a
+/// regular file's file system), from sysfs: `/sys/dev/block/MAJ:MIN/queue/NAME`, or
+/// its parent's for a partition. None when unknown (tmpfs, overlay, no sysfs): a disk
+/// then counts as not rotational, which only makes mirror reads weigh queue length
+/// alone, and as taking `DEFAULT_MAX_SEGMENTS`.
+fn backing_queue_attribute(file: &File, name: &str) -> Option<String> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let Ok(meta) = file.metadata() else {
-        return false;
-    };
+    let meta = file.metadata().ok()?;
     let dev = if meta.file_type().is_block_device() {
         meta.rdev()
     } else {
@@ -414,12 +436,11 @@ fn backing_disk_is_rotational(file: &File) -> bool {
     };
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
-    for dir in [base.clone(), base.join("..")] {
-        if let Ok(flag) = std::fs::read_to_string(dir.join("queue/rotational")) {
-            return flag.trim() == "1";
-        }
-    }
-    false
+    [base.clone(), base.join("..")].iter().find_map(|dir| {
+        std::fs::read_to_string(dir.join("queue").join(name))
+            .ok()
+            .map(|v| v.trim().to_string())
+    })
 }
 
 fn vectored_ok(pieces: impl Iterator<Item = (usize, usize)>) -> bool {
@@ -613,8 +634,8 @@ mod tests {
     }
 
     #[test]
-    fn large_reads_go_through_a_stage_and_land_in_every_piece() {
-        use crate::staging::{taken_on_this_thread, STAGE_BYTES, STAGE_MIN_BYTES};
+    fn reads_into_scattered_memory_go_through_a_stage_and_land_in_every_piece() {
+        use crate::staging::{taken_on_this_thread, STAGE_BYTES};
         let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target");
         std::fs::create_dir_all(base).unwrap();
         let dir = tempfile::tempdir_in(base).unwrap();
@@ -625,24 +646,47 @@ mod tests {
             IoMode::Direct,
             "the build directory's file system takes O_DIRECT (staging is for it)"
         );
+        // The cases below are on either side of any limit in this range (virtio 254,
+        // SCSI 128, the default when sysfs does not say 128).
+        assert!(
+            (128..=512).contains(&dev.max_segments),
+            "max_segments {}",
+            dev.max_segments
+        );
         let at = 3 * SECTOR_SIZE as u64;
         let data: Vec<u8> = (0..STAGE_BYTES + 8 * SECTOR_SIZE)
             .map(|i| (i * 31 % 253) as u8)
             .collect();
         dev.write_at(at, &data).unwrap();
-        // (piece sizes, staged): 32 records of 128 KiB (a read-ahead job), mixed sizes,
-        // one buffer at the smallest staged size, one just below it, and one just past
-        // the largest (read straight into its pieces).
-        let cases: [(Vec<usize>, bool); 5] = [
-            (vec![128 << 10; 32], true),
-            (vec![4096, 64 << 10, 128 << 10, 12288, 400 << 10], true),
-            (vec![STAGE_MIN_BYTES], true),
-            (vec![STAGE_MIN_BYTES - SECTOR_SIZE], false),
-            (vec![STAGE_BYTES / 2, STAGE_BYTES / 2 + SECTOR_SIZE], false),
+        // (piece sizes, in huge pages, staged). 32 records of 128 KiB (a read-ahead
+        // job) in huge pages are 32 segments, read straight in; on the heap, up to
+        // 1,056 (every page apart), staged. Mixed small heap buffers, 56 pages at most;
+        // one heap buffer of 3 MiB, 768 or more; one just past the largest stage.
+        let cases: [(Vec<usize>, bool, bool); 5] = [
+            (vec![128 << 10; 32], true, false),
+            (vec![128 << 10; 32], false, true),
+            (vec![4096, 64 << 10, 128 << 10, 12288], false, false),
+            (vec![3 << 20], false, true),
+            (
+                vec![STAGE_BYTES / 2, STAGE_BYTES / 2 + SECTOR_SIZE],
+                false,
+                false,
+            ),
         ];
-        for (sizes, staged) in cases {
-            let mut pieces: Vec<AlignedBuf> =
-                sizes.iter().map(|&n| AlignedBuf::zeroed(n)).collect();
+        for (sizes, huge, staged) in cases {
+            let mut pieces: Vec<AlignedBuf> = sizes
+                .iter()
+                .map(|&n| match huge {
+                    true => AlignedBuf::zeroed(n),
+                    false => AlignedBuf::zeroed_on_heap(n),
+                })
+                .collect();
+            if huge {
+                let runs = huge_slab::segments_at_most(
+                    pieces.iter().map(|p| (p.as_ptr() as usize, p.len())),
+                );
+                assert_eq!(runs, sizes.len(), "block buffers come from huge pages");
+            }
             let before = taken_on_this_thread();
             let mut bufs: Vec<&mut [u8]> = pieces.iter_mut().map(|p| &mut p[..]).collect();
             dev.read_vectored_at(at, &mut bufs).unwrap();
@@ -654,7 +698,7 @@ mod tests {
             }
         }
         // Past the device's end: refused before any stage is read into.
-        let mut tail = AlignedBuf::zeroed(STAGE_MIN_BYTES);
+        let mut tail = AlignedBuf::zeroed_on_heap(3 << 20);
         assert!(dev
             .read_vectored_at(size - SECTOR_SIZE as u64, &mut [&mut tail[..]])
             .is_err());

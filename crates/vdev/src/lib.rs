@@ -7,6 +7,7 @@ pub mod device;
 pub mod disk_readers;
 pub mod fault_injection;
 pub mod file_device;
+pub mod huge_slab;
 pub mod label;
 pub mod leaf;
 pub mod raidz_map;

@@ -1,0 +1,244 @@
+//! Memory in huge pages, cut into power-of-two slots of 64 KiB to 4 MiB: the backing
+//! of block buffers (`AlignedBuf`) and read stages (`staging`), so O_DIRECT transfers
+//! reach the disk as few, whole requests.
+//!
+//! Why: the block layer cuts a request at the device's segment limit (`max_segments`,
+//! 254 on virtio disks), and a segment is a physically contiguous run of memory. A
+//! 4 MiB read into buffers made of scattered 4 KiB pages is up to 1,024 segments and
+//! is split into several requests; this VM's disk serves few large runs 1.5-1.9x
+//! faster than many small ones (`bench/disk-submission.sh`). A slot never crosses a
+//! 2 MiB huge page unless it is larger than one, so a 4 MiB read into 32 records of
+//! 128 KiB is at most 32 segments: one request, with no copy. Allocators give no
+//! such guarantee (mimalloc's large-page option gave no huge pages here), hence this.
+//!
+//! How: memory is taken `REGION_BYTES` at a time, advised `MADV_HUGEPAGE` before its
+//! first touch and collapsed (`MADV_COLLAPSE`, Linux 6.1) after it; only a region the
+//! kernel reports as collapsed is used. It is then leaked (it lives as long as the
+//! process) and split into `&'static mut` slots of one size class, so a slot is owned
+//! by exactly one holder at a time with no `unsafe` beyond the two advice calls.
+//! Without huge pages (an old kernel, THP disabled, memory too fragmented to compact)
+//! `take` answers `None`, callers use ordinary memory, and everything is as correct,
+//! just no faster; a failed region is freed and the next try waits `RETRY_AFTER`.
+//!
+//! Invariants: slots of one class never overlap and are aligned to their size (so to
+//! a sector); a slot is on its free list or held by one owner, never both; regions
+//! never move and are never returned (`slab_max_bytes` bounds them, half of memory;
+//! beyond it, `take` answers `None`). The kernel may still split a huge page later (swap under memory
+//! pressure): `segments_at_most` is then an underestimate and a read is split into
+//! more requests, which is slower, never wrong.
+
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// The smallest slot: smaller buffers span few pages and gain nothing.
+pub const MIN_SLOT: usize = 64 << 10;
+/// The largest slot: a read stage (`staging::STAGE_BYTES`).
+pub const MAX_SLOT: usize = 4 << 20;
+pub const HUGE_PAGE: usize = 2 << 20;
+const PAGE: usize = 4096;
+/// Memory is taken from the allocator this much at a time (16 huge pages).
+const REGION_BYTES: usize = 32 << 20;
+/// Regions taken at most: half of the machine's memory, so an ARC of the default size
+/// (a quarter of memory for each pool) lives in huge pages, and the rest of memory
+/// stays with the allocator. Memory the slab has taken stays with it (as the allocator
+/// keeps what it has taken), reused by later buffers.
+fn slab_max_bytes() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| physical_memory_bytes().unwrap_or(2 << 30) / 2)
+}
+
+/// MemTotal of /proc/meminfo.
+fn physical_memory_bytes() -> Option<usize> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+/// After a region could not get huge pages, no new region is tried for this long.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+const CLASSES: usize = (MAX_SLOT / MIN_SLOT).trailing_zeros() as usize + 1;
+
+struct Slab {
+    free: [Vec<&'static mut [u8]>; CLASSES],
+    /// Bytes of regions taken, and of regions being taken right now.
+    reserved: usize,
+    retry_at: Option<Instant>,
+}
+
+static SLAB: Mutex<Slab> = Mutex::new(Slab {
+    free: [const { Vec::new() }; CLASSES],
+    reserved: 0,
+    retry_at: None,
+});
+
+/// Address ranges of the regions in use (huge-page backed), for `segments_at_most`.
+static REGIONS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
+
+/// The class of a buffer of `len` bytes: its slot is `MIN_SLOT << class`. None for
+/// buffers too small to gain (`len` at most half of `MIN_SLOT`) or too large.
+fn class_of(len: usize) -> Option<usize> {
+    if len <= MIN_SLOT / 2 || len > MAX_SLOT {
+        return None;
+    }
+    let slot = len.next_power_of_two().max(MIN_SLOT);
+    Some((slot / MIN_SLOT).trailing_zeros() as usize)
+}
+
+/// A slot of at least `len` bytes (its class's size, a power of two) in huge pages,
+/// or None: `len` outside the slab's classes, the slab full, or no huge pages.
+/// Contents are unspecified. Give it back with `give`.
+pub fn take(len: usize) -> Option<&'static mut [u8]> {
+    let class = class_of(len)?;
+    {
+        let mut slab = lock();
+        if let Some(slot) = slab.free[class].pop() {
+            return Some(slot);
+        }
+        if slab.reserved + REGION_BYTES > slab_max_bytes()
+            || slab.retry_at.is_some_and(|t| Instant::now() < t)
+        {
+            return None;
+        }
+        slab.reserved += REGION_BYTES;
+    }
+    // Taken outside the lock: zeroing and collapsing 32 MiB takes milliseconds.
+    let region = new_region();
+    let mut slab = lock();
+    let Some(region) = region else {
+        slab.reserved -= REGION_BYTES;
+        slab.retry_at = Some(Instant::now() + RETRY_AFTER);
+        return None;
+    };
+    let start = region.as_ptr() as usize;
+    REGIONS
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((start, start + region.len()));
+    let mut slots = region.chunks_exact_mut(MIN_SLOT << class);
+    let first = slots.next().expect("a region holds at least one slot");
+    slab.free[class].extend(slots);
+    Some(first)
+}
+
+/// Returns a slot from `take` to its free list.
+pub fn give(slot: &'static mut [u8]) {
+    let class = class_of(slot.len()).expect("a slot is of a slab class");
+    assert_eq!(slot.len(), MIN_SLOT << class, "a whole slot comes back");
+    lock().free[class].push(slot);
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Slab> {
+    SLAB.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `REGION_BYTES` aligned to a huge page and backed by huge pages, leaked; None if
+/// the kernel would not collapse it into huge pages (then it is freed).
+fn new_region() -> Option<&'static mut [u8]> {
+    // Room to place an aligned region anywhere in it.
+    let mut storage: Vec<u8> = Vec::with_capacity(REGION_BYTES + HUGE_PAGE);
+    let addr = storage.as_ptr() as usize;
+    let start = (HUGE_PAGE - addr % HUGE_PAGE) % HUGE_PAGE;
+    // SAFETY: madvise only advises the kernel how to back `[addr + start, +
+    // REGION_BYTES)`, which lies inside this vector's allocation (capacity
+    // REGION_BYTES + HUGE_PAGE, start < HUGE_PAGE) and is owned by it; it reads and
+    // writes no memory and cannot invalidate the allocation. MADV_HUGEPAGE before the
+    // first touch lets the faults below take huge pages. An error is only lost advice.
+    unsafe {
+        libc::madvise(
+            (addr + start) as *mut libc::c_void,
+            REGION_BYTES,
+            libc::MADV_HUGEPAGE,
+        );
+    }
+    storage.resize(REGION_BYTES + HUGE_PAGE, 0);
+    // Memory the allocator had touched before keeps its small pages; MADV_COLLAPSE
+    // rebuilds them as huge pages, and answers 0 only if the whole range is huge pages
+    // afterwards (already, or now).
+    // SAFETY: as above; the range is inside the (now initialised) vector, and collapse
+    // preserves every byte of it.
+    let collapsed = unsafe {
+        libc::madvise(
+            (storage.as_mut_ptr() as usize + start) as *mut libc::c_void,
+            REGION_BYTES,
+            libc::MADV_COLLAPSE,
+        )
+    } == 0;
+    if !collapsed {
+        return None;
+    }
+    let all: &'static mut [u8] = storage.leak();
+    let region = &mut all[start..start + REGION_BYTES];
+    assert_eq!(region.as_ptr() as usize % HUGE_PAGE, 0, "region aligned");
+    Some(region)
+}
+
+/// At most how many device segments (physically contiguous runs) a transfer into
+/// `pieces` (address, length) takes: a piece in the slab spans whole huge pages, any
+/// other piece may have every 4 KiB page apart. Neighbouring pieces that happen to be
+/// contiguous are counted apart, so this is an upper bound.
+pub fn segments_at_most(pieces: impl Iterator<Item = (usize, usize)>) -> usize {
+    let regions = REGIONS.read().unwrap_or_else(|e| e.into_inner());
+    pieces
+        .filter(|&(_, len)| len > 0)
+        .map(|(addr, len)| {
+            let end = addr + len;
+            let in_slab = regions.iter().any(|&(s, e)| s <= addr && end <= e);
+            let unit = if in_slab { HUGE_PAGE } else { PAGE };
+            (end - 1) / unit - addr / unit + 1
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slab_takes_at_most_half_of_memory() {
+        let total = physical_memory_bytes().expect("/proc/meminfo says MemTotal");
+        assert!(total > 64 << 20, "{total}");
+        assert_eq!(slab_max_bytes(), total / 2);
+    }
+
+    #[test]
+    fn classes_are_powers_of_two_from_64k_to_4m() {
+        assert_eq!(class_of(MIN_SLOT / 2), None);
+        assert_eq!(class_of(MIN_SLOT / 2 + 512), Some(0));
+        assert_eq!(class_of(128 << 10), Some(1));
+        assert_eq!(class_of((128 << 10) + 512), Some(2));
+        assert_eq!(class_of(MAX_SLOT), Some(CLASSES - 1));
+        assert_eq!(class_of(MAX_SLOT + 1), None);
+    }
+
+    #[test]
+    fn slots_are_aligned_apart_reused_and_counted_as_huge() {
+        // This machine's kernel (6.1 or later, THP not disabled) gives huge pages; a
+        // None here means the slab cannot work on it, which must not pass unnoticed.
+        let a = take(128 << 10).expect("huge pages for the slab on this machine");
+        let b = take(100 << 10).expect("a second slot");
+        assert_eq!(a.len(), 128 << 10);
+        assert_eq!(b.len(), 128 << 10);
+        for s in [&a, &b] {
+            assert_eq!(s.as_ptr() as usize % (128 << 10), 0);
+        }
+        let (pa, pb) = (a.as_ptr() as usize, b.as_ptr() as usize);
+        assert!(pa + a.len() <= pb || pb + b.len() <= pa, "slots overlap");
+        a.fill(1);
+        b.fill(2);
+        assert!(a.iter().all(|&x| x == 1));
+        // A 128 KiB slot is one segment; the same length of heap memory may be 32.
+        assert_eq!(segments_at_most([(pa, a.len())].into_iter()), 1);
+        let heap = vec![0u8; 128 << 10];
+        assert!(segments_at_most([(heap.as_ptr() as usize, heap.len())].into_iter()) >= 32);
+        // A 4 MiB slot spans two huge pages.
+        let stage = take(MAX_SLOT).expect("a stage-sized slot");
+        assert_eq!(stage.as_ptr() as usize % HUGE_PAGE, 0);
+        assert_eq!(
+            segments_at_most([(stage.as_ptr() as usize, stage.len())].into_iter()),
+            2
+        );
+        give(stage);
+        give(b);
+        give(a);
+    }
+}
