@@ -353,8 +353,7 @@ impl FileDevice {
         if self.mode == IoMode::Direct
             && total <= STAGE_BYTES
             && total.is_multiple_of(SECTOR_SIZE)
-            && huge_slab::segments_at_most(bufs.iter().map(|b| (b.as_ptr() as usize, b.len())))
-                > self.max_segments
+            && !self.fits_in_one_request(bufs)
         {
             if let Some(stage) = Stage::take() {
                 return self.read_staged(stage, offset, bufs, total);
@@ -394,6 +393,14 @@ impl FileDevice {
         })
     }
 
+    /// Whether a transfer into `bufs` is at most `max_segments` physically contiguous
+    /// runs, so the disk gets it as one request.
+    fn fits_in_one_request(&self, bufs: &[&mut [u8]]) -> bool {
+        let pieces = || bufs.iter().map(|b| (b.as_ptr() as usize, b.len()));
+        huge_slab::fits_anyway(pieces(), self.max_segments)
+            || huge_slab::segments_at_most(pieces()) <= self.max_segments
+    }
+
     /// A large read through a huge-page stage (`staging`): one request to the disk
     /// however scattered the pages of `bufs` are, then copied into them.
     fn read_staged(
@@ -415,8 +422,6 @@ impl FileDevice {
     }
 }
 
-/// Vectored O_DIRECT needs every piece sector-aligned in address and length, and
-/// at most IOV_MAX pieces.
 /// Segment limit assumed when sysfs does not say (tmpfs, overlay): the smallest that
 /// common disks have (SCSI's 128), so a read that might be split is staged.
 const DEFAULT_MAX_SEGMENTS: usize = 128;
@@ -443,6 +448,8 @@ fn backing_queue_attribute(file: &File, name: &str) -> Option<String> {
     })
 }
 
+/// Vectored O_DIRECT needs every piece sector-aligned in address and length, and
+/// at most IOV_MAX pieces.
 fn vectored_ok(pieces: impl Iterator<Item = (usize, usize)>) -> bool {
     let mut count = 0;
     for (addr, len) in pieces {

@@ -71,7 +71,8 @@ static SLAB: Mutex<Slab> = Mutex::new(Slab {
     retry_at: None,
 });
 
-/// Address ranges of the regions in use (huge-page backed), for `segments_at_most`.
+/// Address ranges of the regions in use (huge-page backed), sorted by start and
+/// disjoint, for `segments_at_most`.
 static REGIONS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
 
 /// The class of a buffer of `len` bytes: its slot is `MIN_SLOT << class`. None for
@@ -110,10 +111,10 @@ pub fn take(len: usize) -> Option<&'static mut [u8]> {
         return None;
     };
     let start = region.as_ptr() as usize;
-    REGIONS
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((start, start + region.len()));
+    let mut regions = REGIONS.write().unwrap_or_else(|e| e.into_inner());
+    let at = regions.partition_point(|&(s, _)| s < start);
+    regions.insert(at, (start, start + region.len()));
+    drop(regions);
     let mut slots = region.chunks_exact_mut(MIN_SLOT << class);
     let first = slots.next().expect("a region holds at least one slot");
     slab.free[class].extend(slots);
@@ -182,11 +183,23 @@ pub fn segments_at_most(pieces: impl Iterator<Item = (usize, usize)>) -> usize {
         .filter(|&(_, len)| len > 0)
         .map(|(addr, len)| {
             let end = addr + len;
-            let in_slab = regions.iter().any(|&(s, e)| s <= addr && end <= e);
+            // The last region starting at or before `addr` is the only one that can
+            // hold the piece.
+            let before = regions.partition_point(|&(s, _)| s <= addr);
+            let in_slab = before > 0 && end <= regions[before - 1].1;
             let unit = if in_slab { HUGE_PAGE } else { PAGE };
             (end - 1) / unit - addr / unit + 1
         })
         .sum()
+}
+
+/// Whether `pieces` (address, length) fit in `limit` segments whatever memory they
+/// are in (every 4 KiB page apart): small transfers need no look at the slab.
+pub fn fits_anyway(pieces: impl Iterator<Item = (usize, usize)>, limit: usize) -> bool {
+    pieces
+        .map(|(addr, len)| len.div_ceil(PAGE) + usize::from(addr % PAGE != 0))
+        .sum::<usize>()
+        <= limit
 }
 
 #[cfg(test)]
@@ -198,6 +211,33 @@ mod tests {
         let total = physical_memory_bytes().expect("/proc/meminfo says MemTotal");
         assert!(total > 64 << 20, "{total}");
         assert_eq!(slab_max_bytes(), total / 2);
+    }
+
+    #[test]
+    fn only_pieces_inside_one_region_count_as_huge_pages() {
+        let slot = take(MAX_SLOT).expect("huge pages for the slab on this machine");
+        let at = slot.as_ptr() as usize;
+        let (start, end) = *REGIONS
+            .read()
+            .unwrap()
+            .iter()
+            .find(|&&(s, e)| s <= at && at < e)
+            .expect("a slot lies in a registered region");
+        assert_eq!(segments_at_most([(start, 2 * HUGE_PAGE)].into_iter()), 2);
+        assert_eq!(
+            segments_at_most([(end - HUGE_PAGE, HUGE_PAGE)].into_iter()),
+            1
+        );
+        // Across the region's end: its small pages, three of them.
+        assert_eq!(segments_at_most([(end - PAGE, 3 * PAGE)].into_iter()), 3);
+        give(slot);
+        // The bound that needs no look at the slab: every page apart.
+        assert!(fits_anyway([(0, 128 * PAGE)].into_iter(), 128));
+        assert!(!fits_anyway([(512, 128 * PAGE)].into_iter(), 128));
+        assert!(!fits_anyway(
+            [(0, 64 * PAGE), (1 << 30, 65 * PAGE)].into_iter(),
+            128
+        ));
     }
 
     #[test]
