@@ -47,8 +47,8 @@ fn slab_max_bytes() -> usize {
     *MAX.get_or_init(|| physical_memory_bytes().unwrap_or(2 << 30) / 2)
 }
 
-/// MemTotal of /proc/meminfo.
-fn physical_memory_bytes() -> Option<usize> {
+/// The machine's memory, MemTotal of /proc/meminfo.
+pub fn physical_memory_bytes() -> Option<usize> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -149,19 +149,7 @@ impl Default for PoolOptions {
 
 /// Physical memory in bytes (from /proc/meminfo), with a safe fallback.
 pub fn physical_memory_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|kb| kb.parse::<u64>().ok())
-                })
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(4 << 30)
+    vdev::huge_slab::physical_memory_bytes().map_or(4 << 30, |b| b as u64)
 }
 
 /// A device handed to create or import.
