@@ -79,8 +79,6 @@ enum Storage {
     Heap { vec: Vec<u8>, start: usize },
     /// A slot of `huge_slab`, aligned to its size; used from its start.
     Huge(&'static mut [u8]),
-    /// Only while being dropped.
-    Released,
 }
 
 impl AlignedBuf {
@@ -96,7 +94,9 @@ impl AlignedBuf {
         buf
     }
 
-    fn huge(len: usize) -> Option<AlignedBuf> {
+    /// A buffer in huge pages (a `huge_slab` slot), contents unspecified; None if the
+    /// slab has none to give for `len`.
+    pub fn in_huge_pages(len: usize) -> Option<AlignedBuf> {
         let slot = crate::huge_slab::take(len)?;
         assert!(len <= slot.len() && (slot.as_ptr() as usize).is_multiple_of(SECTOR_SIZE));
         Some(AlignedBuf {
@@ -106,7 +106,7 @@ impl AlignedBuf {
     }
 
     pub fn zeroed(len: usize) -> AlignedBuf {
-        if let Some(mut b) = Self::huge(len) {
+        if let Some(mut b) = Self::in_huge_pages(len) {
             b.fill(0);
             return b;
         }
@@ -127,7 +127,7 @@ impl AlignedBuf {
     /// A buffer whose contents are unspecified (old data of a recycled buffer, or
     /// zeros): for callers that overwrite all of it.
     pub fn for_overwrite(len: usize) -> AlignedBuf {
-        if let Some(b) = Self::huge(len) {
+        if let Some(b) = Self::in_huge_pages(len) {
             return b;
         }
         match take_storage(class_capacity(len)) {
@@ -157,7 +157,6 @@ impl Deref for AlignedBuf {
         match &self.storage {
             Storage::Heap { vec, start } => &vec[*start..*start + self.len],
             Storage::Huge(slot) => &slot[..self.len],
-            Storage::Released => unreachable!("a buffer is used only before its drop"),
         }
     }
 }
@@ -167,17 +166,16 @@ impl DerefMut for AlignedBuf {
         match &mut self.storage {
             Storage::Heap { vec, start } => &mut vec[*start..*start + self.len],
             Storage::Huge(slot) => &mut slot[..self.len],
-            Storage::Released => unreachable!("a buffer is used only before its drop"),
         }
     }
 }
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        match std::mem::replace(&mut self.storage, Storage::Released) {
-            Storage::Heap { vec, .. } => give_storage(vec),
-            Storage::Huge(slot) => crate::huge_slab::give(slot),
-            Storage::Released => {}
+        // Each backing is swapped for an empty one (which owns nothing) and handed back.
+        match &mut self.storage {
+            Storage::Heap { vec, .. } => give_storage(std::mem::take(vec)),
+            Storage::Huge(slot) => crate::huge_slab::give(std::mem::take(slot)),
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::aligned::AlignedBuf;
 use crate::device::{check_io, Device, IoMode, SECTOR_SIZE};
 use crate::huge_slab;
 use crate::label::MIN_DEVICE_BYTES;
-use crate::staging::{Stage, STAGE_BYTES};
+use crate::staging::{self, STAGE_BYTES};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -355,7 +355,7 @@ impl FileDevice {
             && total.is_multiple_of(SECTOR_SIZE)
             && !self.fits_in_one_request(bufs)
         {
-            if let Some(stage) = Stage::take() {
+            if let Some(stage) = staging::take() {
                 return self.read_staged(stage, offset, bufs, total);
             }
         }
@@ -405,7 +405,7 @@ impl FileDevice {
     /// however scattered the pages of `bufs` are, then copied into them.
     fn read_staged(
         &self,
-        mut stage: Stage,
+        mut stage: AlignedBuf,
         offset: u64,
         bufs: &mut [&mut [u8]],
         total: usize,

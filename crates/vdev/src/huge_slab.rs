@@ -23,9 +23,9 @@
 //! Invariants: slots of one class never overlap and are aligned to their size (so to
 //! a sector); a slot is on its free list or held by one owner, never both; regions
 //! never move and are never returned (`slab_max_bytes` bounds them, half of memory;
-//! beyond it, `take` answers `None`). The kernel may still split a huge page later (swap under memory
-//! pressure): `segments_at_most` is then an underestimate and a read is split into
-//! more requests, which is slower, never wrong.
+//! beyond it, `take` answers `None`). The kernel may still split a huge page later
+//! (swap under memory pressure): `segments_at_most` is then an underestimate and a
+//! read is split into more requests, which is slower, never wrong.
 
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -45,14 +45,6 @@ const REGION_BYTES: usize = 32 << 20;
 fn slab_max_bytes() -> usize {
     static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *MAX.get_or_init(|| physical_memory_bytes().unwrap_or(2 << 30) / 2)
-}
-
-/// The machine's memory, MemTotal of /proc/meminfo.
-pub fn physical_memory_bytes() -> Option<usize> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 /// After a region could not get huge pages, no new region is tried for this long.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -74,6 +66,14 @@ static SLAB: Mutex<Slab> = Mutex::new(Slab {
 /// Address ranges of the regions in use (huge-page backed), sorted by start and
 /// disjoint, for `segments_at_most`.
 static REGIONS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
+
+/// The machine's memory, MemTotal of /proc/meminfo.
+pub fn physical_memory_bytes() -> Option<usize> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
 
 /// The class of a buffer of `len` bytes: its slot is `MIN_SLOT << class`. None for
 /// buffers too small to gain (`len` at most half of `MIN_SLOT`) or too large.

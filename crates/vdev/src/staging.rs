@@ -12,12 +12,12 @@
 //! 1,235 MB/s into heap buffers (1.6 MiB a request) and 2,206 into huge-page buffers
 //! (4 MiB a request), rounds interleaved (`bench/disk-submission.sh`).
 //!
-//! Invariants: a stage is lent to one reader at a time (a slab slot, given back on
-//! drop); without huge pages there are no stages (`Stage::take` answers None) and
-//! reads go straight to their buffers.
+//! Invariants: a stage is lent to one reader at a time (an `AlignedBuf` in a slab
+//! slot, given back on drop); without huge pages there are no stages (`take` answers
+//! None) and reads go straight to their buffers.
 
+use crate::aligned::AlignedBuf;
 use crate::huge_slab;
-use std::ops::{Deref, DerefMut};
 
 /// The largest read that is staged: the largest aggregated leaf read (`tree`'s
 /// `MAX_READ_AGGREGATE_BYTES`), and the slab's largest slot.
@@ -35,45 +35,13 @@ pub fn taken_on_this_thread() -> u64 {
     TAKEN.with(|t| t.get())
 }
 
-/// A `STAGE_BYTES` buffer in huge pages, lent to one read.
-pub struct Stage {
-    slot: Option<&'static mut [u8]>,
-}
-
-impl Stage {
-    /// A stage, or None if the slab has no huge pages to give.
-    pub fn take() -> Option<Stage> {
-        let slot = huge_slab::take(STAGE_BYTES)?;
-        assert_eq!(slot.len(), STAGE_BYTES, "a stage is one whole slot");
-        #[cfg(test)]
-        TAKEN.with(|t| t.set(t.get() + 1));
-        Some(Stage { slot: Some(slot) })
-    }
-}
-
-impl Deref for Stage {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.slot
-            .as_deref()
-            .expect("a stage holds its slot until dropped")
-    }
-}
-
-impl DerefMut for Stage {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        self.slot
-            .as_deref_mut()
-            .expect("a stage holds its slot until dropped")
-    }
-}
-
-impl Drop for Stage {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            huge_slab::give(slot);
-        }
-    }
+/// A `STAGE_BYTES` buffer in huge pages for one read, or None if the slab has no huge
+/// pages to give.
+pub fn take() -> Option<AlignedBuf> {
+    let stage = AlignedBuf::in_huge_pages(STAGE_BYTES)?;
+    #[cfg(test)]
+    TAKEN.with(|t| t.set(t.get() + 1));
+    Some(stage)
 }
 
 #[cfg(test)]
@@ -82,14 +50,14 @@ mod tests {
 
     #[test]
     fn a_stage_is_a_huge_page_aligned_window_that_keeps_its_place() {
-        let mut s = Stage::take().expect("huge pages for stages on this machine");
+        let mut s = take().expect("huge pages for stages on this machine");
         assert_eq!(s.as_ptr() as usize % huge_slab::HUGE_PAGE, 0);
         assert_eq!(s.len(), STAGE_BYTES);
         let at = s.as_ptr();
         s[STAGE_BYTES - 1] = 7;
         assert_eq!(s.as_ptr(), at);
         drop(s);
-        let s = Stage::take().unwrap();
+        let s = take().unwrap();
         assert_eq!(s.as_ptr() as usize % huge_slab::HUGE_PAGE, 0);
     }
 }
