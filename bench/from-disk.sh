@@ -26,6 +26,8 @@
 #
 #   BENCH_DIR=/work/bench-data REPEAT=5 bench/from-disk.sh > docs/bench/from-disk-DATE.json
 # POOLS="d1", STREAMS="4", SHAPES="1M:8", VERSIONS="4.1", RAM_POOL=0 run a part.
+# SHOAL_BIN=/path/to/shoal measures that binary instead of building this tree (to
+# compare two builds in alternating runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-/var/tmp/shoal-bench}/from-disk
@@ -39,8 +41,13 @@ RAM_POOL=${RAM_POOL:-1}
 RAM_DIR=/dev/shm/shoal-from-disk
 . bench/lib.sh
 need fio
-cargo build --release -q -p shoal
-SHOAL=$PWD/target/release/shoal
+# SHOAL_BIN: a shoal binary to measure instead of this tree's (to compare builds).
+if [ -n "${SHOAL_BIN:-}" ]; then
+    SHOAL=$SHOAL_BIN
+else
+    cargo build --release -q -p shoal
+    SHOAL=$PWD/target/release/shoal
+fi
 export SHOAL_STATE_DIR="$DIR/state"
 OUT=$(mktemp -d)
 PORT=20490

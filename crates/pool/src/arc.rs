@@ -10,10 +10,14 @@
 //! hit in the MFU ghost shrinks it. Eviction takes the tail of MRU when MRU is above
 //! `p`, else the tail of MFU. Prefetched entries enter MRU flagged; their first demand
 //! hit clears the flag without promoting, so a streaming scan does not flush MFU.
+//! The bytes of resident entries still flagged are read-ahead nobody has read yet
+//! (`prefetch_unread_bytes`): read-ahead sizes its windows by it, so that prefetched
+//! blocks are not evicted before their reader arrives.
 //!
 //! Invariants (checked by `check_invariants` in tests after every operation):
 //! `mru + mfu <= max`, `mru + mru_ghost <= max`, all four lists together `<= 2 * max`,
-//! `0 <= p <= max`, each key in exactly one list, list byte counts equal their members.
+//! `0 <= p <= max`, each key in exactly one list, list byte counts equal their members,
+//! `prefetch_unread` equals the bytes of resident entries flagged prefetch.
 //! Every operation is O(1): intrusive lists over a slab plus a hash map.
 
 use std::collections::HashMap;
@@ -47,6 +51,8 @@ pub struct ArcStats {
     pub mfu_ghost_hits: u64,
     pub evicted_bytes: u64,
     pub entries: u64,
+    /// Bytes of cached blocks read ahead and not yet read on demand.
+    pub prefetch_unread_bytes: u64,
 }
 
 const NIL: usize = usize::MAX;
@@ -83,6 +89,8 @@ struct Inner<K, V> {
     lists: [List; 4],
     max: u64,
     p: u64,
+    /// Bytes of resident nodes flagged `prefetch`.
+    prefetch_unread: u64,
     stats: ArcStats,
 }
 
@@ -106,6 +114,7 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> Inner<K, V> {
                 self.unlink(i);
                 if prefetch {
                     self.node_mut(i).prefetch = false;
+                    self.prefetch_unread -= self.node(i).size;
                     self.push_head(i, list);
                 } else {
                     self.push_head(i, MFU);
@@ -180,6 +189,9 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> Inner<K, V> {
     fn release(&mut self, i: usize) -> Node<K, V> {
         self.unlink(i);
         let n = self.slab[i].take().expect("live node");
+        if n.prefetch && n.value.is_some() {
+            self.prefetch_unread -= n.size;
+        }
         self.free.push(i);
         self.map.remove(&n.key);
         n
@@ -196,8 +208,11 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> Inner<K, V> {
         let n = self.node_mut(i);
         let value = n.value.take().expect("resident node has a value");
         let key = n.key.clone();
-        n.prefetch = false;
+        let unread = std::mem::take(&mut n.prefetch);
         let size = n.size;
+        if unread {
+            self.prefetch_unread -= size;
+        }
         self.push_head(i, ghost);
         self.stats.evicted_bytes += size;
         Some((key, value))
@@ -280,6 +295,19 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> Inner<K, V> {
         assert!(self.lists[MRU].bytes + self.lists[MRU_GHOST].bytes <= self.max);
         assert!(self.lists.iter().map(|l| l.bytes).sum::<u64>() <= 2 * self.max);
         assert!(self.p <= self.max);
+        let unread: u64 = self
+            .slab
+            .iter()
+            .flatten()
+            .filter(|n| n.prefetch && n.value.is_some())
+            .map(|n| n.size)
+            .sum();
+        assert_eq!(unread, self.prefetch_unread);
+        assert!(self
+            .slab
+            .iter()
+            .flatten()
+            .all(|n| n.value.is_some() || !n.prefetch));
     }
 }
 
@@ -299,6 +327,7 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
                 lists: [empty; 4],
                 max: max_bytes,
                 p: max_bytes / 2,
+                prefetch_unread: 0,
                 stats: ArcStats::default(),
             }),
         }
@@ -350,7 +379,10 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
                 s.unlink(i);
                 let n = s.node_mut(i);
                 n.value = Some(value);
-                n.size = size;
+                let (old, unread) = (std::mem::replace(&mut n.size, size), n.prefetch);
+                if unread {
+                    s.prefetch_unread = s.prefetch_unread - old + size;
+                }
                 s.push_head(i, list);
                 return s.make_room(i);
             }
@@ -383,6 +415,9 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
             next: NIL,
         });
         s.map.insert(key, i);
+        if kind == AccessKind::Prefetch {
+            s.prefetch_unread += size;
+        }
         s.push_head(i, target);
         s.make_room(i)
     }
@@ -406,6 +441,13 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
         self.inner.lock().unwrap().resident()
     }
 
+    /// Bytes of cached blocks that read-ahead brought in and no demand read has asked
+    /// for yet, and the cache's bound: what read-ahead sizes its windows against.
+    pub fn prefetch_unread_and_max_bytes(&self) -> (u64, u64) {
+        let s = self.inner.lock().unwrap();
+        (s.prefetch_unread, s.max)
+    }
+
     /// Every counter and level.
     pub fn stats(&self) -> ArcStats {
         let s = self.inner.lock().unwrap();
@@ -418,6 +460,7 @@ impl<K: Hash + Eq + Clone, V: Clone + Weighted> AdaptiveCache<K, V> {
         st.mru_ghost_bytes = s.lists[MRU_GHOST].bytes;
         st.mfu_ghost_bytes = s.lists[MFU_GHOST].bytes;
         st.entries = s.lists[MRU].len + s.lists[MFU].len;
+        st.prefetch_unread_bytes = s.prefetch_unread;
         st
     }
 }
@@ -471,12 +514,45 @@ mod tests {
     fn prefetch_hit_does_not_promote_until_second_demand() {
         let c = AdaptiveCache::new(1000);
         c.insert(1, Buf(10), AccessKind::Prefetch);
+        assert_eq!(c.prefetch_unread_and_max_bytes(), (10, 1000));
+        c.get(&1, AccessKind::Prefetch);
+        assert_eq!(
+            c.stats().prefetch_unread_bytes,
+            10,
+            "a prefetch hit reads nothing"
+        );
         c.get(&1, AccessKind::Demand);
+        assert_eq!(
+            c.stats().prefetch_unread_bytes,
+            0,
+            "the first demand read it"
+        );
         assert_eq!(c.stats().mfu_bytes, 0);
         assert_eq!(c.resident_bytes(), c.stats().size_bytes);
         c.get(&1, AccessKind::Demand);
         assert_eq!(c.stats().mfu_bytes, 10);
         assert_eq!(c.stats().demand_hits, 2);
+    }
+
+    /// Read-ahead that is evicted, replaced or removed before anyone reads it stops
+    /// counting as unread; the invariant check recounts it from the nodes each time.
+    #[test]
+    fn unread_prefetch_leaves_with_its_entry() {
+        let c = AdaptiveCache::new(100);
+        for k in 0..10u64 {
+            c.insert(k, Buf(10), AccessKind::Prefetch);
+        }
+        assert_eq!(c.stats().prefetch_unread_bytes, 100);
+        c.insert(0, Buf(5), AccessKind::Prefetch);
+        assert_eq!(c.stats().prefetch_unread_bytes, 95);
+        check(&c);
+        for k in 100..105u64 {
+            c.insert(k, Buf(10), AccessKind::Demand);
+        }
+        assert_eq!(c.stats().prefetch_unread_bytes, 45, "{:?}", c.stats());
+        c.remove(&9);
+        assert_eq!(c.stats().prefetch_unread_bytes, 35);
+        check(&c);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! A per-object detector keeps up to `max_streams` streams. A demand read that starts
 //! where a stream's last read ended continues it: the stream's distance doubles (up to
-//! `max_distance_bytes`) and the blocks between what was already issued and
+//! `max_distance_bytes`, or `extended_distance_bytes` while the caller says the pool's
+//! read-ahead budget has room for it) and the blocks between what was already issued and
 //! `read end + distance` are returned for prefetch, once they add up to an eighth of the
 //! distance (so read-ahead goes to the disks in large batches). A read that matches no
 //! stream starts one (no prefetch on the first read: one read is not a pattern). Streams
@@ -27,6 +28,10 @@ pub struct PrefetchConfig {
     pub max_streams: usize,
     pub initial_distance_blocks: u64,
     pub max_distance_bytes: u64,
+    /// The distance a stream may grow to while the pool's read-ahead budget has room
+    /// for it (`may_extend`): one stream keeps more of the disk busy while its reader
+    /// lags, and many streams keep `max_distance_bytes` each.
+    pub extended_distance_bytes: u64,
     pub stream_timeout: Duration,
 }
 
@@ -36,8 +41,25 @@ impl Default for PrefetchConfig {
             max_streams: 8,
             initial_distance_blocks: 2,
             max_distance_bytes: 32 << 20,
+            extended_distance_bytes: 64 << 20,
             stream_timeout: Duration::from_secs(2),
         }
+    }
+}
+
+impl PrefetchConfig {
+    /// Whether streams may read `extended_distance_bytes` ahead now: only while the
+    /// pool's read-ahead issued and not yet read (`outstanding_bytes`: queued, being
+    /// read, or cached and unread), plus one stream's extension, stays within half the
+    /// cache. One stream then reads 64 MiB ahead; four streams of a 256 MiB cache keep
+    /// 32 MiB each. Half the cache, so read-ahead is not evicted before its reader
+    /// comes; queued and in-flight bytes count, because on a pool that waits on its
+    /// disk little sits in the cache, and four 64 MiB windows there slowed four streams.
+    pub fn may_extend(&self, outstanding_bytes: u64, cache_max_bytes: u64) -> bool {
+        let extension = self
+            .extended_distance_bytes
+            .saturating_sub(self.max_distance_bytes);
+        extension > 0 && outstanding_bytes.saturating_add(extension) <= cache_max_bytes / 2
     }
 }
 
@@ -65,22 +87,38 @@ impl StreamDetector {
         }
     }
 
+    pub fn config(&self) -> &PrefetchConfig {
+        &self.cfg
+    }
+
     pub fn stream_count(&self) -> usize {
         self.streams.len()
     }
 
+    /// Notes a demand read of `nblocks` from `blkid`; returns the blocks to read ahead.
+    /// `may_extend`: a continued stream may grow to `extended_distance_bytes`; without
+    /// it a stream beyond `max_distance_bytes` shrinks back (what it issued stays
+    /// issued, and it issues again once its reader is within the shorter distance).
     pub fn on_read(
         &mut self,
         blkid: u64,
         nblocks: u64,
         block_size: u64,
         now: Instant,
+        may_extend: bool,
     ) -> Range<u64> {
         let timeout = self.cfg.stream_timeout;
         self.streams
             .retain(|s| now.saturating_duration_since(s.last_used) < timeout);
         let end = blkid + nblocks.max(1);
-        let max_distance = (self.cfg.max_distance_bytes / block_size.max(1)).max(1);
+        let cap = if may_extend {
+            self.cfg
+                .extended_distance_bytes
+                .max(self.cfg.max_distance_bytes)
+        } else {
+            self.cfg.max_distance_bytes
+        };
+        let max_distance = (cap / block_size.max(1)).max(1);
         // Reads of one stream arrive slightly out of order when a client keeps many in
         // flight and server threads take them in parallel. A read that continues a
         // stream exactly confirms it; once confirmed, a read within `REORDER_BLOCKS` of
@@ -153,7 +191,7 @@ mod tests {
         let mut issued = std::collections::HashSet::new();
         let mut widths = Vec::new();
         for b in 0..200u64 {
-            let r = d.on_read(b, 1, bs, t);
+            let r = d.on_read(b, 1, bs, t, false);
             widths.push(r.end.saturating_sub(r.start));
             for x in r {
                 assert!(issued.insert(x), "block {x} issued twice");
@@ -161,7 +199,7 @@ mod tests {
             }
         }
         // A jump back to the start is one read, not a pattern: no read-ahead.
-        assert!(d.on_read(0, 1, bs, t).is_empty());
+        assert!(d.on_read(0, 1, bs, t, false).is_empty());
         // Distance capped at 32 MiB / 128 KiB = 256 blocks ahead.
         assert!(issued.iter().all(|&x| x <= 200 + 256));
         assert!(issued.contains(&150));
@@ -179,7 +217,7 @@ mod tests {
         let mut issued = std::collections::BTreeSet::new();
         let mut steady_batches = 0;
         for b in 0..1000u64 {
-            let r = d.on_read(b, 1, bs, t);
+            let r = d.on_read(b, 1, bs, t, false);
             if b > 300 && !r.is_empty() {
                 assert!(
                     r.end - r.start >= 32,
@@ -196,6 +234,92 @@ mod tests {
             assert!(b < 100 || covered, "a hole in the read-ahead ahead of {b}");
         }
         assert!(steady_batches >= 600 / 32, "{steady_batches} batches");
+    }
+
+    /// With room in the budget a stream reads `extended_distance_bytes` ahead; when
+    /// the room is gone it issues nothing until its reader is back within the
+    /// normal distance, then goes on at that distance. No block is issued twice across
+    /// the change.
+    #[test]
+    fn extended_distance_is_granted_and_withdrawn_per_read() {
+        let mut d = StreamDetector::new(PrefetchConfig::default());
+        let t = Instant::now();
+        let bs = 128 * 1024;
+        let mut issued = std::collections::BTreeSet::new();
+        for b in 0..1200u64 {
+            for x in d.on_read(b, 1, bs, t, true) {
+                assert!(issued.insert(x), "block {x} issued twice");
+            }
+        }
+        let far = *issued.last().unwrap();
+        assert!(far > 1199 + 448 && far <= 1199 + 512, "reads {far} at 1199");
+        // No room: quiet until the reader is within 256 blocks of `far`.
+        for b in 1200..far - 256 {
+            assert!(d.on_read(b, 1, bs, t, false).is_empty(), "issued at {b}");
+        }
+        for b in far - 256..far + 300 {
+            for x in d.on_read(b, 1, bs, t, false) {
+                assert!(issued.insert(x), "block {x} issued twice");
+                assert!(x <= b + 256, "block {x} at {b}");
+            }
+        }
+        assert!(*issued.last().unwrap() > far + 300, "the stream went on");
+    }
+
+    /// `k` streams read in turn while everything issued counts as outstanding until
+    /// its reader passes it (a disk that delivers just in time): how far ahead each
+    /// stream is after a long run, in MiB.
+    fn shared_budget_windows(k: usize) -> Vec<u64> {
+        let cfg = PrefetchConfig::default();
+        let cache = 256u64 << 20;
+        let bs = 128 * 1024;
+        let mut detectors: Vec<StreamDetector> =
+            (0..k).map(|_| StreamDetector::new(cfg.clone())).collect();
+        let mut far = vec![0u64; k];
+        let t = Instant::now();
+        for b in 0..4000u64 {
+            for (i, d) in detectors.iter_mut().enumerate() {
+                let outstanding: u64 = far.iter().map(|&f| f.saturating_sub(b) * bs).sum();
+                let r = d.on_read(b, 1, bs, t, cfg.may_extend(outstanding, cache));
+                if !r.is_empty() {
+                    far[i] = far[i].max(r.end);
+                }
+            }
+        }
+        far.iter()
+            .map(|&f| (f.saturating_sub(4000) * bs) >> 20)
+            .collect()
+    }
+
+    /// One stream reads the extended 64 MiB ahead within the budget (half of a 256 MiB
+    /// cache); two and four stay within it (give or take a read-ahead batch each) and
+    /// keep at least the normal 32 MiB each, less the batch not yet issued.
+    #[test]
+    fn streams_share_the_read_ahead_budget() {
+        let one = shared_budget_windows(1);
+        assert!(one[0] > 56 && one[0] <= 64, "one stream: {one:?} MiB ahead");
+        let two = shared_budget_windows(2);
+        assert!(
+            two.iter().sum::<u64>() <= 128 + 16,
+            "two streams: {two:?} MiB ahead"
+        );
+        assert!(
+            two.iter().all(|&w| w >= 28),
+            "two streams: {two:?} MiB ahead"
+        );
+        let four = shared_budget_windows(4);
+        assert!(
+            four.iter().sum::<u64>() <= 128 + 16,
+            "four: {four:?} MiB ahead"
+        );
+        assert!(
+            four.iter().all(|&w| (28..=36).contains(&w)),
+            "four: {four:?} MiB ahead"
+        );
+        let cfg = PrefetchConfig::default();
+        assert!(cfg.may_extend(96 << 20, 256 << 20));
+        assert!(!cfg.may_extend((96 << 20) + 1, 256 << 20));
+        assert!(!cfg.may_extend(0, 32 << 20), "a small cache never extends");
     }
 
     /// Sixteen reads in flight reach the detector in a shuffled order: still one
@@ -216,7 +340,7 @@ mod tests {
                 ids.swap(i, (x % (i as u64 + 1)) as usize);
             }
             for b in ids {
-                for p in d.on_read(b, 1, bs, t) {
+                for p in d.on_read(b, 1, bs, t, false) {
                     assert!(issued.insert(p), "block {p} issued twice");
                 }
             }
@@ -233,8 +357,8 @@ mod tests {
         let mut a_hits = 0;
         let mut b_hits = 0;
         for i in 0..20u64 {
-            a_hits += d.on_read(i, 1, 4096, t).count();
-            b_hits += d.on_read(10_000 + i, 1, 4096, t).count();
+            a_hits += d.on_read(i, 1, 4096, t, false).count();
+            b_hits += d.on_read(10_000 + i, 1, 4096, t, false).count();
         }
         assert!(a_hits > 0 && b_hits > 0);
         let mut r = StreamDetector::new(PrefetchConfig::default());
@@ -244,7 +368,7 @@ mod tests {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            got += r.on_read((x >> 20) % 1_000_000, 1, 4096, t).count();
+            got += r.on_read((x >> 20) % 1_000_000, 1, 4096, t, true).count();
         }
         assert_eq!(got, 0, "random reads must not trigger prefetch");
     }
@@ -253,11 +377,11 @@ mod tests {
     fn idle_streams_time_out() {
         let mut d = StreamDetector::new(PrefetchConfig::default());
         let t = Instant::now();
-        d.on_read(0, 1, 4096, t);
-        d.on_read(1, 1, 4096, t);
+        d.on_read(0, 1, 4096, t, false);
+        d.on_read(1, 1, 4096, t, false);
         assert_eq!(d.stream_count(), 1);
         let later = t + Duration::from_secs(3);
-        assert!(d.on_read(2, 1, 4096, later).is_empty());
+        assert!(d.on_read(2, 1, 4096, later, false).is_empty());
         assert_eq!(d.stream_count(), 1, "old stream dropped, new one started");
     }
 }

@@ -556,6 +556,58 @@ fn sequential_reads_are_prefetched() {
     );
 }
 
+/// The read-ahead that a stream of 8 MiB of 128K reads leaves unread in an ARC of
+/// `arc_mib`, once the read-ahead threads are done.
+fn unread_read_ahead_after_a_stream(arc_mib: u64) -> u64 {
+    let (devs, pool, os, f, data) = cold_file(Layout::RaidZ { nparity: 1 }, 4, 43, 96 << 20, true);
+    drop(pool);
+    let mut o = opts();
+    o.arc_max_bytes = Some(arc_mib << 20);
+    let pool = pool::Pool::import(args(&devs), Some("tank"), o).unwrap();
+    for off in (0..8usize << 20).step_by(128 * 1024) {
+        let got = pool.read(os, f, off as u64, 128 * 1024).unwrap();
+        assert_eq!(got, &data[off..off + 128 * 1024]);
+    }
+    // Settled: the unread figure has not moved for half a second.
+    let mut last = u64::MAX;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let now = pool.status().arc.prefetch_unread_bytes;
+        if now == last || std::time::Instant::now() > deadline {
+            // Every job has ended and given its bytes back.
+            assert_eq!(pool.read_ahead_pending_bytes(), 0);
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// A lone stream reads up to 64 MiB ahead while the read-ahead budget (half the
+/// ARC) has room, and the normal 32 MiB when it has none.
+#[test]
+fn read_ahead_reaches_further_while_the_arc_has_room() {
+    let roomy = unread_read_ahead_after_a_stream(512);
+    assert!(
+        roomy > 40 << 20,
+        "{} MiB read ahead in a 512 MiB ARC",
+        roomy >> 20
+    );
+    assert!(roomy <= 64 << 20, "{} MiB read ahead", roomy >> 20);
+    // Half of 48 MiB is less than the normal distance: no room to go further.
+    let tight = unread_read_ahead_after_a_stream(48);
+    assert!(
+        tight > 16 << 20,
+        "{} MiB read ahead in a 48 MiB ARC",
+        tight >> 20
+    );
+    assert!(
+        tight <= 32 << 20,
+        "{} MiB read ahead in a 48 MiB ARC",
+        tight >> 20
+    );
+}
+
 /// Reads held at a one-disk pool's device while `pool` reads block 1 of a file it has
 /// read block 0 of (so the read continues a stream and its block size is known).
 fn reads_held_while_a_stream_continues(prefetch: bool) -> usize {

@@ -233,6 +233,12 @@ const POOL_FAMILIES: &[PoolFamily] = &[
         vec![("", p.arc.max_bytes)]
     }),
     (
+        "shoal_arc_prefetch_unread_bytes",
+        "gauge",
+        "Bytes read ahead into the ARC that no reader has asked for yet.",
+        |p| vec![("", p.arc.prefetch_unread_bytes)],
+    ),
+    (
         "shoal_arc_hits_total",
         "counter",
         "ARC lookups that found the block, by demand or prefetch.",

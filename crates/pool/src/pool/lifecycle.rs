@@ -186,6 +186,7 @@ impl Pool {
             intent_log: IntentLog::new(log_device_ring, !opts.deterministic_io),
             log_area: Mutex::new((0, 0)),
             prefetch_tx: std::sync::OnceLock::new(),
+            read_ahead_pending: Arc::default(),
             opts,
             analytics: std::sync::OnceLock::new(),
             repair: RepairProgress::default(),

@@ -69,8 +69,8 @@ const DIR_MAX_BYTES: usize = 1024 * 1024;
 const PREFETCH_WORKERS: usize = 16;
 const PREFETCH_QUEUE: usize = 1024;
 
-/// (object set, object, block range)
-type PrefetchJob = (Arc<Objset>, u64, std::ops::Range<u64>);
+/// (object set, object, block range, its bytes)
+type PrefetchJob = (Arc<Objset>, u64, std::ops::Range<u64>, u64);
 /// Bytes per read-ahead job: one aggregated batch each, a read of a quarter of it per
 /// data leaf of a raidz2 of 6. Smaller jobs keep more workers (so more device reads) in
 /// flight per stream: on one stream of a 32 MiB window, 1 MiB jobs read from disk at a
@@ -379,6 +379,9 @@ pub struct ArcStatus {
     pub demand_misses: u64,
     pub prefetch_hits: u64,
     pub prefetch_misses: u64,
+    /// Bytes read ahead into the ARC that no reader has asked for yet.
+    #[serde(default)]
+    pub prefetch_unread_bytes: u64,
 }
 
 impl From<ArcStats> for ArcStatus {
@@ -393,6 +396,7 @@ impl From<ArcStats> for ArcStatus {
             demand_misses: s.demand_misses,
             prefetch_hits: s.prefetch_hits,
             prefetch_misses: s.prefetch_misses,
+            prefetch_unread_bytes: s.prefetch_unread_bytes,
         }
     }
 }
@@ -454,6 +458,9 @@ pub struct Pool {
     log_area: Mutex<(u64, u64)>,
     /// The read-ahead workers' queue, made (and the workers started) on first use.
     prefetch_tx: std::sync::OnceLock<vdev::work_queue::QueueSender<PrefetchJob>>,
+    /// Bytes of read-ahead jobs queued or being read: with the ARC's unread read-ahead,
+    /// what the pool's streams have asked for and not yet read (`read_ahead`).
+    read_ahead_pending: Arc<std::sync::atomic::AtomicU64>,
     opts: PoolOptions,
     /// Where intent-log commits and txg syncs are reported, with this pool's number.
     analytics: std::sync::OnceLock<(Arc<analytics::Analytics>, u32)>,

@@ -256,9 +256,16 @@ impl Pool {
     }
 
     /// Feeds a read to the object's stream detector and queues what it asks to read
-    /// ahead, less what is already in memory.
+    /// ahead, less what is already in memory. Streams may read further ahead than the
+    /// normal distance while the pool's read-ahead not yet read (queued, being read,
+    /// or in the ARC unread) leaves room in half the ARC (`PrefetchConfig::may_extend`):
+    /// one stream then keeps more of the disk busy while its reader lags, and four do
+    /// not crowd each other's near blocks out of the queue.
     fn read_ahead(&self, objset: &Arc<Objset>, obj: u64, offset: u64, len: usize, bs: u64) {
-        let ahead = objset.note_read(obj, offset, len as u64, bs);
+        let (unread, arc_max) = self.storage.arc.prefetch_unread_and_max_bytes();
+        let pending = &self.read_ahead_pending;
+        let outstanding = unread + pending.load(Ordering::Relaxed);
+        let ahead = objset.note_read(obj, offset, len as u64, bs, (outstanding, arc_max));
         if ahead.is_empty() {
             return;
         }
@@ -271,12 +278,23 @@ impl Pool {
         let mut start = ahead.start;
         while start < ahead.end {
             let end = (start + job_blocks).min(ahead.end);
+            let bytes = (end - start) * bs;
+            pending.fetch_add(bytes, Ordering::Relaxed);
             // A full queue drops read-ahead, never blocks a reader.
-            if tx.try_push((objset.clone(), obj, start..end)).is_err() {
+            if tx
+                .try_push((objset.clone(), obj, start..end, bytes))
+                .is_err()
+            {
+                pending.fetch_sub(bytes, Ordering::Relaxed);
                 break;
             }
             start = end;
         }
+    }
+
+    /// Bytes of read-ahead jobs queued or being read now.
+    pub fn read_ahead_pending_bytes(&self) -> u64 {
+        self.read_ahead_pending.load(Ordering::Relaxed)
     }
 
     /// Bytes per read-ahead job: `PREFETCH_JOB_BYTES`, or `PREFETCH_JOB_BYTES_ROTATIONAL`
@@ -308,12 +326,15 @@ impl Pool {
         for i in 0..PREFETCH_WORKERS {
             let rx = rx.clone();
             let storage = self.storage.clone();
+            let pending = self.read_ahead_pending.clone();
             std::thread::Builder::new()
                 .name(format!("prefetch-{i}"))
                 .spawn(move || {
                     // `None`: the pool, and so the queue's sender, is gone.
-                    while let Some((objset, obj, range)) = rx.pop() {
+                    while let Some((objset, obj, range, bytes)) = rx.pop() {
                         objset.prefetch_range(&storage, obj, range);
+                        // After the blocks are in the ARC, where they count as unread.
+                        pending.fetch_sub(bytes, Ordering::Relaxed);
                     }
                 })
                 .expect("spawn prefetch worker");
