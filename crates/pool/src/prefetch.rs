@@ -87,38 +87,28 @@ impl StreamDetector {
         }
     }
 
-    pub fn config(&self) -> &PrefetchConfig {
-        &self.cfg
-    }
-
     pub fn stream_count(&self) -> usize {
         self.streams.len()
     }
 
     /// Notes a demand read of `nblocks` from `blkid`; returns the blocks to read ahead.
-    /// `may_extend`: a continued stream may grow to `extended_distance_bytes`; without
-    /// it a stream beyond `max_distance_bytes` shrinks back (what it issued stays
-    /// issued, and it issues again once its reader is within the shorter distance).
+    /// `budget`: the pool's read-ahead outstanding and the cache's bound, asked only
+    /// when the read continues a stream (it costs the caller a lock): the stream may
+    /// then grow to `extended_distance_bytes` if `may_extend` allows; otherwise a
+    /// stream beyond `max_distance_bytes` shrinks back (what it issued stays issued,
+    /// and it issues again once its reader is within the shorter distance).
     pub fn on_read(
         &mut self,
         blkid: u64,
         nblocks: u64,
         block_size: u64,
         now: Instant,
-        may_extend: bool,
+        budget: impl FnOnce() -> (u64, u64),
     ) -> Range<u64> {
         let timeout = self.cfg.stream_timeout;
         self.streams
             .retain(|s| now.saturating_duration_since(s.last_used) < timeout);
         let end = blkid + nblocks.max(1);
-        let cap = if may_extend {
-            self.cfg
-                .extended_distance_bytes
-                .max(self.cfg.max_distance_bytes)
-        } else {
-            self.cfg.max_distance_bytes
-        };
-        let max_distance = (cap / block_size.max(1)).max(1);
         // Reads of one stream arrive slightly out of order when a client keeps many in
         // flight and server threads take them in parallel. A read that continues a
         // stream exactly confirms it; once confirmed, a read within `REORDER_BLOCKS` of
@@ -139,7 +129,15 @@ impl StreamDetector {
             s.last_used = now;
             s.confirmed = true;
             s.next_blkid = end;
-            s.distance = (s.distance * 2).min(max_distance);
+            let (outstanding, cache_max) = budget();
+            let cap = if self.cfg.may_extend(outstanding, cache_max) {
+                self.cfg
+                    .extended_distance_bytes
+                    .max(self.cfg.max_distance_bytes)
+            } else {
+                self.cfg.max_distance_bytes
+            };
+            s.distance = (s.distance * 2).min((cap / block_size.max(1)).max(1));
             // Streams started by this stream's early arrivals are this stream: merge them
             // so no block is issued twice.
             self.streams.retain(|o| {
@@ -183,6 +181,14 @@ impl StreamDetector {
 mod tests {
     use super::*;
 
+    /// A budget with room for any stream, and one with none.
+    fn room() -> (u64, u64) {
+        (0, u64::MAX)
+    }
+    fn no_room() -> (u64, u64) {
+        (0, 0)
+    }
+
     #[test]
     fn sequential_scan_grows_to_the_cap_without_reissuing() {
         let mut d = StreamDetector::new(PrefetchConfig::default());
@@ -191,7 +197,7 @@ mod tests {
         let mut issued = std::collections::HashSet::new();
         let mut widths = Vec::new();
         for b in 0..200u64 {
-            let r = d.on_read(b, 1, bs, t, false);
+            let r = d.on_read(b, 1, bs, t, no_room);
             widths.push(r.end.saturating_sub(r.start));
             for x in r {
                 assert!(issued.insert(x), "block {x} issued twice");
@@ -199,7 +205,7 @@ mod tests {
             }
         }
         // A jump back to the start is one read, not a pattern: no read-ahead.
-        assert!(d.on_read(0, 1, bs, t, false).is_empty());
+        assert!(d.on_read(0, 1, bs, t, no_room).is_empty());
         // Distance capped at 32 MiB / 128 KiB = 256 blocks ahead.
         assert!(issued.iter().all(|&x| x <= 200 + 256));
         assert!(issued.contains(&150));
@@ -217,7 +223,7 @@ mod tests {
         let mut issued = std::collections::BTreeSet::new();
         let mut steady_batches = 0;
         for b in 0..1000u64 {
-            let r = d.on_read(b, 1, bs, t, false);
+            let r = d.on_read(b, 1, bs, t, no_room);
             if b > 300 && !r.is_empty() {
                 assert!(
                     r.end - r.start >= 32,
@@ -247,7 +253,7 @@ mod tests {
         let bs = 128 * 1024;
         let mut issued = std::collections::BTreeSet::new();
         for b in 0..1200u64 {
-            for x in d.on_read(b, 1, bs, t, true) {
+            for x in d.on_read(b, 1, bs, t, room) {
                 assert!(issued.insert(x), "block {x} issued twice");
             }
         }
@@ -255,10 +261,10 @@ mod tests {
         assert!(far > 1199 + 448 && far <= 1199 + 512, "reads {far} at 1199");
         // No room: quiet until the reader is within 256 blocks of `far`.
         for b in 1200..far - 256 {
-            assert!(d.on_read(b, 1, bs, t, false).is_empty(), "issued at {b}");
+            assert!(d.on_read(b, 1, bs, t, no_room).is_empty(), "issued at {b}");
         }
         for b in far - 256..far + 300 {
-            for x in d.on_read(b, 1, bs, t, false) {
+            for x in d.on_read(b, 1, bs, t, no_room) {
                 assert!(issued.insert(x), "block {x} issued twice");
                 assert!(x <= b + 256, "block {x} at {b}");
             }
@@ -280,7 +286,7 @@ mod tests {
         for b in 0..4000u64 {
             for (i, d) in detectors.iter_mut().enumerate() {
                 let outstanding: u64 = far.iter().map(|&f| f.saturating_sub(b) * bs).sum();
-                let r = d.on_read(b, 1, bs, t, cfg.may_extend(outstanding, cache));
+                let r = d.on_read(b, 1, bs, t, || (outstanding, cache));
                 if !r.is_empty() {
                     far[i] = far[i].max(r.end);
                 }
@@ -340,7 +346,7 @@ mod tests {
                 ids.swap(i, (x % (i as u64 + 1)) as usize);
             }
             for b in ids {
-                for p in d.on_read(b, 1, bs, t, false) {
+                for p in d.on_read(b, 1, bs, t, no_room) {
                     assert!(issued.insert(p), "block {p} issued twice");
                 }
             }
@@ -357,8 +363,8 @@ mod tests {
         let mut a_hits = 0;
         let mut b_hits = 0;
         for i in 0..20u64 {
-            a_hits += d.on_read(i, 1, 4096, t, false).count();
-            b_hits += d.on_read(10_000 + i, 1, 4096, t, false).count();
+            a_hits += d.on_read(i, 1, 4096, t, no_room).count();
+            b_hits += d.on_read(10_000 + i, 1, 4096, t, no_room).count();
         }
         assert!(a_hits > 0 && b_hits > 0);
         let mut r = StreamDetector::new(PrefetchConfig::default());
@@ -368,7 +374,7 @@ mod tests {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            got += r.on_read((x >> 20) % 1_000_000, 1, 4096, t, true).count();
+            got += r.on_read((x >> 20) % 1_000_000, 1, 4096, t, room).count();
         }
         assert_eq!(got, 0, "random reads must not trigger prefetch");
     }
@@ -377,11 +383,11 @@ mod tests {
     fn idle_streams_time_out() {
         let mut d = StreamDetector::new(PrefetchConfig::default());
         let t = Instant::now();
-        d.on_read(0, 1, 4096, t, false);
-        d.on_read(1, 1, 4096, t, false);
+        d.on_read(0, 1, 4096, t, no_room);
+        d.on_read(1, 1, 4096, t, no_room);
         assert_eq!(d.stream_count(), 1);
         let later = t + Duration::from_secs(3);
-        assert!(d.on_read(2, 1, 4096, later, false).is_empty());
+        assert!(d.on_read(2, 1, 4096, later, no_room).is_empty());
         assert_eq!(d.stream_count(), 1, "old stream dropped, new one started");
     }
 }

@@ -778,15 +778,16 @@ impl Objset {
 
     /// Feeds a demand read to the object's stream detector; returns the block ids to
     /// read ahead. `budget`: the pool's read-ahead issued and not yet read, and the
-    /// ARC's bound, in bytes, which decide whether the stream may read further ahead
-    /// than the normal distance (`PrefetchConfig::may_extend`).
+    /// ARC's bound, in bytes, asked only when the read continues a stream; they decide
+    /// whether it may read further ahead than the normal distance
+    /// (`PrefetchConfig::may_extend`).
     pub fn note_read(
         &self,
         obj: u64,
         offset: u64,
         len: u64,
         block_size: u64,
-        budget: (u64, u64),
+        budget: impl FnOnce() -> (u64, u64),
     ) -> std::ops::Range<u64> {
         if len == 0 || block_size == 0 {
             return 0..0;
@@ -797,17 +798,15 @@ impl Objset {
         if d.len() >= MAX_DETECTORS && !d.contains_key(&obj) {
             d.clear();
         }
-        let detector = d
-            .entry(obj)
-            .or_insert_with(|| StreamDetector::new(PrefetchConfig::default()));
-        let may_extend = detector.config().may_extend(budget.0, budget.1);
-        detector.on_read(
-            first,
-            last - first + 1,
-            block_size,
-            std::time::Instant::now(),
-            may_extend,
-        )
+        d.entry(obj)
+            .or_insert_with(|| StreamDetector::new(PrefetchConfig::default()))
+            .on_read(
+                first,
+                last - first + 1,
+                block_size,
+                std::time::Instant::now(),
+                budget,
+            )
     }
 
     /// Reads a range of blocks into the ARC ahead of demand, in one aggregated batch

@@ -262,10 +262,11 @@ impl Pool {
     /// one stream then keeps more of the disk busy while its reader lags, and four do
     /// not crowd each other's near blocks out of the queue.
     fn read_ahead(&self, objset: &Arc<Objset>, obj: u64, offset: u64, len: usize, bs: u64) {
-        let (unread, arc_max) = self.storage.arc.prefetch_unread_and_max_bytes();
         let pending = &self.read_ahead_pending;
-        let outstanding = unread + pending.load(Ordering::Relaxed);
-        let ahead = objset.note_read(obj, offset, len as u64, bs, (outstanding, arc_max));
+        let ahead = objset.note_read(obj, offset, len as u64, bs, || {
+            let (unread, arc_max) = self.storage.arc.prefetch_unread_and_max_bytes();
+            (unread + pending.load(Ordering::Relaxed), arc_max)
+        });
         if ahead.is_empty() {
             return;
         }
