@@ -21,7 +21,7 @@ pub mod spacelog;
 pub mod storage;
 pub mod uberblock;
 
-pub use pool::{Pool, PoolOptions, PoolStatus, Tx};
+pub use pool::{Pool, PoolOptions, PoolStatus, Tx, READ_AHEAD_PER_STREAM_BYTES};
 pub use read_buf::ReadBuf;
 
 #[derive(Debug, thiserror::Error)]

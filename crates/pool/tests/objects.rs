@@ -608,6 +608,95 @@ fn read_ahead_reaches_further_while_the_arc_has_room() {
     );
 }
 
+/// Reads held at the disk of a one-disk pool once a stream's reader, gone through its
+/// read-ahead, waits on the disk. The disk has a head, so read-ahead jobs are 4 MiB
+/// (a 1 MiB job is held by the worker count first).
+fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
+    // One disk large enough for the file (the common devices are 64 MiB).
+    let devs = vec![vdev::SimDevice::new(160 << 20, 44)];
+    let pool = create_pool(Layout::Disk, &devs);
+    let os = pool.create_objset("tank/fs", "{}").unwrap();
+    let f = new_file(&pool, os, 128 * 1024, Compression::Off);
+    let data = Rng(44).bytes(96 << 20);
+    pool.write(os, f, 0, &data).unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    devs[0].set_speed(Some(vdev::SpeedLimit {
+        bytes_per_sec: None,
+        iops: None,
+        seek: std::time::Duration::from_micros(1),
+    }));
+    let mut o = opts();
+    o.arc_max_bytes = Some(512 << 20);
+    o.read_ahead_per_stream_bytes = per_stream_bytes;
+    let pool = pool::Pool::import(args(&devs), Some("tank"), o).unwrap();
+    let mib = 1 << 20;
+    let data = Arc::new(data);
+    let read = move |pool: &pool::Pool, data: &[u8], off: usize| {
+        assert_eq!(
+            pool.read(os, f, off as u64, mib).unwrap(),
+            &data[off..off + mib]
+        );
+    };
+    // The stream starts and its window grows; what it read ahead lands.
+    for off in (0..8 * mib).step_by(mib) {
+        read(&pool, &data, off);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pool.read_ahead_pending_bytes() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // From here the disk holds every read: the reader goes through what is cached,
+    // each read sending more read-ahead, and stops at the first block not in memory.
+    devs[0].hold_reads(true);
+    let reader = {
+        let (pool, data) = (pool.clone(), data.clone());
+        std::thread::spawn(move || {
+            for off in (8 * mib..96 * mib).step_by(mib) {
+                read(&pool, &data, off);
+            }
+        })
+    };
+    // Settled: the count has not moved for half a second.
+    let mut last = usize::MAX;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let now = devs[0].held_reads();
+        if now == last || std::time::Instant::now() > deadline {
+            break;
+        }
+        last = now;
+    }
+    let held = devs[0].held_reads();
+    devs[0].hold_reads(false);
+    reader.join().unwrap();
+    assert_eq!(
+        pool.read_ahead_pending_bytes(),
+        0,
+        "every job gave its bytes back"
+    );
+    held
+}
+
+/// A stream has at most `READ_AHEAD_PER_STREAM_BYTES` (six 4 MiB jobs) of read-ahead
+/// at the disk; the rest of its window waits its turn in order, so the next job its
+/// reader needs is not shared with the whole window at the disk. Without the bound
+/// every worker reads for the one stream. The file's blocks still all arrive.
+#[test]
+fn one_stream_keeps_a_bounded_read_ahead_at_the_disk() {
+    let bounded = read_ahead_at_the_disk_for_one_stream(pool::READ_AHEAD_PER_STREAM_BYTES);
+    assert!(
+        (4..=7).contains(&bounded),
+        "{bounded} reads at the disk (six jobs and the reader's own at most)"
+    );
+    // Control: without the bound, all 16 workers hold a job of it.
+    let unbounded = read_ahead_at_the_disk_for_one_stream(u64::MAX);
+    assert!(
+        unbounded >= 12,
+        "{unbounded} reads at the disk without the bound"
+    );
+}
+
 /// Reads held at a one-disk pool's device while `pool` reads block 1 of a file it has
 /// read block 0 of (so the read continues a stream and its block size is known).
 fn reads_held_while_a_stream_continues(prefetch: bool) -> usize {

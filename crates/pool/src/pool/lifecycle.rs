@@ -187,6 +187,9 @@ impl Pool {
             log_area: Mutex::new((0, 0)),
             prefetch_tx: std::sync::OnceLock::new(),
             read_ahead_pending: Arc::default(),
+            read_ahead_gate: Arc::new(read_ahead_gate::StreamGate::new(
+                opts.read_ahead_per_stream_bytes,
+            )),
             opts,
             analytics: std::sync::OnceLock::new(),
             repair: RepairProgress::default(),

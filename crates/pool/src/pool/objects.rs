@@ -328,14 +328,33 @@ impl Pool {
             let rx = rx.clone();
             let storage = self.storage.clone();
             let pending = self.read_ahead_pending.clone();
+            let gate = self.read_ahead_gate.clone();
             std::thread::Builder::new()
                 .name(format!("prefetch-{i}"))
                 .spawn(move || {
                     // `None`: the pool, and so the queue's sender, is gone.
-                    while let Some((objset, obj, range, bytes)) = rx.pop() {
-                        objset.prefetch_range(&storage, obj, range);
-                        // After the blocks are in the ARC, where they count as unread.
-                        pending.fetch_sub(bytes, Ordering::Relaxed);
+                    while let Some(job) = rx.pop() {
+                        let key = (job.0.id, job.1);
+                        let bytes = job.3;
+                        // A job its stream has no room for waits in the stream's line;
+                        // the worker that ends one of its jobs runs what that lets start
+                        // (one job, as a stream's jobs are of one size but its last).
+                        let mut ready: std::collections::VecDeque<(PrefetchJob, u64)> = gate
+                            .admit(key, job, bytes)
+                            .map(|j| (j, bytes))
+                            .into_iter()
+                            .collect();
+                        while let Some(((objset, obj, range, bytes), _)) = ready.pop_front() {
+                            let mut running = RunningJob {
+                                gate: &gate,
+                                pending: &pending,
+                                key,
+                                bytes,
+                                ended: false,
+                            };
+                            objset.prefetch_range(&storage, obj, range);
+                            ready.extend(running.end());
+                        }
                     }
                 })
                 .expect("spawn prefetch worker");
@@ -375,5 +394,41 @@ impl Pool {
         blkid: u64,
     ) -> Result<Option<crate::blkptr::BlockPointer>, PoolError> {
         self.objset(os)?.committed_block(&self.storage, obj, blkid)
+    }
+}
+
+/// A read-ahead job being read: when it ends, its bytes leave the pool's pending count
+/// (`Pool::read_ahead_pending_bytes`; the blocks are in the ARC by then, where they
+/// count as unread) and its stream's gate lets the next jobs start. If the read
+/// panics, the same happens as it unwinds, and the jobs that would start are dropped
+/// with their bytes (this worker is going away): otherwise they would stay counted for
+/// the life of the pool, shrinking every stream's budget, and hold the stream's line.
+struct RunningJob<'a> {
+    gate: &'a read_ahead_gate::StreamGate<PrefetchJob>,
+    pending: &'a std::sync::atomic::AtomicU64,
+    key: read_ahead_gate::StreamKey,
+    bytes: u64,
+    ended: bool,
+}
+
+impl RunningJob<'_> {
+    /// The job has ended: the jobs of its stream that may start now.
+    fn end(&mut self) -> Vec<(PrefetchJob, u64)> {
+        self.ended = true;
+        self.pending.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.gate.finish(self.key, self.bytes)
+    }
+}
+
+impl Drop for RunningJob<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let mut dropped = self.end();
+        while let Some((_, bytes)) = dropped.pop() {
+            self.pending.fetch_sub(bytes, Ordering::Relaxed);
+            dropped.extend(self.gate.finish(self.key, bytes));
+        }
     }
 }
