@@ -643,9 +643,12 @@ fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
         read(&pool, &data, off);
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while pool.read_ahead_pending_bytes() > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let landed = |pool: &pool::Pool| {
+        while pool.read_ahead_pending_bytes() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    landed(&pool);
     // From here the disk holds every read: the reader goes through what is cached,
     // each read sending more read-ahead, and stops at the first block not in memory.
     devs[0].hold_reads(true);
@@ -671,9 +674,7 @@ fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
     devs[0].hold_reads(false);
     reader.join().unwrap();
     // A job's bytes leave the count just after its blocks wake their reader.
-    while pool.read_ahead_pending_bytes() > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    landed(&pool);
     assert_eq!(
         pool.read_ahead_pending_bytes(),
         0,

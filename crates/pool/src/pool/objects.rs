@@ -339,12 +339,9 @@ impl Pool {
                         // A job its stream has no room for waits in the stream's line;
                         // the worker that ends one of its jobs runs what that lets start
                         // (one job, as a stream's jobs are of one size but its last).
-                        let mut ready: std::collections::VecDeque<(PrefetchJob, u64)> = gate
-                            .admit(key, job, bytes)
-                            .map(|j| (j, bytes))
-                            .into_iter()
-                            .collect();
-                        while let Some(((objset, obj, range, bytes), _)) = ready.pop_front() {
+                        let mut ready: std::collections::VecDeque<PrefetchJob> =
+                            gate.admit(key, job, bytes).into_iter().collect();
+                        while let Some((objset, obj, range, bytes)) = ready.pop_front() {
                             let mut running = RunningJob {
                                 gate: &gate,
                                 pending: &pending,
@@ -353,7 +350,7 @@ impl Pool {
                                 ended: false,
                             };
                             objset.prefetch_range(&storage, obj, range);
-                            ready.extend(running.end());
+                            ready.extend(running.end().into_iter().map(|(job, _)| job));
                         }
                     }
                 })
