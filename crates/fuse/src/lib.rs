@@ -12,6 +12,13 @@
 //! `.shoal` and `.shoal/snapshot` are two fixed numbers with bit 62 set. Everything
 //! under `.shoal` is read-only (EROFS).
 //!
+//! In the daemon, NFSv4 clients may hold delegations of the files a mount reaches:
+//! before each access that would meet one (any change of a file; for a write
+//! delegation, any read or stat of it too) the mount asks the daemon's `Delegations`
+//! to recall them and waits until they are back or revoked, as a local access on a
+//! kernel NFS server waits for a lease break. The request waits on one of the
+//! session's threads; the others go on.
+//!
 //! The kernel checks access permissions (`default_permissions`); ownership of new files
 //! comes from the caller's uid/gid. Nothing here commits: whoever runs the session
 //! commits the pool when it ends (`shoal mount` on SIGTERM, SIGINT or unmount; the
@@ -52,9 +59,38 @@ fn ttl() -> Duration {
     Duration::from_millis(TTL_MS.load(std::sync::atomic::Ordering::Relaxed))
 }
 
+/// How a local access meets NFSv4 delegations of the file it reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalAccess {
+    /// Reading the file or its attributes: in the way of write delegations.
+    Read,
+    /// Changing the file, its attributes or its names: in the way of every delegation.
+    Change,
+}
+
+/// The delegations local access waits for (the daemon's NFSv4 state; a mount of its
+/// own process has none).
+pub trait Delegations: Send + Sync {
+    /// Whether nothing stands in the way of `access` to object `ino` of object set
+    /// `objset` of pool `pool`. When something does, its recall is under way and the
+    /// caller asks again.
+    fn clear(&self, pool: &str, objset: u64, ino: u64, access: LocalAccess) -> bool;
+
+    /// How long one access may wait: a recalled delegation is revoked a lease after
+    /// its recall, so a longer wait means new delegations keep coming in its way.
+    fn wait_limit(&self) -> Duration;
+}
+
+/// Between two asks whether a delegation is back: short at first (a client answers a
+/// recall within milliseconds), then at most this.
+const RECALL_POLL_MAX: Duration = Duration::from_millis(100);
+
 /// The FUSE file system of one mounted dataset.
 pub struct ShoalFuse {
     fs: Arc<fs::Filesystem>,
+    /// What local access waits for, and this dataset's pool name to ask it with.
+    delegations: Option<Arc<dyn Delegations>>,
+    pool: String,
     datasets: Arc<fs::Datasets>,
     /// This mount's dataset (its snapshots are the ones shown).
     dataset: String,
@@ -248,6 +284,49 @@ fn cred(req: &Request, with_groups: bool) -> Cred {
 }
 
 impl ShoalFuse {
+    /// Waits until no delegation stands in the way of `access` to live object `ino`;
+    /// whether it had to wait (what was read before is then stale). EAGAIN when new
+    /// delegations kept coming in the way for longer than `Delegations::wait_limit`.
+    fn clear_delegations(&self, ino: u64, access: LocalAccess) -> Result<bool, Errno> {
+        let Some(d) = &self.delegations else {
+            return Ok(false);
+        };
+        let objset = self.fs.objset();
+        if d.clear(&self.pool, objset, ino, access) {
+            return Ok(false);
+        }
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            if started.elapsed() > d.wait_limit() {
+                tracing::warn!(
+                    dataset = %self.dataset,
+                    ino,
+                    "local access still waits for NFSv4 delegations: EAGAIN"
+                );
+                return Err(Errno::EAGAIN);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(RECALL_POLL_MAX);
+            if d.clear(&self.pool, objset, ino, access) {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// `clear_delegations` of the object `name` in `parent` leads to, if any.
+    fn clear_delegations_of_name(&self, parent: u64, name: &[u8]) -> Result<(), Errno> {
+        if self.delegations.is_none() {
+            return Ok(());
+        }
+        match self.fs.lookup(parent, name) {
+            Ok(a) => self
+                .clear_delegations(a.ino, LocalAccess::Change)
+                .map(|_| ()),
+            Err(_) => Ok(()),
+        }
+    }
+
     fn node(&self, ino: u64) -> Result<Node, Errno> {
         match ino {
             CTL_DIR_INO => Ok(Node::CtlDir),
@@ -369,6 +448,9 @@ impl ShoalFuse {
             return reply.error(e);
         }
         let (ino, name, cred) = (parent.0, name.as_bytes(), cred(req, false));
+        if let Err(e) = self.clear_delegations_of_name(ino, name) {
+            return reply.error(e);
+        }
         let r = if dir {
             self.fs.rmdir(ino, name, &cred)
         } else {
@@ -414,7 +496,15 @@ impl fuser::Filesystem for ShoalFuse {
                 Err(e) => reply.error(e),
             };
         }
-        match self.fs.lookup(parent.0, name.as_bytes()) {
+        let mut r = self.fs.lookup(parent.0, name.as_bytes());
+        if let Ok(a) = &r {
+            match self.clear_delegations(a.ino, LocalAccess::Read) {
+                Ok(true) => r = self.fs.lookup(parent.0, name.as_bytes()),
+                Ok(false) => {}
+                Err(e) => return reply.error(e),
+            }
+        }
+        match r {
             // Node id 0 is a negative entry: the kernel remembers the name is absent.
             Err(FsError::NotFound(_)) => reply.entry(&ttl(), &negative_entry(), Generation(0)),
             r => self.entry(r, reply),
@@ -435,6 +525,9 @@ impl fuser::Filesystem for ShoalFuse {
                 Ok(a) => reply.attr(&ttl(), &a),
                 Err(e) => reply.error(e),
             };
+        }
+        if let Err(e) = self.clear_delegations(ino.0, LocalAccess::Read) {
+            return reply.error(e);
         }
         attr(self.fs.getattr(ino.0), reply)
     }
@@ -459,6 +552,9 @@ impl fuser::Filesystem for ShoalFuse {
     ) {
         if special(ino) {
             return reply.error(Errno::EROFS);
+        }
+        if let Err(e) = self.clear_delegations(ino.0, LocalAccess::Change) {
+            return reply.error(e);
         }
         let t = |x: Option<TimeOrNow>| {
             x.map(|v| match v {
@@ -577,6 +673,12 @@ impl fuser::Filesystem for ShoalFuse {
             return reply.error(Errno::EINVAL); // RENAME_EXCHANGE and WHITEOUT: not supported
         }
         let noreplace = bits & libc::RENAME_NOREPLACE != 0;
+        if let Err(e) = self
+            .clear_delegations_of_name(parent.0, name.as_bytes())
+            .and_then(|()| self.clear_delegations_of_name(newparent.0, newname.as_bytes()))
+        {
+            return reply.error(e);
+        }
         done(
             self.fs.settle(self.fs.rename(
                 parent.0,
@@ -601,6 +703,9 @@ impl fuser::Filesystem for ShoalFuse {
         if let Some(e) = refuse(newparent, newname).or(special(ino).then_some(Errno::EROFS)) {
             return reply.error(e);
         }
+        if let Err(e) = self.clear_delegations(ino.0, LocalAccess::Change) {
+            return reply.error(e);
+        }
         self.entry(
             self.fs.settle(
                 self.fs
@@ -619,6 +724,15 @@ impl fuser::Filesystem for ShoalFuse {
                 Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
                 Err(e) => reply.error(e),
             };
+        }
+        let access = if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0
+        {
+            LocalAccess::Change
+        } else {
+            LocalAccess::Read
+        };
+        if let Err(e) = self.clear_delegations(ino.0, access) {
+            return reply.error(e);
         }
         match self.fs.getattr(ino.0) {
             Ok(_) => {
@@ -647,6 +761,9 @@ impl fuser::Filesystem for ShoalFuse {
                 Err(e) => reply.error(e),
             };
         }
+        if let Err(e) = self.clear_delegations(ino.0, LocalAccess::Read) {
+            return reply.error(e);
+        }
         data(self.fs.read(ino.0, offset, size as usize), reply)
     }
 
@@ -664,6 +781,10 @@ impl fuser::Filesystem for ShoalFuse {
     ) {
         if special(ino) {
             return reply.error(Errno::EROFS);
+        }
+        // A delegation may have come since the open: NFS does not see local opens.
+        if let Err(e) = self.clear_delegations(ino.0, LocalAccess::Change) {
+            return reply.error(e);
         }
         // sync=always is the filesystem's own; O_SYNC and O_DSYNC are this open's.
         let r = self.fs.write(ino.0, offset, data).and_then(|n| {
@@ -775,6 +896,9 @@ impl fuser::Filesystem for ShoalFuse {
         if special(ino) {
             return reply.error(Errno::EROFS);
         }
+        if let Err(e) = self.clear_delegations(ino.0, LocalAccess::Change) {
+            return reply.error(e);
+        }
         let create = flags & libc::XATTR_CREATE != 0;
         let replace = flags & libc::XATTR_REPLACE != 0;
         done(
@@ -837,6 +961,9 @@ impl fuser::Filesystem for ShoalFuse {
         if special(ino) {
             return reply.error(Errno::EROFS);
         }
+        if let Err(e) = self.clear_delegations(ino.0, LocalAccess::Change) {
+            return reply.error(e);
+        }
         done(
             self.fs
                 .settle(self.fs.setxattr(ino.0, name.as_bytes(), None, false, false)),
@@ -881,6 +1008,9 @@ impl fuser::Filesystem for ShoalFuse {
     ) {
         if special(ino) {
             return reply.error(Errno::EROFS);
+        }
+        if let Err(e) = self.clear_delegations(ino.0, LocalAccess::Change) {
+            return reply.error(e);
         }
         let r = if mode == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE {
             self.fs.settle(self.fs.punch(ino.0, offset, length))
@@ -929,12 +1059,14 @@ fn parse_options(options: &[String]) -> Result<(bool, bool)> {
     Ok((ro, allow_other))
 }
 
-/// A FUSE session of `dataset` (of `datasets`) on `mountpoint`, mounted, not yet run.
+/// A FUSE session of `dataset` (of `datasets`) on `mountpoint`, mounted, not yet run;
+/// its access waits for `delegations`, if given.
 pub fn session(
     datasets: Arc<fs::Datasets>,
     dataset: &str,
     mountpoint: &Path,
     options: &[String],
+    delegations: Option<Arc<dyn Delegations>>,
 ) -> Result<fuser::Session<ShoalFuse>> {
     let (ro, allow_other) = parse_options(options)?;
     if !mountpoint.is_dir() {
@@ -964,6 +1096,8 @@ pub fn session(
     fuser::Session::new(
         ShoalFuse {
             fs: filesystem,
+            delegations,
+            pool: fs::pool_of(dataset).to_string(),
             datasets,
             dataset: dataset.to_string(),
             snapshots: Default::default(),

@@ -202,10 +202,15 @@ pub(crate) struct Target {
 }
 
 pub(crate) fn fsid_of(share: &Share) -> u64 {
-    // The object set id, salted by the pool name so two pools never share an fsid.
-    let h = blake3::hash(share.pool.as_bytes());
+    fsid_for(&share.pool, share.fs.objset())
+}
+
+/// The fsid of object set `objset` of pool `pool`: the object set id, salted by the
+/// pool name so two pools never share an fsid.
+pub(crate) fn fsid_for(pool: &str, objset: u64) -> u64 {
+    let h = blake3::hash(pool.as_bytes());
     let salt = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap());
-    share.fs.objset() ^ (salt & 0xffff_ffff_0000_0000)
+    objset ^ (salt & 0xffff_ffff_0000_0000)
 }
 
 /// NFSv3 procedure names by number (RFC 1813), for logs and analytics.

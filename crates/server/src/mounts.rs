@@ -12,6 +12,9 @@
 //!   mount before it commits its pools and exits.
 //! - The FUSE sessions are the `fuse` crate's (`FuseHost`); a test may stand in
 //!   another `MountHost`.
+//! - A mount's access waits for the NFSv4 delegations in its way (`NfsDelegations`):
+//!   what an NFS client holding one caches stays true while the same file is used
+//!   through the mount.
 
 use crate::api::{run_blocking as blocking, ApiError, ApiResult, Body, Shared};
 use crate::DaemonState;
@@ -28,7 +31,7 @@ pub trait MountHandle: Send {
     fn unmount(self: Box<Self>) -> Result<(), String>;
 }
 
-/// Starts FUSE sessions for the daemon.
+/// Starts FUSE sessions for the daemon; their access waits for `delegations`.
 pub trait MountHost: Send + Sync {
     fn mount(
         &self,
@@ -36,7 +39,28 @@ pub trait MountHost: Send + Sync {
         dataset: &str,
         dir: &Path,
         options: &[String],
+        delegations: Arc<dyn fuse::Delegations>,
     ) -> Result<Box<dyn MountHandle>, String>;
+}
+
+/// The daemon's NFSv4 delegations, as its mounts wait for them: a local access
+/// recalls the ones in its way as the same access by another NFS client would.
+pub struct NfsDelegations(pub std::sync::Weak<nfs::NfsService>);
+
+impl fuse::Delegations for NfsDelegations {
+    fn clear(&self, pool: &str, objset: u64, ino: u64, access: fuse::LocalAccess) -> bool {
+        // No service (the daemon is stopping): no client holds anything any more.
+        self.0.upgrade().is_none_or(|service| {
+            service.clear_for_local_access(pool, objset, ino, access == fuse::LocalAccess::Change)
+        })
+    }
+
+    /// Two leases and a margin: a recalled delegation is revoked one lease after its
+    /// recall, so only new delegations coming in the way one after another wait longer.
+    fn wait_limit(&self) -> std::time::Duration {
+        let lease = self.0.upgrade().map(|s| s.v4_lease()).unwrap_or_default();
+        lease * 2 + std::time::Duration::from_secs(10)
+    }
 }
 
 /// A mount the daemon serves: the FUSE session runs on its own threads.
@@ -59,9 +83,11 @@ impl MountHost for FuseHost {
         dataset: &str,
         dir: &Path,
         options: &[String],
+        delegations: Arc<dyn fuse::Delegations>,
     ) -> Result<Box<dyn MountHandle>, String> {
         fuse::use_daemon_ttl();
-        let s = fuse::session(datasets, dataset, dir, options).map_err(|e| format!("{e:#}"))?;
+        let s = fuse::session(datasets, dataset, dir, options, Some(delegations))
+            .map_err(|e| format!("{e:#}"))?;
         let background = s
             .spawn()
             .map_err(|e| format!("starting the FUSE session: {e}"))?;
@@ -192,7 +218,13 @@ pub(crate) async fn mount(
             ));
         }
         let handle = host
-            .mount(datasets, &req.dataset, &dir, &req.options)
+            .mount(
+                datasets,
+                &req.dataset,
+                &dir,
+                &req.options,
+                Arc::new(NfsDelegations(Arc::downgrade(&s.service))),
+            )
             .map_err(ApiError::bad)?;
         let info = MountInfo {
             dataset: req.dataset.clone(),

@@ -32,7 +32,8 @@ pub fn mount(dataset: &str, mountpoint: &Path, options: &[String]) -> Result<()>
     let _lock = lock_pool(pool_name)?;
     let pool = open_registered_long_lived(pool_name, None)?;
     let datasets = Arc::new(fs::Datasets::new(pool.clone())?);
-    let mut session = fuse::session(datasets.clone(), dataset, mountpoint, options)?;
+    // A mount of its own process: no NFS server, so no delegations to wait for.
+    let mut session = fuse::session(datasets.clone(), dataset, mountpoint, options, None)?;
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,

@@ -30,6 +30,8 @@ pub struct TestServer {
     pub shares: Vec<(String, String)>,
     /// Changes to the daemon's configuration, applied at every (re)start.
     pub configure: Option<Configure>,
+    /// Runs the daemon's local (FUSE) mounts; none: it serves none.
+    pub mount_host: Option<Arc<dyn server::mounts::MountHost>>,
 }
 
 fn devices(dir: &std::path::Path, create: bool) -> Vec<DeviceArg> {
@@ -64,6 +66,22 @@ impl TestServer {
 
     /// As `start`, with `configure` applied to the daemon's configuration.
     pub fn start_configured(rules: &str, configure: Option<Configure>) -> TestServer {
+        Self::start_with(rules, configure, None)
+    }
+
+    /// As `start`, with the daemon's local mounts run by `mount_host`.
+    pub fn start_with_mounts(
+        rules: &str,
+        mount_host: Arc<dyn server::mounts::MountHost>,
+    ) -> TestServer {
+        Self::start_with(rules, None, Some(mount_host))
+    }
+
+    fn start_with(
+        rules: &str,
+        configure: Option<Configure>,
+        mount_host: Option<Arc<dyn server::mounts::MountHost>>,
+    ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let pool = Pool::create(
             "tp",
@@ -88,6 +106,7 @@ impl TestServer {
             addr: "127.0.0.1:0".parse().unwrap(),
             shares,
             configure,
+            mount_host,
         };
         s.run_daemon("127.0.0.1:0".parse().unwrap());
         s
@@ -115,7 +134,7 @@ impl TestServer {
             vec![self.pool.clone()],
             &self.dir.path().join("state"),
             None,
-            None,
+            self.mount_host.clone(),
         )
         .unwrap();
         self.addr = daemon.nfs_addrs()[0];
