@@ -29,6 +29,11 @@ use std::sync::{Arc, Mutex};
 /// A running FUSE session; `unmount` returns when the kernel has let go of it.
 pub trait MountHandle: Send {
     fn unmount(self: Box<Self>) -> Result<(), String>;
+
+    /// Whether the session has ended without `unmount` (a plain `umount DIR`).
+    fn ended(&self) -> bool {
+        false
+    }
 }
 
 /// Starts FUSE sessions for the daemon; their access waits for `delegations`.
@@ -69,6 +74,10 @@ struct FuseMount(fuse::fuser::BackgroundSession);
 impl MountHandle for FuseMount {
     fn unmount(self: Box<Self>) -> Result<(), String> {
         self.0.umount_and_join().map_err(|e| e.to_string())
+    }
+
+    fn ended(&self) -> bool {
+        self.0.guard.is_finished()
     }
 }
 
@@ -129,20 +138,35 @@ pub struct Mounts {
 }
 
 impl Mounts {
+    /// The mounts still there: one whose session ended because its directory was
+    /// unmounted with a plain `umount DIR` is let go of here, so it neither holds its
+    /// pool nor its directory (fuser never unmounts a directory twice, so a newer
+    /// mount there is left alone). What was written through it is in the pool's open
+    /// transaction group, committed as any other.
+    fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, Entry>> {
+        let mut by_dir = self.by_dir.lock().unwrap();
+        let ended: Vec<PathBuf> = by_dir
+            .iter()
+            .filter(|(_, e)| e.handle.ended())
+            .map(|(d, _)| d.clone())
+            .collect();
+        for dir in ended {
+            let e = by_dir.remove(&dir).expect("listed");
+            tracing::info!(dataset = %e.info.dataset, dir = %e.info.dir, "unmounted outside the daemon");
+            if let Err(err) = e.handle.unmount() {
+                tracing::warn!(dir = %dir.display(), error = %err, "letting go of an ended mount");
+            }
+        }
+        by_dir
+    }
+
     pub fn list(&self) -> Vec<MountInfo> {
-        self.by_dir
-            .lock()
-            .unwrap()
-            .values()
-            .map(|e| e.info.clone())
-            .collect()
+        self.live().values().map(|e| e.info.clone()).collect()
     }
 
     /// A mount of a filesystem of pool `pool`, if any.
     pub fn in_pool(&self, pool: &str) -> Option<String> {
-        self.by_dir
-            .lock()
-            .unwrap()
+        self.live()
             .values()
             .find(|e| fs::pool_of(&e.info.dataset) == pool)
             .map(|e| e.info.dir.clone())
@@ -210,7 +234,7 @@ pub(crate) async fn mount(
             ));
         }
         let datasets = s.datasets_of(&req.dataset)?;
-        let mut by_dir = s.mounts.by_dir.lock().unwrap();
+        let mut by_dir = s.mounts.live();
         if by_dir.contains_key(&dir) {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -252,15 +276,9 @@ pub(crate) async fn unmount(
     Body(req): Body<UnmountRequest>,
 ) -> ApiResult<MountInfo> {
     blocking(move || {
-        let entry = s
-            .mounts
-            .by_dir
-            .lock()
-            .unwrap()
-            .remove(Path::new(&req.dir))
-            .ok_or_else(|| {
-                ApiError::not_found(format!("{} is no mount of this daemon", req.dir))
-            })?;
+        let entry = s.mounts.live().remove(Path::new(&req.dir)).ok_or_else(|| {
+            ApiError::not_found(format!("{} is no mount of this daemon", req.dir))
+        })?;
         let info = entry.info.clone();
         entry.handle.unmount().map_err(|e| {
             ApiError::new(

@@ -1,12 +1,15 @@
-//! A local FUSE mount the daemon serves, beside an NFSv4.1 client that holds a write
-//! delegation of a file: reading or writing that file through the mount recalls the
-//! delegation (CB_RECALL on the client's back channel) and waits until the client gives
-//! it back, then sees and makes what the client wrote; nothing goes ahead while the
-//! client may still cache the file as its own.
+//! Local FUSE mounts the daemon serves (`POST /api/v1/mounts`), over real FUSE.
 //!
-//! The control mounts the same way with a daemon whose mounts ignore delegations: the
-//! same harness must then see the local access go ahead under a delegation nobody
+//! Beside an NFSv4.1 client that holds a write delegation of a file, reading or writing
+//! that file through the mount recalls the delegation (CB_RECALL on the client's back
+//! channel) and waits until the client gives it back, then sees and makes what the
+//! client wrote; nothing goes ahead while the client may still cache the file as its
+//! own. The control mounts the same way with a daemon whose mounts ignore delegations:
+//! the same harness must then see the local access go ahead under a delegation nobody
 //! recalled.
+//!
+//! A plain `umount DIR` of such a mount ends it for the daemon too: the directory can
+//! be mounted again, and the pool is no longer held.
 //!
 //! Needs root and /dev/fuse (as `crates/shoal/tests/fuse.rs`).
 
@@ -18,6 +21,7 @@ use common::TestServer;
 use server::mounts::{FuseHost, MountHandle, MountHost};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,16 +69,25 @@ fn daemon_with_mount(host: Arc<dyn MountHost>) -> (TestServer, PathBuf) {
     let server = TestServer::start_with_mounts("127.0.0.1(rw,no_root_squash,insecure)", host);
     let mnt = server.dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let api = Api {
+    mount(&api(&server), &mnt);
+    (server, mnt)
+}
+
+/// The daemon's API, with its local token.
+fn api(server: &TestServer) -> Api {
+    Api {
         addr: server.api_addr(),
         token: server::auth::local_token(&server.state_dir()),
-    };
+    }
+}
+
+/// Mounts `tp/share` on `dir` through the API.
+fn mount(api: &Api, dir: &Path) {
     let (code, body) = api.post(
         "/api/v1/mounts",
-        &serde_json::json!({ "dataset": "tp/share", "dir": mnt.display().to_string() }).to_string(),
+        &serde_json::json!({ "dataset": "tp/share", "dir": dir.display().to_string() }).to_string(),
     );
     assert_eq!(code, 201, "mounting through the API: {body}");
-    (server, mnt)
 }
 
 /// An NFSv4.1 client of `server` that takes the delegations offered; its handle of
@@ -195,4 +208,34 @@ fn control_mounts_ignoring_delegations_go_ahead_under_them() {
         "a write through the mount"
     );
     assert_eq!(after, b"from the client; from the mount");
+}
+
+/// After a plain `umount DIR`, the daemon lists the mount no more (once the session
+/// has seen the kernel let go), mounts the same directory again, and what was written
+/// before is there.
+#[test]
+fn a_plain_umount_ends_the_mount_for_the_daemon_too() {
+    let (server, mnt) = daemon_with_mount(Arc::new(FuseHost));
+    let api = api(&server);
+    std::fs::write(mnt.join("kept"), b"written before the umount").unwrap();
+    let status = Command::new("umount").arg(&mnt).status().unwrap();
+    assert!(status.success(), "umount {}: {status}", mnt.display());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, listed) = api.get("/api/v1/mounts");
+        assert_eq!(code, 200);
+        if listed.as_array().is_some_and(|a| a.is_empty()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon still lists a mount that umount ended: {listed}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    mount(&api, &mnt);
+    assert_eq!(
+        std::fs::read(mnt.join("kept")).unwrap(),
+        b"written before the umount"
+    );
 }
