@@ -780,3 +780,74 @@ fn clear_refuses_a_healthy_or_unknown_device() {
     let unknown = p.clear("nope", &|_| {}).unwrap_err().to_string();
     assert!(unknown.contains("no data device 'nope'"), "{unknown}");
 }
+
+/// A cache device that faulted is put back in service by `clear`, and the L2ARC writes
+/// to it again. Control: revived but not cleared, it stays FAULTED and nothing is
+/// written to it. A log device and a spare are refused with what to do instead.
+#[test]
+fn clear_puts_a_faulted_cache_device_back_in_service() {
+    let devs = sim_devices(5, 71, None);
+    let options = pool::PoolOptions {
+        arc_max_bytes: Some(4 << 20),
+        ..opts()
+    };
+    let p = create_pool_with(Layout::Mirror, &devs[..2], options);
+    let arg = |path: &str, d: &Arc<SimDevice>| pool::pool::DeviceArg {
+        path: path.into(),
+        device: d.clone(),
+    };
+    p.add_cache(arg("cache0", &devs[2])).unwrap();
+    p.add_log(arg("log0", &devs[3])).unwrap();
+    p.add_spare(arg("spare0", &devs[4])).unwrap();
+    let os = p.create_objset("tank/data", "{}").unwrap();
+    let obj = new_file(&p, os, 131072, Compression::Off);
+    let data = Rng(71).bytes(16 << 20);
+    p.write(os, obj, 0, &data).unwrap();
+    p.sync().unwrap();
+    // Each pass pushes the file through the 4 MiB ARC: what it evicts feeds the L2ARC.
+    let read_all = || assert_eq!(p.read(os, obj, 0, data.len()).unwrap(), data);
+    let cache_health = || p.status().cache[0].health.clone();
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        for _ in 0..200 {
+            read_all();
+            if done() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("{what}: not within 200 passes");
+    };
+
+    devs[2].inject(Fault::Dead);
+    until("the dead cache device faulted", &|| {
+        cache_health() == "FAULTED"
+    });
+    devs[2].revive();
+    let writes = devs[2].stats().writes;
+    for _ in 0..5 {
+        read_all();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(cache_health(), "FAULTED", "control: revived, not cleared");
+    assert_eq!(
+        devs[2].stats().writes,
+        writes,
+        "control: nothing written to a FAULTED cache device"
+    );
+
+    p.clear("cache0", &|_| {}).unwrap();
+    assert_eq!(cache_health(), "ONLINE");
+    until("the L2ARC writing to the cleared device", &|| {
+        devs[2].stats().writes > writes
+    });
+    let again = p.clear("cache0", &|_| {}).unwrap_err().to_string();
+    assert!(again.contains("not FAULTED"), "{again}");
+
+    let log = p.clear("log0", &|_| {}).unwrap_err().to_string();
+    assert!(
+        log.contains("is a log device: remove it and add it again"),
+        "{log}"
+    );
+    let spare = p.clear("spare0", &|_| {}).unwrap_err().to_string();
+    assert!(spare.contains("is a spare"), "{spare}");
+}

@@ -285,6 +285,11 @@ impl Pool {
     /// device faults after a failed write or too many read errors and stays FAULTED
     /// across import (`LeafConfig::faulted`), because it missed writes; clearing it is
     /// how the operator says the fault was passing (a cable, a controller reset).
+    ///
+    /// A FAULTED cache device is put back in service at once: nothing on it is ever
+    /// needed (every L2ARC read is checked against the checksum in the index, so what
+    /// it held before its fault can only miss). A log device or a spare is refused with
+    /// what to do instead.
     pub fn clear(
         &self,
         device: &str,
@@ -292,6 +297,25 @@ impl Pool {
     ) -> Result<ResilverSummary, PoolError> {
         self.check_writable()?;
         let _one = self.topology_change()?;
+        if let Some(leaf) = super::topology::find_named(&self.cache_leaves.read().unwrap(), device)
+        {
+            return clear_cache_device(&leaf);
+        }
+        if let Some(leaf) = super::topology::find_named(&self.log_leaves.read().unwrap(), device) {
+            // Its ring may hold log records import must not trust: it goes back through
+            // the path that starts it empty.
+            return Err(PoolError::InvalidArgument(format!(
+                "{} is a log device: remove it and add it again (`shoal pool remove`, `shoal pool add ... log`)",
+                leaf.path()
+            )));
+        }
+        if let Some(leaf) = super::topology::find_named(&self.spare_leaves.lock().unwrap(), device)
+        {
+            return Err(PoolError::InvalidArgument(format!(
+                "{} is a spare: it holds nothing to clear; replace a device with it, or remove it",
+                leaf.path()
+            )));
+        }
         let (top_index, leaf_index) = self.find_data_leaf(device)?;
         let top = self.storage.tops()[top_index].clone();
         let leaf = top.leaves[leaf_index].clone();
@@ -849,5 +873,26 @@ impl Drop for FreeHold<'_> {
     fn drop(&mut self) {
         self.0.alloc.lock().unwrap().release_frees();
         self.0.hold_ended();
+    }
+}
+
+/// `Pool::clear` of a cache device: a FAULTED one goes back in service with its error
+/// counts cleared; the L2ARC writer picks it up at its next batch.
+fn clear_cache_device(leaf: &Leaf) -> Result<ResilverSummary, PoolError> {
+    match leaf.health() {
+        Health::Faulted if leaf.device().is_some() => {
+            leaf.clear_counters();
+            leaf.set_health(Health::Online);
+            Ok(ResilverSummary::default())
+        }
+        Health::Faulted | Health::Unavail => Err(PoolError::InvalidArgument(format!(
+            "{} is missing: there is nothing to clear; remove it and add a cache device",
+            leaf.path()
+        ))),
+        h => Err(PoolError::InvalidArgument(format!(
+            "{} is {}, not FAULTED: nothing to clear",
+            leaf.path(),
+            h.name()
+        ))),
     }
 }
