@@ -783,10 +783,10 @@ fn clear_refuses_a_healthy_or_unknown_device() {
 
 /// A cache device that faulted is put back in service by `clear`, and the L2ARC writes
 /// to it again. Control: revived but not cleared, it stays FAULTED and nothing is
-/// written to it. A log device and a spare are refused with what to do instead.
+/// written to it. A spare is refused.
 #[test]
 fn clear_puts_a_faulted_cache_device_back_in_service() {
-    let devs = sim_devices(5, 71, None);
+    let devs = sim_devices(4, 71, None);
     let options = pool::PoolOptions {
         arc_max_bytes: Some(4 << 20),
         ..opts()
@@ -797,8 +797,7 @@ fn clear_puts_a_faulted_cache_device_back_in_service() {
         device: d.clone(),
     };
     p.add_cache(arg("cache0", &devs[2])).unwrap();
-    p.add_log(arg("log0", &devs[3])).unwrap();
-    p.add_spare(arg("spare0", &devs[4])).unwrap();
+    p.add_spare(arg("spare0", &devs[3])).unwrap();
     let os = p.create_objset("tank/data", "{}").unwrap();
     let obj = new_file(&p, os, 131072, Compression::Off);
     let data = Rng(71).bytes(16 << 20);
@@ -843,11 +842,67 @@ fn clear_puts_a_faulted_cache_device_back_in_service() {
     let again = p.clear("cache0", &|_| {}).unwrap_err().to_string();
     assert!(again.contains("not FAULTED"), "{again}");
 
-    let log = p.clear("log0", &|_| {}).unwrap_err().to_string();
-    assert!(
-        log.contains("is a log device: remove it and add it again"),
-        "{log}"
-    );
     let spare = p.clear("spare0", &|_| {}).unwrap_err().to_string();
     assert!(spare.contains("is a spare"), "{spare}");
+}
+
+/// A log device that faulted is cleared by removing it and adding it again: it comes
+/// back ONLINE and empty, the intent log moves back onto it, and what is logged there
+/// afterwards survives a power cut. Control: revived but not cleared, it stays FAULTED
+/// and nothing is logged on it.
+#[test]
+fn clear_puts_a_faulted_log_device_back_with_the_log_on_it() {
+    let devs = sim_devices(3, 73, None);
+    let p = create_pool(Layout::Mirror, &devs[..2]);
+    p.add_log(pool::pool::DeviceArg {
+        path: "log0".into(),
+        device: devs[2].clone(),
+    })
+    .unwrap();
+    let os = p.create_objset("tank/data", "{}").unwrap();
+    let log_health = |p: &pool::Pool| p.status().log[0].health.clone();
+    let logged = |p: &pool::Pool, seed: u64| {
+        let obj = new_file(p, os, 131072, Compression::Off);
+        let data = Rng(seed).bytes(50_000);
+        p.write(os, obj, 0, &data).unwrap();
+        p.log_commit().unwrap();
+        (obj, data)
+    };
+
+    devs[2].inject(Fault::Dead);
+    let during = logged(&p, 1);
+    assert_eq!(
+        log_health(&p),
+        "FAULTED",
+        "a failed log write faults the device"
+    );
+    devs[2].revive();
+    let writes = devs[2].stats().writes;
+    let after_revive = logged(&p, 2);
+    assert_eq!(log_health(&p), "FAULTED", "control: revived, not cleared");
+    assert_eq!(
+        devs[2].stats().writes,
+        writes,
+        "control: nothing logged on a FAULTED log device"
+    );
+
+    p.clear("log0", &|_| {}).unwrap();
+    assert_eq!(log_health(&p), "ONLINE");
+    assert_eq!(p.status().intent_log.ring, "log devices");
+    let writes = devs[2].stats().writes;
+    let after_clear = logged(&p, 3);
+    assert!(
+        devs[2].stats().writes > writes,
+        "nothing logged on the cleared device"
+    );
+    let again = p.clear("log0", &|_| {}).unwrap_err().to_string();
+    assert!(again.contains("not FAULTED"), "{again}");
+
+    // Power off (no export, no sync since the writes): import replays the log.
+    drop(p);
+    let p = pool::Pool::import(args(&devs), Some("tank"), opts()).unwrap();
+    for (obj, data) in [during, after_revive, after_clear] {
+        assert_eq!(p.read(os, obj, 0, data.len()).unwrap(), data);
+    }
+    assert!(p.check().unwrap().problems.is_empty());
 }

@@ -288,26 +288,24 @@ impl Pool {
     ///
     /// A FAULTED cache device is put back in service at once: nothing on it is ever
     /// needed (every L2ARC read is checked against the checksum in the index, so what
-    /// it held before its fault can only miss). A log device or a spare is refused with
-    /// what to do instead.
+    /// it held before its fault can only miss). A FAULTED log device is removed and
+    /// added again (`remove_log`, `add_log`, each safe at any crash point): its ring
+    /// missed commits, so it comes back empty with fresh labels, never replayed. A
+    /// spare is refused.
     pub fn clear(
         &self,
         device: &str,
         progress: &dyn Fn(ScrubProgress),
     ) -> Result<ResilverSummary, PoolError> {
         self.check_writable()?;
+        let log = super::topology::find_named(&self.log_leaves.read().unwrap(), device);
+        if let Some(leaf) = log {
+            return self.clear_log_device(&leaf);
+        }
         let _one = self.topology_change()?;
         if let Some(leaf) = super::topology::find_named(&self.cache_leaves.read().unwrap(), device)
         {
             return clear_cache_device(&leaf);
-        }
-        if let Some(leaf) = super::topology::find_named(&self.log_leaves.read().unwrap(), device) {
-            // Its ring may hold log records import must not trust: it goes back through
-            // the path that starts it empty.
-            return Err(PoolError::InvalidArgument(format!(
-                "{} is a log device: remove it and add it again (`shoal pool remove`, `shoal pool add ... log`)",
-                leaf.path()
-            )));
         }
         if let Some(leaf) = super::topology::find_named(&self.spare_leaves.lock().unwrap(), device)
         {
@@ -342,6 +340,35 @@ impl Pool {
             ));
         }
         self.resilver_in_place(top_index, leaf_index, progress)
+    }
+
+    /// `clear` of a log device (outside the topology lock, which `remove_log` and
+    /// `add_log` take themselves).
+    fn clear_log_device(&self, leaf: &Arc<Leaf>) -> Result<ResilverSummary, PoolError> {
+        let started = Instant::now();
+        let device = match (leaf.health(), leaf.device()) {
+            (Health::Faulted, Some(device)) => device,
+            (Health::Faulted | Health::Unavail, _) => {
+                return Err(PoolError::InvalidArgument(format!(
+                    "{} is missing: there is nothing to clear; remove it and add a log device",
+                    leaf.path()
+                )))
+            }
+            (h, _) => {
+                return Err(PoolError::InvalidArgument(format!(
+                    "{} is {}, not FAULTED: nothing to clear",
+                    leaf.path(),
+                    h.name()
+                )))
+            }
+        };
+        let path = leaf.path();
+        self.remove_log(&path)?;
+        self.add_log(DeviceArg { path, device })?;
+        Ok(ResilverSummary {
+            seconds: started.elapsed().as_secs_f64(),
+            ..ResilverSummary::default()
+        })
     }
 
     /// Rebuilds a child that missed writes (FAULTED, OFFLINE) from the rest of its
