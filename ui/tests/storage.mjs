@@ -4,9 +4,10 @@
 // then, while an NFS client writes, a device failed by fault injection: the alert
 // shows in the banner, the spare takes its place and is resilvered by itself; then a
 // second device failed and replaced from the Pools page by hand; then, still while
-// the client writes, a log device added, a mirror side taken offline and brought back
-// online, a third side attached and detached again, and the log device removed, each
-// from the page. Every device ends ONLINE.
+// the client writes, a log device added, failed by fault injection and cleared, a
+// mirror side taken offline and brought back online, a third side attached and
+// detached again, and the log device removed, each from the page. Every device ends
+// ONLINE.
 //
 //   SHOAL_URL=http://127.0.0.1:8080 SHOT_DIR=/tmp/shots DEVICE_DIR=/srv/devs \
 //   EXPECT_PLAN='{"...": ...}' node tests/storage.mjs
@@ -191,6 +192,18 @@ await run(async () => {
     const p = await pool();
     assert(p.log.length === 1 && p.log[0].path === LOG, `the pool's log devices: ${JSON.stringify(p.log)}`);
     assert(p.intent_log.ring === 'log devices', `the intent log is on ${p.intent_log.ring}`);
+  });
+
+  await step('log-device-cleared', async () => {
+    await api('POST', `/api/v1/pools/${POOL}/inject`, { device: LOG, fault: 'fail' });
+    await until(60, `${LOG} FAULTED by the client's commits`, async () => (await health(LOG)) === 'FAULTED');
+    await api('POST', `/api/v1/pools/${POOL}/inject`, { device: LOG, fault: 'none' });
+    await page.reload();
+    await deviceRow(LOG).locator('[data-test=clear]').click();
+    await until(60, `${LOG} back ONLINE with the intent log on it`, async () => {
+      const p = await pool();
+      return (await health(LOG)) === 'ONLINE' && p.intent_log.ring === 'log devices';
+    });
   });
 
   await step('offline-online', async () => {

@@ -528,10 +528,14 @@ async fn inject(
             ));
         }
         let status = p.status();
+        // Data, log, cache and spare devices alike.
         let member = status
             .vdevs
             .iter()
             .flat_map(|v| &v.children)
+            .chain(&status.log)
+            .chain(&status.cache)
+            .chain(&status.spares)
             .any(|l| l.path == body.device);
         let injector = vdev::fault_injection::find(&body.device).filter(|_| member);
         let Some(injector) = injector else {

@@ -301,7 +301,8 @@ export interface DevicePlace {
 }
 
 /** The buttons for one device: replace, clear, attach, detach, offline and online for
- * data devices as their vdev allows; remove for log, cache and spare devices. */
+ * data devices as their vdev allows; remove for log, cache and spare devices, and
+ * clear for a FAULTED log or cache device. */
 export function deviceTools(pool: string, d: api.Device, place: DevicePlace, changed: () => void): HTMLElement {
   const tools: HTMLElement[] = [];
   const button = (test: string, label: string) => {
@@ -310,6 +311,20 @@ export function deviceTools(pool: string, d: api.Device, place: DevicePlace, cha
     return b;
   };
   const failed = (what: string) => (e: unknown) => toast(`${what} ${d.path}: ${e instanceof Error ? e.message : String(e)}`);
+  if ((place.role === 'log' || place.role === 'cache') && d.health === 'FAULTED') {
+    // A cache device goes back in service as it is; a log device is removed and added
+    // again, empty, with the intent log moved back onto it.
+    const clear = button('clear', 'Clear');
+    clear.addEventListener('click', async () => {
+      try {
+        await busy(clear, 'Clearing…', () => api.clearDevice(pool, d.path));
+        toast(place.role === 'log' ? `${d.path} is back, empty, with the intent log on it` : `${d.path} is back in service`);
+      } catch (e) {
+        failed('Clearing')(e);
+      }
+      changed();
+    });
+  }
   if (place.role !== 'data') {
     button('remove', 'Remove…').addEventListener('click', () =>
       confirmAction(
