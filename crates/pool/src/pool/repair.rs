@@ -364,7 +364,18 @@ impl Pool {
         };
         let path = leaf.path();
         self.remove_log(&path)?;
-        self.add_log(DeviceArg { path, device })?;
+        // Removed, the device is out of the pool and the log is elsewhere: nothing is
+        // lost if it cannot come back, but the operator must know it is out.
+        self.add_log(DeviceArg {
+            path: path.clone(),
+            device,
+        })
+        .map_err(|e| {
+            PoolError::Io(format!(
+                "{path} was taken out of the pool to be cleared but could not be added back ({e}); \
+                 the intent log is in the pool's other log devices or the pool itself: add it again once it works"
+            ))
+        })?;
         Ok(ResilverSummary {
             seconds: started.elapsed().as_secs_f64(),
             ..ResilverSummary::default()
