@@ -68,13 +68,12 @@ pub enum LocalAccess {
     Change,
 }
 
-/// The delegations local access waits for (the daemon's NFSv4 state; a mount of its
-/// own process has none).
+/// The delegations local access to one mounted filesystem waits for (the daemon's
+/// NFSv4 state; a mount of its own process has none).
 pub trait Delegations: Send + Sync {
-    /// Whether nothing stands in the way of `access` to object `ino` of object set
-    /// `objset` of pool `pool`. When something does, its recall is under way and the
-    /// caller asks again.
-    fn clear(&self, pool: &str, objset: u64, ino: u64, access: LocalAccess) -> bool;
+    /// Whether nothing stands in the way of `access` to object `ino`. When something
+    /// does, its recall is under way and the caller asks again.
+    fn clear(&self, ino: u64, access: LocalAccess) -> bool;
 
     /// How long one access may wait: a recalled delegation is revoked a lease after
     /// its recall, so a longer wait means new delegations keep coming in its way.
@@ -88,9 +87,8 @@ const RECALL_POLL_MAX: Duration = Duration::from_millis(100);
 /// The FUSE file system of one mounted dataset.
 pub struct ShoalFuse {
     fs: Arc<fs::Filesystem>,
-    /// What local access waits for, and this dataset's pool name to ask it with.
+    /// What local access waits for.
     delegations: Option<Arc<dyn Delegations>>,
-    pool: String,
     datasets: Arc<fs::Datasets>,
     /// This mount's dataset (its snapshots are the ones shown).
     dataset: String,
@@ -291,14 +289,11 @@ impl ShoalFuse {
         let Some(d) = &self.delegations else {
             return Ok(false);
         };
-        let objset = self.fs.objset();
-        if d.clear(&self.pool, objset, ino, access) {
-            return Ok(false);
-        }
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(2);
-        loop {
-            if started.elapsed() > d.wait_limit() {
+        let mut waited = false;
+        while !d.clear(ino, access) {
+            if waited && started.elapsed() > d.wait_limit() {
                 tracing::warn!(
                     dataset = %self.dataset,
                     ino,
@@ -308,10 +303,9 @@ impl ShoalFuse {
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(RECALL_POLL_MAX);
-            if d.clear(&self.pool, objset, ino, access) {
-                return Ok(true);
-            }
+            waited = true;
         }
+        Ok(waited)
     }
 
     /// `clear_delegations` of the object `name` in `parent` leads to, if any.
@@ -1097,7 +1091,6 @@ pub fn session(
         ShoalFuse {
             fs: filesystem,
             delegations,
-            pool: fs::pool_of(dataset).to_string(),
             datasets,
             dataset: dataset.to_string(),
             snapshots: Default::default(),

@@ -207,7 +207,7 @@ pub(crate) fn fsid_of(share: &Share) -> u64 {
 
 /// The fsid of object set `objset` of pool `pool`: the object set id, salted by the
 /// pool name so two pools never share an fsid.
-pub(crate) fn fsid_for(pool: &str, objset: u64) -> u64 {
+pub fn fsid_for(pool: &str, objset: u64) -> u64 {
     let h = blake3::hash(pool.as_bytes());
     let salt = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap());
     objset ^ (salt & 0xffff_ffff_0000_0000)

@@ -48,22 +48,40 @@ pub trait MountHost: Send + Sync {
     ) -> Result<Box<dyn MountHandle>, String>;
 }
 
-/// The daemon's NFSv4 delegations, as its mounts wait for them: a local access
-/// recalls the ones in its way as the same access by another NFS client would.
-pub struct NfsDelegations(pub std::sync::Weak<nfs::NfsService>);
+/// The daemon's NFSv4 delegations of one mounted filesystem, as its mount waits for
+/// them: a local access recalls the ones in its way as the same access by another NFS
+/// client would. The filesystem's fsid (what delegations are keyed by) is found once.
+pub struct NfsDelegations {
+    service: std::sync::Weak<nfs::NfsService>,
+    fsid: u64,
+}
+
+impl NfsDelegations {
+    /// For the filesystem of object set `objset` of pool `pool`.
+    pub fn new(service: &Arc<nfs::NfsService>, pool: &str, objset: u64) -> NfsDelegations {
+        NfsDelegations {
+            service: Arc::downgrade(service),
+            fsid: nfs::service::fsid_for(pool, objset),
+        }
+    }
+}
 
 impl fuse::Delegations for NfsDelegations {
-    fn clear(&self, pool: &str, objset: u64, ino: u64, access: fuse::LocalAccess) -> bool {
+    fn clear(&self, ino: u64, access: fuse::LocalAccess) -> bool {
         // No service (the daemon is stopping): no client holds anything any more.
-        self.0.upgrade().is_none_or(|service| {
-            service.clear_for_local_access(pool, objset, ino, access == fuse::LocalAccess::Change)
+        self.service.upgrade().is_none_or(|service| {
+            service.clear_for_local_access(self.fsid, ino, access == fuse::LocalAccess::Change)
         })
     }
 
     /// Two leases and a margin: a recalled delegation is revoked one lease after its
     /// recall, so only new delegations coming in the way one after another wait longer.
     fn wait_limit(&self) -> std::time::Duration {
-        let lease = self.0.upgrade().map(|s| s.v4_lease()).unwrap_or_default();
+        let lease = self
+            .service
+            .upgrade()
+            .map(|s| s.v4_lease())
+            .unwrap_or_default();
         lease * 2 + std::time::Duration::from_secs(10)
     }
 }
@@ -234,6 +252,11 @@ pub(crate) async fn mount(
             ));
         }
         let datasets = s.datasets_of(&req.dataset)?;
+        // The mount's delegations are keyed by its filesystem's object set.
+        let objset = datasets
+            .open(&req.dataset)
+            .map_err(|e| ApiError::bad(format!("opening {}: {e}", req.dataset)))?
+            .objset();
         let mut by_dir = s.mounts.live();
         if by_dir.contains_key(&dir) {
             return Err(ApiError::new(
@@ -247,7 +270,11 @@ pub(crate) async fn mount(
                 &req.dataset,
                 &dir,
                 &req.options,
-                Arc::new(NfsDelegations(Arc::downgrade(&s.service))),
+                Arc::new(NfsDelegations::new(
+                    &s.service,
+                    fs::pool_of(&req.dataset),
+                    objset,
+                )),
             )
             .map_err(ApiError::bad)?;
         let info = MountInfo {

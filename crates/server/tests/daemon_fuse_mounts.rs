@@ -31,7 +31,7 @@ struct IgnoringDelegations;
 struct NeverInTheWay;
 
 impl fuse::Delegations for NeverInTheWay {
-    fn clear(&self, _: &str, _: u64, _: u64, _: fuse::LocalAccess) -> bool {
+    fn clear(&self, _: u64, _: fuse::LocalAccess) -> bool {
         true
     }
     fn wait_limit(&self) -> Duration {

@@ -317,22 +317,7 @@ impl Pool {
         let (top_index, leaf_index) = self.find_data_leaf(device)?;
         let top = self.storage.tops()[top_index].clone();
         let leaf = top.leaves[leaf_index].clone();
-        match leaf.health() {
-            Health::Faulted => {}
-            Health::Unavail => {
-                return Err(PoolError::InvalidArgument(format!(
-                    "{} is missing: there is nothing to clear; replace it",
-                    leaf.path()
-                )))
-            }
-            h => {
-                return Err(PoolError::InvalidArgument(format!(
-                    "{} is {}, not FAULTED: nothing to clear",
-                    leaf.path(),
-                    h.name()
-                )))
-            }
-        }
+        faulted_to_clear(&leaf, "replace it")?;
         if top.layout == Layout::Disk {
             return Err(PoolError::InvalidArgument(
                 "a plain disk has no redundancy to resilver from; export and import the pool"
@@ -346,22 +331,7 @@ impl Pool {
     /// `add_log` take themselves).
     fn clear_log_device(&self, leaf: &Arc<Leaf>) -> Result<ResilverSummary, PoolError> {
         let started = Instant::now();
-        let device = match (leaf.health(), leaf.device()) {
-            (Health::Faulted, Some(device)) => device,
-            (Health::Faulted | Health::Unavail, _) => {
-                return Err(PoolError::InvalidArgument(format!(
-                    "{} is missing: there is nothing to clear; remove it and add a log device",
-                    leaf.path()
-                )))
-            }
-            (h, _) => {
-                return Err(PoolError::InvalidArgument(format!(
-                    "{} is {}, not FAULTED: nothing to clear",
-                    leaf.path(),
-                    h.name()
-                )))
-            }
-        };
+        let device = faulted_device_to_clear(leaf, "remove it and add a log device")?;
         let path = leaf.path();
         self.remove_log(&path)?;
         // Removed, the device is out of the pool and the log is elsewhere: nothing is
@@ -917,20 +887,36 @@ impl Drop for FreeHold<'_> {
 /// `Pool::clear` of a cache device: a FAULTED one goes back in service with its error
 /// counts cleared; the L2ARC writer picks it up at its next batch.
 fn clear_cache_device(leaf: &Leaf) -> Result<ResilverSummary, PoolError> {
+    faulted_device_to_clear(leaf, "remove it and add a cache device")?;
+    leaf.clear_counters();
+    leaf.set_health(Health::Online);
+    Ok(ResilverSummary::default())
+}
+
+/// What `clear` asks of every device: FAULTED; a missing one is refused with what to
+/// do `instead`, any other state as having nothing to clear.
+fn faulted_to_clear(leaf: &Leaf, instead: &str) -> Result<(), PoolError> {
     match leaf.health() {
-        Health::Faulted if leaf.device().is_some() => {
-            leaf.clear_counters();
-            leaf.set_health(Health::Online);
-            Ok(ResilverSummary::default())
-        }
-        Health::Faulted | Health::Unavail => Err(PoolError::InvalidArgument(format!(
-            "{} is missing: there is nothing to clear; remove it and add a cache device",
-            leaf.path()
-        ))),
+        Health::Faulted => Ok(()),
+        Health::Unavail => Err(missing_to_clear(leaf, instead)),
         h => Err(PoolError::InvalidArgument(format!(
             "{} is {}, not FAULTED: nothing to clear",
             leaf.path(),
             h.name()
         ))),
     }
+}
+
+/// `faulted_to_clear` of a log or cache device, which must also still have its
+/// device (it goes back in service as it is): that device.
+fn faulted_device_to_clear(leaf: &Leaf, instead: &str) -> Result<Arc<dyn Device>, PoolError> {
+    faulted_to_clear(leaf, instead)?;
+    leaf.device().ok_or_else(|| missing_to_clear(leaf, instead))
+}
+
+fn missing_to_clear(leaf: &Leaf, instead: &str) -> PoolError {
+    PoolError::InvalidArgument(format!(
+        "{} is missing: there is nothing to clear; {instead}",
+        leaf.path()
+    ))
 }
