@@ -681,6 +681,13 @@ mod tests {
             ),
         ];
         for (sizes, huge, staged) in cases {
+            if huge {
+                // `take` never waits for the grower to make slots: make them here.
+                assert!(huge_slab::reserve(sizes[0], sizes.len()), "huge pages here");
+            }
+            if staged {
+                assert!(huge_slab::reserve(STAGE_BYTES, 1), "a stage here");
+            }
             let mut pieces: Vec<AlignedBuf> = sizes
                 .iter()
                 .map(|&n| match huge {

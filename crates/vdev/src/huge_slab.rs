@@ -20,14 +20,25 @@
 //! `take` answers `None`, callers use ordinary memory, and everything is as correct,
 //! just no faster; a failed region is freed and the next try waits `RETRY_AFTER`.
 //!
+//! Regions are made by one background thread (`grower`), never by `take`: collapsing
+//! a region took 5-320 ms on this VM, 13 regions were made at once by the reads of a
+//! freshly started daemon, and a client's first read then waited up to 1.8 s. `take`
+//! asks for a region when its class runs low (a quarter of a region's slots free) and,
+//! when none is free, answers `None` at once: that one buffer is ordinary memory. Code
+//! that needs slots now (tests, a warm-up) calls `reserve`, which grows the slab in
+//! the calling thread.
+//!
 //! Invariants: slots of one class never overlap and are aligned to their size (so to
-//! a sector); a slot is on its free list or held by one owner, never both; regions
+//! a sector); a slot is on its free list or held by one owner, never both; at most one
+//! region per class is being made at a time (`growing`), its bytes counted in
+//! `reserved` from when it is asked for; regions
 //! never move and are never returned (`slab_max_bytes` bounds them, half of memory;
 //! beyond it, `take` answers `None`). The kernel may still split a huge page later
 //! (swap under memory pressure): `segments_at_most` is then an underestimate and a
 //! read is split into more requests, which is slower, never wrong.
 
-use std::sync::{Mutex, RwLock};
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// The smallest slot: smaller buffers span few pages and gain nothing.
@@ -52,16 +63,26 @@ const CLASSES: usize = (MAX_SLOT / MIN_SLOT).trailing_zeros() as usize + 1;
 
 struct Slab {
     free: [Vec<&'static mut [u8]>; CLASSES],
-    /// Bytes of regions taken, and of regions being taken right now.
+    /// Bytes of regions taken, and of regions asked for or being made.
     reserved: usize,
     retry_at: Option<Instant>,
+    /// Per class: a region is asked for or being made.
+    growing: [bool; CLASSES],
+    /// Classes the grower is asked to make a region of, in order.
+    wanted: VecDeque<usize>,
 }
 
 static SLAB: Mutex<Slab> = Mutex::new(Slab {
     free: [const { Vec::new() }; CLASSES],
     reserved: 0,
     retry_at: None,
+    growing: [false; CLASSES],
+    wanted: VecDeque::new(),
 });
+
+/// Signalled when a class is wanted (for the grower) and when a region of a class is
+/// done (for `reserve`).
+static CHANGED: Condvar = Condvar::new();
 
 /// Address ranges of the regions in use (huge-page backed), sorted by start and
 /// disjoint, for `segments_at_most`.
@@ -86,39 +107,126 @@ fn class_of(len: usize) -> Option<usize> {
 }
 
 /// A slot of at least `len` bytes (its class's size, a power of two) in huge pages,
-/// or None: `len` outside the slab's classes, the slab full, or no huge pages.
-/// Contents are unspecified. Give it back with `give`.
+/// or None: `len` outside the slab's classes, no slot free right now (the grower is
+/// asked for more), the slab full, or no huge pages. Never waits for memory to be
+/// made. Contents are unspecified. Give it back with `give`.
 pub fn take(len: usize) -> Option<&'static mut [u8]> {
     let class = class_of(len)?;
-    {
-        let mut slab = lock();
-        if let Some(slot) = slab.free[class].pop() {
-            return Some(slot);
-        }
-        if slab.reserved + REGION_BYTES > slab_max_bytes()
-            || slab.retry_at.is_some_and(|t| Instant::now() < t)
-        {
-            return None;
-        }
-        slab.reserved += REGION_BYTES;
+    let mut slab = lock();
+    let slot = slab.free[class].pop();
+    if slab.free[class].len() < low_water(class) {
+        ask_for_region(&mut slab, class);
     }
-    // Taken outside the lock: zeroing and collapsing 32 MiB takes milliseconds.
+    slot
+}
+
+/// Makes sure `slots` slots of `len`'s class are free, growing the slab in the calling
+/// thread (after waiting for a region of the class the grower is making); false if it
+/// cannot (the slab full, or no huge pages). For callers that need huge pages now: a
+/// test, or a warm-up before a workload.
+pub fn reserve(len: usize, slots: usize) -> bool {
+    let Some(class) = class_of(len) else {
+        return false;
+    };
+    let mut slab = lock();
+    loop {
+        if slab.free[class].len() >= slots {
+            return true;
+        }
+        if slab.growing[class] {
+            slab = CHANGED.wait(slab).unwrap_or_else(|e| e.into_inner());
+            continue;
+        }
+        if !reserve_region(&mut slab) {
+            return false;
+        }
+        slab.growing[class] = true;
+        drop(slab);
+        add_region(class);
+        slab = lock();
+    }
+}
+
+/// Slots of `class` per region.
+fn slots_per_region(class: usize) -> usize {
+    REGION_BYTES / (MIN_SLOT << class)
+}
+
+/// Below this many free slots of `class`, `take` asks for another region.
+fn low_water(class: usize) -> usize {
+    (slots_per_region(class) / 4).max(1)
+}
+
+/// Counts a region's bytes as taken, if the bound and the retry wait allow one.
+fn reserve_region(slab: &mut Slab) -> bool {
+    if slab.reserved + REGION_BYTES > slab_max_bytes()
+        || slab.retry_at.is_some_and(|t| Instant::now() < t)
+    {
+        return false;
+    }
+    slab.reserved += REGION_BYTES;
+    true
+}
+
+/// Asks the grower for a region of `class`, unless one is on its way or none may be
+/// made now.
+fn ask_for_region(slab: &mut Slab, class: usize) {
+    if slab.growing[class] || !grower_running() || !reserve_region(slab) {
+        return;
+    }
+    slab.growing[class] = true;
+    slab.wanted.push_back(class);
+    CHANGED.notify_all();
+}
+
+/// Starts the grower on first use; false if its thread could not be started (then no
+/// region is made but by `reserve`).
+fn grower_running() -> bool {
+    static RUNNING: OnceLock<bool> = OnceLock::new();
+    *RUNNING.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("huge-slab".into())
+            .spawn(grower)
+            .is_ok()
+    })
+}
+
+/// Makes the regions `take` asks for, one at a time, for the life of the process.
+fn grower() {
+    loop {
+        let class = {
+            let mut slab = lock();
+            loop {
+                if let Some(class) = slab.wanted.pop_front() {
+                    break class;
+                }
+                slab = CHANGED.wait(slab).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        add_region(class);
+    }
+}
+
+/// Makes a region reserved (`reserve_region`) for `class` and puts its slots on the
+/// class's free list; on failure gives the reservation back and holds new regions
+/// off for `RETRY_AFTER`. Ends the class's `growing`. Runs outside the lock: zeroing
+/// and collapsing 32 MiB takes milliseconds, sometimes hundreds.
+fn add_region(class: usize) {
     let region = new_region();
     let mut slab = lock();
+    slab.growing[class] = false;
+    CHANGED.notify_all();
     let Some(region) = region else {
         slab.reserved -= REGION_BYTES;
         slab.retry_at = Some(Instant::now() + RETRY_AFTER);
-        return None;
+        return;
     };
     let start = region.as_ptr() as usize;
     let mut regions = REGIONS.write().unwrap_or_else(|e| e.into_inner());
     let at = regions.partition_point(|&(s, _)| s < start);
     regions.insert(at, (start, start + region.len()));
     drop(regions);
-    let mut slots = region.chunks_exact_mut(MIN_SLOT << class);
-    let first = slots.next().expect("a region holds at least one slot");
-    slab.free[class].extend(slots);
-    Some(first)
+    slab.free[class].extend(region.chunks_exact_mut(MIN_SLOT << class));
 }
 
 /// Returns a slot from `take` to its free list.
@@ -202,9 +310,62 @@ pub fn fits_anyway(pieces: impl Iterator<Item = (usize, usize)>, limit: usize) -
         <= limit
 }
 
+/// A slot of `len`'s class, growing the slab in this thread if none is free: for
+/// tests, which share the slab with tests running beside them. Panics if the slab
+/// cannot give one (no huge pages here must not pass unnoticed).
+#[cfg(test)]
+pub(crate) fn take_now(len: usize) -> &'static mut [u8] {
+    for _ in 0..100 {
+        if let Some(slot) = take(len) {
+            return slot;
+        }
+        assert!(reserve(len, 1), "huge pages for the slab on this machine");
+    }
+    panic!("tests beside this one took every slot of {len} bytes 100 times");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn take_never_makes_a_region_itself_and_the_grower_refills_the_class() {
+        // The 64 KiB class, which no other test here uses much: drained faster than
+        // any region can be made, `take` must answer None rather than make one. Eight
+        // regions' worth is the bound; a `take` that made regions itself would give
+        // them all.
+        assert!(
+            reserve(MIN_SLOT, 1),
+            "huge pages for the slab on this machine"
+        );
+        let bound = 8 * slots_per_region(0);
+        let mut held = Vec::new();
+        let mut refused = false;
+        for _ in 0..bound {
+            match take(MIN_SLOT) {
+                Some(slot) => held.push(slot),
+                None => {
+                    refused = true;
+                    break;
+                }
+            }
+        }
+        assert!(
+            refused,
+            "take handed out {bound} slots, so it made regions in the caller"
+        );
+        // The class is low: a region was asked for, and the grower makes it.
+        let mut slab = lock();
+        while slab.growing[0] {
+            slab = CHANGED.wait(slab).unwrap();
+        }
+        let free = slab.free[0].len();
+        drop(slab);
+        assert!(free > 0, "the grower added no 64 KiB slots");
+        for slot in held {
+            give(slot);
+        }
+    }
 
     #[test]
     fn the_slab_takes_at_most_half_of_memory() {
@@ -215,7 +376,7 @@ mod tests {
 
     #[test]
     fn only_pieces_inside_one_region_count_as_huge_pages() {
-        let slot = take(MAX_SLOT).expect("huge pages for the slab on this machine");
+        let slot = take_now(MAX_SLOT);
         let at = slot.as_ptr() as usize;
         let (start, end) = *REGIONS
             .read()
@@ -254,8 +415,8 @@ mod tests {
     fn slots_are_aligned_apart_reused_and_counted_as_huge() {
         // This machine's kernel (6.1 or later, THP not disabled) gives huge pages; a
         // None here means the slab cannot work on it, which must not pass unnoticed.
-        let a = take(128 << 10).expect("huge pages for the slab on this machine");
-        let b = take(100 << 10).expect("a second slot");
+        let a = take_now(128 << 10);
+        let b = take_now(100 << 10);
         assert_eq!(a.len(), 128 << 10);
         assert_eq!(b.len(), 128 << 10);
         for s in [&a, &b] {
@@ -271,7 +432,7 @@ mod tests {
         let heap = vec![0u8; 128 << 10];
         assert!(segments_at_most([(heap.as_ptr() as usize, heap.len())].into_iter()) >= 32);
         // A 4 MiB slot spans two huge pages.
-        let stage = take(MAX_SLOT).expect("a stage-sized slot");
+        let stage = take_now(MAX_SLOT);
         assert_eq!(stage.as_ptr() as usize % HUGE_PAGE, 0);
         assert_eq!(
             segments_at_most([(stage.as_ptr() as usize, stage.len())].into_iter()),
