@@ -2,7 +2,7 @@
 // state and error counters, log and cache devices, ARC and intent-log figures, a
 // Scrub button (the API answers when the scrub is done), the progress of scrubs and
 // resilvers, and the storage configuration of storage.ts: new pools, imports,
-// exports, destroys, device replacement.
+// exports, destroys, device replacement. Health changes show within two seconds.
 
 import * as api from '../api';
 import { h, type Child } from '../dom';
@@ -45,21 +45,38 @@ export function poolsPage(): Page {
       slot.replaceChildren(...(op ? [operationLine(op)] : []));
     }
   };
-  const refresh = () => loadInto(body, async () => {
-    const pools = await api.pools();
+  /** The health shown now (`healthOf`), so the watch below redraws only on a change. */
+  let shownHealth = '';
+  const render = (pools: api.PoolStatus[]) => {
+    shownHealth = healthOf(pools);
     opSlots.clear();
     if (pools.length === 0) return h('div', { class: 'empty' }, 'No pool is imported.');
     const panels = pools.map(poolPanel);
     void refreshOps();
     return panels;
-  });
+  };
+  const refresh = () => loadInto(body, async () => render(await api.pools()));
+  // A device that fails, a pool that degrades or suspends, errors that count up: shown
+  // within two seconds rather than at the next full refresh, and without redrawing
+  // the page while nothing of that changes.
+  const watchHealth = async () => {
+    let pools: api.PoolStatus[];
+    try {
+      pools = await api.pools();
+    } catch {
+      return;
+    }
+    if (healthOf(pools) !== shownHealth) await loadInto(body, async () => render(pools));
+  };
   void refresh();
   const stop = every(10000, refresh);
+  const stopHealth = every(2000, watchHealth);
   const stopOps = every(1000, refreshOps);
   return {
     el,
     dispose: () => {
       stop();
+      stopHealth();
       stopOps();
     },
   };
@@ -113,6 +130,22 @@ export function poolsPage(): Page {
       { 'data-test': 'pool', 'data-pool': p.name },
     );
   }
+}
+
+/** Pools' and devices' health, suspension and error counts: what an operator must see
+ * change at once. */
+function healthOf(pools: api.PoolStatus[]): string {
+  const device = (d: api.Device) => [d.path, d.health, d.read_errors, d.write_errors, d.cksum_errors];
+  return JSON.stringify(
+    pools.map((p) => [
+      p.name,
+      p.health,
+      p.suspended,
+      p.unrecoverable_reads,
+      p.vdevs.map((v) => [v.health, v.children.map(device)]),
+      [p.log, p.cache, p.spares ?? []].map((devices) => devices.map(device)),
+    ]),
+  );
 }
 
 function scrubText(s: api.ScrubSummary): string {
