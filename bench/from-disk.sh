@@ -4,7 +4,7 @@
 # One shoal daemon serves two pools on the same ext4 this machine has: `dz`, a raidz2
 # of six files, and `d1`, a pool of one file, both recordsize 128K, compression off,
 # with a 256 MiB ARC against DISK_MIB (default 4096) of files, so every read comes
-# from disk. Each round, for one stream and for four (`shoal bench`, 8 files), after
+# from disk. Each round, for one stream and for four (`shoal bench`, FILES files), after
 # dropping the host's caches: the raw disk, then each pool in each read shape over
 # NFSv4.1 and NFSv3. The raw disk is fio, O_DIRECT, 1 MiB reads, 32 in flight, into
 # buffers in huge pages, on a file of the same size on the same file system, in as
@@ -26,6 +26,10 @@
 #
 #   BENCH_DIR=/work/bench-data REPEAT=5 bench/from-disk.sh > docs/bench/from-disk-DATE.json
 # POOLS="d1", STREAMS="4", SHAPES="1M:8", VERSIONS="4.1", RAM_POOL=0 run a part.
+# FILES=1 writes the set as one file of DISK_MIB, the shape fio reads for the raw disk
+# (one stream reads it whole, four read a quarter each, as fio's jobs do); the default,
+# 8 files, adds the change from one file to the next, where read-ahead ends at each
+# file's end and the disk idles until the next file's reads come.
 # SHOAL_BIN=/path/to/shoal measures that binary instead of building this tree (to
 # compare two builds in alternating runs).
 set -euo pipefail
@@ -38,6 +42,7 @@ STREAMS=${STREAMS:-1 4}
 SHAPES=${SHAPES:-1M:8 128K:16}
 VERSIONS=${VERSIONS:-4.1 3}
 RAM_POOL=${RAM_POOL:-1}
+FILES=${FILES:-8}
 RAM_DIR=/dev/shm/shoal-from-disk
 . bench/lib.sh
 need fio
@@ -78,11 +83,11 @@ SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:$PORT --api off --arc-max 256M 
 echo $! > "$OUT/shoal.pid"
 wait_listening $PORT "$OUT/shoal.log"
 PID=$(cat "$OUT/shoal.pid")
-FILE=$(( DISK_MIB / 8 ))M
+FILE=$(( DISK_MIB / FILES ))M
 for p in $POOLS $([ "$RAM_POOL" = 1 ] && echo ram); do
     log "writing $DISK_MIB MiB to $p"
     "$SHOAL" bench run --threads 4 --server 127.0.0.1:$PORT --export /$p/fs --workload read \
-        --files 8 --file-size "$FILE" --dir set >/dev/null 2>>"$OUT/bench.log"
+        --files "$FILES" --file-size "$FILE" --dir set >/dev/null 2>>"$OUT/bench.log"
 done
 fio --name=raw --filename="$DIR/raw" --size="${DISK_MIB}M" --rw=write --bs=1M --direct=1 \
     --ioengine=psync --output-format=json > /dev/null \
@@ -101,7 +106,7 @@ shoal_read() { # POOL STREAMS IO_SIZE DEPTH VERSION -> "MB/s GB server_cpu_s cli
     before=$(proc_cpu_ticks "$PID")
     out=$(/usr/bin/time -f "%U %S" -o "$OUT/time" "$SHOAL" bench run --json --nfs-version "$5" \
         --threads "$2" --server 127.0.0.1:$PORT --export "/$1/fs" --workload read --io-size "$3" \
-        --depth "$4" --files 8 --file-size "$FILE" --dir set 2>>"$OUT/bench.log") \
+        --depth "$4" --files "$FILES" --file-size "$FILE" --dir set 2>>"$OUT/bench.log") \
         || { log "read from $1 failed"; tail -5 "$OUT/bench.log" >&2; exit 1; }
     after=$(proc_cpu_ticks "$PID")
     python3 - "$out" "$before" "$after" "$(getconf CLK_TCK)" "$(cat "$OUT/time")" <<'PY'
@@ -144,20 +149,21 @@ for round in $(seq "$REPEAT"); do
     done
 done
 
-python3 - "$OUT/runs.jsonl" "$REPEAT" "$DISK_MIB" "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates bench || echo +uncommitted)" "$POOLS" "$STREAMS" "$SHAPES" "$VERSIONS" <<'PY'
+python3 - "$OUT/runs.jsonl" "$REPEAT" "$DISK_MIB" "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates bench || echo +uncommitted)" "$POOLS" "$STREAMS" "$SHAPES" "$VERSIONS" "$FILES" <<'PY'
 import json, statistics, sys
-path, repeat, disk_mib, commit, pools, streams, shapes, versions = sys.argv[1:]
+path, repeat, disk_mib, commit, pools, streams, shapes, versions, files = sys.argv[1:]
 runs = [json.loads(l) for l in open(path)]
 def spread(xs):
     return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)} if xs else None
 out = {"bench": "from-disk", "commit": commit, "rounds": int(repeat), "disk_mib": int(disk_mib),
        "setup": "one shoal daemon, ARC 256 MiB; dz: raidz2 of six files, d1: one file, both on this VM's ext4, "
-                "recordsize 128K, compression off; shoal bench, 8 files, per stream SIZE reads DEPTH in flight "
+                "recordsize 128K, compression off; shoal bench, %s file(s), per stream SIZE reads DEPTH in flight " % files +
                 "(keys 'POOL vVERSION SIZE:DEPTH'); raw: fio O_DIRECT 1 MiB, 32 in flight, huge-page buffers, as many jobs as streams, "
                 "on one file on the same ext4, read before every shoal run and after the last; each run's ratio is "
                 "to the mean of the raw reads just before and after it; host caches dropped before each run; "
                 "'ram v4.1 1M:8': a one-file pool in /dev/shm served by the same daemon, shoal's ceiling here",
-       "command": "BENCH_DIR=/work/bench-data REPEAT=%s bench/from-disk.sh" % repeat}
+       "files": int(files),
+       "command": "BENCH_DIR=/work/bench-data REPEAT=%s FILES=%s bench/from-disk.sh" % (repeat, files)}
 for s in map(int, streams.split()):
     rs = [r for r in runs if r["streams"] == s]
     row = {"raw_disk_mb_per_s": spread([x for r in rs for x in r["raw_mb_per_s"]])}

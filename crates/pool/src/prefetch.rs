@@ -11,10 +11,19 @@
 //! full.
 //! Once a stream has been continued exactly, reads within `REORDER_BLOCKS` of its end
 //! count as its own (a client with many reads in flight delivers them out of order).
+//! Every stream has an id, unique in the process (`StreamId`): read-ahead is bounded
+//! per stream (`pool::read_ahead_gate`), so two readers of one file, each its own
+//! stream, have a bound each.
 //! Invariant: a block id is returned at most once per stream.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// A read-ahead stream, unique among every detector's streams for the process's life.
+pub type StreamId = u64;
+
+static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
 /// How far out of order a stream's reads may arrive, in blocks.
 pub const REORDER_BLOCKS: u64 = 32;
@@ -65,6 +74,7 @@ impl PrefetchConfig {
 
 #[derive(Debug, Clone)]
 struct Stream {
+    id: StreamId,
     next_blkid: u64,
     /// Continued exactly at least once: only then are out-of-order reads its own.
     confirmed: bool,
@@ -92,11 +102,6 @@ impl StreamDetector {
     }
 
     /// Notes a demand read of `nblocks` from `blkid`; returns the blocks to read ahead.
-    /// `budget`: the pool's read-ahead outstanding and the cache's bound, asked only
-    /// when the read continues a stream (it costs the caller a lock): the stream may
-    /// then grow to `extended_distance_bytes` if `may_extend` allows; otherwise a
-    /// stream beyond `max_distance_bytes` shrinks back (what it issued stays issued,
-    /// and it issues again once its reader is within the shorter distance).
     pub fn on_read(
         &mut self,
         blkid: u64,
@@ -105,6 +110,25 @@ impl StreamDetector {
         now: Instant,
         budget: impl FnOnce() -> (u64, u64),
     ) -> Range<u64> {
+        self.on_read_of_stream(blkid, nblocks, block_size, now, budget)
+            .1
+    }
+
+    /// `on_read`, with the stream the read belongs to (the one it continues, or the one
+    /// it starts). `budget`: the pool's read-ahead outstanding and the cache's bound,
+    /// asked only when the read continues a stream (it costs the caller a lock): the
+    /// stream may then grow to `extended_distance_bytes` if `may_extend` allows;
+    /// otherwise a stream beyond `max_distance_bytes` shrinks back (what it issued
+    /// stays issued, and it issues again once its reader is within the shorter
+    /// distance).
+    pub fn on_read_of_stream(
+        &mut self,
+        blkid: u64,
+        nblocks: u64,
+        block_size: u64,
+        now: Instant,
+        budget: impl FnOnce() -> (u64, u64),
+    ) -> (StreamId, Range<u64>) {
         let timeout = self.cfg.stream_timeout;
         self.streams
             .retain(|s| now.saturating_duration_since(s.last_used) < timeout);
@@ -123,7 +147,7 @@ impl StreamDetector {
         if let Some(i) = found {
             if end <= self.streams[i].next_blkid {
                 self.streams[i].last_used = now;
-                return end..end;
+                return (self.streams[i].id, end..end);
             }
             let mut s = self.streams.swap_remove(i);
             s.last_used = now;
@@ -157,8 +181,9 @@ impl StreamDetector {
             if issue {
                 s.issued_until = to;
             }
+            let id = s.id;
             self.streams.push(s);
-            return if issue { from..to } else { end..end };
+            return (id, if issue { from..to } else { end..end });
         }
         if self.streams.len() >= self.cfg.max_streams {
             let lru = (0..self.streams.len())
@@ -166,14 +191,16 @@ impl StreamDetector {
                 .unwrap();
             self.streams.remove(lru);
         }
+        let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
         self.streams.push(Stream {
+            id,
             next_blkid: end,
             confirmed: false,
             issued_until: end,
             distance: (self.cfg.initial_distance_blocks / 2).max(1),
             last_used: now,
         });
-        end..end
+        (id, end..end)
     }
 }
 

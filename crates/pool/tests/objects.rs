@@ -608,10 +608,11 @@ fn read_ahead_reaches_further_while_the_arc_has_room() {
     );
 }
 
-/// Reads held at the disk of a one-disk pool once a stream's reader, gone through its
-/// read-ahead, waits on the disk. The disk has a head, so read-ahead jobs are 4 MiB
-/// (a 1 MiB job is held by the worker count first).
-fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
+/// Reads held at the disk of a one-disk pool once each of `streams` readers of one
+/// 96 MiB file (each reading its own part of it in order, from the part's start), gone
+/// through its read-ahead, waits on the disk. The disk has a head, so read-ahead jobs
+/// are 4 MiB (a 1 MiB job is held by the worker count first).
+fn read_ahead_at_the_disk(per_stream_bytes: u64, streams: usize) -> usize {
     // One disk large enough for the file (the common devices are 64 MiB).
     let devs = vec![vdev::SimDevice::new(160 << 20, 44)];
     let pool = create_pool(Layout::Disk, &devs);
@@ -631,6 +632,7 @@ fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
     o.read_ahead_per_stream_bytes = per_stream_bytes;
     let pool = pool::Pool::import(args(&devs), Some("tank"), o).unwrap();
     let mib = 1 << 20;
+    let part = 96 * mib / streams;
     let data = Arc::new(data);
     let read = move |pool: &pool::Pool, data: &[u8], off: usize| {
         assert_eq!(
@@ -638,9 +640,11 @@ fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
             &data[off..off + mib]
         );
     };
-    // The stream starts and its window grows; what it read ahead lands.
+    // Each stream starts and its window grows; what they read ahead lands.
     for off in (0..8 * mib).step_by(mib) {
-        read(&pool, &data, off);
+        for s in 0..streams {
+            read(&pool, &data, s * part + off);
+        }
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let landed = |pool: &pool::Pool| {
@@ -649,17 +653,19 @@ fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
         }
     };
     landed(&pool);
-    // From here the disk holds every read: the reader goes through what is cached,
+    // From here the disk holds every read: each reader goes through what is cached,
     // each read sending more read-ahead, and stops at the first block not in memory.
     devs[0].hold_reads(true);
-    let reader = {
-        let (pool, data) = (pool.clone(), data.clone());
-        std::thread::spawn(move || {
-            for off in (8 * mib..96 * mib).step_by(mib) {
-                read(&pool, &data, off);
-            }
+    let readers: Vec<_> = (0..streams)
+        .map(|s| {
+            let (pool, data) = (pool.clone(), data.clone());
+            std::thread::spawn(move || {
+                for off in (s * part + 8 * mib..(s + 1) * part).step_by(mib) {
+                    read(&pool, &data, off);
+                }
+            })
         })
-    };
+        .collect();
     // Settled: the count has not moved for half a second.
     let mut last = usize::MAX;
     loop {
@@ -672,7 +678,9 @@ fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
     }
     let held = devs[0].held_reads();
     devs[0].hold_reads(false);
-    reader.join().unwrap();
+    for reader in readers {
+        reader.join().unwrap();
+    }
     // A job's bytes leave the count just after its blocks wake their reader.
     landed(&pool);
     assert_eq!(
@@ -689,16 +697,29 @@ fn read_ahead_at_the_disk_for_one_stream(per_stream_bytes: u64) -> usize {
 /// every worker reads for the one stream. The file's blocks still all arrive.
 #[test]
 fn one_stream_keeps_a_bounded_read_ahead_at_the_disk() {
-    let bounded = read_ahead_at_the_disk_for_one_stream(pool::READ_AHEAD_PER_STREAM_BYTES);
+    let bounded = read_ahead_at_the_disk(pool::READ_AHEAD_PER_STREAM_BYTES, 1);
     assert!(
         (4..=7).contains(&bounded),
         "{bounded} reads at the disk (six jobs and the reader's own at most)"
     );
     // Control: without the bound, all 16 workers hold a job of it.
-    let unbounded = read_ahead_at_the_disk_for_one_stream(u64::MAX);
+    let unbounded = read_ahead_at_the_disk(u64::MAX, 1);
     assert!(
         unbounded >= 12,
         "{unbounded} reads at the disk without the bound"
+    );
+}
+
+/// Two readers of one file, each reading its own half in order, are two streams with
+/// a bound each: together they hold more at the disk than one stream's bound lets it
+/// (six jobs and its reader's own read), which is what they held when the bound was
+/// per file.
+#[test]
+fn two_readers_of_one_file_have_a_bound_each() {
+    let held = read_ahead_at_the_disk(pool::READ_AHEAD_PER_STREAM_BYTES, 2);
+    assert!(
+        (9..=14).contains(&held),
+        "{held} reads at the disk for two streams (six jobs and a reader's own each at most)"
     );
 }
 

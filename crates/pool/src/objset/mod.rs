@@ -776,8 +776,8 @@ impl Objset {
         inner.objects.get(&obj).map(|s| s.dnode.block_size as u64)
     }
 
-    /// Feeds a demand read to the object's stream detector; returns the block ids to
-    /// read ahead. `budget`: the pool's read-ahead issued and not yet read, and the
+    /// Feeds a demand read to the object's stream detector; returns the stream it
+    /// belongs to and the block ids to read ahead. `budget`: the pool's read-ahead issued and not yet read, and the
     /// ARC's bound, in bytes, asked only when the read continues a stream; they decide
     /// whether it may read further ahead than the normal distance
     /// (`PrefetchConfig::may_extend`).
@@ -788,9 +788,9 @@ impl Objset {
         len: u64,
         block_size: u64,
         budget: impl FnOnce() -> (u64, u64),
-    ) -> std::ops::Range<u64> {
+    ) -> (crate::prefetch::StreamId, std::ops::Range<u64>) {
         if len == 0 || block_size == 0 {
-            return 0..0;
+            return (0, 0..0);
         }
         let first = offset / block_size;
         let last = (offset + len - 1) / block_size;
@@ -800,7 +800,7 @@ impl Objset {
         }
         d.entry(obj)
             .or_insert_with(|| StreamDetector::new(PrefetchConfig::default()))
-            .on_read(
+            .on_read_of_stream(
                 first,
                 last - first + 1,
                 block_size,

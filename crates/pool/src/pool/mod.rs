@@ -70,8 +70,15 @@ const DIR_MAX_BYTES: usize = 1024 * 1024;
 const PREFETCH_WORKERS: usize = 16;
 const PREFETCH_QUEUE: usize = 1024;
 
-/// (object set, object, block range, its bytes)
-type PrefetchJob = (Arc<Objset>, u64, std::ops::Range<u64>, u64);
+/// A read-ahead job: blocks of one object for one stream.
+struct PrefetchJob {
+    objset: Arc<Objset>,
+    obj: u64,
+    blocks: std::ops::Range<u64>,
+    bytes: u64,
+    /// The stream that asked for it, whose bound (`read_ahead_gate`) it counts in.
+    stream: crate::prefetch::StreamId,
+}
 /// Bytes per read-ahead job: one aggregated batch each, a read of a quarter of it per
 /// data leaf of a raidz2 of 6. Smaller jobs keep more workers (so more device reads) in
 /// flight per stream: on one stream of a 32 MiB window, 1 MiB jobs read from disk at a

@@ -263,7 +263,7 @@ impl Pool {
     /// not crowd each other's near blocks out of the queue.
     fn read_ahead(&self, objset: &Arc<Objset>, obj: u64, offset: u64, len: usize, bs: u64) {
         let pending = &self.read_ahead_pending;
-        let ahead = objset.note_read(obj, offset, len as u64, bs, || {
+        let (stream, ahead) = objset.note_read(obj, offset, len as u64, bs, || {
             let (unread, arc_max) = self.storage.arc.prefetch_unread_and_max_bytes();
             (unread + pending.load(Ordering::Relaxed), arc_max)
         });
@@ -282,10 +282,14 @@ impl Pool {
             let bytes = (end - start) * bs;
             pending.fetch_add(bytes, Ordering::Relaxed);
             // A full queue drops read-ahead, never blocks a reader.
-            if tx
-                .try_push((objset.clone(), obj, start..end, bytes))
-                .is_err()
-            {
+            let job = PrefetchJob {
+                objset: objset.clone(),
+                obj,
+                blocks: start..end,
+                bytes,
+                stream,
+            };
+            if tx.try_push(job).is_err() {
                 pending.fetch_sub(bytes, Ordering::Relaxed);
                 break;
             }
@@ -334,22 +338,21 @@ impl Pool {
                 .spawn(move || {
                     // `None`: the pool, and so the queue's sender, is gone.
                     while let Some(job) = rx.pop() {
-                        let key = (job.0.id, job.1);
-                        let bytes = job.3;
+                        let (key, bytes) = (job.stream, job.bytes);
                         // A job its stream has no room for waits in the stream's line;
                         // the worker that ends one of its jobs runs what that lets start
                         // (one job, as a stream's jobs are of one size but its last).
                         let mut ready: std::collections::VecDeque<PrefetchJob> =
                             gate.admit(key, job, bytes).into_iter().collect();
-                        while let Some((objset, obj, range, bytes)) = ready.pop_front() {
+                        while let Some(job) = ready.pop_front() {
                             let mut running = RunningJob {
                                 gate: &gate,
                                 pending: &pending,
                                 key,
-                                bytes,
+                                bytes: job.bytes,
                                 ended: false,
                             };
-                            objset.prefetch_range(&storage, obj, range);
+                            job.objset.prefetch_range(&storage, job.obj, job.blocks);
                             ready.extend(running.end().into_iter().map(|(job, _)| job));
                         }
                     }

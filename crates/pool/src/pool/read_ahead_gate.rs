@@ -10,8 +10,11 @@
 //! flight). Four streams still use every worker, as four need (a pool-wide bound
 //! measured worse for them).
 //!
-//! A stream here is an object (object set and object): the stream detector keeps up
-//! to 8 streams per object, and two streams of one object share its bound.
+//! A stream here is one of the stream detector's (`prefetch::StreamId`), so readers
+//! of different parts of one file, each a stream of its own, have a bound each. Keyed
+//! by object, four readers of a quarter of one 4 GiB file had one bound between them
+//! and read 1,481-1,637 MB/s from this VM's disk in 1.3 MiB requests; keyed by stream,
+//! 1,669-1,724 in 2.6 MiB requests (three rounds, builds alternating).
 //!
 //! Invariants: a stream's entry exists while it has a job running or waiting; its
 //! running bytes are the sum of the jobs `admit` or `finish` let start and that have
@@ -21,8 +24,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-/// A stream: (object set id, object).
-pub(crate) type StreamKey = (u64, u64);
+/// A stream: the detector's id for it.
+pub(crate) type StreamKey = crate::prefetch::StreamId;
 
 /// Per stream, the read-ahead running and the jobs in line behind it.
 pub(crate) struct StreamGate<J> {
@@ -109,7 +112,7 @@ mod tests {
     #[test]
     fn a_stream_runs_up_to_its_bound_and_the_rest_wait_in_order() {
         let gate = StreamGate::new(24 * MIB);
-        let a = (1, 7);
+        let a = 1;
         let started: Vec<Option<u32>> = (0..8).map(|j| gate.admit(a, j, 4 * MIB)).collect();
         assert_eq!(
             started,
@@ -125,7 +128,7 @@ mod tests {
             ]
         );
         // Another stream is not held up by the first one's line.
-        assert_eq!(gate.admit((1, 8), 100, 4 * MIB), Some(100));
+        assert_eq!(gate.admit(2, 100, 4 * MIB), Some(100));
         // Each job that ends lets the next in line start, in the order they came.
         assert_eq!(gate.finish(a, 4 * MIB), vec![(6, 4 * MIB)]);
         assert_eq!(gate.finish(a, 4 * MIB), vec![(7, 4 * MIB)]);
@@ -134,14 +137,14 @@ mod tests {
             assert!(gate.finish(a, 4 * MIB).is_empty());
         }
         assert_eq!(gate.streams(), 1, "stream b still runs; a is forgotten");
-        assert!(gate.finish((1, 8), 4 * MIB).is_empty());
+        assert!(gate.finish(2, 4 * MIB).is_empty());
         assert_eq!(gate.streams(), 0);
     }
 
     #[test]
     fn small_jobs_fill_the_bound_and_a_large_one_still_runs_alone() {
         let gate = StreamGate::new(24 * MIB);
-        let a = (2, 1);
+        let a = 3;
         let small = (0..30).filter(|&j| gate.admit(a, j, MIB).is_some()).count();
         assert_eq!(small, 24);
         // A job larger than the bound waits until the stream has nothing running, and
