@@ -22,7 +22,7 @@
 //!
 //! Regions are made by one background thread (`grower`), never by `take`: collapsing
 //! a region took 5-320 ms on this VM, 13 regions were made at once by the reads of a
-//! freshly started daemon, and a client's first read then waited up to 1.8 s. `take`
+//! freshly started daemon, and a client's first read then waited up to 2.3 s. `take`
 //! asks for a region when its class runs low (a quarter of a region's slots free) and,
 //! when none is free, answers `None` at once: that one buffer is ordinary memory. Code
 //! that needs slots now (tests, a warm-up) calls `reserve`, which grows the slab in
@@ -31,9 +31,9 @@
 //! Invariants: slots of one class never overlap and are aligned to their size (so to
 //! a sector); a slot is on its free list or held by one owner, never both; at most one
 //! region per class is being made at a time (`growing`), its bytes counted in
-//! `reserved` from when it is asked for; regions
-//! never move and are never returned (`slab_max_bytes` bounds them, half of memory;
-//! beyond it, `take` answers `None`). The kernel may still split a huge page later
+//! `reserved` from when it is asked for; regions never move and are never returned
+//! (`slab_max_bytes` bounds them, half of memory; beyond it, `take` answers `None`
+//! once the free slots are gone). The kernel may still split a huge page later
 //! (swap under memory pressure): `segments_at_most` is then an underestimate and a
 //! read is split into more requests, which is slower, never wrong.
 

@@ -777,10 +777,10 @@ impl Objset {
     }
 
     /// Feeds a demand read to the object's stream detector; returns the stream it
-    /// belongs to and the block ids to read ahead. `budget`: the pool's read-ahead issued and not yet read, and the
-    /// ARC's bound, in bytes, asked only when the read continues a stream; they decide
-    /// whether it may read further ahead than the normal distance
-    /// (`PrefetchConfig::may_extend`).
+    /// belongs to and the block ids to read ahead. `budget`: the pool's read-ahead
+    /// issued and not yet read, and the ARC's bound, in bytes, asked only when the read
+    /// continues a stream; they decide whether it may read further ahead than the
+    /// normal distance (`PrefetchConfig::may_extend`).
     pub fn note_read(
         &self,
         obj: u64,
