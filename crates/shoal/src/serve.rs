@@ -156,7 +156,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
 /// Imports every registered pool, starts the daemon, calls `ready`, and runs until
 /// SIGTERM or SIGINT; then stops the daemon (drain, commit) and releases the pools.
 pub fn serve(config: &ServeConfig, ready: impl FnOnce(&server::Daemon)) -> Result<()> {
-    warm_block_buffers(config.cache.arc_max);
     let registry = Registry::load()?;
     let mut locks = std::collections::HashMap::new();
     let mut pools = Vec::new();
@@ -192,18 +191,6 @@ pub fn serve(config: &ServeConfig, ready: impl FnOnce(&server::Daemon)) -> Resul
     daemon.stop()?;
     eprintln!("shoal: stopped");
     Ok(())
-}
-
-/// Has the huge-page slab make, in the background, buffers for the first clients'
-/// reads: 128 KiB records (the default recordsize) for up to 256 MiB of the ARC, and
-/// eight 4 MiB read stages. A one-stream pass from disk 4 s after a start read
-/// 1,507-1,790 MB/s with this against 1,379-1,482 without, its longest read 24-42 ms
-/// against 38-101 (this VM, 4 rounds alternating).
-fn warm_block_buffers(arc_max: Option<u64>) {
-    const RECORD: usize = 128 << 10;
-    let bytes = arc_max.unwrap_or(u64::MAX).min(256 << 20) as usize;
-    vdev::huge_slab::warm(RECORD, bytes / RECORD);
-    vdev::huge_slab::warm(vdev::staging::STAGE_BYTES, 8);
 }
 
 pub fn init_logs() {

@@ -25,8 +25,8 @@
 //! freshly started daemon, and a client's first read then waited up to 2.3 s. `take`
 //! asks for a region when its class runs low (a quarter of a region's slots free) and,
 //! when none is free, answers `None` at once: that one buffer is ordinary memory. Code
-//! that needs slots now (tests) calls `reserve`, which grows the slab in the calling
-//! thread; a daemon starting calls `warm`, which has the grower make a stock ahead.
+//! that needs slots now (tests, a warm-up) calls `reserve`, which grows the slab in
+//! the calling thread.
 //!
 //! Invariants: slots of one class never overlap and are aligned to their size (so to
 //! a sector); a slot is on its free list or held by one owner, never both; at most one
@@ -70,9 +70,6 @@ struct Slab {
     growing: [bool; CLASSES],
     /// Classes the grower is asked to make a region of, in order.
     wanted: VecDeque<usize>,
-    /// Per class: free slots `warm` asked for; the grower makes regions until they
-    /// are there, then forgets the target.
-    warm_to: [usize; CLASSES],
 }
 
 static SLAB: Mutex<Slab> = Mutex::new(Slab {
@@ -81,7 +78,6 @@ static SLAB: Mutex<Slab> = Mutex::new(Slab {
     retry_at: None,
     growing: [false; CLASSES],
     wanted: VecDeque::new(),
-    warm_to: [0; CLASSES],
 });
 
 /// Signalled when a class is wanted (for the grower) and when a region of a class is
@@ -126,8 +122,8 @@ pub fn take(len: usize) -> Option<&'static mut [u8]> {
 
 /// Makes sure `slots` slots of `len`'s class are free, growing the slab in the calling
 /// thread (after waiting for a region of the class the grower is making); false if it
-/// cannot (the slab full, or no huge pages). For callers that need huge pages now,
-/// such as tests.
+/// cannot (the slab full, or no huge pages). For callers that need huge pages now: a
+/// test, or a warm-up before a workload.
 pub fn reserve(len: usize, slots: usize) -> bool {
     let Some(class) = class_of(len) else {
         return false;
@@ -148,21 +144,6 @@ pub fn reserve(len: usize, slots: usize) -> bool {
         drop(slab);
         add_region(class);
         slab = lock();
-    }
-}
-
-/// Asks the grower to make regions of `len`'s class until `slots` slots are free, and
-/// returns at once: a daemon warms the slab as it starts, so its first clients' reads
-/// land in huge pages rather than wait for the grower (`shoal serve`'s warm-up has the
-/// figures). Within the slab's bound, like any growth.
-pub fn warm(len: usize, slots: usize) {
-    let Some(class) = class_of(len) else {
-        return;
-    };
-    let mut slab = lock();
-    slab.warm_to[class] = slab.warm_to[class].max(slots);
-    if slab.free[class].len() < slots {
-        ask_for_region(&mut slab, class);
     }
 }
 
@@ -238,8 +219,6 @@ fn add_region(class: usize) {
     let Some(region) = region else {
         slab.reserved -= REGION_BYTES;
         slab.retry_at = Some(Instant::now() + RETRY_AFTER);
-        // A warm-up is best effort: it ends with the first region the kernel refuses.
-        slab.warm_to[class] = 0;
         return;
     };
     let start = region.as_ptr() as usize;
@@ -248,11 +227,6 @@ fn add_region(class: usize) {
     regions.insert(at, (start, start + region.len()));
     drop(regions);
     slab.free[class].extend(region.chunks_exact_mut(MIN_SLOT << class));
-    if slab.free[class].len() < slab.warm_to[class] {
-        ask_for_region(&mut slab, class);
-    } else {
-        slab.warm_to[class] = 0;
-    }
 }
 
 /// Returns a slot from `take` to its free list.
@@ -391,25 +365,6 @@ mod tests {
         for slot in held {
             give(slot);
         }
-    }
-
-    #[test]
-    fn warm_has_the_grower_make_a_stock_of_slots_ahead() {
-        // The 256 KiB class, which no other test here uses: 128 slots a region, so
-        // three regions' worth needs the grower to go on past the first.
-        let len = MIN_SLOT << 2;
-        let want = 3 * slots_per_region(2);
-        warm(len, want);
-        let mut slab = lock();
-        while slab.growing[2] {
-            slab = CHANGED.wait(slab).unwrap();
-        }
-        assert!(
-            slab.free[2].len() >= want,
-            "{} of {want} slots made ahead",
-            slab.free[2].len()
-        );
-        assert_eq!(slab.warm_to[2], 0, "the warm-up is done and forgotten");
     }
 
     #[test]
