@@ -101,27 +101,14 @@ impl StreamDetector {
         self.streams.len()
     }
 
-    /// Notes a demand read of `nblocks` from `blkid`; returns the blocks to read ahead.
+    /// Notes a demand read of `nblocks` from `blkid`; returns the stream it belongs to
+    /// (the one it continues, or the one it starts) and the blocks to read ahead.
+    /// `budget`: the pool's read-ahead outstanding and the cache's bound, asked only
+    /// when the read continues a stream (it costs the caller a lock): the stream may
+    /// then grow to `extended_distance_bytes` if `may_extend` allows; otherwise a
+    /// stream beyond `max_distance_bytes` shrinks back (what it issued stays issued,
+    /// and it issues again once its reader is within the shorter distance).
     pub fn on_read(
-        &mut self,
-        blkid: u64,
-        nblocks: u64,
-        block_size: u64,
-        now: Instant,
-        budget: impl FnOnce() -> (u64, u64),
-    ) -> Range<u64> {
-        self.on_read_of_stream(blkid, nblocks, block_size, now, budget)
-            .1
-    }
-
-    /// `on_read`, with the stream the read belongs to (the one it continues, or the one
-    /// it starts). `budget`: the pool's read-ahead outstanding and the cache's bound,
-    /// asked only when the read continues a stream (it costs the caller a lock): the
-    /// stream may then grow to `extended_distance_bytes` if `may_extend` allows;
-    /// otherwise a stream beyond `max_distance_bytes` shrinks back (what it issued
-    /// stays issued, and it issues again once its reader is within the shorter
-    /// distance).
-    pub fn on_read_of_stream(
         &mut self,
         blkid: u64,
         nblocks: u64,
@@ -224,7 +211,7 @@ mod tests {
         let mut issued = std::collections::HashSet::new();
         let mut widths = Vec::new();
         for b in 0..200u64 {
-            let r = d.on_read(b, 1, bs, t, no_room);
+            let r = d.on_read(b, 1, bs, t, no_room).1;
             widths.push(r.end.saturating_sub(r.start));
             for x in r {
                 assert!(issued.insert(x), "block {x} issued twice");
@@ -232,7 +219,7 @@ mod tests {
             }
         }
         // A jump back to the start is one read, not a pattern: no read-ahead.
-        assert!(d.on_read(0, 1, bs, t, no_room).is_empty());
+        assert!(d.on_read(0, 1, bs, t, no_room).1.is_empty());
         // Distance capped at 32 MiB / 128 KiB = 256 blocks ahead.
         assert!(issued.iter().all(|&x| x <= 200 + 256));
         assert!(issued.contains(&150));
@@ -250,7 +237,7 @@ mod tests {
         let mut issued = std::collections::BTreeSet::new();
         let mut steady_batches = 0;
         for b in 0..1000u64 {
-            let r = d.on_read(b, 1, bs, t, no_room);
+            let r = d.on_read(b, 1, bs, t, no_room).1;
             if b > 300 && !r.is_empty() {
                 assert!(
                     r.end - r.start >= 32,
@@ -280,7 +267,7 @@ mod tests {
         let bs = 128 * 1024;
         let mut issued = std::collections::BTreeSet::new();
         for b in 0..1200u64 {
-            for x in d.on_read(b, 1, bs, t, room) {
+            for x in d.on_read(b, 1, bs, t, room).1 {
                 assert!(issued.insert(x), "block {x} issued twice");
             }
         }
@@ -288,10 +275,13 @@ mod tests {
         assert!(far > 1199 + 448 && far <= 1199 + 512, "reads {far} at 1199");
         // No room: quiet until the reader is within 256 blocks of `far`.
         for b in 1200..far - 256 {
-            assert!(d.on_read(b, 1, bs, t, no_room).is_empty(), "issued at {b}");
+            assert!(
+                d.on_read(b, 1, bs, t, no_room).1.is_empty(),
+                "issued at {b}"
+            );
         }
         for b in far - 256..far + 300 {
-            for x in d.on_read(b, 1, bs, t, no_room) {
+            for x in d.on_read(b, 1, bs, t, no_room).1 {
                 assert!(issued.insert(x), "block {x} issued twice");
                 assert!(x <= b + 256, "block {x} at {b}");
             }
@@ -313,7 +303,7 @@ mod tests {
         for b in 0..4000u64 {
             for (i, d) in detectors.iter_mut().enumerate() {
                 let outstanding: u64 = far.iter().map(|&f| f.saturating_sub(b) * bs).sum();
-                let r = d.on_read(b, 1, bs, t, || (outstanding, cache));
+                let r = d.on_read(b, 1, bs, t, || (outstanding, cache)).1;
                 if !r.is_empty() {
                     far[i] = far[i].max(r.end);
                 }
@@ -373,7 +363,7 @@ mod tests {
                 ids.swap(i, (x % (i as u64 + 1)) as usize);
             }
             for b in ids {
-                for p in d.on_read(b, 1, bs, t, no_room) {
+                for p in d.on_read(b, 1, bs, t, no_room).1 {
                     assert!(issued.insert(p), "block {p} issued twice");
                 }
             }
@@ -390,8 +380,8 @@ mod tests {
         let mut a_hits = 0;
         let mut b_hits = 0;
         for i in 0..20u64 {
-            a_hits += d.on_read(i, 1, 4096, t, no_room).count();
-            b_hits += d.on_read(10_000 + i, 1, 4096, t, no_room).count();
+            a_hits += d.on_read(i, 1, 4096, t, no_room).1.count();
+            b_hits += d.on_read(10_000 + i, 1, 4096, t, no_room).1.count();
         }
         assert!(a_hits > 0 && b_hits > 0);
         let mut r = StreamDetector::new(PrefetchConfig::default());
@@ -401,7 +391,7 @@ mod tests {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            got += r.on_read((x >> 20) % 1_000_000, 1, 4096, t, room).count();
+            got += r.on_read((x >> 20) % 1_000_000, 1, 4096, t, room).1.count();
         }
         assert_eq!(got, 0, "random reads must not trigger prefetch");
     }
@@ -414,7 +404,23 @@ mod tests {
         d.on_read(1, 1, 4096, t, no_room);
         assert_eq!(d.stream_count(), 1);
         let later = t + Duration::from_secs(3);
-        assert!(d.on_read(2, 1, 4096, later, no_room).is_empty());
+        assert!(d.on_read(2, 1, 4096, later, no_room).1.is_empty());
         assert_eq!(d.stream_count(), 1, "old stream dropped, new one started");
+    }
+
+    #[test]
+    fn each_stream_has_its_own_id_and_keeps_it() {
+        let mut d = StreamDetector::new(PrefetchConfig::default());
+        let t = Instant::now();
+        let (a, _) = d.on_read(0, 1, 4096, t, no_room);
+        let (b, _) = d.on_read(10_000, 1, 4096, t, no_room);
+        assert_ne!(a, b, "two streams of one object");
+        for i in 1..20 {
+            assert_eq!(d.on_read(i, 1, 4096, t, no_room).0, a);
+            assert_eq!(d.on_read(10_000 + i, 1, 4096, t, no_room).0, b);
+        }
+        let mut other = StreamDetector::new(PrefetchConfig::default());
+        let c = other.on_read(0, 1, 4096, t, no_room).0;
+        assert!(![a, b].contains(&c), "ids are unique across detectors");
     }
 }

@@ -800,7 +800,7 @@ impl Objset {
         }
         d.entry(obj)
             .or_insert_with(|| StreamDetector::new(PrefetchConfig::default()))
-            .on_read_of_stream(
+            .on_read(
                 first,
                 last - first + 1,
                 block_size,
