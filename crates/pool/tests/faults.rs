@@ -770,14 +770,19 @@ fn a_device_that_missed_writes_stays_faulted_until_cleared() {
     );
 }
 
+/// Why `clear` of `device` was refused (it must be).
+fn clear_refused(p: &pool::Pool, device: &str) -> String {
+    p.clear(device, &|_| {}).unwrap_err().to_string()
+}
+
 /// `clear` refuses what it cannot do, with the reason.
 #[test]
 fn clear_refuses_a_healthy_or_unknown_device() {
     let devs = sim_devices(2, 69, None);
     let p = create_pool(Layout::Mirror, &devs);
-    let healthy = p.clear("sim1", &|_| {}).unwrap_err().to_string();
+    let healthy = clear_refused(&p, "sim1");
     assert!(healthy.contains("not FAULTED"), "{healthy}");
-    let unknown = p.clear("nope", &|_| {}).unwrap_err().to_string();
+    let unknown = clear_refused(&p, "nope");
     assert!(unknown.contains("no data device 'nope'"), "{unknown}");
 }
 
@@ -792,12 +797,8 @@ fn clear_puts_a_faulted_cache_device_back_in_service() {
         ..opts()
     };
     let p = create_pool_with(Layout::Mirror, &devs[..2], options);
-    let arg = |path: &str, d: &Arc<SimDevice>| pool::pool::DeviceArg {
-        path: path.into(),
-        device: d.clone(),
-    };
-    p.add_cache(arg("cache0", &devs[2])).unwrap();
-    p.add_spare(arg("spare0", &devs[3])).unwrap();
+    p.add_cache(device_arg("cache0", &devs[2])).unwrap();
+    p.add_spare(device_arg("spare0", &devs[3])).unwrap();
     let os = p.create_objset("tank/data", "{}").unwrap();
     let obj = new_file(&p, os, 131072, Compression::Off);
     let data = Rng(71).bytes(16 << 20);
@@ -839,10 +840,10 @@ fn clear_puts_a_faulted_cache_device_back_in_service() {
     until("the L2ARC writing to the cleared device", &|| {
         devs[2].stats().writes > writes
     });
-    let again = p.clear("cache0", &|_| {}).unwrap_err().to_string();
+    let again = clear_refused(&p, "cache0");
     assert!(again.contains("not FAULTED"), "{again}");
 
-    let spare = p.clear("spare0", &|_| {}).unwrap_err().to_string();
+    let spare = clear_refused(&p, "spare0");
     assert!(spare.contains("is a spare"), "{spare}");
 }
 
@@ -854,11 +855,7 @@ fn clear_puts_a_faulted_cache_device_back_in_service() {
 fn clear_puts_a_faulted_log_device_back_with_the_log_on_it() {
     let devs = sim_devices(3, 73, None);
     let p = create_pool(Layout::Mirror, &devs[..2]);
-    p.add_log(pool::pool::DeviceArg {
-        path: "log0".into(),
-        device: devs[2].clone(),
-    })
-    .unwrap();
+    p.add_log(device_arg("log0", &devs[2])).unwrap();
     let os = p.create_objset("tank/data", "{}").unwrap();
     let log_health = |p: &pool::Pool| p.status().log[0].health.clone();
     let logged = |p: &pool::Pool, seed: u64| {
@@ -895,7 +892,7 @@ fn clear_puts_a_faulted_log_device_back_with_the_log_on_it() {
         devs[2].stats().writes > writes,
         "nothing logged on the cleared device"
     );
-    let again = p.clear("log0", &|_| {}).unwrap_err().to_string();
+    let again = clear_refused(&p, "log0");
     assert!(again.contains("not FAULTED"), "{again}");
 
     // Power off (no export, no sync since the writes): import replays the log.

@@ -5,17 +5,8 @@
 mod common;
 
 use common::*;
-use pool::pool::DeviceArg;
 use pool::PoolError;
-use std::sync::Arc;
 use vdev::{Fault, Health, Layout, SimDevice};
-
-fn arg(path: &str, d: &Arc<SimDevice>) -> DeviceArg {
-    DeviceArg {
-        path: path.into(),
-        device: d.clone(),
-    }
-}
 
 #[test]
 fn a_spare_travels_with_the_pool_and_replaces_a_dead_device() {
@@ -30,13 +21,13 @@ fn a_spare_travels_with_the_pool_and_replaces_a_dead_device() {
 
     // A device of the pool is refused; a free one is taken.
     assert!(matches!(
-        pool.add_spare(arg("sim0", &devs[0])),
+        pool.add_spare(device_arg("sim0", &devs[0])),
         Err(PoolError::Exists(_))
     ));
-    pool.add_spare(arg("spare", &spare)).unwrap();
+    pool.add_spare(device_arg("spare", &spare)).unwrap();
     assert_eq!(pool.status().spares.len(), 1);
     assert!(matches!(
-        pool.add_spare(arg("spare", &spare)),
+        pool.add_spare(device_arg("spare", &spare)),
         Err(PoolError::Exists(_))
     ));
 
@@ -45,7 +36,7 @@ fn a_spare_travels_with_the_pool_and_replaces_a_dead_device() {
     drop(pool);
     devs[1].inject(Fault::Dead);
     let mut all = args(&devs);
-    all.push(arg("spare", &spare));
+    all.push(device_arg("spare", &spare));
     let pool = pool::Pool::import(all.clone(), Some("tank"), opts()).unwrap();
     assert_eq!(pool.health(), Health::Degraded);
     let st = pool.status();
@@ -75,7 +66,7 @@ fn a_removed_spare_is_free_and_gone_from_the_pool() {
     let devs = sim_devices(2, 62, None);
     let spare = SimDevice::new(DEV_SIZE, 6299);
     let pool = create_pool(Layout::Mirror, &devs);
-    pool.add_spare(arg("spare", &spare)).unwrap();
+    pool.add_spare(device_arg("spare", &spare)).unwrap();
     assert!(matches!(
         pool.remove_spare("nope"),
         Err(PoolError::NotFound(_))
@@ -85,7 +76,7 @@ fn a_removed_spare_is_free_and_gone_from_the_pool() {
     pool.export().unwrap();
     drop(pool);
     let mut all = args(&devs);
-    all.push(arg("spare", &spare));
+    all.push(device_arg("spare", &spare));
     let pool = pool::Pool::import(all, Some("tank"), opts()).unwrap();
     assert!(
         pool.status().spares.is_empty(),
@@ -97,7 +88,7 @@ fn a_removed_spare_is_free_and_gone_from_the_pool() {
         "other",
         vec![pool::pool::TopArg {
             layout: Layout::Disk,
-            devices: vec![arg("spare", &spare)],
+            devices: vec![device_arg("spare", &spare)],
         }],
         vec![],
         vec![],
@@ -111,7 +102,7 @@ fn a_live_pool_keeps_writing_when_the_side_left_after_a_spare_replacement_dies()
     let devs = sim_devices(2, 63, None);
     let spare = SimDevice::new(DEV_SIZE, 6399);
     let pool = create_pool(Layout::Mirror, &devs);
-    pool.add_spare(arg("spare", &spare)).unwrap();
+    pool.add_spare(device_arg("spare", &spare)).unwrap();
     let os = pool.create_objset("tank/data", "{}").unwrap();
     let obj = new_file(&pool, os, 131072, pool::compress::Compression::Off);
     let mut rng = Rng(63);

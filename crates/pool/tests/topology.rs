@@ -11,20 +11,13 @@ mod common;
 
 use common::*;
 use pool::compress::Compression;
-use pool::pool::{DeviceArg, TopArg};
+use pool::pool::TopArg;
 use pool::{Pool, PoolError, PoolOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vdev::{CrashClock, Fault, Health, Layout, SimDevice};
 
 type Model = BTreeMap<u64, Vec<u8>>;
-
-fn arg(path: &str, d: &Arc<SimDevice>) -> DeviceArg {
-    DeviceArg {
-        path: path.into(),
-        device: d.clone(),
-    }
-}
 
 fn write_files(pool: &Pool, os: u64, seed: u64, sizes: &[usize]) -> Model {
     let mut rng = Rng(seed);
@@ -64,7 +57,7 @@ fn a_pool_grows_by_a_vdev_that_takes_new_blocks_and_survives_import() {
     // A wrong vdev is refused and changes nothing; a device of the pool too.
     let one = TopArg {
         layout: Layout::Mirror,
-        devices: vec![arg("sim2", &devs[2])],
+        devices: vec![device_arg("sim2", &devs[2])],
     };
     assert!(matches!(
         pool.add_vdev(one),
@@ -72,14 +65,14 @@ fn a_pool_grows_by_a_vdev_that_takes_new_blocks_and_survives_import() {
     ));
     let taken = TopArg {
         layout: Layout::Mirror,
-        devices: vec![arg("sim0", &devs[0]), arg("sim2", &devs[2])],
+        devices: vec![device_arg("sim0", &devs[0]), device_arg("sim2", &devs[2])],
     };
     assert!(matches!(pool.add_vdev(taken), Err(PoolError::Exists(_))));
     assert_eq!(layouts(&pool).len(), 1);
 
     pool.add_vdev(TopArg {
         layout: Layout::Mirror,
-        devices: vec![arg("sim2", &devs[2]), arg("sim3", &devs[3])],
+        devices: vec![device_arg("sim2", &devs[2]), device_arg("sim3", &devs[3])],
     })
     .unwrap();
     let st = pool.status();
@@ -122,7 +115,9 @@ fn an_attached_side_holds_every_block_and_a_detached_one_leaves_the_pool() {
     let model = write_files(&pool, os, 73, &[3 << 20, 70_000]);
     pool.sync().unwrap();
 
-    let summary = pool.attach("sim0", arg("sim1", &devs[1]), &|_| {}).unwrap();
+    let summary = pool
+        .attach("sim0", device_arg("sim1", &devs[1]), &|_| {})
+        .unwrap();
     assert_eq!(summary.errors, 0);
     // Every allocated block of the vdev (the data is compressible: less than 3 MiB).
     assert!(summary.bytes_written >= 1 << 20, "{summary:?}");
@@ -152,7 +147,7 @@ fn an_attached_side_holds_every_block_and_a_detached_one_leaves_the_pool() {
     ));
     pool.export().unwrap();
     drop(pool);
-    let pool = Pool::import(vec![arg("sim1", &devs[1])], Some("tank"), opts()).unwrap();
+    let pool = Pool::import(vec![device_arg("sim1", &devs[1])], Some("tank"), opts()).unwrap();
     assert!(holds(&pool, os, &model));
     assert!(pool.check().unwrap().problems.is_empty());
 }
@@ -222,7 +217,7 @@ fn log_and_cache_devices_come_and_go_while_imported() {
     let os = pool.create_objset("tank/data", "{}").unwrap();
     assert_eq!(pool.status().intent_log.ring, "pool");
 
-    pool.add_log(arg("log0", &devs[2])).unwrap();
+    pool.add_log(device_arg("log0", &devs[2])).unwrap();
     let st = pool.status();
     assert_eq!(st.log.len(), 1);
     assert_eq!(st.intent_log.ring, "log devices");
@@ -235,7 +230,7 @@ fn log_and_cache_devices_come_and_go_while_imported() {
         "nothing logged on the log device"
     );
 
-    pool.add_cache(arg("cache0", &devs[3])).unwrap();
+    pool.add_cache(device_arg("cache0", &devs[3])).unwrap();
     assert_eq!(pool.status().cache.len(), 1);
     assert!(pool.status().l2arc.is_some());
     assert!(matches!(
@@ -263,7 +258,7 @@ fn log_and_cache_devices_come_and_go_while_imported() {
         "other",
         vec![TopArg {
             layout: Layout::Mirror,
-            devices: vec![arg("log0", &devs[2]), arg("cache0", &devs[3])],
+            devices: vec![device_arg("log0", &devs[2]), device_arg("cache0", &devs[3])],
         }],
         vec![],
         vec![],
@@ -308,11 +303,11 @@ fn scene(change: Change, clock: &Arc<CrashClock>, o: &PoolOptions) -> Scene {
         _ => (Layout::Mirror, &devs[..2]),
     };
     let log = match change {
-        Change::RemoveLog => vec![arg("sim2", &devs[2])],
+        Change::RemoveLog => vec![device_arg("sim2", &devs[2])],
         _ => vec![],
     };
     let cache = match change {
-        Change::RemoveCache => vec![arg("sim2", &devs[2])],
+        Change::RemoveCache => vec![device_arg("sim2", &devs[2])],
         _ => vec![],
     };
     let pool = Pool::create(
@@ -350,15 +345,17 @@ fn apply(change: Change, s: &Scene) -> Result<(), PoolError> {
     match change {
         Change::AddVdev => pool.add_vdev(TopArg {
             layout: Layout::Mirror,
-            devices: vec![arg("sim2", &d[2]), arg("sim3", &d[3])],
+            devices: vec![device_arg("sim2", &d[2]), device_arg("sim3", &d[3])],
         }),
-        Change::Attach => pool.attach("sim0", arg("sim1", &d[1]), &|_| {}).map(|_| ()),
+        Change::Attach => pool
+            .attach("sim0", device_arg("sim1", &d[1]), &|_| {})
+            .map(|_| ()),
         Change::Detach => pool.detach("sim1"),
         Change::Offline => pool.offline("sim1"),
         Change::Online => pool.online("sim1", &|_| {}).map(|_| ()),
-        Change::AddLog => pool.add_log(arg("sim2", &d[2])),
+        Change::AddLog => pool.add_log(device_arg("sim2", &d[2])),
         Change::RemoveLog => pool.remove_log("sim2"),
-        Change::AddCache => pool.add_cache(arg("sim2", &d[2])),
+        Change::AddCache => pool.add_cache(device_arg("sim2", &d[2])),
         Change::RemoveCache => pool.remove_cache("sim2"),
     }
 }

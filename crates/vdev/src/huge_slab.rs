@@ -24,9 +24,9 @@
 //! a region took 5-320 ms on this VM, 13 regions were made at once by the reads of a
 //! freshly started daemon, and a client's first read then waited up to 2.3 s. `take`
 //! asks for a region when its class runs low (a quarter of a region's slots free) and,
-//! when none is free, answers `None` at once: that one buffer is ordinary memory. Code
-//! that needs slots now (tests, a warm-up) calls `reserve`, which grows the slab in
-//! the calling thread.
+//! when none is free, answers `None` at once: that one buffer is ordinary memory.
+//! Tests that need slots now call `reserve`, which grows the slab in the calling
+//! thread.
 //!
 //! Invariants: slots of one class never overlap and are aligned to their size (so to
 //! a sector); a slot is on its free list or held by one owner, never both; at most one
@@ -122,9 +122,9 @@ pub fn take(len: usize) -> Option<&'static mut [u8]> {
 
 /// Makes sure `slots` slots of `len`'s class are free, growing the slab in the calling
 /// thread (after waiting for a region of the class the grower is making); false if it
-/// cannot (the slab full, or no huge pages). For callers that need huge pages now: a
-/// test, or a warm-up before a workload.
-pub fn reserve(len: usize, slots: usize) -> bool {
+/// cannot (the slab full, or no huge pages). For tests, which need huge pages now.
+#[cfg(test)]
+pub(crate) fn reserve(len: usize, slots: usize) -> bool {
     let Some(class) = class_of(len) else {
         return false;
     };
@@ -180,7 +180,7 @@ fn ask_for_region(slab: &mut Slab, class: usize) {
 }
 
 /// Starts the grower on first use; false if its thread could not be started (then no
-/// region is made but by `reserve`).
+/// region is made, and buffers are heap memory, as without huge pages).
 fn grower_running() -> bool {
     static RUNNING: OnceLock<bool> = OnceLock::new();
     *RUNNING.get_or_init(|| {

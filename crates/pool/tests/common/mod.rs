@@ -70,6 +70,14 @@ pub fn sim_devices(n: usize, seed: u64, clock: Option<Arc<CrashClock>>) -> Vec<A
         .collect()
 }
 
+/// One device argument: `d` named `path`.
+pub fn device_arg(path: &str, d: &Arc<SimDevice>) -> DeviceArg {
+    DeviceArg {
+        path: path.into(),
+        device: d.clone(),
+    }
+}
+
 pub fn args(devs: &[Arc<SimDevice>]) -> Vec<DeviceArg> {
     devs.iter()
         .enumerate()
