@@ -437,7 +437,8 @@ const SMALL_PIECES_MIN_BYTES: usize = 512 << 10;
 /// small pieces (`SMALL_PIECE_BYTES`), which this VM's disk serves about 15% slower
 /// than into one buffer (`staging`): more than the copy out of a stage costs.
 fn many_small_pieces(pieces: usize, total: usize) -> bool {
-    total >= SMALL_PIECES_MIN_BYTES && total / pieces.max(1) <= SMALL_PIECE_BYTES
+    // A read of any bytes has a piece, so the division comes only after a nonzero total.
+    total >= SMALL_PIECES_MIN_BYTES && total / pieces <= SMALL_PIECE_BYTES
 }
 
 /// Segment limit assumed when sysfs does not say (tmpfs, overlay): the smallest that

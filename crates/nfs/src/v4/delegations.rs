@@ -74,8 +74,9 @@ impl NfsService {
     /// (`service::fsid_for`) from outside NFS (a local FUSE mount of the same dataset):
     /// `true` when no delegation is in the way; otherwise the ones not yet recalled
     /// are, and the caller asks again until the holders have given them back or a
-    /// lease has passed since the recall (they are then revoked). A `change` meets every delegation of
-    /// the file, a read only write delegations, as the same access over NFS would.
+    /// lease has passed since the recall (they are then revoked). A `change` meets
+    /// every delegation of the file, a read only write delegations, as the same access
+    /// over NFS would.
     pub fn clear_for_local_access(&self, fsid: u64, ino: u64, change: bool) -> bool {
         let file = (fsid, ino);
         if change {
