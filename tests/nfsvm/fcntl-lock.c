@@ -1,8 +1,10 @@
-/* Guest helper of tests/nfsvm/kernel-client-v4.sh: takes a POSIX (fcntl) byte-range
- * lock and holds it, so two processes of one guest can be made to conflict.
+/* Guest helper of tests/nfsvm/kernel-client-v4.sh and kernel-client-nlm.sh: takes a
+ * POSIX (fcntl) byte-range lock and holds it, so two processes of one guest can be
+ * made to conflict.
  *
- *   fcntl-lock FILE r|w START LEN HOLD_SECONDS
+ *   fcntl-lock FILE r|w|R|W START LEN HOLD_SECONDS
  *
+ * R and W wait for the lock (F_SETLKW) instead of failing at once.
  * Prints "locked" (then holds the lock HOLD_SECONDS and exits 0, closing the file) or
  * "busy" (exit 1: another process holds a conflicting lock; F_GETLK's holder range is
  * printed too). Any other failure exits 2. Built statically by the test. */
@@ -15,10 +17,11 @@
 
 int main(int argc, char **argv) {
     if (argc != 6) {
-        fprintf(stderr, "usage: fcntl-lock FILE r|w START LEN HOLD_SECONDS\n");
+        fprintf(stderr, "usage: fcntl-lock FILE r|w|R|W START LEN HOLD_SECONDS\n");
         return 2;
     }
-    int write = argv[2][0] == 'w';
+    int write = argv[2][0] == 'w' || argv[2][0] == 'W';
+    int wait = argv[2][0] == 'R' || argv[2][0] == 'W';
     int fd = open(argv[1], write ? O_RDWR : O_RDONLY);
     if (fd < 0) {
         perror("open");
@@ -30,7 +33,7 @@ int main(int argc, char **argv) {
     fl.l_whence = SEEK_SET;
     fl.l_start = atoll(argv[3]);
     fl.l_len = atoll(argv[4]);
-    if (fcntl(fd, F_SETLK, &fl) == 0) {
+    if (fcntl(fd, wait ? F_SETLKW : F_SETLK, &fl) == 0) {
         printf("locked\n");
         fflush(stdout);
         sleep(atoi(argv[5]));

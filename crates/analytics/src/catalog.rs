@@ -195,6 +195,15 @@ pub const STATISTICS: &[Statistic] = &[
         ],
     },
     Statistic {
+        name: "nlm.ops",
+        counts: Counts::NfsOps(crate::event::NLM_VERSION),
+        description: "NLM lock calls of NFSv3 clients (lock, test, unlock, cancel, share)",
+        unit: "operations",
+        gauge: false,
+        divisor: 1,
+        dims: &[Dim::Op, Dim::Client, Dim::Share, Dim::File, Dim::Latency],
+    },
+    Statistic {
         name: "nfs4.bytes",
         counts: Counts::NfsBytes(4),
         description: "NFSv4 READ and WRITE payload",

@@ -11,10 +11,15 @@ use crate::clock::{Reference, Ticks};
 use std::net::IpAddr;
 use std::time::Instant;
 
-/// One NFSv3 call, or one operation of an NFSv4 COMPOUND, reported when it is done.
+/// The `version` of NLM calls' events (counted in `nlm.ops`).
+pub const NLM_VERSION: u8 = 0;
+
+/// One NFSv3 call, one operation of an NFSv4 COMPOUND, or one NLM call, reported when
+/// it is done.
 #[derive(Debug, Clone, Copy)]
 pub struct NfsEvent {
-    /// The protocol's major version: 3 (counted in `nfs3.*`) or 4 (`nfs4.*`).
+    /// The protocol's major version: 3 (counted in `nfs3.*`), 4 (`nfs4.*`), or
+    /// `NLM_VERSION` for NLM (`nlm.ops`).
     pub version: u8,
     /// Procedure or operation name in lower case (`read`, `write`, `getattr`, ...).
     pub op: &'static str,

@@ -182,6 +182,7 @@ impl Harness {
             0 if shape & 0x80 != 0 => return self.v4_record(shape, pick, d.rest()),
             0 | 1 => (NFS_PROGRAM, NFS_V3),
             2 => (MOUNT_PROGRAM, MOUNT_V3),
+            _ if shape & 0x80 != 0 => return self.nlm_record(shape, pick, d.rest()),
             _ => (proto::PORTMAP_PROGRAM, proto::PORTMAP_V2),
         };
         let procedure = pick & 0x1f;
@@ -204,6 +205,32 @@ impl Harness {
             };
         }
         e.fixed(d.rest());
+        e.buf
+    }
+
+    /// An NLM call (version 1, 3 or 4, any procedure) shaped as LOCK's arguments
+    /// begin: a cookie, two booleans, a caller name and a handle (valid or forged),
+    /// then the input's bytes. No call back is ever made: NLM is not started here.
+    fn nlm_record(&self, shape: u8, pick: u32, rest: &[u8]) -> Vec<u8> {
+        let version = [1, 3, 4, 4][(pick as usize >> 5) & 3];
+        let procedure = pick & 0x1f;
+        let mut e = rpc::encode_call(
+            pick >> 8,
+            crate::nlm::proto::NLM_PROGRAM,
+            version,
+            procedure,
+            &sys(0, 0, vec![]),
+        );
+        e.opaque(b"cookie")
+            .bool(shape & 1 != 0)
+            .bool(shape & 2 != 0);
+        e.opaque(b"fuzz-host");
+        let which = (shape >> 4) as usize % (self.handles.len() + 1);
+        match self.handles.get(which) {
+            Some(h) => e.opaque(h),
+            None => e.opaque(&[0x5a; 40]),
+        };
+        e.fixed(rest);
         e.buf
     }
 

@@ -12,6 +12,8 @@
 //! - `v3/`: NFSv3 procedures, MOUNT v3 and their wire types; `portmap.rs` beside it.
 //! - `v4/`: NFSv4.1/4.2: COMPOUND dispatch, client and session state, opens, locks,
 //!   attributes and the pseudo-filesystem (see its module comment).
+//! - `nlm/`: NLM v1/3/4 (NFSv3 clients' locks, in the same lock table as NFSv4's)
+//!   and the status monitor's restart notifications (NSM).
 //! - `handle` the file handles; `exports` the client rules; `names` the share and
 //!   file names analytics shows; `fuzzing` the harness of the fuzz targets.
 
@@ -20,6 +22,7 @@ pub mod exports;
 pub mod fuzzing;
 pub mod handle;
 pub mod names;
+pub mod nlm;
 mod portmap;
 pub mod service;
 pub mod v3;

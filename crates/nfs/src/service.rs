@@ -121,11 +121,17 @@ pub struct NfsService {
     pub(crate) drc: Mutex<Drc>,
     /// The port NFS and MOUNT are served on (what the portmapper answers).
     pub(crate) nfs_port: Mutex<u16>,
+    /// The port MOUNT, NLM and NSM also answer datagrams on, if they do.
+    pub(crate) udp_port: Mutex<Option<u16>>,
     /// Where each NFSv3 call is reported; set once when the daemon starts.
     pub(crate) analytics: OnceLock<Arc<Analytics>>,
     pub(crate) refusal_log: Mutex<RefusalLog>,
     /// NFSv4.1/4.2 clients, sessions, opens and locks.
     pub(crate) v4: crate::v4::session::V4Server,
+    /// NLM's blocked locks and NSM's monitored clients (locks are in `v4`'s state).
+    pub(crate) nlm: crate::nlm::Nlm,
+    /// This service, for threads it starts (set by `start_nlm`).
+    pub(crate) me: OnceLock<std::sync::Weak<NfsService>>,
 }
 
 /// The refusal log's budget: lines written in the current second, and those left out.
@@ -353,9 +359,12 @@ impl NfsService {
             mounts: Mutex::new(BTreeSet::new()),
             drc: Mutex::new(Drc::default()),
             nfs_port: Mutex::new(2049),
+            udp_port: Mutex::new(None),
             analytics: OnceLock::new(),
             refusal_log: Mutex::new(RefusalLog::default()),
             v4: crate::v4::session::V4Server::new(boot_nonce),
+            nlm: crate::nlm::Nlm::new(),
+            me: OnceLock::new(),
         }
     }
 
@@ -413,6 +422,11 @@ impl NfsService {
 
     pub fn set_nfs_port(&self, port: u16) {
         *self.nfs_port.lock().unwrap() = port;
+    }
+
+    /// MOUNT, NLM and NSM answer datagrams on `port` (what the portmapper says).
+    pub fn set_udp_port(&self, port: u16) {
+        *self.udp_port.lock().unwrap() = Some(port);
     }
 
     pub fn write_verifier(&self) -> [u8; 8] {
@@ -644,6 +658,8 @@ impl NfsService {
                 low: MOUNT_V3,
                 high: MOUNT_V3,
             })),
+            (crate::nlm::proto::NLM_PROGRAM, _) => self.nlm(call),
+            (crate::nlm::proto::NSM_PROGRAM, _) => self.nsm(call),
             (PORTMAP_PROGRAM, PORTMAP_V2) => self.portmap(call),
             (PORTMAP_PROGRAM, _) => Reply::new(call.reply(Accept::ProgMismatch {
                 low: PORTMAP_V2,

@@ -1,6 +1,6 @@
 //! The fuzz target's harness (`nfs::fuzzing`) on stable, in CI: random records of every
-//! shape (raw bytes, and well-formed calls to every procedure of NFSv3, MOUNT and the
-//! portmapper with valid, forged or no file handles and random arguments) go through
+//! shape (raw bytes, and well-formed calls to every procedure of NFSv3, MOUNT, NLM and
+//! the portmapper with valid, forged or no file handles and random arguments) go through
 //! the server's record path against a real filesystem. No input may panic the server
 //! or draw a reply without the call's xid. `SHOAL_FUZZ_CASES=N` runs more.
 //!

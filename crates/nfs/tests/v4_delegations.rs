@@ -5,7 +5,8 @@
 //! by NFSv4 or NFSv3) is answered DELAY (JUKEBOX) while a CB_RECALL goes to the holder;
 //! the holder's own work never waits; after DELEGRETURN the other client goes ahead; a
 //! holder that never answers loses the delegation a lease after the recall, and
-//! SEQUENCE tells it.
+//! SEQUENCE tells it. An NFSv3 client's NLM lock recalls delegations as an NFSv4
+//! LOCK does.
 
 mod common;
 
@@ -490,4 +491,102 @@ fn a_recall_to_a_v42_session_is_a_v42_callback() {
     assert_eq!(r.status, Nfs4Error::Delay as u32, "{:?}", r.summary());
     let (_, cb) = a.wait_callback();
     assert_eq!(callback_minor(&cb), 2);
+}
+
+/// An NFSv3 client's NLM LOCK (no blocking) of `fh`, over its own connection: the
+/// NLM status.
+fn nlm_lock(addr: std::net::SocketAddr, fh: &[u8]) -> u32 {
+    use nfs::nlm::proto::{encode_lock_args, Lock, LockArgs, LOCK, NLM_PROGRAM};
+    let mut c = nfs::RpcClient::connect(addr).unwrap();
+    let mut e = Encoder::new();
+    let args = LockArgs {
+        cookie: vec![],
+        block: false,
+        exclusive: true,
+        lock: Lock {
+            caller_name: "v3-host".into(),
+            fh: fh.to_vec(),
+            oh: b"oh".to_vec(),
+            svid: 1,
+            offset: 0,
+            len: 0,
+        },
+        reclaim: false,
+        state: 1,
+    };
+    encode_lock_args(&mut e, 4, &args);
+    let reply = c.call(NLM_PROGRAM, 4, LOCK, &root(), &e.buf).unwrap();
+    let mut d = Decoder::new(&reply[24..]);
+    d.opaque(1024).unwrap();
+    d.u32().unwrap()
+}
+
+#[test]
+fn an_nlm_lock_recalls_a_delegation_and_is_granted_once_it_is_returned() {
+    let Two {
+        mut a, root, addr, ..
+    } = Two::start();
+    a.make(&root, "f");
+    let r = a.open(&root, "f", SHARE_ACCESS_READ, b"oa2");
+    let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    assert_eq!(open.delegation, 1, "a read delegation");
+    let deleg = open.delegation_stateid.unwrap();
+    let fh = r.last().unwrap().fh().unwrap().to_vec();
+    // The v3 lock waits for the delegation: A is called back, returns it, and the
+    // lock is granted.
+    let locker = {
+        let fh = fh.clone();
+        std::thread::spawn(move || nlm_lock(addr, &fh))
+    };
+    let (cb_xid, cb) = a.wait_callback();
+    assert_eq!(recalled_stateid(&cb), deleg);
+    a.answer_callback(cb_xid);
+    assert_eq!(a.delegreturn(&fh, &deleg).status, 0);
+    assert_eq!(locker.join().unwrap(), 0, "NLM4_GRANTED");
+    // Its control is the next test: a holder that never returns its delegation
+    // keeps the v3 lock out, so the grant here came from the return.
+}
+
+#[test]
+fn a_delegation_that_is_not_returned_keeps_an_nlm_lock_out() {
+    let Two {
+        mut a, root, addr, ..
+    } = Two::start();
+    a.make(&root, "f");
+    let r = a.open(&root, "f", SHARE_ACCESS_READ, b"oa2");
+    let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    assert_eq!(open.delegation, 1, "a read delegation");
+    let fh = r.last().unwrap().fh().unwrap().to_vec();
+    let locker = std::thread::spawn(move || nlm_lock(addr, &fh));
+    let (cb_xid, _) = a.wait_callback();
+    a.answer_callback(cb_xid);
+    assert_eq!(
+        locker.join().unwrap(),
+        1,
+        "NLM4_DENIED while the delegation is out"
+    );
+}
+
+#[test]
+fn no_delegation_while_an_nlm_lock_is_held_on_the_file() {
+    let Two {
+        mut a, root, addr, ..
+    } = Two::start();
+    a.make(&root, "f");
+    let r = a.open(&root, "f", SHARE_ACCESS_READ, b"probe");
+    let fh = r.last().unwrap().fh().unwrap().to_vec();
+    let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    let deleg = open.delegation_stateid.unwrap();
+    assert_eq!(a.delegreturn(&fh, &deleg).status, 0);
+    assert_eq!(nlm_lock(addr, &fh), 0, "NLM4_GRANTED");
+    // The holder of a delegation takes its locks in its own cache: it would never
+    // meet the v3 lock. So neither kind is handed out while the lock is held.
+    for (access, owner) in [
+        (SHARE_ACCESS_READ, &b"oa2"[..]),
+        (SHARE_ACCESS_BOTH, b"oa3"),
+    ] {
+        let r = a.open(&root, "f", access, owner);
+        assert_eq!(r.status, 0, "{:?}", r.summary());
+        assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+    }
 }

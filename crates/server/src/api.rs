@@ -395,6 +395,12 @@ pub struct Status {
     pub pid: u32,
     pub started_unix: u64,
     pub nfs: Vec<String>,
+    /// Where the portmapper answers, "off", or why it does not answer.
+    #[serde(default)]
+    pub portmapper: String,
+    /// NFSv3 locking (NLM) and the status monitor.
+    #[serde(default)]
+    pub nlm: Option<nfs::nlm::NlmStatus>,
     pub api: String,
     pub pools: Vec<PoolSummary>,
     pub shares: Vec<nfs::ShareInfo>,
@@ -460,6 +466,8 @@ async fn status(State(s): State<Shared>) -> ApiResult<Status> {
             pid: std::process::id(),
             started_unix: s.started_unix,
             nfs: s.nfs_addrs.iter().map(|a| a.to_string()).collect(),
+            portmapper: s.portmapper.clone(),
+            nlm: Some(s.service.nlm_status()),
             api: s
                 .api_addr
                 .lock()

@@ -3,7 +3,8 @@
 //! ```toml
 //! [nfs]
 //! listen = "0.0.0.0:2049"      # NFS and MOUNT, on one port
-//! portmapper = "0.0.0.0:111"   # optional: answer GETPORT so clients need no port options
+//! portmapper = "auto"         # answer GETPORT on port 111 ("auto", "off" or an address)
+//! grace_period = "90s"         # after a restart: clients reclaim their locks first
 //! workers = 16                 # threads running NFS calls
 //! id_domain = "example.org"    # NFSv4 owners as name@example.org (default: numbers)
 //!
@@ -38,8 +39,13 @@ use std::path::PathBuf;
 pub struct NfsConfig {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// Where the portmapper answers (see `Portmapper`).
     #[serde(default)]
-    pub portmapper: Option<SocketAddr>,
+    pub portmapper: Portmapper,
+    /// How long clients that held locks before a restart have to reclaim them
+    /// (NLM; NFSv4 clients end it sooner when every one of them is done).
+    #[serde(default = "default_grace", deserialize_with = "duration")]
+    pub grace_period: std::time::Duration,
     #[serde(default = "default_workers")]
     pub workers: usize,
     /// NFSv4 owners go out as `name@id_domain` (the clients' idmapd Domain) rather
@@ -56,11 +62,67 @@ fn default_workers() -> usize {
     16
 }
 
+fn default_grace() -> std::time::Duration {
+    std::time::Duration::from_secs(90)
+}
+
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s).map_err(serde::de::Error::custom)
+}
+
+/// Where the portmapper (RFC 1833 version 2, TCP and UDP) answers. Clients ask it
+/// where NFS, MOUNT and the lock manager (NLM, NSM) are; an NFSv3 client with locks
+/// cannot mount without it on port 111, because its lock manager asks there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Portmapper {
+    /// On port 111 of the NFS address, when NFS is on the standard port 2049 and
+    /// port 111 is free (a daemon on another port, a test's or a second one's, must
+    /// not answer for the one on 2049); otherwise not, said in the log and status.
+    #[default]
+    Auto,
+    Off,
+    At(SocketAddr),
+}
+
+impl std::str::FromStr for Portmapper {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Portmapper, String> {
+        match s {
+            "auto" => Ok(Portmapper::Auto),
+            "off" => Ok(Portmapper::Off),
+            a => a.parse().map(Portmapper::At).map_err(|_| {
+                format!("portmapper '{a}': \"auto\", \"off\" or an address such as 0.0.0.0:111")
+            }),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Portmapper {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Portmapper, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Portmapper {
+    /// The address to answer on, for NFS listening on `nfs`.
+    pub fn address(&self, nfs: SocketAddr) -> Option<SocketAddr> {
+        match self {
+            Portmapper::Off => None,
+            Portmapper::At(a) => Some(*a),
+            Portmapper::Auto => (nfs.port() == 2049).then(|| SocketAddr::new(nfs.ip(), 111)),
+        }
+    }
+}
+
 impl Default for NfsConfig {
     fn default() -> Self {
         NfsConfig {
             listen: default_listen(),
-            portmapper: None,
+            portmapper: Portmapper::default(),
+            grace_period: default_grace(),
             workers: default_workers(),
             id_domain: None,
         }
@@ -330,6 +392,28 @@ mod tests {
         assert_eq!(ServeConfig::parse("").unwrap(), ServeConfig::default());
         assert!(ServeConfig::parse("[nfs]\nlisten = 5\n").is_err());
         assert!(ServeConfig::parse("[nfs]\nlisten_on = \"x\"\n").is_err());
+        // The portmapper: on 111 beside the standard NFS port only, unless told.
+        let nfs: SocketAddr = "10.0.0.1:2049".parse().unwrap();
+        assert_eq!(c.nfs.portmapper.address(c.nfs.listen), None, "not on 2049");
+        assert_eq!(
+            Portmapper::Auto.address(nfs),
+            Some("10.0.0.1:111".parse().unwrap())
+        );
+        let off = ServeConfig::parse("[nfs]\nportmapper = \"off\"\n").unwrap();
+        assert_eq!(off.nfs.portmapper.address(nfs), None);
+        let at = ServeConfig::parse("[nfs]\nportmapper = \"127.0.0.1:1111\"\n").unwrap();
+        assert_eq!(
+            at.nfs.portmapper,
+            Portmapper::At("127.0.0.1:1111".parse().unwrap())
+        );
+        let e = ServeConfig::parse("[nfs]\nportmapper = \"yes\"\n").unwrap_err();
+        assert!(
+            e.to_string().contains("\"auto\", \"off\" or an address"),
+            "{e}"
+        );
+        let g = ServeConfig::parse("[nfs]\ngrace_period = \"15s\"\n").unwrap();
+        assert_eq!(g.nfs.grace_period, std::time::Duration::from_secs(15));
+        assert!(ServeConfig::parse("[nfs]\ngrace_period = \"0s\"\n").is_err());
         assert_eq!(c.api.listen, Some("127.0.0.1:8080".parse().unwrap()));
         let off = ServeConfig::parse("[api]\nlisten = \"off\"\n").unwrap();
         assert_eq!(off.api.listen, None);
@@ -354,7 +438,8 @@ mod tests {
     #[test]
     fn the_shipped_example_config_parses() {
         let c = ServeConfig::parse(include_str!("../../../dist/shoal.toml")).unwrap();
-        assert_eq!(c.nfs.portmapper, Some("0.0.0.0:111".parse().unwrap()));
+        assert_eq!(c.nfs.portmapper, Portmapper::Auto);
+        assert_eq!(c.nfs.grace_period, std::time::Duration::from_secs(90));
         assert_eq!(c.api, ApiConfig::default());
     }
 }

@@ -89,6 +89,8 @@ pub struct DaemonState {
     pub service: Arc<NfsService>,
     pub analytics: Arc<analytics::Analytics>,
     pub nfs_addrs: Vec<SocketAddr>,
+    /// Where the portmapper answers, or why it does not ("off", "not answering ...").
+    pub portmapper: String,
     pub api_addr: Mutex<Option<SocketAddr>>,
     pub started_unix: u64,
     pub auth: auth::Auth,
@@ -391,6 +393,7 @@ impl ApiServer {
 pub struct Daemon {
     state: Arc<DaemonState>,
     rpc: Option<RpcServer>,
+    udp: Option<nfs::wire::udp::UdpServer>,
     api: Option<ApiServer>,
 }
 
@@ -437,15 +440,48 @@ impl Daemon {
             .collect();
 
         let mut listeners = Vec::new();
+        let mut datagrams = Vec::new();
         let nfs = TcpListener::bind(config.nfs.listen)
             .map_err(|e| ServerError::Io(format!("listening on {}", config.nfs.listen), e))?;
-        service.set_nfs_port(nfs.local_addr().map(|a| a.port()).unwrap_or(2049));
+        let nfs_addr = nfs.local_addr().unwrap_or(config.nfs.listen);
+        service.set_nfs_port(nfs_addr.port());
         listeners.push(nfs);
-        if let Some(pm) = config.nfs.portmapper {
-            let l = TcpListener::bind(pm)
-                .map_err(|e| ServerError::Io(format!("portmapper on {pm}"), e))?;
-            listeners.push(l);
+        // MOUNT, NLM and NSM by datagram on the NFS port too (status monitors send
+        // SM_NOTIFY by UDP only).
+        match std::net::UdpSocket::bind(nfs_addr) {
+            Ok(u) => {
+                service.set_udp_port(nfs_addr.port());
+                datagrams.push(u);
+            }
+            Err(e) => {
+                tracing::warn!(address = %nfs_addr, "no UDP beside NFS (MOUNT, NLM and NSM by TCP only): {e}")
+            }
         }
+        let portmapper = match config.nfs.portmapper.address(nfs_addr) {
+            None => "off".to_string(),
+            Some(pm) => match TcpListener::bind(pm) {
+                Ok(l) => {
+                    let at = l.local_addr().unwrap_or(pm);
+                    listeners.push(l);
+                    match std::net::UdpSocket::bind(at) {
+                        Ok(u) => datagrams.push(u),
+                        Err(e) => tracing::warn!(address = %at, "portmapper by TCP only: {e}"),
+                    }
+                    at.to_string()
+                }
+                Err(e) if config.nfs.portmapper == config::Portmapper::Auto => {
+                    tracing::warn!(
+                        address = %pm,
+                        "the portmapper does not answer (NFSv3 clients need `nolock` or port options): {e}"
+                    );
+                    format!("not answering on {pm}: {e}")
+                }
+                Err(e) => return Err(ServerError::Io(format!("portmapper on {pm}"), e)),
+            },
+        };
+        service
+            .start_nlm(Some(state_dir), config.nfs.grace_period)
+            .map_err(|e| ServerError::Config(format!("NLM state: {e}")))?;
         let nfs_addrs = listeners
             .iter()
             .filter_map(|l| l.local_addr().ok())
@@ -474,6 +510,7 @@ impl Daemon {
             service: service.clone(),
             analytics,
             nfs_addrs,
+            portmapper,
             api_addr: Mutex::new(None),
             started_unix: now.as_secs(),
             auth,
@@ -497,6 +534,14 @@ impl Daemon {
             }
             None => None,
         };
+        const BY_DATAGRAM: &[u32] = &[
+            nfs::proto::PORTMAP_PROGRAM,
+            nfs::proto::MOUNT_PROGRAM,
+            nfs::nlm::proto::NLM_PROGRAM,
+            nfs::nlm::proto::NSM_PROGRAM,
+        ];
+        let udp = nfs::wire::udp::UdpServer::start(datagrams, service.clone(), BY_DATAGRAM)
+            .map_err(|e| ServerError::Io("starting the UDP service".into(), e))?;
         let rpc = RpcServer::start(listeners, service, config.nfs.workers)
             .map_err(|e| ServerError::Io("starting the NFS service".into(), e))?;
         for a in rpc.local_addrs() {
@@ -516,6 +561,7 @@ impl Daemon {
         Ok(Daemon {
             state,
             rpc: Some(rpc),
+            udp: Some(udp),
             api,
         })
     }
@@ -551,6 +597,9 @@ impl Daemon {
         self.state.replication.stop_scheduler();
         if let Some(api) = self.api.take() {
             api.stop();
+        }
+        if let Some(udp) = self.udp.take() {
+            udp.stop();
         }
         if let Some(rpc) = self.rpc.take() {
             rpc.stop();

@@ -18,9 +18,14 @@ pub struct ServeArgs {
     /// Address for NFS and MOUNT (default 0.0.0.0:2049).
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
-    /// Also answer portmapper GETPORT calls here (usually 0.0.0.0:111).
+    /// Where the portmapper answers: `auto` (port 111 beside NFS on 2049, when
+    /// free; the default), `off`, or an address such as 0.0.0.0:111.
     #[arg(long)]
-    portmapper: Option<std::net::SocketAddr>,
+    portmapper: Option<server::config::Portmapper>,
+    /// How long clients that held locks before a restart have to reclaim them
+    /// (default 90s), e.g. `30s`.
+    #[arg(long, value_parser = server::config::parse_duration)]
+    grace_period: Option<std::time::Duration>,
     /// Admin HTTP API address (default 127.0.0.1:8080), or `off`.
     #[arg(long)]
     api: Option<String>,
@@ -124,8 +129,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Some(a) = &args.analytics {
         config.analytics.enabled = a == "on";
     }
-    if args.portmapper.is_some() {
-        config.nfs.portmapper = args.portmapper;
+    if let Some(p) = args.portmapper {
+        config.nfs.portmapper = p;
+    }
+    if let Some(g) = args.grace_period {
+        config.nfs.grace_period = g;
     }
     for s in &args.shares {
         let (dataset, rules) = match s.split_once('=') {

@@ -79,6 +79,20 @@ pub fn status(json: bool) -> Result<()> {
     }
     println!("shoal {} (pid {}), API on {}", st.version, st.pid, st.api);
     println!("NFS (v3, v4.1, v4.2) on {}", st.nfs.join(", "));
+    println!("portmapper: {}", st.portmapper);
+    if let Some(n) = &st.nlm {
+        println!(
+            "NFSv3 locks (NLM): {} clients, {} locks, {} waiting{}",
+            n.hosts,
+            n.locks,
+            n.blocked,
+            if n.in_grace {
+                "; grace period: clients of the last start are reclaiming"
+            } else {
+                ""
+            }
+        );
+    }
     for p in &st.pools {
         println!(
             "pool {}: {}, {} of {} allocated",

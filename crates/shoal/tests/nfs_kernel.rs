@@ -2,8 +2,9 @@
 //! under qemu in a private network namespace (tests/nfsvm), mounting a share of a
 //! raidz2 pool over NFSv3 (with port options and through the portmapper) and over
 //! NFSv4.1 and 4.2 (with the real mount.nfs negotiating the version), with the server
-//! restarted under the mount, locks between processes, and pjdfstest run over the v3
-//! and the v4.1 mount.
+//! restarted under the mount, locks between processes (NFSv3 ones through NLM, with
+//! the guest's own rpcbind and rpc.statd), and pjdfstest run over the v3 and the v4.1
+//! mount.
 //!
 //! Needs root (network namespaces, port 111), qemu and the unpacked kernel; the harness
 //! installs both on first use (`tests/nfsvm/harness/setup.sh`). pjdfstest comes from
@@ -39,12 +40,24 @@ fn make_share(dir: &Path) -> PathBuf {
 /// Runs `guest` in the VM against `shoal serve` sharing tank/share; returns the
 /// guest's output. Panics with the guest's and the server's output if the guest fails.
 fn run_guest(state: &Path, guest: &str, extra_bins: &[&Path], env: &[(&str, &str)]) -> String {
+    run_guest_with(state, guest, extra_bins, env, "")
+}
+
+/// `run_guest` with more `shoal serve` arguments.
+fn run_guest_with(
+    state: &Path,
+    guest: &str,
+    extra_bins: &[&Path],
+    env: &[(&str, &str)],
+    serve_args: &str,
+) -> String {
     let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
     let vm = nfsvm_dir();
     let log = state.join("server.log");
     let server = format!(
         "SHOAL_STATE_DIR={state} SHOAL_LOG=info {wrapper} {shoal} --listen 10.99.0.1:2049 \
-         --portmapper 10.99.0.1:111 --share 'tank/share=*(rw,no_root_squash)' 2>>{log}",
+         --portmapper 10.99.0.1:111 --share 'tank/share=*(rw,no_root_squash)' {serve_args} \
+         2>>{log}",
         state = state.display(),
         wrapper = vm.join("serve-restartable.sh").display(),
         shoal = env!("CARGO_BIN_EXE_shoal"),
@@ -154,6 +167,59 @@ fn kernel_client_v4_negotiates_locks_and_survives_a_server_restart() {
     }
     let check = ok(&state, &["pool", "check", "tank"]);
     assert!(check.contains("no problems found"), "{check}");
+}
+
+#[test]
+fn kernel_client_v3_locks_through_nlm_and_reclaims_them_after_a_restart() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = make_share(t.path());
+    let lock = fcntl_lock_binary(t.path());
+    let lock_text = lock.display().to_string();
+    let bins: Vec<&Path> = [
+        "/sbin/mount.nfs",
+        "/usr/bin/flock",
+        "/sbin/rpcbind",
+        "/sbin/rpc.statd",
+        "/etc/netconfig",
+        "/etc/protocols",
+        "/etc/services",
+    ]
+    .iter()
+    .map(Path::new)
+    .chain([lock.as_path()])
+    .collect();
+    let out = run_guest_with(
+        &state,
+        "kernel-client-nlm.sh",
+        &bins,
+        &[("FCNTL_LOCK", &lock_text)],
+        "--grace-period 15s",
+    );
+    for step in [
+        "ok: rpcbind and rpc.statd running",
+        "ok: mount vers=3 without nolock through the portmapper",
+        "ok: fcntl and flock locks conflict between processes and mounts at the server and go at close",
+        "ok: a waiting lock is granted when its holder lets go",
+        "ok: v3 (NLM) and v4 locks conflict both ways",
+        "ok: server restarted under the mount; the lock was reclaimed after SM_NOTIFY",
+        "ok: unmount",
+        "kernel client nlm: all steps passed",
+    ] {
+        assert!(out.contains(step), "missing step {step:?} in:\n{out}");
+    }
+    let log = std::fs::read_to_string(state.join("server.log")).unwrap();
+    // The waiting lock came by the server's call back, not by the client polling.
+    assert!(
+        log.contains("a blocked lock was taken and its client told (GRANTED)"),
+        "{log}"
+    );
+    // The restarted server told the guest, and was in its grace period.
+    assert!(
+        log.contains("told a lock client that the server restarted"),
+        "{log}"
+    );
+    assert!(log.contains("NLM grace period"), "{log}");
+    assert!(!log.contains("a call to an NLM client failed"), "{log}");
 }
 
 /// Tests that cannot pass over NFSv3 whatever the server does (README, "pjdfstest

@@ -24,9 +24,10 @@ pub struct Recovery {
     saver: Option<Arc<Saver>>,
 }
 
-/// The writer of the client list: the newest text waiting, and generations wanted
-/// and written, so `flush` can wait for what was asked before it.
-struct Saver {
+/// The writer of a small state file (the NFSv4 client list, the NLM host list):
+/// the newest text waiting, and generations wanted and written, so `flush` can wait
+/// for what was asked before it. Each text is written whole (`write_atomically`).
+pub(crate) struct Saver {
     state: std::sync::Mutex<SaverState>,
     changed: std::sync::Condvar,
 }
@@ -40,7 +41,7 @@ struct SaverState {
 }
 
 impl Saver {
-    fn start(path: std::path::PathBuf) -> Arc<Saver> {
+    pub(crate) fn start(path: std::path::PathBuf) -> Arc<Saver> {
         let saver = Arc::new(Saver {
             state: std::sync::Mutex::new(SaverState::default()),
             changed: std::sync::Condvar::new(),
@@ -60,15 +61,39 @@ impl Saver {
                     }
                 };
                 if let Err(e) = write_atomically(&path, text.as_bytes()) {
-                    tracing::error!(path = %path.display(), "saving the NFSv4 client list failed: {e}");
+                    tracing::error!(path = %path.display(), "saving a state file failed: {e}");
                 }
                 s.state.lock().unwrap().written = generation;
                 s.changed.notify_all();
             });
         if let Err(e) = spawned {
-            tracing::error!("no thread to save the NFSv4 client list: {e}");
+            tracing::error!("no thread to save a state file: {e}");
         }
         saver
+    }
+
+    /// Hands `text` to the writer (the newest text wins).
+    pub(crate) fn save(&self, text: String) {
+        let mut st = self.state.lock().unwrap();
+        st.text = Some(text);
+        st.wanted += 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits until the text last saved is in the file.
+    pub(crate) fn flush(&self) {
+        let mut st = self.state.lock().unwrap();
+        let want = st.wanted;
+        while st.written < want {
+            st = self.changed.wait(st).unwrap();
+        }
+    }
+
+    /// Writes the last text, then ends the writer.
+    pub(crate) fn close(&self) {
+        self.flush();
+        self.state.lock().unwrap().closing = true;
+        self.changed.notify_all();
     }
 }
 
@@ -112,19 +137,13 @@ impl Recovery {
             .iter()
             .map(|o| format!("{}\n", hex_encode(o)))
             .collect();
-        let mut st = saver.state.lock().unwrap();
-        st.text = Some(text);
-        st.wanted += 1;
-        saver.changed.notify_all();
+        saver.save(text);
     }
 
     /// Waits until the list as last saved is in the file.
     pub fn flush(&self) {
-        let Some(saver) = &self.saver else { return };
-        let mut st = saver.state.lock().unwrap();
-        let want = st.wanted;
-        while st.written < want {
-            st = saver.changed.wait(st).unwrap();
+        if let Some(saver) = &self.saver {
+            saver.flush();
         }
     }
 }
@@ -134,17 +153,16 @@ impl Drop for Recovery {
     fn drop(&mut self) {
         self.flush();
         if let Some(saver) = &self.saver {
-            saver.state.lock().unwrap().closing = true;
-            saver.changed.notify_all();
+            saver.close();
         }
     }
 }
 
-pub(super) fn hex_encode(b: &[u8]) -> String {
+pub(crate) fn hex_encode(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn hex_decode(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 || s.len() > 2 * super::OPAQUE_LIMIT {
         return None;
     }
@@ -154,7 +172,7 @@ fn hex_decode(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;

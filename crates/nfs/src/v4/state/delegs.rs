@@ -121,7 +121,11 @@ impl V4State {
         let busy = self
             .delegs_on(file)
             .any(|(_, d)| d.recalled.is_some() || d.client == client || d.write);
-        if writers || busy || self.delegs.len() >= MAX_DELEGATIONS {
+        if writers
+            || busy
+            || self.locked_by_others(file, client)
+            || self.delegs.len() >= MAX_DELEGATIONS
+        {
             return None;
         }
         Some(self.hand_out(Deleg {
@@ -164,6 +168,21 @@ impl V4State {
         }))
     }
 
+    /// Whether anyone but `client` holds a byte-range lock or an NLM share on `file`.
+    /// A delegation's holder locks in its own cache without asking (the Linux client
+    /// does), so it would never meet those: no delegation while they exist. Locks
+    /// taken later recall the delegation first (`break_delegations`).
+    fn locked_by_others(&self, file: FileKey, client: u64) -> bool {
+        self.files.get(&file).is_some_and(|f| {
+            !f.shares.is_empty()
+                || f.ranges.iter().any(|r| {
+                    self.lock_owners
+                        .get(&r.lock)
+                        .is_none_or(|l| l.client != client)
+                })
+        })
+    }
+
     /// Whether `client` may hold a delegation of `file` that nobody else's is in the
     /// way of: `session` can be called back, no delegation of the file exists, and
     /// every open of it is the client's (and, given `owner`, that open owner's).
@@ -176,6 +195,7 @@ impl V4State {
     ) -> bool {
         self.session_callable(client, session)
             && !self.delegs_by_file.contains_key(&file)
+            && !self.locked_by_others(file, client)
             && !self.any_open_of(file, |o| {
                 o.client != client || owner.is_some_and(|w| o.owner != w)
             })

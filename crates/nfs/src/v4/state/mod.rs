@@ -23,8 +23,12 @@
 //! else (an open, a READ, a GETATTR of size or change, an NFSv3 READ) recalls it too
 //! (`break_write_delegations`), and the holder's own changes never do.
 //!
+//! NFSv3 clients' NLM locks and share reservations are kept here too, in the same
+//! per-file tables, so every protocol sees every other's locks (`nlm.rs`).
+//!
 //! Here: the types, client IDs, sessions and opens; the delegation table is in
-//! `delegs.rs`, the byte-range lock table in `locks.rs` (both `impl V4State`).
+//! `delegs.rs`, the byte-range lock table in `locks.rs`, NLM hosts in `nlm.rs` (all
+//! `impl V4State`).
 //!
 //! Bounds: `MAX_CLIENTS` client records (a new one past that evicts the least recently
 //! renewed client that holds no state), `MAX_SLOTS` slots a session, `MAX_SESSIONS_PER_CLIENT`
@@ -39,6 +43,9 @@ use std::time::{Duration, Instant};
 
 mod delegs;
 mod locks;
+mod nlm;
+
+pub use nlm::{svid_of_owner, NlmHost, NlmShare};
 
 pub const MAX_CLIENTS: usize = 4096;
 pub const MAX_SESSIONS_PER_CLIENT: usize = 16;
@@ -183,6 +190,8 @@ pub struct Denied {
 struct FileState {
     opens: Vec<u64>,
     ranges: Vec<Range>,
+    /// NLM share reservations (NFSv3 clients' DOS share modes).
+    shares: Vec<NlmShare>,
 }
 
 pub enum StateRef {
@@ -268,6 +277,13 @@ pub struct V4State {
     lease: Duration,
     /// Recovery after a restart (see `Recovery`).
     pub recovery: Recovery,
+    /// NLM hosts (NFSv3 clients that lock), by id; ids share the space of client
+    /// ids, so a range's holder is one or the other (`nlm.rs`).
+    pub nlm_hosts: HashMap<u64, NlmHost>,
+    nlm_host_ids: HashMap<(std::net::IpAddr, String), u64>,
+    /// The NLM grace period after a restart: hosts monitored before it reclaim
+    /// their locks, and nobody (NLM or NFSv4) gets a new lock or open until then.
+    pub nlm_grace_until: Option<Instant>,
 }
 
 fn random_secret(boot: u32) -> [u8; 32] {
@@ -311,6 +327,9 @@ impl V4State {
             deleg_count: Arc::default(),
             lease: Duration::from_secs(LEASE_SECONDS as u64),
             recovery: Recovery::default(),
+            nlm_hosts: HashMap::new(),
+            nlm_host_ids: HashMap::new(),
+            nlm_grace_until: None,
         }
     }
 
@@ -328,7 +347,8 @@ impl V4State {
             let used = self.clients.contains_key(&id)
                 || self.opens.contains_key(&id)
                 || self.lock_owners.contains_key(&id)
-                || self.delegs.contains_key(&id);
+                || self.delegs.contains_key(&id)
+                || self.nlm_hosts.contains_key(&id);
             if id > 1 && !used {
                 return id;
             }
@@ -404,8 +424,11 @@ impl V4State {
         }
     }
 
+    /// In a grace period: NFSv4 clients of the previous start still reclaiming, or
+    /// the NLM grace period still running.
     pub fn in_grace(&self) -> bool {
-        self.recovery.in_grace(Instant::now())
+        let now = Instant::now();
+        self.recovery.in_grace(now) || self.nlm_grace_until.is_some_and(|t| now < t)
     }
 
     /// Ends a grace period that is over: clients of the previous boot that never came
@@ -466,7 +489,11 @@ impl V4State {
         Ok(())
     }
 
+    /// Whether `client`'s lease ran out. NLM hosts have no lease: never.
     pub fn expired(&self, client: u64, now: Instant) -> bool {
+        if self.nlm_hosts.contains_key(&client) {
+            return false;
+        }
         self.clients
             .get(&client)
             .is_none_or(|c| now.saturating_duration_since(c.renewed) > self.lease)
@@ -605,14 +632,14 @@ impl V4State {
         if self
             .files
             .get(&key)
-            .is_some_and(|f| f.opens.is_empty() && f.ranges.is_empty())
+            .is_some_and(|f| f.opens.is_empty() && f.ranges.is_empty() && f.shares.is_empty())
         {
             self.files.remove(&key);
         }
     }
 
-    /// Clients (other than `client` with `owner`) whose opens conflict with this share
-    /// request: (their client, whether that client's lease has run out).
+    /// Clients (other than `client` with `owner`) whose opens, and NLM hosts whose
+    /// share reservations, conflict with this share request.
     fn share_conflicts(
         &self,
         key: FileKey,
@@ -624,12 +651,19 @@ impl V4State {
         let Some(f) = self.files.get(&key) else {
             return Vec::new();
         };
+        let nlm = f
+            .shares
+            .iter()
+            .filter(|s| !(s.host == client && s.owner == owner))
+            .filter(|s| s.deny & access != 0 || s.access & deny != 0)
+            .map(|s| s.host);
         f.opens
             .iter()
             .filter_map(|id| self.opens.get(id))
             .filter(|o| !(o.client == client && o.owner == owner))
             .filter(|o| o.deny & access != 0 || o.access & deny != 0)
             .map(|o| o.client)
+            .chain(nlm)
             .collect()
     }
 
