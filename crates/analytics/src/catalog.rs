@@ -815,7 +815,7 @@ mod tests {
         use crate::event::*;
         let at = std::time::Instant::now();
         let mut events = Vec::new();
-        for version in [3, 4] {
+        for version in [3, 4, NLM_VERSION] {
             events.push(Event::Nfs(NfsEvent {
                 version,
                 op: "read",

@@ -479,6 +479,7 @@ impl Daemon {
                 Err(e) => return Err(ServerError::Io(format!("portmapper on {pm}"), e)),
             },
         };
+        service.set_nlm_client_portmapper(config.nfs.client_portmapper);
         service
             .start_nlm(Some(state_dir), config.nfs.grace_period)
             .map_err(|e| ServerError::Config(format!("NLM state: {e}")))?;

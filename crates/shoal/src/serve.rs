@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// (default 90s), e.g. `30s`.
     #[arg(long, value_parser = server::config::parse_duration)]
     grace_period: Option<std::time::Duration>,
+    /// The port client machines' portmappers answer on (tests run theirs elsewhere
+    /// than 111).
+    #[arg(long, hide = true)]
+    client_portmapper: Option<u16>,
     /// Admin HTTP API address (default 127.0.0.1:8080), or `off`.
     #[arg(long)]
     api: Option<String>,
@@ -134,6 +138,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     if let Some(g) = args.grace_period {
         config.nfs.grace_period = g;
+    }
+    if let Some(p) = args.client_portmapper {
+        config.nfs.client_portmapper = p;
     }
     for s in &args.shares {
         let (dataset, rules) = match s.split_once('=') {

@@ -22,7 +22,8 @@
 //!   it is over. TEST is refused in the grace period too.
 //!
 //! Bounds: `MAX_BLOCKED` blocked requests in all (more conflicting blocking locks
-//! are answered DENIED_NOLOCKS); names and objects as `proto` bounds them.
+//! are answered DENIED_NOLOCKS), `MAX_CALLS_IN_FLIGHT` calls to clients at once;
+//! names and objects as `proto` bounds them.
 //!
 //! Credentials: the export rules must admit the caller for the file (the same
 //! `NfsService::target` check NFSv3 makes); a lock needs no permission on the file
@@ -53,6 +54,10 @@ pub const RETRY_EVERY: Duration = Duration::from_secs(1);
 const DELEGATION_WAIT: Duration = Duration::from_secs(2);
 /// GRANTED attempts before a blocked lock that was taken is given up.
 const GRANT_TRIES: u32 = 3;
+/// Calls to clients (GRANTED, _RES) under way at once; beyond it a _RES answer is
+/// dropped (its client sends the _MSG call again) and a grant is undone (the
+/// client's lock manager asks again), so no client can make threads without bound.
+pub const MAX_CALLS_IN_FLIGHT: usize = 64;
 
 /// A blocked lock: what to retry and where to send GRANTED.
 #[derive(Debug, Clone)]
@@ -88,6 +93,8 @@ pub(crate) struct Nlm {
     /// Calls back to clients are made only once the service was started for real
     /// (`NfsService::start_nlm`), never from a fuzz harness.
     started: AtomicBool,
+    /// Calls to clients under way (`MAX_CALLS_IN_FLIGHT`).
+    calls_in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Nlm {
@@ -98,7 +105,39 @@ impl Nlm {
             monitor: OnceLock::new(),
             client_portmapper: AtomicU16::new(111),
             started: AtomicBool::new(false),
+            calls_in_flight: Arc::default(),
         }
+    }
+
+    /// Runs `f` (a call to a client) on a thread of its own, logging its failure;
+    /// `false` (nothing runs) when `MAX_CALLS_IN_FLIGHT` are under way.
+    fn spawn_call(
+        &self,
+        name: &str,
+        f: impl FnOnce() -> std::io::Result<()> + Send + 'static,
+    ) -> bool {
+        let in_flight = self.calls_in_flight.clone();
+        if in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_CALLS_IN_FLIGHT {
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+            tracing::debug!(call = name, "too many calls to NLM clients under way");
+            return false;
+        }
+        let what = name.to_string();
+        let counted = in_flight.clone();
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                if let Err(e) = f() {
+                    tracing::warn!(call = what, "a call to an NLM client failed: {e}");
+                }
+                counted.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!("no thread for a call to an NLM client: {e}");
+            return false;
+        }
+        true
     }
 
     fn monitor(&self) -> Option<&Arc<nsm::Monitor>> {
@@ -172,6 +211,7 @@ impl NfsService {
             self.v4.state.lock().unwrap().nlm_grace_until = Some(Instant::now() + grace);
             self.v4.grace_over.store(false, Ordering::Release);
         }
+        let _ = self.me.set(Arc::downgrade(self));
         self.nlm.started.store(true, Ordering::Release);
         nsm::start_notifier(monitor, self.nlm.client_portmapper.load(Ordering::Relaxed));
         let weak = Arc::downgrade(self);
@@ -323,7 +363,7 @@ impl NfsService {
         if self.nlm.started.load(Ordering::Acquire) {
             let (peer, version, proto) = (call.peer.ip(), call.header.version, proto_of(call));
             let port = self.nlm.client_portmapper.load(Ordering::Relaxed);
-            spawn_call("nlm-res", move || {
+            self.nlm.spawn_call("nlm-res", move || {
                 callback::call_service(
                     peer,
                     port,
@@ -716,9 +756,12 @@ impl NfsService {
         if !self.nlm.started.load(Ordering::Acquire) {
             return;
         }
-        let Some(me) = self.self_weak() else { return };
+        let Some(me) = self.me.get().cloned() else {
+            return;
+        };
         let port = self.nlm.client_portmapper.load(Ordering::Relaxed);
-        spawn_call("nlm-granted", move || {
+        let undo = b.clone();
+        let sent = self.nlm.spawn_call("nlm-granted", move || {
             let args = TestArgs {
                 cookie: b.args.cookie.clone(),
                 exclusive: b.args.exclusive,
@@ -770,6 +813,9 @@ impl NfsService {
                 Err(e) => Err(e),
             }
         });
+        if !sent {
+            self.undo_grant(&undo);
+        }
     }
 
     fn undo_grant(&self, b: &Blocked) {
@@ -790,33 +836,11 @@ impl NfsService {
         self.forget_idle_host(b.host);
         self.nlm.wake_granter();
     }
-
-    fn self_weak(&self) -> Option<Weak<NfsService>> {
-        self.me.get().cloned()
-    }
-}
-
-/// Runs `f` (a call to a client) on a thread of its own, logging its failure.
-fn spawn_call(name: &str, f: impl FnOnce() -> std::io::Result<()> + Send + 'static) {
-    let what = name.to_string();
-    let spawned = std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            if let Err(e) = f() {
-                tracing::warn!(call = what, "a call to an NLM client failed: {e}");
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!("no thread for a call to an NLM client: {e}");
-    }
 }
 
 /// The granter: waits for releases (or `RETRY_EVERY`) while locks are blocked and
 /// retries them; ends when the service goes.
 fn granter(weak: Weak<NfsService>) {
-    if let Some(svc) = weak.upgrade() {
-        let _ = svc.me.set(weak.clone());
-    }
     loop {
         let Some(svc) = weak.upgrade() else { return };
         {
