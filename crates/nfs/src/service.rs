@@ -387,9 +387,20 @@ impl NfsService {
 
     /// Keeps the list of NFSv4 clients in `path` (in the state directory) and, if
     /// clients held state before this start, opens the grace period in which they
-    /// reclaim it.
+    /// reclaim it (a lease long).
     pub fn enable_v4_recovery(&self, path: std::path::PathBuf) -> std::io::Result<()> {
-        let grace = std::time::Duration::from_secs(crate::v4::LEASE_SECONDS as u64);
+        let lease = std::time::Duration::from_secs(crate::v4::LEASE_SECONDS as u64);
+        self.enable_v4_recovery_with_grace(path, lease)
+    }
+
+    /// `enable_v4_recovery` with a grace period of `grace` (`[nfs] grace_period`):
+    /// 4.1 clients end it sooner when all have sent RECLAIM_COMPLETE; 4.0 clients
+    /// have no way to, so with them it lasts all of `grace`.
+    pub fn enable_v4_recovery_with_grace(
+        &self,
+        path: std::path::PathBuf,
+        grace: std::time::Duration,
+    ) -> std::io::Result<()> {
         let recovery = crate::v4::recovery::Recovery::open(path, grace)?;
         if recovery.grace_until.is_some() {
             tracing::info!(

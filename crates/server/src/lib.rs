@@ -417,7 +417,7 @@ impl Daemon {
             service.set_v4_id_domain(domain);
         }
         service
-            .enable_v4_recovery(state_dir.join("nfs4-clients"))
+            .enable_v4_recovery_with_grace(state_dir.join("nfs4-clients"), config.nfs.grace_period)
             .map_err(|e| ServerError::Config(format!("NFSv4 client list: {e}")))?;
         let analytics = analytics::Analytics::new();
         analytics.set_names(Arc::new(nfs::names::ShareNames::new(Arc::downgrade(

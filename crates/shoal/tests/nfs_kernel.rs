@@ -222,6 +222,39 @@ fn kernel_client_v3_locks_through_nlm_and_reclaims_them_after_a_restart() {
     assert!(!log.contains("a call to an NLM client failed"), "{log}");
 }
 
+#[test]
+fn kernel_client_v40_mounts_locks_and_reclaims_after_a_restart() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = make_share(t.path());
+    let lock = fcntl_lock_binary(t.path());
+    let lock_text = lock.display().to_string();
+    let out = run_guest_with(
+        &state,
+        "kernel-client-v40.sh",
+        &[
+            Path::new("/sbin/mount.nfs"),
+            Path::new("/usr/bin/flock"),
+            &lock,
+        ],
+        &[("FCNTL_LOCK", &lock_text)],
+        "--grace-period 15s",
+    );
+    for step in [
+        "ok: mount vers=4.0",
+        "ok: write 16 MiB, read back, checksum",
+        "ok: create, rename, link, symlink, chmod, chown, truncate, remove",
+        "ok: tar round trip of",
+        "ok: fcntl and flock locks conflict between mounts at the server and go at close",
+        "ok: server restarted under the mount; open file and lock reclaimed",
+        "ok: unmount",
+        "kernel client v4.0: all steps passed",
+    ] {
+        assert!(out.contains(step), "missing step {step:?} in:\n{out}");
+    }
+    let check = ok(&state, &["pool", "check", "tank"]);
+    assert!(check.contains("no problems found"), "{check}");
+}
+
 /// Tests that cannot pass over NFSv3 whatever the server does (README, "pjdfstest
 /// exclusions"), and tests pjdfstest itself skips.
 const NFS_CLIENT_LIMITS: [&str; 2] = [
@@ -242,6 +275,14 @@ fn pjdfstest_passes_over_the_kernel_nfs_client() {
 #[test]
 fn pjdfstest_passes_over_the_kernel_nfs_v41_client() {
     pjdfstest_over("4.1", &[]);
+}
+
+/// NFSv4.0 has 64-bit times too, but no way for the server to say it keeps an
+/// unlinked open file (OPEN4_RESULT_PRESERVE_UNLINKED is 4.1's): the client renames
+/// it away (.nfsXXXX), as over NFSv3.
+#[test]
+fn pjdfstest_passes_over_the_kernel_nfs_v40_client() {
+    pjdfstest_over("4.0", &["unlink::open_file_not_freed"]);
 }
 
 fn pjdfstest_over(version: &str, limits: &[&str]) {

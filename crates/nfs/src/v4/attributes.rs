@@ -84,7 +84,7 @@ impl NfsService {
         let mask = Bitmap::decode(d)?;
         attrs::check_readable(&mask)?;
         let o = self.cur_obj(ctx, &mask)?;
-        attrs::encode_fattr(e, &o, &mask);
+        attrs::encode_fattr(e, &o, &mask, ctx.minor);
         Ok(())
     }
 
@@ -96,7 +96,7 @@ impl NfsService {
     ) -> OpOut {
         let mask = Bitmap::decode(d)?;
         let vals = d.opaque(1 << 16)?;
-        if !mask.minus(&attrs::SUPPORTED).is_empty() {
+        if !mask.minus(&attrs::supported(ctx.minor)).is_empty() {
             return Err(Nfs4Error::AttrNotSupp.into());
         }
         if mask.has(attrs::RDATTR_ERROR)
@@ -107,7 +107,7 @@ impl NfsService {
         }
         let o = self.cur_obj(ctx, &mask)?;
         let mut mine = Encoder::new();
-        attrs::encode_fattr(&mut mine, &o, &mask);
+        attrs::encode_fattr(&mut mine, &o, &mask, ctx.minor);
         let mut theirs = Encoder::new();
         mask.encode(&mut theirs);
         theirs.opaque(vals);

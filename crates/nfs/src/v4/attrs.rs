@@ -182,6 +182,18 @@ pub const SUPPORTED: Bitmap = Bitmap::of(&[
     SUPPATTR_EXCLCREAT,
 ]);
 
+/// Attributes 4.1 added that a 4.0 client is not told of.
+const MINOR1_ONLY: Bitmap = Bitmap::of(&[SUPPATTR_EXCLCREAT]);
+
+/// The attributes supported in minor version `minor`.
+pub fn supported(minor: u32) -> Bitmap {
+    if minor == 0 {
+        SUPPORTED.minus(&MINOR1_ONLY)
+    } else {
+        SUPPORTED
+    }
+}
+
 /// What SETATTR (and the create attributes of OPEN and CREATE) may set.
 pub const SETTABLE: Bitmap = Bitmap::of(&[
     SIZE,
@@ -322,25 +334,26 @@ pub fn decode_time4(d: &mut Decoder<'_>) -> XdrResult<Timespec> {
     Ok(Timespec { sec, nsec })
 }
 
-/// fattr4 of `o` for the attributes in `mask` that are supported; the bitmap says
-/// which were given.
-pub fn encode_fattr(e: &mut Encoder, o: &Obj, mask: &Bitmap) {
-    let mut given = mask.and(&SUPPORTED);
+/// fattr4 of `o` for the attributes in `mask` that minor version `minor` supports
+/// (4.0 is told only of its own); the bitmap says which were given.
+pub fn encode_fattr(e: &mut Encoder, o: &Obj, mask: &Bitmap, minor: u32) {
+    let supported = supported(minor);
+    let mut given = mask.and(&supported);
     if o.statfs.is_none() {
         given = given.minus(&NEEDS_STATFS);
     }
     let mut v = Encoder::new();
     for bit in given.bits() {
-        encode_one(&mut v, o, bit);
+        encode_one(&mut v, o, bit, &supported);
     }
     given.encode(e);
     e.opaque(&v.buf);
 }
 
-fn encode_one(v: &mut Encoder, o: &Obj, bit: u32) {
+fn encode_one(v: &mut Encoder, o: &Obj, bit: u32, supported: &Bitmap) {
     let sf = o.statfs.as_ref();
     match bit {
-        SUPPORTED_ATTRS => SUPPORTED.encode(v),
+        SUPPORTED_ATTRS => supported.encode(v),
         TYPE => {
             v.u32(ftype4(o.kind));
         }

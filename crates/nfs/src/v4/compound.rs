@@ -126,7 +126,8 @@ impl Ctx<'_, '_> {
 
     /// A stateid from the wire, with the current-stateid special value resolved.
     pub fn stateid(&self, s: Stateid) -> Result<Stateid, Nfs4Error> {
-        if s == Stateid::CURRENT {
+        // The current stateid is 4.1's; in 4.0 that value is nothing special.
+        if s == Stateid::CURRENT && self.minor > 0 {
             return self.cur_stateid.ok_or(Nfs4Error::BadStateId);
         }
         Ok(s)
@@ -354,6 +355,7 @@ impl NfsService {
             count += 1;
             ctx.last_op = i + 1 == n;
             let known = match minor {
+                0 => (op::ACCESS..=op::RELEASE_LOCKOWNER).contains(&opnum),
                 1 => (op::ACCESS..=op::RECLAIM_COMPLETE).contains(&opnum),
                 _ => (op::ACCESS..=op::CLONE).contains(&opnum),
             };
@@ -363,6 +365,27 @@ impl NfsService {
             res.u32(0);
             ctx.op_at = (count, at);
             PROBE.with(|p| p.set(Probe::default()));
+            // NFSv4.0: whose operation this is, and where it is in its owner's
+            // sequence (a retransmission is answered from the owner's last answer).
+            let mut sequenced = None;
+            if minor == 0 && known && n as usize <= MAX_OPS {
+                match self.prepare_minor0(opnum, &mut ctx, &d) {
+                    Ok(super::minor0::Prepared::Run(s)) => sequenced = s,
+                    Ok(super::minor0::Prepared::Replay(answer)) => {
+                        res.buf.truncate(at);
+                        res.buf.extend_from_slice(&answer);
+                        status = u32::from_be_bytes(answer[..4].try_into().unwrap());
+                        break;
+                    }
+                    Err(f) => {
+                        res.buf.truncate(at);
+                        res.u32(f.status as u32);
+                        res.buf.extend_from_slice(&f.body);
+                        status = f.status as u32;
+                        break;
+                    }
+                }
+            }
             let r: OpOut = if !known {
                 Err(Nfs4Error::OpIllegal.into())
             } else if n as usize > MAX_OPS {
@@ -400,7 +423,7 @@ impl NfsService {
                 } else {
                     self.session_op(opnum, &mut ctx, &mut d, &mut res)
                 }
-            } else if i == 0 {
+            } else if i == 0 && minor > 0 {
                 Err(Nfs4Error::OpNotInSession.into())
             } else {
                 self.operation(opnum, &mut ctx, &mut d, &mut res)
@@ -451,7 +474,13 @@ impl NfsService {
                 res.u32(f.status as u32);
                 res.buf.extend_from_slice(&f.body);
                 status = f.status as u32;
+                if let Some(s) = sequenced {
+                    self.sequenced_minor0(s, status, &res.buf[at..]);
+                }
                 break;
+            }
+            if let Some(s) = sequenced {
+                self.sequenced_minor0(s, 0, &res.buf[at..]);
             }
             // The reply so far must fit the session's bounds (RFC 8881 2.10.6.4): the
             // operation that would pass one answers REP_TOO_BIG (or _TO_CACHE).
@@ -662,6 +691,9 @@ impl NfsService {
                     b.program = program;
                 }
                 Ok(())
+            }
+            op if super::minor0::is_minor0_only(op) && ctx.minor == 0 => {
+                self.minor0_op(op, ctx, d, e)
             }
             op::FREE_STATEID => self.op_free_stateid(ctx, d),
             op::TEST_STATEID => self.op_test_stateid(ctx, d, e),

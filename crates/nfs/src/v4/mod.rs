@@ -33,6 +33,7 @@ pub(crate) mod delegations;
 pub(crate) mod handles;
 pub(crate) mod io;
 pub(crate) mod locks;
+pub(crate) mod minor0;
 pub(crate) mod namespace;
 pub(crate) mod opens;
 pub(crate) mod pseudo;
@@ -40,8 +41,8 @@ pub(crate) mod recovery;
 pub(crate) mod session;
 pub(crate) mod state;
 
-/// The highest minor version served (4.0 is not: clients fall back to 4.1).
-pub const MINOR_MIN: u32 = 1;
+/// The minor versions served: 4.0 (`minor0.rs`), 4.1 and 4.2.
+pub const MINOR_MIN: u32 = 0;
 pub const MINOR_MAX: u32 = 2;
 /// Largest file handle of NFSv4 (RFC 8881 section 4.2.1).
 pub const FHSIZE4: usize = 128;
@@ -245,9 +246,12 @@ pub enum Nfs4Error {
     ShareDenied = 10015,
     WrongSec = 10016,
     ClidInUse = 10017,
+    Resource = 10018,
+    Moved = 10019,
     NoFileHandle = 10020,
     MinorVersMismatch = 10021,
     StaleClientId = 10022,
+    StaleStateId = 10023,
     OldStateId = 10024,
     BadStateId = 10025,
     BadSeqId = 10026,

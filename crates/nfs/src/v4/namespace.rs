@@ -213,6 +213,7 @@ impl NfsService {
         let maxcount = d.u32()?;
         let mask = Bitmap::decode(d)?;
         attrs::check_readable(&mask)?;
+        let minor = ctx.minor;
         // Cookies 1 and 2 are reserved in NFSv4 (no "." and ".." entries).
         if cookie == 1 || cookie == 2 {
             return Err(Nfs4Error::BadCookie.into());
@@ -228,7 +229,7 @@ impl NfsService {
         let mut entry = |body: &mut Encoder, cookie: u64, name: &[u8], o: &Obj| -> bool {
             let mut one = Encoder::new();
             one.bool(true).u64(cookie).opaque(name);
-            attrs::encode_fattr(&mut one, o, &mask);
+            attrs::encode_fattr(&mut one, o, &mask, minor);
             if body.len() + one.len() > budget {
                 return false;
             }

@@ -372,7 +372,12 @@ impl NfsService {
                 e.bool(true).u64(0).u64(0);
             }
         }
-        e.u32(OPEN4_RESULT_LOCKTYPE_POSIX | OPEN4_RESULT_PRESERVE_UNLINKED);
+        // PRESERVE_UNLINKED is 4.1's: a 4.0 client is not told (it silly-renames).
+        e.u32(if ctx.minor == 0 {
+            OPEN4_RESULT_LOCKTYPE_POSIX
+        } else {
+            OPEN4_RESULT_LOCKTYPE_POSIX | OPEN4_RESULT_PRESERVE_UNLINKED
+        });
         attrset.encode(e);
         match &deleg {
             Some((d, false, recall)) => super::delegations::encode_read_delegation(e, d, *recall),

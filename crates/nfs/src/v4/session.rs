@@ -64,6 +64,12 @@ impl V4Server {
         }
     }
 
+    /// SETCLIENTID's confirm verifier: unpredictable, so only the client that was
+    /// answered can confirm.
+    pub fn new_confirm_verifier(&self) -> [u8; 8] {
+        self.state.lock().unwrap().new_verifier()
+    }
+
     pub fn lease_seconds(&self) -> u32 {
         self.lease.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -308,20 +314,8 @@ impl NfsService {
                     return Err(Nfs4Error::Delay.into());
                 }
                 let id = st.new_client_id();
-                st.clients.insert(
-                    id,
-                    Client {
-                        id,
-                        owner: owner.clone(),
-                        verifier,
-                        confirmed: false,
-                        cs_seq: 0,
-                        cs_reply: None,
-                        renewed: now,
-                        reclaim_complete: false,
-                        peer,
-                    },
-                );
+                st.clients
+                    .insert(id, Client::new(id, owner.clone(), verifier, peer, now));
                 (id, 1, false, released)
             }
         };

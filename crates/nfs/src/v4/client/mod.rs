@@ -300,6 +300,9 @@ pub struct Compound {
     declared: Option<u32>,
     ops: Vec<u32>,
     args: Encoder,
+    /// The sequence number OPEN, CLOSE, OPEN_DOWNGRADE, LOCK and LOCKU carry (4.0's
+    /// owner sequences; 4.1 ignores them).
+    seq: u32,
 }
 
 impl Compound {
@@ -311,7 +314,14 @@ impl Compound {
             declared: None,
             ops: Vec::new(),
             args: Encoder::new(),
+            seq: 0,
         }
+    }
+
+    /// The owner sequence number of the operations added from now on (4.0).
+    pub fn seq(&mut self, seqid: u32) -> &mut Self {
+        self.seq = seqid;
+        self
     }
 
     /// Sets the minor version (tests send unsupported ones too).
@@ -581,8 +591,9 @@ impl Compound {
         how: &OpenHow,
         claim: &Claim<'_>,
     ) -> &mut Self {
+        let seq = self.seq;
         let e = self.op(op::OPEN);
-        e.u32(0) // seqid: ignored in 4.1
+        e.u32(seq) // seqid: ignored in 4.1
             .u32(access)
             .u32(deny)
             .u64(clientid)
@@ -626,16 +637,18 @@ impl Compound {
     }
 
     pub fn close(&mut self, stateid: &Stateid) -> &mut Self {
+        let seq = self.seq;
         let e = self.op(op::CLOSE);
-        e.u32(0);
+        e.u32(seq);
         stateid.encode(e);
         self
     }
 
     pub fn open_downgrade(&mut self, stateid: &Stateid, access: u32, deny: u32) -> &mut Self {
+        let seq = self.seq;
         let e = self.op(op::OPEN_DOWNGRADE);
         stateid.encode(e);
-        e.u32(0).u32(access).u32(deny);
+        e.u32(seq).u32(access).u32(deny);
         self
     }
 
@@ -709,13 +722,14 @@ impl Compound {
         clientid: u64,
         owner: &[u8],
     ) -> &mut Self {
+        let seq = self.seq;
         let e = self.op(op::LOCK);
         e.u32(locktype)
             .bool(reclaim)
             .u64(offset)
             .u64(length)
             .bool(true);
-        e.u32(0); // open_seqid
+        e.u32(seq); // open_seqid
         open.encode(e);
         e.u32(0).u64(clientid).opaque(owner); // lock_seqid, lock_owner4
         self
@@ -729,6 +743,7 @@ impl Compound {
         length: u64,
         lock: &Stateid,
     ) -> &mut Self {
+        let seq = self.seq;
         let e = self.op(op::LOCK);
         e.u32(locktype)
             .bool(false)
@@ -736,7 +751,7 @@ impl Compound {
             .u64(length)
             .bool(false);
         lock.encode(e);
-        e.u32(0); // lock_seqid
+        e.u32(seq); // lock_seqid
         self
     }
 
@@ -758,8 +773,9 @@ impl Compound {
     }
 
     pub fn locku(&mut self, locktype: u32, lock: &Stateid, offset: u64, length: u64) -> &mut Self {
+        let seq = self.seq;
         let e = self.op(op::LOCKU);
-        e.u32(locktype).u32(0);
+        e.u32(locktype).u32(seq);
         lock.encode(e);
         e.u64(offset).u64(length);
         self
@@ -776,6 +792,44 @@ impl Compound {
 
     pub fn free_stateid(&mut self, s: &Stateid) -> &mut Self {
         s.encode(self.op(op::FREE_STATEID));
+        self
+    }
+
+    // ---- NFSv4.0's own ----
+
+    /// SETCLIENTID with a callback address nobody is called at.
+    pub fn setclientid(&mut self, verifier: &[u8; 8], owner: &[u8]) -> &mut Self {
+        let e = self.op(op::SETCLIENTID);
+        e.fixed(verifier).opaque(owner);
+        e.u32(0x4000_0000)
+            .opaque(b"tcp")
+            .opaque(b"127.0.0.1.0.0")
+            .u32(1);
+        self
+    }
+
+    pub fn setclientid_confirm(&mut self, clientid: u64, confirm: &[u8; 8]) -> &mut Self {
+        self.op(op::SETCLIENTID_CONFIRM)
+            .u64(clientid)
+            .fixed(confirm);
+        self
+    }
+
+    pub fn renew(&mut self, clientid: u64) -> &mut Self {
+        self.op(op::RENEW).u64(clientid);
+        self
+    }
+
+    pub fn open_confirm(&mut self, stateid: &Stateid) -> &mut Self {
+        let seq = self.seq;
+        let e = self.op(op::OPEN_CONFIRM);
+        stateid.encode(e);
+        e.u32(seq);
+        self
+    }
+
+    pub fn release_lockowner(&mut self, clientid: u64, owner: &[u8]) -> &mut Self {
+        self.op(op::RELEASE_LOCKOWNER).u64(clientid).opaque(owner);
         self
     }
 }

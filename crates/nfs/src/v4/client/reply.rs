@@ -225,6 +225,8 @@ pub struct Attrs {
     pub owner_group: Option<Vec<u8>>,
     pub mtime: Option<Time>,
     pub mounted_on_fileid: Option<u64>,
+    /// supported_attrs: the bitmap words.
+    pub supported: Option<Vec<u32>>,
 }
 
 impl Attrs {
@@ -248,8 +250,9 @@ impl Attrs {
                 continue;
             }
             match bit {
-                // bitmap4 values: supported_attrs, suppattr_exclcreat
-                0 | 75 => {
+                0 => a.supported = Some(decode_bitmap(&mut v)?),
+                // suppattr_exclcreat, a bitmap4 too
+                75 => {
                     decode_bitmap(&mut v)?;
                 }
                 1 => a.kind = Some(v.u32()?),
@@ -367,6 +370,16 @@ pub enum Res {
     Seek {
         eof: bool,
         offset: u64,
+    },
+    /// SETCLIENTID (4.0): the client ID and the verifier to confirm it with.
+    SetClientId {
+        clientid: u64,
+        confirm: [u8; 8],
+    },
+    /// SETCLIENTID's CLID_INUSE: the address of the client using the name.
+    ClientUsing {
+        netid: Vec<u8>,
+        addr: Vec<u8>,
     },
 }
 
@@ -603,6 +616,12 @@ fn decode_result(opnum: u32, status: u32, d: &mut Decoder<'_>) -> XdrResult<Res>
         return Ok(match (opnum, status) {
             (op::SETATTR, _) => Res::Setattr(decode_bitmap(d)?),
             (op::LOCK | op::LOCKT, DENIED) => Res::Denied(LockDenied::decode(d)?),
+            (op::SETCLIENTID, s) if s == crate::v4::Nfs4Error::ClidInUse as u32 => {
+                Res::ClientUsing {
+                    netid: d.opaque(1024)?.to_vec(),
+                    addr: d.opaque(1024)?.to_vec(),
+                }
+            }
             _ => Res::Void,
         });
     }
@@ -661,7 +680,13 @@ fn decode_result(opnum: u32, status: u32, d: &mut Decoder<'_>) -> XdrResult<Res>
             access: d.u32()?,
         },
         op::OPEN => Res::Open(OpenRes::decode(d)?),
-        op::CLOSE | op::OPEN_DOWNGRADE | op::LOCK | op::LOCKU => Res::Stateid(Stateid::decode(d)?),
+        op::CLOSE | op::OPEN_DOWNGRADE | op::LOCK | op::LOCKU | op::OPEN_CONFIRM => {
+            Res::Stateid(Stateid::decode(d)?)
+        }
+        op::SETCLIENTID => Res::SetClientId {
+            clientid: d.u64()?,
+            confirm: decode_verifier(d)?,
+        },
         op::READ => Res::Read {
             eof: d.bool()?,
             data: d.opaque(u32::MAX as usize)?.to_vec(),
@@ -761,7 +786,10 @@ fn decode_result(opnum: u32, status: u32, d: &mut Decoder<'_>) -> XdrResult<Res>
         | op::BACKCHANNEL_CTL
         | op::DELEGRETURN
         | op::DEALLOCATE
-        | op::LOCKT => Res::Void,
+        | op::LOCKT
+        | op::SETCLIENTID_CONFIRM
+        | op::RENEW
+        | op::RELEASE_LOCKOWNER => Res::Void,
         _ => {
             return Err(XdrError(
                 "success of an operation this decoder does not know",

@@ -145,7 +145,73 @@ pub struct Client {
     /// The address it set itself up from: CREATE_SESSION and the DESTROY operations
     /// must come from there (the principal of RFC 8881 section 2.4, for AUTH_SYS).
     pub peer: std::net::IpAddr,
+    /// The minor version that set it up: 0 (SETCLIENTID) or 1 (EXCHANGE_ID).
+    pub minor: u32,
+    /// NFSv4.0: what the last SETCLIENTID answered, which SETCLIENTID_CONFIRM brings.
+    pub setclientid_confirm: Option<[u8; 8]>,
 }
+
+impl Client {
+    /// An unconfirmed record (minor version 1 unless changed).
+    pub fn new(
+        id: u64,
+        owner: Vec<u8>,
+        verifier: [u8; 8],
+        peer: std::net::IpAddr,
+        now: Instant,
+    ) -> Client {
+        Client {
+            id,
+            owner,
+            verifier,
+            confirmed: false,
+            cs_seq: 0,
+            cs_reply: None,
+            renewed: now,
+            reclaim_complete: false,
+            peer,
+            minor: 1,
+            setclientid_confirm: None,
+        }
+    }
+}
+
+/// An NFSv4.0 open or lock owner, whose requests carry sequence numbers (`minor0.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OwnerKey {
+    pub client: u64,
+    pub lock: bool,
+    pub owner: Vec<u8>,
+}
+
+impl OwnerKey {
+    pub fn open(client: u64, owner: &[u8]) -> OwnerKey {
+        OwnerKey {
+            client,
+            lock: false,
+            owner: owner.to_vec(),
+        }
+    }
+
+    pub fn lock(client: u64, owner: &[u8]) -> OwnerKey {
+        OwnerKey {
+            client,
+            lock: true,
+            owner: owner.to_vec(),
+        }
+    }
+}
+
+/// An owner's last sequence number and the answer to it (for a retransmission).
+pub struct OwnerSeq {
+    pub seqid: u32,
+    pub reply: Option<Arc<Vec<u8>>>,
+    /// The stateid its last request closed (CLOSE), if it did.
+    pub closed: Option<[u8; 12]>,
+}
+
+/// Owner sequences kept at most; past it, those whose last request was a CLOSE go.
+pub const MAX_OWNER_SEQS: usize = 65_536;
 
 pub struct Open {
     pub client: u64,
@@ -284,6 +350,8 @@ pub struct V4State {
     /// The NLM grace period after a restart: hosts monitored before it reclaim
     /// their locks, and nobody (NLM or NFSv4) gets a new lock or open until then.
     pub nlm_grace_until: Option<Instant>,
+    /// NFSv4.0 owners' sequences (`minor0.rs`).
+    pub owner_seqs: HashMap<OwnerKey, OwnerSeq>,
 }
 
 fn random_secret(boot: u32) -> [u8; 32] {
@@ -330,7 +398,82 @@ impl V4State {
             nlm_hosts: HashMap::new(),
             nlm_host_ids: HashMap::new(),
             nlm_grace_until: None,
+            owner_seqs: HashMap::new(),
         }
+    }
+
+    /// An unpredictable 8-byte verifier (SETCLIENTID's confirm).
+    pub fn new_verifier(&mut self) -> [u8; 8] {
+        self.next += 1;
+        let h = blake3::keyed_hash(&self.secret, &self.next.to_le_bytes());
+        h.as_bytes()[24..32].try_into().unwrap()
+    }
+
+    /// Whether a (not special) stateid was made in this start of the server.
+    pub fn of_this_boot(&self, s: &Stateid) -> bool {
+        s.other[..4] == self.boot.to_le_bytes()
+    }
+
+    /// An NFSv4.0 owner's request `seqid` ran and was answered `reply`.
+    pub fn record_sequence(
+        &mut self,
+        owner: OwnerKey,
+        seqid: u32,
+        reply: Arc<Vec<u8>>,
+        closed: Option<[u8; 12]>,
+    ) {
+        if self.owner_seqs.len() >= MAX_OWNER_SEQS && !self.owner_seqs.contains_key(&owner) {
+            self.owner_seqs.retain(|_, s| s.closed.is_none());
+        }
+        self.owner_seqs.insert(
+            owner,
+            OwnerSeq {
+                seqid,
+                reply: Some(reply),
+                closed,
+            },
+        );
+    }
+
+    /// The answer to a CLOSE of `other` with `seqid` that already ran, for the
+    /// client at `peer` sending it again.
+    pub fn closed_replay(
+        &self,
+        other: &[u8; 12],
+        seqid: u32,
+        peer: std::net::IpAddr,
+    ) -> Option<Arc<Vec<u8>>> {
+        self.owner_seqs.iter().find_map(|(k, s)| {
+            let mine = self.clients.get(&k.client).is_some_and(|c| c.peer == peer);
+            (mine && s.closed.as_ref() == Some(other) && s.seqid == seqid)
+                .then(|| s.reply.clone())
+                .flatten()
+        })
+    }
+
+    /// RELEASE_LOCKOWNER: the NFSv4.0 lock owner `owner` of `client` and its lock
+    /// stateids go, unless it still holds a lock.
+    pub fn release_lock_owner(&mut self, client: u64, owner: &[u8]) -> OpResult<()> {
+        let ids: Vec<u64> = self
+            .lock_owners
+            .iter()
+            .filter(|(_, l)| l.client == client && l.owner == owner)
+            .map(|(id, _)| *id)
+            .collect();
+        let held = ids.iter().any(|id| {
+            let file = self.lock_owners[id].file;
+            self.files
+                .get(&file)
+                .is_some_and(|f| f.ranges.iter().any(|r| r.lock == *id))
+        });
+        if held {
+            return Err(Nfs4Error::LocksHeld);
+        }
+        for id in ids {
+            self.free_lock(id)?;
+        }
+        self.owner_seqs.remove(&OwnerKey::lock(client, owner));
+        Ok(())
     }
 
     /// The lease (tests shorten it to see expiry).
@@ -524,6 +667,7 @@ impl V4State {
             }
         }
         self.sessions.retain(|_, s| s.client != client);
+        self.owner_seqs.retain(|k, _| k.client != client);
         let opens: Vec<u64> = self
             .opens
             .iter()
@@ -842,20 +986,16 @@ mod tests {
         let now = Instant::now();
         {
             let id = a;
-            st.clients.insert(
+            let mut c = Client::new(
                 id,
-                Client {
-                    id,
-                    owner: b"client-a".to_vec(),
-                    verifier: [0; 8],
-                    confirmed: true,
-                    cs_seq: 1,
-                    cs_reply: None,
-                    renewed: now,
-                    reclaim_complete: false,
-                    peer: std::net::IpAddr::from([127, 0, 0, 1]),
-                },
+                b"client-a".to_vec(),
+                [0; 8],
+                std::net::IpAddr::from([127, 0, 0, 1]),
+                now,
             );
+            c.confirmed = true;
+            c.cs_seq = 1;
+            st.clients.insert(id, c);
         }
         st.may_reclaim(a).unwrap();
         st.reclaim_complete(a).unwrap();

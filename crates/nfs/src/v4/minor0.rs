@@ -1,0 +1,488 @@
+//! NFSv4.0 (RFC 7530) on the same port, service and state as 4.1 and 4.2: what a
+//! COMPOUND of minor version 0 does differently.
+//!
+//! - No sessions. A client sets itself up with SETCLIENTID and SETCLIENTID_CONFIRM
+//!   (RFC 7530 sections 16.33-16.34), keeps its lease with RENEW or with any
+//!   operation that names its client ID or one of its stateids (implicit renewal,
+//!   section 9.5), and an operation belongs to the client its client ID or stateid
+//!   names (`prepare`), which must call from the address that set the client up.
+//!   A stateid of an earlier start of the server answers STALE_STATEID and a client
+//!   ID of one STALE_CLIENTID, which is what sends a 4.0 client to reclaim.
+//! - Open and lock owners number their requests (seqid, section 9.1.7): the next
+//!   number runs the request; the last one, a retransmission, gets that request's
+//!   answer again without running anything (and the COMPOUND ends there); anything
+//!   else is BAD_SEQID. A request that fails for a reason the RFC lists as not
+//!   moving the sequence (a stale or bad stateid or client ID, BAD_SEQID, bad XDR,
+//!   no file handle, RESOURCE) leaves it where it was. `OwnerSeq` keeps the number
+//!   and the last answer of each owner; an owner whose open or lock is gone keeps
+//!   them until its client goes, so a retransmitted CLOSE is answered again.
+//! - OPEN never asks for OPEN_CONFIRM (OPEN4_RESULT_CONFIRM is never set: an owner's
+//!   sequence starts at its first OPEN), but OPEN_CONFIRM is answered. RELEASE_LOCKOWNER
+//!   forgets a lock owner that holds no lock (LOCKS_HELD otherwise).
+//! - No delegations are handed to 4.0 clients: a 4.0 back channel is a connection the
+//!   server opens to the address SETCLIENTID gave, which is not built; a server is
+//!   never obliged to delegate, so nothing else changes for them.
+//! - Grace: 4.0 has no RECLAIM_COMPLETE, so a 4.0 client of the previous start may
+//!   reclaim until the grace period runs out.
+//! - Operations 40 and up (4.1's) are OP_ILLEGAL in a 4.0 COMPOUND, and 4.0's own
+//!   (OPEN_CONFIRM, RENEW, SETCLIENTID, SETCLIENTID_CONFIRM, RELEASE_LOCKOWNER) are
+//!   NOTSUPP in 4.1 and 4.2, as RFC 8881 section 18 has them.
+
+use super::compound::{decode_stateid, encode_stateid, Ctx, OpFail, OpOut};
+use super::state::{Client, OwnerKey, StateRef, Stateid, V4State};
+use super::{op, Nfs4Error, OPAQUE_LIMIT};
+use crate::service::NfsService;
+use crate::xdr::{Decoder, Encoder};
+use std::time::Instant;
+
+/// What `prepare` found about an operation of a 4.0 COMPOUND.
+pub(crate) enum Prepared {
+    /// Run it; if it moves an owner's sequence, which (see `Sequenced`).
+    Run(Option<Sequenced>),
+    /// A retransmission: the owner's last answer (status and results).
+    Replay(std::sync::Arc<Vec<u8>>),
+}
+
+/// An operation that moves an owner's sequence when it runs.
+pub(crate) struct Sequenced {
+    pub owner: OwnerKey,
+    pub seqid: u32,
+    /// LOCK for a new lock owner: that owner's sequence starts at this number.
+    pub new_lock_owner: Option<(OwnerKey, u32)>,
+    /// CLOSE: the stateid closed (a retransmission finds its owner by it).
+    pub closes: Option<[u8; 12]>,
+}
+
+/// Errors after which an owner's sequence does not move (RFC 7530 section 9.1.7).
+fn keeps_sequence(status: u32) -> bool {
+    [
+        Nfs4Error::StaleClientId,
+        Nfs4Error::StaleStateId,
+        Nfs4Error::BadStateId,
+        Nfs4Error::BadSeqId,
+        Nfs4Error::BadXdr,
+        Nfs4Error::Resource,
+        Nfs4Error::NoFileHandle,
+        Nfs4Error::Moved,
+    ]
+    .iter()
+    .any(|e| *e as u32 == status)
+}
+
+/// The operations of 4.0 that 4.1 and 4.2 do not have.
+pub(crate) fn is_minor0_only(opnum: u32) -> bool {
+    matches!(
+        opnum,
+        op::OPEN_CONFIRM
+            | op::RENEW
+            | op::SETCLIENTID
+            | op::SETCLIENTID_CONFIRM
+            | op::RELEASE_LOCKOWNER
+    )
+}
+
+impl NfsService {
+    /// Before an operation of a 4.0 COMPOUND runs: the client it belongs to (its
+    /// client ID or stateid; `ctx.client`), whose lease it renews, and the owner
+    /// sequence it must fit. Reads a copy of the arguments; the operation decodes
+    /// them again. What cannot be read is left for the operation to refuse.
+    pub(crate) fn prepare_minor0(
+        &self,
+        opnum: u32,
+        ctx: &mut Ctx<'_, '_>,
+        args: &Decoder<'_>,
+    ) -> Result<Prepared, OpFail> {
+        let mut d = args.clone();
+        let peer = ctx.call.peer.ip();
+        let mut st = self.v4.state.lock().unwrap();
+        // The client a client ID names: confirmed, from the address that set it up.
+        let by_clientid = |st: &V4State, id: u64| -> Result<u64, Nfs4Error> {
+            match st.clients.get(&id) {
+                Some(c) if c.confirmed && c.peer == peer => Ok(id),
+                _ => Err(Nfs4Error::StaleClientId),
+            }
+        };
+        let by_stateid = |st: &V4State, s: &Stateid| stateid_client(st, s, peer);
+        let open_owner = |st: &V4State, r: &StateRef| -> Option<OwnerKey> {
+            match r {
+                StateRef::Open(id) => {
+                    let o = &st.opens[id];
+                    Some(OwnerKey::open(o.client, &o.owner))
+                }
+                _ => None,
+            }
+        };
+        let mut sequenced = None;
+        let client: Option<u64> = match opnum {
+            op::OPEN => {
+                let seqid = d.u32()?;
+                d.u32()?;
+                d.u32()?;
+                let clientid = d.u64()?;
+                let owner = d.opaque(OPAQUE_LIMIT)?;
+                let c = by_clientid(&st, clientid)?;
+                sequenced = Some(Sequenced {
+                    owner: OwnerKey::open(c, owner),
+                    seqid,
+                    new_lock_owner: None,
+                    closes: None,
+                });
+                Some(c)
+            }
+            op::CLOSE | op::OPEN_DOWNGRADE | op::OPEN_CONFIRM => {
+                let (seqid, s) = if opnum == op::CLOSE {
+                    let seqid = d.u32()?;
+                    (seqid, decode_stateid(&mut d)?)
+                } else {
+                    let s = decode_stateid(&mut d)?;
+                    (d.u32()?, s)
+                };
+                match by_stateid(&st, &s) {
+                    Ok(Some((c, r))) => {
+                        let owner = open_owner(&st, &r).ok_or(Nfs4Error::BadStateId)?;
+                        sequenced = Some(Sequenced {
+                            owner,
+                            seqid,
+                            new_lock_owner: None,
+                            closes: (opnum == op::CLOSE).then_some(s.other),
+                        });
+                        Some(c)
+                    }
+                    Ok(None) => return Err(Nfs4Error::BadStateId.into()),
+                    Err(e) => {
+                        // A CLOSE sent again after it closed: its owner's answer.
+                        if opnum == op::CLOSE {
+                            if let Some(reply) = st.closed_replay(&s.other, seqid, peer) {
+                                return Ok(Prepared::Replay(reply));
+                            }
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+            op::LOCK => {
+                d.u32()?; // locktype
+                d.bool()?; // reclaim
+                d.u64()?;
+                d.u64()?;
+                if d.bool()? {
+                    let open_seqid = d.u32()?;
+                    let open = decode_stateid(&mut d)?;
+                    let lock_seqid = d.u32()?;
+                    let clientid = d.u64()?;
+                    let lock_owner = d.opaque(OPAQUE_LIMIT)?;
+                    let (c, r) = by_stateid(&st, &open)?.ok_or(Nfs4Error::BadStateId)?;
+                    if clientid != c {
+                        return Err(Nfs4Error::BadStateId.into());
+                    }
+                    let owner = open_owner(&st, &r).ok_or(Nfs4Error::BadStateId)?;
+                    sequenced = Some(Sequenced {
+                        owner,
+                        seqid: open_seqid,
+                        new_lock_owner: Some((OwnerKey::lock(c, lock_owner), lock_seqid)),
+                        closes: None,
+                    });
+                    Some(c)
+                } else {
+                    let s = decode_stateid(&mut d)?;
+                    let seqid = d.u32()?;
+                    lock_sequence(&st, &s, seqid, peer, &mut sequenced)?
+                }
+            }
+            op::LOCKU => {
+                d.u32()?; // locktype
+                let seqid = d.u32()?;
+                let s = decode_stateid(&mut d)?;
+                lock_sequence(&st, &s, seqid, peer, &mut sequenced)?
+            }
+            op::LOCKT => {
+                d.u32()?;
+                d.u64()?;
+                d.u64()?;
+                Some(by_clientid(&st, d.u64()?)?)
+            }
+            op::RENEW | op::RELEASE_LOCKOWNER => {
+                // Checked by the operation itself (its errors differ).
+                None
+            }
+            op::READ | op::WRITE | op::SETATTR | op::DELEGRETURN => {
+                let s = decode_stateid(&mut d)?;
+                by_stateid(&st, &s)?.map(|(c, _)| c)
+            }
+            _ => None,
+        };
+        if let Some(c) = client {
+            if let Some(cl) = st.clients.get_mut(&c) {
+                cl.renewed = Instant::now();
+            }
+        }
+        ctx.client = client;
+        if let Some(s) = &sequenced {
+            match st.owner_seqs.get(&s.owner) {
+                None => {}
+                Some(last) if s.seqid == last.seqid.wrapping_add(1) => {}
+                Some(last) if s.seqid == last.seqid => {
+                    return match &last.reply {
+                        Some(r) => Ok(Prepared::Replay(r.clone())),
+                        None => Err(Nfs4Error::BadSeqId.into()),
+                    };
+                }
+                Some(_) => return Err(Nfs4Error::BadSeqId.into()),
+            }
+        }
+        Ok(Prepared::Run(sequenced))
+    }
+
+    /// After a sequenced operation ran: the owner's sequence moves to its number and
+    /// keeps its answer (`status_and_results`), unless its status keeps it.
+    pub(crate) fn sequenced_minor0(&self, s: Sequenced, status: u32, status_and_results: &[u8]) {
+        if keeps_sequence(status) {
+            return;
+        }
+        let reply = std::sync::Arc::new(status_and_results.to_vec());
+        let mut st = self.v4.state.lock().unwrap();
+        st.record_sequence(s.owner, s.seqid, reply.clone(), s.closes);
+        if let (Some((lock_owner, lock_seqid)), 0) = (s.new_lock_owner, status) {
+            st.record_sequence(lock_owner, lock_seqid, reply, None);
+        }
+    }
+
+    /// The 4.0-only operations.
+    pub(crate) fn minor0_op(
+        &self,
+        opnum: u32,
+        ctx: &mut Ctx<'_, '_>,
+        d: &mut Decoder<'_>,
+        e: &mut Encoder,
+    ) -> OpOut {
+        match opnum {
+            op::SETCLIENTID => self.op_setclientid(ctx, d, e),
+            op::SETCLIENTID_CONFIRM => self.op_setclientid_confirm(ctx, d),
+            op::RENEW => {
+                let clientid = d.u64()?;
+                let mut st = self.v4.state.lock().unwrap();
+                let peer = ctx.call.peer.ip();
+                match st.clients.get_mut(&clientid) {
+                    Some(c) if c.confirmed && c.peer == peer => c.renewed = Instant::now(),
+                    _ => return Err(Nfs4Error::StaleClientId.into()),
+                }
+                // Some of its state was revoked (its lease ran out and another client
+                // needed what it held): it must find out and recover.
+                if st.has_revoked(clientid) {
+                    return Err(Nfs4Error::Expired.into());
+                }
+                Ok(())
+            }
+            op::OPEN_CONFIRM => {
+                let s = decode_stateid(d)?;
+                let _seqid = d.u32()?;
+                let st = self.v4.state.lock().unwrap();
+                match st.lookup(&s)? {
+                    StateRef::Open(id) if Some(st.opens[&id].client) == ctx.client => {
+                        let seqid = st.opens[&id].seqid;
+                        encode_stateid(e, &st.stateid_of(id, seqid));
+                        Ok(())
+                    }
+                    _ => Err(Nfs4Error::BadStateId.into()),
+                }
+            }
+            op::RELEASE_LOCKOWNER => {
+                let clientid = d.u64()?;
+                let owner = d.opaque(OPAQUE_LIMIT)?;
+                let mut st = self.v4.state.lock().unwrap();
+                let peer = ctx.call.peer.ip();
+                match st.clients.get_mut(&clientid) {
+                    Some(c) if c.confirmed && c.peer == peer => c.renewed = Instant::now(),
+                    _ => return Err(Nfs4Error::StaleClientId.into()),
+                }
+                Ok(st.release_lock_owner(clientid, owner)?)
+            }
+            _ => unreachable!("only 4.0's own operations come here"),
+        }
+    }
+
+    fn op_setclientid(&self, ctx: &mut Ctx<'_, '_>, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
+        let verifier: [u8; 8] = d.fixed(8)?.try_into().unwrap();
+        let owner = d.opaque(OPAQUE_LIMIT)?.to_vec();
+        let _cb_program = d.u32()?;
+        let _netid = d.opaque(OPAQUE_LIMIT)?;
+        let _addr = d.opaque(OPAQUE_LIMIT)?;
+        let _callback_ident = d.u32()?;
+        if owner.is_empty() {
+            return Err(Nfs4Error::Inval.into());
+        }
+        let peer = ctx.call.peer.ip();
+        let admitted = self
+            .shares
+            .read()
+            .unwrap()
+            .values()
+            .any(|s| s.rules.rule_for(peer).is_some());
+        if !admitted {
+            return Err(Nfs4Error::Perm.into());
+        }
+        let now = Instant::now();
+        let confirm = self.v4.new_confirm_verifier();
+        let (id, released) = {
+            let mut st = self.v4.state.lock().unwrap();
+            // The same owner from another address while its lease runs: another host
+            // claiming the name (RFC 7530 section 16.33.5). Its address goes back.
+            if let Some(c) = st.clients.values().find(|c| {
+                c.owner == owner && c.confirmed && c.peer != peer && !st.expired(c.id, now)
+            }) {
+                let mut body = Encoder::new();
+                body.opaque(if c.peer.is_ipv4() { b"tcp" } else { b"tcp6" })
+                    .opaque(universal_address(c.peer).as_bytes());
+                return Err(OpFail {
+                    status: Nfs4Error::ClidInUse,
+                    body: body.buf,
+                });
+            }
+            let mut released = Vec::new();
+            // Unconfirmed records of the owner go: this request replaces them.
+            let unconfirmed: Vec<u64> = st
+                .clients
+                .values()
+                .filter(|c| c.owner == owner && !c.confirmed)
+                .map(|c| c.id)
+                .collect();
+            for u in unconfirmed {
+                released.extend(st.purge_client(u));
+            }
+            let same = st
+                .clients
+                .values_mut()
+                .find(|c| c.owner == owner && c.verifier == verifier && c.peer == peer);
+            let id = match same {
+                // The client as it is (a callback update): its client ID stays, and
+                // the new confirm verifier is what SETCLIENTID_CONFIRM must bring.
+                Some(c) => {
+                    c.setclientid_confirm = Some(confirm);
+                    c.renewed = now;
+                    c.id
+                }
+                // A new client, or one that restarted (another verifier): a new
+                // unconfirmed record; the old one goes when this one is confirmed.
+                None => {
+                    let (room, evicted) = st.make_room();
+                    released.extend(evicted);
+                    if !room {
+                        drop(st);
+                        super::state::release_all(released);
+                        return Err(Nfs4Error::Resource.into());
+                    }
+                    let id = st.new_client_id();
+                    let mut c = Client::new(id, owner.clone(), verifier, peer, now);
+                    c.minor = 0;
+                    c.setclientid_confirm = Some(confirm);
+                    st.clients.insert(id, c);
+                    id
+                }
+            };
+            (id, released)
+        };
+        super::state::release_all(released);
+        e.u64(id).fixed(&confirm);
+        Ok(())
+    }
+
+    fn op_setclientid_confirm(&self, ctx: &mut Ctx<'_, '_>, d: &mut Decoder<'_>) -> OpOut {
+        let id = d.u64()?;
+        let confirm: [u8; 8] = d.fixed(8)?.try_into().unwrap();
+        let peer = ctx.call.peer.ip();
+        let released = {
+            let mut st = self.v4.state.lock().unwrap();
+            let c = st.clients.get_mut(&id).ok_or(Nfs4Error::StaleClientId)?;
+            if c.peer != peer {
+                return Err(Nfs4Error::ClidInUse.into());
+            }
+            if c.setclientid_confirm != Some(confirm) {
+                return Err(Nfs4Error::StaleClientId.into());
+            }
+            c.renewed = Instant::now();
+            if c.confirmed {
+                // A retransmission, or the confirmation of a callback update.
+                return Ok(());
+            }
+            c.confirmed = true;
+            let owner = c.owner.clone();
+            // The client before its restart (the same owner's older confirmed
+            // record) goes now, with everything it held.
+            let older: Vec<u64> = st
+                .clients
+                .values()
+                .filter(|o| o.owner == owner && o.id != id)
+                .map(|o| o.id)
+                .collect();
+            let mut released = Vec::new();
+            for o in older {
+                released.extend(st.purge_client(o));
+            }
+            st.confirmed(&owner);
+            released
+        };
+        super::state::release_all(released);
+        ctx.client = Some(id);
+        Ok(())
+    }
+}
+
+/// The client and state a stateid names for a call from `peer` (special stateids
+/// name none): STALE_STATEID for one of an earlier start of the server, BAD_STATEID
+/// for another address's.
+fn stateid_client(
+    st: &V4State,
+    s: &Stateid,
+    peer: std::net::IpAddr,
+) -> Result<Option<(u64, StateRef)>, Nfs4Error> {
+    if s.is_special() {
+        return Ok(None);
+    }
+    if !st.of_this_boot(s) {
+        return Err(Nfs4Error::StaleStateId);
+    }
+    // By `other` alone: a retransmission carries the stateid as it was before the
+    // request it repeats moved it on (the operation checks the number itself).
+    let r = st.lookup(&Stateid {
+        seqid: 0,
+        other: s.other,
+    })?;
+    let client = match &r {
+        StateRef::Open(id) => st.opens[id].client,
+        StateRef::Lock(id) => st.lock_owners[id].client,
+        StateRef::Deleg(id) => st.delegs[id].client,
+    };
+    if st.clients.get(&client).is_none_or(|c| c.peer != peer) {
+        return Err(Nfs4Error::BadStateId);
+    }
+    Ok(Some((client, r)))
+}
+
+/// LOCK by an existing lock owner, and LOCKU: the client and sequence of the lock
+/// stateid's owner.
+fn lock_sequence(
+    st: &V4State,
+    s: &Stateid,
+    seqid: u32,
+    peer: std::net::IpAddr,
+    sequenced: &mut Option<Sequenced>,
+) -> Result<Option<u64>, OpFail> {
+    let (c, r) = stateid_client(st, s, peer)?.ok_or(Nfs4Error::BadStateId)?;
+    let StateRef::Lock(id) = r else {
+        return Err(Nfs4Error::BadStateId.into());
+    };
+    let l = &st.lock_owners[&id];
+    *sequenced = Some(Sequenced {
+        owner: OwnerKey::lock(l.client, &l.owner),
+        seqid,
+        new_lock_owner: None,
+        closes: None,
+    });
+    Ok(Some(c))
+}
+
+/// An address as an RPC universal address (`10.0.0.7.8.1`: port 2049), for the
+/// client_using of CLID_INUSE (the port is not known: 0).
+fn universal_address(ip: std::net::IpAddr) -> String {
+    format!("{ip}.0.0")
+}
