@@ -474,6 +474,16 @@ impl NfsService {
             .cloned()
     }
 
+    /// Whether some share's rules admit `peer` (only such hosts get NFSv4 client
+    /// state, so nobody else can fill the client table).
+    pub(crate) fn admits_any(&self, peer: IpAddr) -> bool {
+        self.shares
+            .read()
+            .unwrap()
+            .values()
+            .any(|s| s.rules.rule_for(peer).is_some())
+    }
+
     pub fn is_shared(&self, dataset: &str) -> bool {
         self.shares
             .read()

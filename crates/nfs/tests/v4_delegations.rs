@@ -6,7 +6,8 @@
 //! the holder's own work never waits; after DELEGRETURN the other client goes ahead; a
 //! holder that never answers loses the delegation a lease after the recall, and
 //! SEQUENCE tells it. An NFSv3 client's NLM lock recalls delegations as an NFSv4
-//! LOCK does.
+//! LOCK does. Callbacks carry the credentials the client gave in CREATE_SESSION; an
+//! open that wanted a delegation it does not get is told why (NONE_EXT).
 
 mod common;
 
@@ -54,6 +55,17 @@ impl Client {
 
     /// A client whose session is made by a COMPOUND of minor version `minor`.
     fn connect_minor(addr: std::net::SocketAddr, owner: &str, minor: u32) -> Client {
+        Client::connect_full(addr, owner, minor, &[Credential::None]).expect("a back channel")
+    }
+
+    /// A client whose CREATE_SESSION asks callbacks to carry `cb_sec`; `None` when
+    /// the server granted no back channel.
+    fn connect_full(
+        addr: std::net::SocketAddr,
+        owner: &str,
+        minor: u32,
+        cb_sec: &[Credential],
+    ) -> Option<Client> {
         let stream = TcpStream::connect(addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -69,25 +81,21 @@ impl Client {
         let r = c.send(&x);
         let x = r.results[0].exchange_id().unwrap().clone();
         let mut cs = Compound::new("cs");
-        cs.minor(minor).create_session_with_flags(
+        cs.minor(minor).create_session_with_sec(
             x.clientid,
             x.seq,
             CONN_BACK_CHAN,
             &ChannelAttrs::fore(),
             &ChannelAttrs::back(),
+            cb_sec,
         );
         let r = c.send(&cs);
         let made = r.results[0].create_session().unwrap().clone();
-        assert_eq!(
-            made.flags & CONN_BACK_CHAN,
-            CONN_BACK_CHAN,
-            "back channel granted"
-        );
         c.session = Session::new(x.clientid, made.sessionid);
         let mut rc = c.session.compound();
         rc.reclaim_complete(false);
         assert_eq!(c.send(&rc).status, 0);
-        c
+        (made.flags & CONN_BACK_CHAN == CONN_BACK_CHAN).then_some(c)
     }
 
     /// Sends a COMPOUND and waits for its reply, keeping callbacks that come first.
@@ -147,9 +155,11 @@ impl Client {
         let r = self.open(dir, name, SHARE_ACCESS_BOTH | WANT_NO_DELEG, b"maker");
         assert_eq!(r.status, 0, "{:?}", r.summary());
         let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+        // OPEN_DELEGATE_NONE_EXT, WND4_NOT_WANTED (RFC 8881 18.16.3).
         assert_eq!(
-            open.delegation, 0,
-            "an open that wants none gets no delegation"
+            (open.delegation, open.why_none),
+            (3, Some(0)),
+            "an open that wants none gets none, and is told it did not want one"
         );
         let fh = r.last().unwrap().fh().unwrap().to_vec();
         let mut c = self.session.compound();
@@ -412,9 +422,16 @@ fn no_write_delegation_while_another_client_has_the_file_open() {
     let r = a.open(&root, "f", SHARE_ACCESS_BOTH, b"oa");
     assert_eq!(r.status, 0, "{:?}", r.summary());
     assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
-    // And none for an open that asks for none, even alone.
+    // And none for an open that asks for none, even alone: it is told why
+    // (OPEN_DELEGATE_NONE_EXT, WND4_NOT_WANTED).
     let r = a.open(&root, "g", SHARE_ACCESS_BOTH | WANT_NO_DELEG, b"oa");
-    assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+    let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    assert_eq!((open.delegation, open.why_none), (3, Some(0)));
+    // An open that wants a read delegation it cannot have is told so too
+    // (WND4_CONTENTION: b has the file open).
+    let r = b.open(&root, "f", SHARE_ACCESS_READ | 0x0100, b"ob2");
+    let open = r.find(op::OPEN).unwrap().open().unwrap().clone();
+    assert_eq!((open.delegation, open.why_none), (3, Some(1)));
 }
 
 /// One client with two caches of its own (Linux: two mounts with `nosharecache`)
@@ -589,4 +606,46 @@ fn no_delegation_while_an_nlm_lock_is_held_on_the_file() {
         assert_eq!(r.status, 0, "{:?}", r.summary());
         assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
     }
+}
+
+#[test]
+fn callbacks_carry_the_credentials_the_client_gave() {
+    let (pool, datasets) = common::pool_with_share();
+    let (_server, addr) = serve(common::service_for(&datasets, 1));
+    let _pool = pool;
+    let sys = Credential::Sys(AuthSys {
+        stamp: 7,
+        machine: b"cb-test".to_vec(),
+        uid: 4321,
+        gid: 8765,
+        gids: vec![1, 2],
+    });
+    // RPCSEC_GSS (unspoken here) first: the first flavor this server speaks counts.
+    for (i, asked) in [
+        vec![Credential::Other(6), sys.clone()],
+        vec![Credential::None, sys.clone()],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut a = Client::connect_full(addr, &format!("holder-{i}"), 1, &asked).unwrap();
+        let mut b = Client::connect(addr, &format!("writer-{i}"));
+        let root = a.root_of_share();
+        let name = format!("f{i}");
+        a.make(&root, &name);
+        let r = a.open(&root, &name, SHARE_ACCESS_READ, b"oa");
+        assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 1);
+        let r = b.open(&root, &name, SHARE_ACCESS_BOTH, b"ob");
+        assert_eq!(r.status, Nfs4Error::Delay as u32);
+        let (xid, cb) = a.wait_callback();
+        a.answer_callback(xid);
+        let header = rpc::decode_call(&cb).unwrap();
+        let want = asked
+            .iter()
+            .find(|c| !matches!(c, Credential::Other(_)))
+            .unwrap();
+        assert_eq!(&header.credential, want, "case {i}");
+    }
+    // Only RPCSEC_GSS: no back channel, so no delegation.
+    assert!(Client::connect_full(addr, "gss-only", 1, &[Credential::Other(6)]).is_none());
 }

@@ -106,12 +106,7 @@ pub fn call(
             }
         }
         Proto::Udp => {
-            let unspecified: IpAddr = if addr.is_ipv4() {
-                std::net::Ipv4Addr::UNSPECIFIED.into()
-            } else {
-                std::net::Ipv6Addr::UNSPECIFIED.into()
-            };
-            let s = UdpSocket::bind(SocketAddr::new(unspecified, 0))?;
+            let s = UdpSocket::bind(SocketAddr::new(unspecified_like(addr.ip()), 0))?;
             s.connect(addr)?;
             if !wait {
                 s.send(&e.buf)?;
@@ -139,6 +134,15 @@ pub fn call(
             }
             Err(std::io::ErrorKind::TimedOut.into())
         }
+    }
+}
+
+/// The any-address of `ip`'s family (what a socket to it is bound to).
+fn unspecified_like(ip: IpAddr) -> IpAddr {
+    if ip.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
     }
 }
 
@@ -199,12 +203,7 @@ pub fn call_service(
 /// name NSM gives this server in SM_NOTIFY, which the client's status monitor
 /// matches against the server address its lock manager asked it to watch.
 pub fn local_address_toward(peer: IpAddr) -> std::io::Result<IpAddr> {
-    let unspecified: IpAddr = if peer.is_ipv4() {
-        std::net::Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        std::net::Ipv6Addr::UNSPECIFIED.into()
-    };
-    let s = UdpSocket::bind(SocketAddr::new(unspecified, 0))?;
+    let s = UdpSocket::bind(SocketAddr::new(unspecified_like(peer), 0))?;
     // A UDP connect sends nothing: it only picks the route and the source address.
     s.connect(SocketAddr::new(peer, 9))?;
     Ok(s.local_addr()?.ip())

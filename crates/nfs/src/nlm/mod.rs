@@ -287,33 +287,31 @@ impl NfsService {
                         a.block = false;
                     }
                     let stat = self.nlm_lock(call, &a, monitored, procedure == LOCK_MSG);
-                    let mut e = Encoder::new();
-                    encode_res(&mut e, version, &a.cookie, stat);
-                    self.answer(call, procedure == LOCK_MSG, LOCK_RES, e)
+                    self.answer_res(call, procedure == LOCK_MSG, LOCK_RES, &a.cookie, stat)
                 }
                 CANCEL | CANCEL_MSG => {
                     let a = decode_cancel_args(&mut d, version)?;
                     d.finish()?;
                     let stat = self.nlm_cancel(call, &a);
-                    let mut e = Encoder::new();
-                    encode_res(&mut e, version, &a.cookie, stat);
-                    self.answer(call, procedure == CANCEL_MSG, CANCEL_RES, e)
+                    self.answer_res(call, procedure == CANCEL_MSG, CANCEL_RES, &a.cookie, stat)
                 }
                 UNLOCK | UNLOCK_MSG => {
                     let a = decode_unlock_args(&mut d, version)?;
                     d.finish()?;
                     let stat = self.nlm_unlock(call, &a);
-                    let mut e = Encoder::new();
-                    encode_res(&mut e, version, &a.cookie, stat);
-                    self.answer(call, procedure == UNLOCK_MSG, UNLOCK_RES, e)
+                    self.answer_res(call, procedure == UNLOCK_MSG, UNLOCK_RES, &a.cookie, stat)
                 }
                 GRANTED | GRANTED_MSG => {
                     // For clients' lock managers: this server asked for nothing.
                     let a = decode_test_args(&mut d, version)?;
                     d.finish()?;
-                    let mut e = Encoder::new();
-                    encode_res(&mut e, version, &a.cookie, Stat::Denied);
-                    self.answer(call, procedure == GRANTED_MSG, GRANTED_RES, e)
+                    self.answer_res(
+                        call,
+                        procedure == GRANTED_MSG,
+                        GRANTED_RES,
+                        &a.cookie,
+                        Stat::Denied,
+                    )
                 }
                 TEST_RES | LOCK_RES | CANCEL_RES | UNLOCK_RES | GRANTED_RES => {
                     // Answers to _MSG calls; this server sends GRANTED only, and
@@ -344,6 +342,20 @@ impl NfsService {
         };
         self.record_nlm(call, procedure, &reply);
         reply
+    }
+
+    /// `answer` of an nlm_res (a cookie and a status).
+    fn answer_res(
+        &self,
+        call: &Call<'_>,
+        asynchronous: bool,
+        res_procedure: u32,
+        cookie: &[u8],
+        stat: Stat,
+    ) -> Option<Encoder> {
+        let mut e = Encoder::new();
+        encode_res(&mut e, call.header.version, cookie, stat);
+        self.answer(call, asynchronous, res_procedure, e)
     }
 
     /// The reply of a synchronous call, or for a _MSG call no reply and the

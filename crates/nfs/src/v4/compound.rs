@@ -414,11 +414,13 @@ impl NfsService {
             } else if i > 0 && opnum == op::SEQUENCE {
                 Err(Nfs4Error::SequencePos.into())
             } else if is_session_setup(opnum) {
-                // Each stands alone, except DESTROY_SESSION, which may end a
-                // COMPOUND of its own session.
-                // (At position 0, DESTROY_SESSION too stands alone: what followed it
-                // would run outside any session.)
-                if (opnum != op::DESTROY_SESSION || i == 0) && (i > 0 || n > 1) {
+                // Without SEQUENCE before it, each stands alone; after SEQUENCE all
+                // may follow but BIND_CONN_TO_SESSION, which is always alone (RFC 8881
+                // 18.34.3, 18.35.3, 18.36.3, 18.37.3, 18.50.3). DESTROY_SESSION of the
+                // COMPOUND's own session must be its last operation (checked there).
+                let alone = n == 1;
+                let after_sequence = i > 0;
+                if (i == 0 && !alone) || (after_sequence && opnum == op::BIND_CONN_TO_SESSION) {
                     Err(Nfs4Error::NotOnlyOp.into())
                 } else {
                     self.session_op(opnum, &mut ctx, &mut d, &mut res)
@@ -684,11 +686,16 @@ impl NfsService {
             op::WRITE => self.op_write(ctx, d, e),
             op::BACKCHANNEL_CTL => {
                 let program = d.u32()?;
-                super::session::skip_cb_sec_parms(d)?;
+                let cred = super::session::decode_cb_sec_parms(d)?;
                 let session = ctx.session.ok_or(Nfs4Error::OpNotInSession)?;
+                // RFC 8881 18.33.3: credentials it cannot use are INVAL.
+                let cred = cred.ok_or(Nfs4Error::Inval)?;
                 let mut st = self.v4.state.lock().unwrap();
-                if let Some(b) = st.sessions.get_mut(&session).and_then(|s| s.back.as_mut()) {
-                    b.program = program;
+                if let Some(sess) = st.sessions.get_mut(&session) {
+                    sess.cb_cred = Some(cred);
+                    if let Some(b) = sess.back.as_mut() {
+                        b.program = program;
+                    }
                 }
                 Ok(())
             }

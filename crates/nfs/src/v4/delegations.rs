@@ -21,7 +21,7 @@
 use super::compound::{decode_stateid, encode_stateid, Ctx, OpOut};
 use super::state::{FileKey, Recall, StateRef, Stateid, V4State};
 use super::{Nfs4Error, OpResult};
-use crate::rpc::{self, AuthSys, Credential};
+use crate::rpc;
 use crate::service::NfsService;
 use crate::xdr::{Decoder, Encoder};
 use std::time::Duration;
@@ -36,9 +36,37 @@ const CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
 pub const WANT_NO_DELEG: u32 = 0x0400;
 const WANT_MASK: u32 = 0xff00;
 
+/// OPEN4_SHARE_ACCESS_WANT_CANCEL.
+const WANT_CANCEL: u32 = 0x0500;
+
+/// open_delegation4 when none is handed out. A client that said what it wants
+/// (4.1's want bits) is told why not (OPEN_DELEGATE_NONE_EXT, RFC 8881 18.16.3):
+/// WND4_NOT_WANTED for WANT_NO_DELEG, WND4_CANCELLED for WANT_CANCEL, otherwise
+/// WND4_CONTENTION (others use the file, or it cannot be called back), with no
+/// promise to push one later. Others get plain OPEN_DELEGATE_NONE.
+pub fn encode_no_delegation(e: &mut Encoder, share_access: u32, minor: u32) {
+    let want = share_access & WANT_MASK;
+    if minor == 0 || want == 0 {
+        e.u32(0); // OPEN_DELEGATE_NONE
+        return;
+    }
+    e.u32(3); // OPEN_DELEGATE_NONE_EXT
+    match want {
+        WANT_NO_DELEG => {
+            e.u32(0); // WND4_NOT_WANTED
+        }
+        WANT_CANCEL => {
+            e.u32(7); // WND4_CANCELLED
+        }
+        _ => {
+            e.u32(1).bool(false); // WND4_CONTENTION, ond_server_will_push_deleg
+        }
+    }
+}
+
 /// Whether an OPEN's want bits leave room for a delegation.
 pub fn wants_delegation(share_access: u32) -> bool {
-    share_access & WANT_MASK != WANT_NO_DELEG
+    !matches!(share_access & WANT_MASK, WANT_NO_DELEG | WANT_CANCEL)
 }
 
 /// open_delegation4 of a read delegation: its stateid, whether it is recalled
@@ -222,13 +250,8 @@ pub(crate) fn send_recalls(recalls: Vec<Recall>) {
 fn send_recall(r: Recall) {
     let (conn, program, slot) = r.back;
     let mut seq = slot.lock().unwrap();
-    let cred = Credential::Sys(AuthSys {
-        stamp: 0,
-        machine: b"shoal".to_vec(),
-        uid: 0,
-        gid: 0,
-        gids: vec![],
-    });
+    // The credentials the client gave for its callbacks (RFC 8881 18.36.4).
+    let cred = r.cred.clone();
     let record = |xid: u32| {
         let mut e = rpc::encode_call(xid, program, CB_VERSION, CB_COMPOUND, &cred);
         e.opaque(b"").u32(r.minor).u32(0).u32(2);

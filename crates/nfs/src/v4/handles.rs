@@ -156,6 +156,10 @@ impl NfsService {
             }
             Fh::File(h) => {
                 let t = self.target(ctx.call, &h)?;
+                // RFC 8881 18.14.3: SYMLINK from a symbolic link, NOTDIR from the rest.
+                if t.attr.kind == Kind::Symlink {
+                    return Err(Nfs4Error::Symlink.into());
+                }
                 if t.attr.kind != Kind::Dir {
                     return Err(Nfs4Error::NotDir.into());
                 }
@@ -192,6 +196,13 @@ impl NfsService {
                 return Err(Nfs4Error::Inval.into());
             }
             ctx.cur()?;
+            if style == 1 {
+                // SECINFO_STYLE4_PARENT: for the parent, which the root has not
+                // (NOENT, RFC 8881 18.45.3); LOOKUPP's own errors otherwise.
+                let saved = ctx.cur.clone();
+                self.op_lookupp(ctx)?;
+                ctx.cur = saved;
+            }
         }
         // Only AUTH_SYS is spoken; the current handle is consumed (RFC 8881 2.6.3.1.1.8).
         e.u32(1).u32(AUTH_SYS);

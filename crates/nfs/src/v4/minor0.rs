@@ -261,11 +261,7 @@ impl NfsService {
             op::RENEW => {
                 let clientid = d.u64()?;
                 let mut st = self.v4.state.lock().unwrap();
-                let peer = ctx.call.peer.ip();
-                match st.clients.get_mut(&clientid) {
-                    Some(c) if c.confirmed && c.peer == peer => c.renewed = Instant::now(),
-                    _ => return Err(Nfs4Error::StaleClientId.into()),
-                }
+                st.renew_minor0(clientid, ctx.call.peer.ip())?;
                 // Some of its state was revoked (its lease ran out and another client
                 // needed what it held): it must find out and recover.
                 if st.has_revoked(clientid) {
@@ -290,11 +286,7 @@ impl NfsService {
                 let clientid = d.u64()?;
                 let owner = d.opaque(OPAQUE_LIMIT)?;
                 let mut st = self.v4.state.lock().unwrap();
-                let peer = ctx.call.peer.ip();
-                match st.clients.get_mut(&clientid) {
-                    Some(c) if c.confirmed && c.peer == peer => c.renewed = Instant::now(),
-                    _ => return Err(Nfs4Error::StaleClientId.into()),
-                }
+                st.renew_minor0(clientid, ctx.call.peer.ip())?;
                 Ok(st.release_lock_owner(clientid, owner)?)
             }
             _ => unreachable!("only 4.0's own operations come here"),
@@ -312,13 +304,7 @@ impl NfsService {
             return Err(Nfs4Error::Inval.into());
         }
         let peer = ctx.call.peer.ip();
-        let admitted = self
-            .shares
-            .read()
-            .unwrap()
-            .values()
-            .any(|s| s.rules.rule_for(peer).is_some());
-        if !admitted {
+        if !self.admits_any(peer) {
             return Err(Nfs4Error::Perm.into());
         }
         let now = Instant::now();
@@ -328,7 +314,11 @@ impl NfsService {
             // The same owner from another address while its lease runs: another host
             // claiming the name (RFC 7530 section 16.33.5). Its address goes back.
             if let Some(c) = st.clients.values().find(|c| {
-                c.owner == owner && c.confirmed && c.peer != peer && !st.expired(c.id, now)
+                c.minor == 0
+                    && c.owner == owner
+                    && c.confirmed
+                    && c.peer != peer
+                    && !st.expired(c.id, now)
             }) {
                 let mut body = Encoder::new();
                 body.opaque(if c.peer.is_ipv4() { b"tcp" } else { b"tcp6" })
@@ -343,16 +333,15 @@ impl NfsService {
             let unconfirmed: Vec<u64> = st
                 .clients
                 .values()
-                .filter(|c| c.owner == owner && !c.confirmed)
+                .filter(|c| c.minor == 0 && c.owner == owner && !c.confirmed)
                 .map(|c| c.id)
                 .collect();
             for u in unconfirmed {
                 released.extend(st.purge_client(u));
             }
-            let same = st
-                .clients
-                .values_mut()
-                .find(|c| c.owner == owner && c.verifier == verifier && c.peer == peer);
+            let same = st.clients.values_mut().find(|c| {
+                c.minor == 0 && c.owner == owner && c.verifier == verifier && c.peer == peer
+            });
             let id = match same {
                 // The client as it is (a callback update): its client ID stays, and
                 // the new confirm verifier is what SETCLIENTID_CONFIRM must bring.
@@ -411,7 +400,7 @@ impl NfsService {
             let older: Vec<u64> = st
                 .clients
                 .values()
-                .filter(|o| o.owner == owner && o.id != id)
+                .filter(|o| o.minor == 0 && o.owner == owner && o.id != id)
                 .map(|o| o.id)
                 .collect();
             let mut released = Vec::new();

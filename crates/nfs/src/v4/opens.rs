@@ -382,9 +382,7 @@ impl NfsService {
         match &deleg {
             Some((d, false, recall)) => super::delegations::encode_read_delegation(e, d, *recall),
             Some((d, true, recall)) => super::delegations::encode_write_delegation(e, d, *recall),
-            None => {
-                e.u32(0); // OPEN_DELEGATE_NONE
-            }
+            None => super::delegations::encode_no_delegation(e, share_access, ctx.minor),
         }
         // A truncation keeps the generation, so the handle is the one made above.
         debug_assert_eq!(file_attr.generation, file.attr.generation);

@@ -7,11 +7,17 @@
 //! at most `MAX_OPS` operations, at most `MAX_SLOTS` slots. The connection of a
 //! CREATE_SESSION that asks for it (CONN_BACK_CHAN), or one bound later with
 //! BIND_CONN_TO_SESSION, is the session's back channel: delegations are recalled
-//! over it (one slot, one callback at a time).
+//! over it (one slot, one callback at a time), with the credentials the client gave
+//! in csa_sec_parms or BACKCHANNEL_CTL (the first AUTH_NONE or AUTH_SYS one).
+//!
+//! EXCHANGE_ID follows the case table of RFC 8881 section 18.35.5, with 4.0's
+//! SETCLIENTID records (`minor0.rs`) a name space of their own; undefined flag bits
+//! of EXCHANGE_ID and CREATE_SESSION are INVAL.
 
 use super::compound::{Ctx, OpFail, OpOut};
 use super::state::{BackChan, Client, Session, Slot, SlotReply, V4State};
 use super::{op, Nfs4Error, MAX_OPS, MAX_SLOTS, OPAQUE_LIMIT};
+use crate::rpc::Credential;
 use crate::service::NfsService;
 use crate::transport::BackChannel;
 use crate::transport::MAX_RECORD_BYTES;
@@ -25,6 +31,13 @@ const MAX_CACHED_REPLY: u32 = 64 << 10;
 
 const EXCHGID4_FLAG_USE_NON_PNFS: u32 = 0x0001_0000;
 const EXCHGID4_FLAG_CONFIRMED_R: u32 = 0x8000_0000;
+const EXCHGID4_FLAG_UPD_CONFIRMED_REC_A: u32 = 0x4000_0000;
+/// The eia_flags a client may set: SUPP_MOVED_REFER, SUPP_MOVED_MIGR,
+/// SUPP_FENCE_OPS, BIND_PRINC_STATEID, the pNFS roles and UPD_CONFIRMED_REC_A.
+const EIA_FLAGS_DEFINED: u32 =
+    0x1 | 0x2 | 0x4 | 0x100 | 0x7_0000 | EXCHGID4_FLAG_UPD_CONFIRMED_REC_A;
+/// csa_flags: PERSIST, CONN_BACK_CHAN, CONN_RDMA.
+const CSA_FLAGS_DEFINED: u32 = 0x1 | 0x2 | 0x4;
 const SP4_NONE: u32 = 0;
 const CONN_BACK_CHAN: u32 = 0x2;
 
@@ -115,39 +128,53 @@ fn encode_channel(e: &mut Encoder, c: &ChannelAttrs) {
         .u32(0);
 }
 
-/// callback_sec_parms4<>: read and forgotten (no back channel).
-pub(crate) fn skip_cb_sec_parms(d: &mut Decoder<'_>) -> XdrResult<()> {
+/// callback_sec_parms4<>: the credentials callbacks must carry (RFC 8881 18.36.4,
+/// 18.33): the first AUTH_NONE or AUTH_SYS one the client gave, in its order.
+/// `None` when it gave only RPCSEC_GSS, which this server does not speak: then it
+/// cannot be called back.
+pub(crate) fn decode_cb_sec_parms(d: &mut Decoder<'_>) -> XdrResult<Option<Credential>> {
     let n = d.u32()?;
     if n > 16 {
         return Err(crate::xdr::XdrError(
             "too many callback security parameters",
         ));
     }
+    let mut chosen = None;
     for _ in 0..n {
-        match d.u32()? {
-            0 => {}
+        let found = match d.u32()? {
+            0 => Credential::None,
             1 => {
-                d.u32()?;
-                d.opaque(255)?;
-                d.u32()?;
-                d.u32()?;
+                let stamp = d.u32()?;
+                let machine = d.opaque(255)?.to_vec();
+                let uid = d.u32()?;
+                let gid = d.u32()?;
                 let g = d.u32()?;
                 if g > 16 {
                     return Err(crate::xdr::XdrError("more than 16 groups"));
                 }
+                let mut gids = Vec::with_capacity(g as usize);
                 for _ in 0..g {
-                    d.u32()?;
+                    gids.push(d.u32()?);
                 }
+                Credential::Sys(crate::rpc::AuthSys {
+                    stamp,
+                    machine,
+                    uid,
+                    gid,
+                    gids,
+                })
             }
             6 => {
                 d.u32()?;
                 d.opaque(OPAQUE_LIMIT)?;
                 d.opaque(OPAQUE_LIMIT)?;
+                continue;
             }
             _ => return Err(crate::xdr::XdrError("unknown callback security flavor")),
-        }
+        };
+        chosen.get_or_insert(found);
     }
-    Ok(())
+    Ok(chosen)
 }
 
 impl NfsService {
@@ -243,7 +270,7 @@ impl NfsService {
     fn op_exchange_id(&self, peer: IpAddr, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
         let verifier: [u8; 8] = d.fixed(8)?.try_into().unwrap();
         let owner = d.opaque(OPAQUE_LIMIT)?.to_vec();
-        let _flags = d.u32()?;
+        let flags = d.u32()?;
         let how = d.u32()?;
         if how != SP4_NONE {
             // State protection needs RPCSEC_GSS, which this server does not speak.
@@ -259,64 +286,75 @@ impl NfsService {
             d.u64()?;
             d.u32()?;
         }
-        if owner.is_empty() {
+        // Undefined bits, and CONFIRMED_R, which only a server sets: INVAL
+        // (RFC 8881 18.35.3).
+        if owner.is_empty() || flags & !EIA_FLAGS_DEFINED != 0 {
             return Err(Nfs4Error::Inval.into());
         }
+        let update = flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0;
         // Client state only for hosts some export admits, so nobody else can fill
         // the client table.
-        let admitted = self
-            .shares
-            .read()
-            .unwrap()
-            .values()
-            .any(|s| s.rules.rule_for(peer).is_some());
-        if !admitted {
+        if !self.admits_any(peer) {
             return Err(Nfs4Error::Perm.into());
         }
         let now = Instant::now();
         let (clientid, seq, confirmed, released) = {
             let mut st = self.v4.state.lock().unwrap();
-            let existing: Vec<(u64, bool, [u8; 8], u32)> = st
+            // The records of this owner (4.0's SETCLIENTID records are another
+            // name space): the confirmed one, if any, and the unconfirmed ones.
+            let confirmed_rec = st
                 .clients
                 .values()
-                .filter(|c| c.owner == owner)
-                .map(|c| (c.id, c.confirmed, c.verifier, c.cs_seq))
+                .find(|c| c.owner == owner && c.confirmed && c.minor > 0)
+                .map(|c| (c.id, c.verifier, c.peer, c.cs_seq));
+            let unconfirmed: Vec<u64> = st
+                .clients
+                .values()
+                .filter(|c| c.owner == owner && !c.confirmed && c.minor > 0)
+                .map(|c| c.id)
                 .collect();
-            // The same owner from another address while its lease runs is another
-            // host claiming the name (RFC 8881 18.35.5: CLID_INUSE).
-            let taken = st.clients.values().any(|c| {
-                c.owner == owner && c.confirmed && c.peer != peer && !st.expired(c.id, now)
-            });
-            if taken {
-                return Err(Nfs4Error::ClidInUse.into());
-            }
             let mut released = Vec::new();
-            // The same client again (same owner and verifier): its record as it is.
-            let same = existing
-                .iter()
-                .find(|(id, _, v, _)| *v == verifier && st.clients[id].peer == peer);
-            if let Some(&(id, confirmed, _, cs)) = same {
-                (id, cs.wrapping_add(1), confirmed, released)
-            } else {
-                // A new client, or one that restarted: a new unconfirmed record. An
-                // older unconfirmed one goes now; a confirmed one (the client before
-                // its restart) goes when the new record is confirmed.
-                for &(id, confirmed, _, _) in &existing {
-                    if !confirmed {
+            // RFC 8881 section 18.35.5, case by case.
+            let reuse = match (update, confirmed_rec) {
+                // 7: an update of a record that is not there (or not confirmed).
+                (true, None) => return Err(Nfs4Error::NoEnt.into()),
+                // 8: an update from another principal.
+                (true, Some((_, _, p, _))) if p != peer => return Err(Nfs4Error::Perm.into()),
+                // 6 (the verifier differs): not the same client instance.
+                (true, Some((_, v, _, _))) if v != verifier => {
+                    return Err(Nfs4Error::NotSame.into())
+                }
+                // 6: the update of its own confirmed record.
+                (true, Some((id, _, _, cs))) => Some((id, cs)),
+                // 3: the name is another principal's while its lease runs.
+                (false, Some((id, _, p, _))) if p != peer && !st.expired(id, now) => {
+                    return Err(Nfs4Error::ClidInUse.into())
+                }
+                // 2: the same client again: its confirmed record.
+                (false, Some((id, v, p, cs))) if v == verifier && p == peer => Some((id, cs)),
+                // 1, 4 and 5: a new unconfirmed record (4: an unconfirmed one is
+                // replaced; 5: the client restarted, and its confirmed record goes
+                // when the new one is confirmed).
+                (false, _) => None,
+            };
+            match reuse {
+                Some((id, cs)) => (id, cs.wrapping_add(1), true, released),
+                None => {
+                    for id in unconfirmed {
                         released.extend(st.purge_client(id));
                     }
+                    let (room, evicted) = st.make_room();
+                    released.extend(evicted);
+                    if !room {
+                        drop(st);
+                        super::state::release_all(released);
+                        return Err(Nfs4Error::Delay.into());
+                    }
+                    let id = st.new_client_id();
+                    st.clients
+                        .insert(id, Client::new(id, owner.clone(), verifier, peer, now));
+                    (id, 1, false, released)
                 }
-                let (room, evicted) = st.make_room();
-                released.extend(evicted);
-                if !room {
-                    drop(st);
-                    super::state::release_all(released);
-                    return Err(Nfs4Error::Delay.into());
-                }
-                let id = st.new_client_id();
-                st.clients
-                    .insert(id, Client::new(id, owner.clone(), verifier, peer, now));
-                (id, 1, false, released)
             }
         };
         super::state::release_all(released);
@@ -351,9 +389,12 @@ impl NfsService {
         let fore = decode_channel(d)?;
         let back = decode_channel(d)?;
         let cb_program = d.u32()?;
-        skip_cb_sec_parms(d)?;
+        let cb_cred = decode_cb_sec_parms(d)?;
         let mut released = Vec::new();
         let r = (|| -> Result<Vec<u8>, OpFail> {
+            if flags & !CSA_FLAGS_DEFINED != 0 {
+                return Err(Nfs4Error::Inval.into());
+            }
             let mut st = self.v4.state.lock().unwrap();
             let c = st.clients.get(&clientid).ok_or(Nfs4Error::StaleClientId)?;
             if c.peer != peer {
@@ -402,16 +443,17 @@ impl NfsService {
             let olds: Vec<u64> = st
                 .clients
                 .values()
-                .filter(|o| o.owner == owner && o.id != clientid && o.confirmed)
+                .filter(|o| o.owner == owner && o.id != clientid && o.confirmed && o.minor > 0)
                 .map(|o| o.id)
                 .collect();
             for o in olds {
                 released.extend(st.purge_client(o));
             }
             let sessionid = st.new_session_id();
-            // The connection becomes the back channel when the client asks for it.
+            // The connection becomes the back channel when the client asks for it
+            // and gave credentials this server can call back with.
             let back_chan = conn
-                .filter(|_| flags & CONN_BACK_CHAN != 0)
+                .filter(|_| flags & CONN_BACK_CHAN != 0 && cb_cred.is_some())
                 .map(|conn| BackChan {
                     conn,
                     program: cb_program,
@@ -438,6 +480,7 @@ impl NfsService {
                     max_response_cached: granted.max_response_cached,
                     back: back_chan,
                     minor,
+                    cb_cred,
                 },
             );
             let mut out = Encoder::new();

@@ -291,6 +291,33 @@ impl ChannelAttrs {
     }
 }
 
+/// callback_sec_parms4<>: AUTH_NONE, AUTH_SYS, or (`Other`) an RPCSEC_GSS entry
+/// with an empty context.
+fn encode_cb_sec(e: &mut Encoder, cb_sec: &[Credential]) {
+    e.u32(cb_sec.len() as u32);
+    for c in cb_sec {
+        match c {
+            Credential::None => {
+                e.u32(rpc::AUTH_NONE);
+            }
+            Credential::Sys(a) => {
+                e.u32(rpc::AUTH_SYS)
+                    .u32(a.stamp)
+                    .opaque(&a.machine)
+                    .u32(a.uid)
+                    .u32(a.gid)
+                    .u32(a.gids.len() as u32);
+                for g in &a.gids {
+                    e.u32(*g);
+                }
+            }
+            Credential::Other(_) => {
+                e.u32(6).u32(0).opaque(b"").opaque(b"");
+            }
+        }
+    }
+}
+
 /// The arguments of one COMPOUND, built an operation at a time.
 #[derive(Debug, Clone)]
 pub struct Compound {
@@ -429,13 +456,27 @@ impl Compound {
         fore: &ChannelAttrs,
         back: &ChannelAttrs,
     ) -> &mut Self {
+        self.create_session_with_sec(clientid, seq, flags, fore, back, &[Credential::None])
+    }
+
+    /// CREATE_SESSION whose callbacks are to carry the first of `cb_sec` this
+    /// server speaks (AUTH_NONE or AUTH_SYS; `Credential::Other(6)` stands for an
+    /// RPCSEC_GSS entry, which it does not).
+    pub fn create_session_with_sec(
+        &mut self,
+        clientid: u64,
+        seq: u32,
+        flags: u32,
+        fore: &ChannelAttrs,
+        back: &ChannelAttrs,
+        cb_sec: &[Credential],
+    ) -> &mut Self {
         let e = self.op(op::CREATE_SESSION);
         e.u64(clientid).u32(seq).u32(flags);
         fore.encode(e);
         back.encode(e);
-        e.u32(0x4000_0000) // csa_cb_program
-            .u32(1)
-            .u32(rpc::AUTH_NONE); // csa_sec_parms: one, AUTH_NONE
+        e.u32(0x4000_0000); // csa_cb_program
+        encode_cb_sec(e, cb_sec);
         self
     }
 

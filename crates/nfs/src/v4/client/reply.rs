@@ -113,6 +113,8 @@ pub struct OpenRes {
     pub delegation_stateid: Option<Stateid>,
     /// The delegation comes recalled already: the client is to return it.
     pub delegation_recalled: bool,
+    /// OPEN_DELEGATE_NONE_EXT (3): why no delegation (why_no_delegation4).
+    pub why_none: Option<u32>,
 }
 
 impl OpenRes {
@@ -125,6 +127,7 @@ impl OpenRes {
         let delegation = d.u32()?;
         let mut delegation_stateid = None;
         let mut delegation_recalled = false;
+        let mut why_none = None;
         match delegation {
             0 => {}
             1 | 2 => {
@@ -152,9 +155,11 @@ impl OpenRes {
             3 => {
                 // open_none_delegation4: why, and a bool for WND4_CONTENTION (1) and
                 // WND4_RESOURCE (2)
-                if matches!(d.u32()?, 1 | 2) {
+                let why = d.u32()?;
+                if matches!(why, 1 | 2) {
                     d.bool()?;
                 }
+                why_none = Some(why);
             }
             _ => return Err(XdrError("unknown delegation type")),
         }
@@ -166,6 +171,7 @@ impl OpenRes {
             delegation,
             delegation_stateid,
             delegation_recalled,
+            why_none,
         })
     }
 }

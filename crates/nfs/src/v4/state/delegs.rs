@@ -85,7 +85,9 @@ impl V4State {
         session
             .and_then(|id| self.sessions.get(&id))
             .is_some_and(|s| {
-                s.client == client && s.back.as_ref().is_some_and(|b| b.conn.is_open())
+                s.client == client
+                    && s.cb_cred.is_some()
+                    && s.back.as_ref().is_some_and(|b| b.conn.is_open())
             })
     }
 
@@ -323,9 +325,11 @@ impl V4State {
                     // Without a way to call it, the client has a lease to notice
                     // CB_PATH_DOWN and return the delegation, else it is revoked.
                     if let Some((session, b)) = self.back_for(client, granted_on) {
+                        let sess = &self.sessions[&session];
                         recalls.push(Recall {
                             back: (b.conn.clone(), b.program, b.slot.clone()),
-                            minor: self.sessions[&session].minor,
+                            minor: sess.minor,
+                            cred: sess.cb_cred.clone().unwrap_or(crate::rpc::Credential::None),
                             session,
                             stateid: self.stateid_of(id, 1),
                             fh,

@@ -130,6 +130,9 @@ pub struct Session {
     /// Linux client keeps one client per minor version and finds the session of a
     /// CB_SEQUENCE among the ones of that version only).
     pub minor: u32,
+    /// The credentials its callbacks carry (csa_sec_parms or BACKCHANNEL_CTL's);
+    /// `None`: it gave none this server speaks, so it cannot be called back.
+    pub cb_cred: Option<crate::rpc::Credential>,
 }
 
 pub struct Client {
@@ -308,6 +311,8 @@ pub struct Recall {
     pub session: [u8; 16],
     /// The session's minor version, for CB_COMPOUND.
     pub minor: u32,
+    /// The credentials the client asked callbacks to carry.
+    pub cred: crate::rpc::Credential,
     pub stateid: Stateid,
     pub fh: Vec<u8>,
 }
@@ -449,6 +454,18 @@ impl V4State {
                 .then(|| s.reply.clone())
                 .flatten()
         })
+    }
+
+    /// An NFSv4.0 operation naming client ID `clientid` from `peer`: a confirmed
+    /// client of that address, whose lease it renews; STALE_CLIENTID otherwise.
+    pub fn renew_minor0(&mut self, clientid: u64, peer: std::net::IpAddr) -> OpResult<()> {
+        match self.clients.get_mut(&clientid) {
+            Some(c) if c.confirmed && c.peer == peer => {
+                c.renewed = Instant::now();
+                Ok(())
+            }
+            _ => Err(Nfs4Error::StaleClientId),
+        }
     }
 
     /// RELEASE_LOCKOWNER: the NFSv4.0 lock owner `owner` of `client` and its lock
