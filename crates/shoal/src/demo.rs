@@ -113,6 +113,9 @@ pub fn run(args: DemoArgs) -> Result<()> {
             "  Linux:  sudo mount -t nfs -o vers=3,proto=tcp,port={port},mountport={port},mountproto=tcp,nolock {host}:{export} /mnt"
         );
         println!(
+            "          sudo mount -t nfs4 -o port={port} {host}:{export} /mnt   (NFSv4: locks work)"
+        );
+        println!(
             "  macOS:  sudo mount -t nfs -o vers=3,tcp,port={port},mountport={port},nolocks {host}:{export} /Volumes/share"
         );
         println!(

@@ -151,8 +151,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         config.shares.push(ShareConfig { dataset, rules });
     }
     serve(&config, |daemon| {
-        for a in daemon.nfs_addrs() {
-            eprintln!("shoal: serving NFSv3, NFSv4.1 and NFSv4.2 on {a}");
+        // NFS first, then the portmapper's addresses (`Daemon::nfs_addrs`).
+        let addrs = daemon.nfs_addrs();
+        if let Some(a) = addrs.first() {
+            eprintln!("shoal: serving NFSv3 (locks through NLM) and NFSv4.0, 4.1 and 4.2 on {a}");
+        }
+        for a in addrs.iter().skip(1) {
+            eprintln!("shoal: portmapper on {a}");
         }
         if let Some(a) = daemon.api_addr() {
             let tls = daemon.state().auth.secure();

@@ -110,7 +110,7 @@ fn kernel_client_mounts_reads_writes_and_survives_a_server_restart() {
     }
     let log = std::fs::read_to_string(state.join("server.log")).unwrap();
     assert_eq!(
-        log.matches("serving NFSv3, NFSv4.1 and NFSv4.2 on 10.99.0.1:2049")
+        log.matches("and NFSv4.0, 4.1 and 4.2 on 10.99.0.1:2049")
             .count(),
         2,
         "the server should have run twice (one restart):\n{log}"
