@@ -52,6 +52,7 @@ fn run(args: &Args, seed: u64) -> f64 {
                             .wrapping_add(1_442_695_040_888_963_407);
                         a.record(Event::Nfs(NfsEvent {
                             version: 3,
+                            minor: 0,
                             op: "read",
                             client: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
                             fsid: 7,

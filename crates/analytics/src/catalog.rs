@@ -22,6 +22,8 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dim {
     Op,
+    /// NFSv4's minor version: `0`, `1`, `2`.
+    Minor,
     Client,
     Share,
     File,
@@ -43,8 +45,9 @@ pub enum Dim {
 }
 
 impl Dim {
-    pub const ALL: [Dim; 19] = [
+    pub const ALL: [Dim; 20] = [
         Dim::Op,
+        Dim::Minor,
         Dim::Client,
         Dim::Share,
         Dim::File,
@@ -68,6 +71,7 @@ impl Dim {
     pub fn name(self) -> &'static str {
         match self {
             Dim::Op => "op",
+            Dim::Minor => "minor",
             Dim::Client => "client",
             Dim::Share => "share",
             Dim::File => "file",
@@ -186,6 +190,7 @@ pub const STATISTICS: &[Statistic] = &[
         divisor: 1,
         dims: &[
             Dim::Op,
+            Dim::Minor,
             Dim::Client,
             Dim::Share,
             Dim::File,
@@ -212,6 +217,7 @@ pub const STATISTICS: &[Statistic] = &[
         divisor: 1,
         dims: &[
             Dim::Op,
+            Dim::Minor,
             Dim::Client,
             Dim::Share,
             Dim::File,
@@ -494,6 +500,9 @@ impl Sample<'_> {
         }
         match (self.event, dim) {
             (Event::Nfs(e), Dim::Op) => Some(RawKey::Name(e.op)),
+            (Event::Nfs(e), Dim::Minor) if e.version == 4 => ["0", "1", "2"]
+                .get(e.minor as usize)
+                .map(|m| RawKey::Name(m)),
             (Event::Nfs(e), Dim::Client) => Some(RawKey::client(e.client)),
             (Event::Nfs(e), Dim::Share) => (e.fsid != 0).then_some(RawKey::Share(e.fsid)),
             (Event::Nfs(e), Dim::File) => (e.fsid != 0).then_some(RawKey::File(e.fsid, e.ino)),
@@ -818,6 +827,7 @@ mod tests {
         for version in [3, 4, NLM_VERSION] {
             events.push(Event::Nfs(NfsEvent {
                 version,
+                minor: 0,
                 op: "read",
                 client: "10.0.0.2".parse().unwrap(),
                 fsid: 1,

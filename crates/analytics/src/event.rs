@@ -21,6 +21,9 @@ pub struct NfsEvent {
     /// The protocol's major version: 3 (counted in `nfs3.*`), 4 (`nfs4.*`), or
     /// `NLM_VERSION` for NLM (`nlm.ops`).
     pub version: u8,
+    /// NFSv4's minor version (0, 1 or 2: the `minor` dimension of `nfs4.*`); 0 for
+    /// NFSv3 and NLM.
+    pub minor: u8,
     /// Procedure or operation name in lower case (`read`, `write`, `getattr`, ...).
     pub op: &'static str,
     pub client: IpAddr,

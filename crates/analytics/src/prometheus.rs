@@ -524,6 +524,7 @@ mod histogram_tests {
                         let (version, op, fsid) = keys[k];
                         totals.add(&Event::Nfs(NfsEvent {
                             version,
+                            minor: 0,
                             op,
                             client: std::net::Ipv4Addr::LOCALHOST.into(),
                             fsid,

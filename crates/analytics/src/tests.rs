@@ -18,6 +18,7 @@ fn client(last: u8) -> IpAddr {
 fn nfs(a: &Analytics, second: u64, op: &'static str, c: u8, ino: u64, bytes: u32, latency_us: u64) {
     a.record(Event::Nfs(NfsEvent {
         version: 3,
+        minor: 0,
         op,
         client: client(c),
         fsid: 7,
@@ -571,6 +572,7 @@ fn run_steps(a: &Analytics, since: u64, t0: u64, steps: &[Step]) -> Vec<(String,
                     a.record(match kind {
                         0 | 1 => Event::Nfs(NfsEvent {
                             version: if kind == 0 { 3 } else { 4 },
+                            minor: (op % 3) as u8,
                             op: OPS[op],
                             client: client(c),
                             fsid: if ino == 0 { 0 } else { 7 },
@@ -708,4 +710,41 @@ fn negative_control_one_event_more_is_seen_by_the_comparison() {
         run_steps(&a, since, t0, &steps),
         run_steps(&b, since, b0, &more)
     );
+}
+
+#[test]
+fn nfs4_operations_break_down_by_minor_version() {
+    let (a, t0) = instance();
+    let since = enable_all(&a, &["nfs4.ops[minor]", "nfs4.ops[minor=0][op]"]);
+    let at = a.epoch + Duration::from_secs(since - t0);
+    for (minor, op, n) in [(0u8, "open", 2), (1, "read", 3), (2, "read", 1)] {
+        for _ in 0..n {
+            a.record(Event::Nfs(NfsEvent {
+                version: 4,
+                minor,
+                op,
+                client: client(1),
+                fsid: 7,
+                ino: 1,
+                bytes: 0,
+                offset: 0,
+                request_bytes: 100,
+                reply_bytes: 100,
+                latency_ns: 1000,
+                at: Ticks::at(at),
+            }));
+        }
+    }
+    // NFSv3 events have no minor version: they are not NFSv4's anyway.
+    nfs(&a, since - t0, "read", 1, 1, 0, 1);
+    a.tick(since + 10);
+    let by_minor = a.query("nfs4.ops[minor]", since, since, None).unwrap();
+    assert_eq!(
+        counts(&by_minor.points[0]),
+        BTreeMap::from([("0".into(), 2), ("1".into(), 3), ("2".into(), 1)])
+    );
+    let v40 = a
+        .query("nfs4.ops[minor=0][op]", since, since, None)
+        .unwrap();
+    assert_eq!(counts(&v40.points[0]), BTreeMap::from([("open".into(), 2)]));
 }

@@ -400,6 +400,7 @@ impl NfsService {
         let at = analytics::Ticks::now();
         a.record(analytics::Event::Nfs(analytics::NfsEvent {
             version: analytics::event::NLM_VERSION,
+            minor: 0,
             op: procedure_name(procedure),
             client: call.peer.ip(),
             fsid: probe.fsid,

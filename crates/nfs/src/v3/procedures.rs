@@ -62,6 +62,7 @@ impl NfsService {
             let at = analytics::Ticks::now();
             a.record(Event::Nfs(NfsEvent {
                 version: 3,
+                minor: 0,
                 op,
                 client: call.peer.ip(),
                 fsid: probe.fsid,

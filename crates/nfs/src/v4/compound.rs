@@ -455,6 +455,7 @@ impl NfsService {
                 op_start = op_end;
                 events.push(NfsEvent {
                     version: 4,
+                    minor: minor as u8,
                     op: op::name(resop),
                     client: call.peer.ip(),
                     fsid: probe.fsid,
