@@ -142,6 +142,19 @@ fn serve(
     }
 }
 
+/// `serve` on a fresh pool, keeping nothing on disk, with a one-second grace.
+fn serve_fresh(client_portmapper: u16) -> Served {
+    let (pool, datasets) = pool_with_share();
+    serve(
+        pool,
+        datasets,
+        1,
+        None,
+        Duration::from_secs(1),
+        client_portmapper,
+    )
+}
+
 /// The results of an accepted, successful reply.
 fn results(reply: &[u8]) -> Decoder<'_> {
     let mut d = Decoder::new(reply);
@@ -279,15 +292,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 #[test]
 fn a_blocked_lock_is_granted_by_a_callback_when_the_holder_unlocks() {
     let machine = client_machine();
-    let (pool, datasets) = pool_with_share();
-    let srv = serve(
-        pool,
-        datasets,
-        1,
-        None,
-        Duration::from_secs(1),
-        machine.port,
-    );
+    let srv = serve_fresh(machine.port);
     let fh = create_file(srv.addr, "f");
     let mut a = Nlm::connect(srv.addr, "host-a");
     let mut b = Nlm::connect(srv.addr, "host-b");
@@ -358,15 +363,7 @@ fn a_blocked_lock_is_granted_by_a_callback_when_the_holder_unlocks() {
 #[test]
 fn asynchronous_calls_are_answered_by_res_calls_to_the_client() {
     let machine = client_machine();
-    let (pool, datasets) = pool_with_share();
-    let srv = serve(
-        pool,
-        datasets,
-        1,
-        None,
-        Duration::from_secs(1),
-        machine.port,
-    );
+    let srv = serve_fresh(machine.port);
     let fh = create_file(srv.addr, "f");
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(300)))
@@ -724,8 +721,7 @@ fn after_a_restart_monitored_clients_are_notified_and_only_reclaims_are_granted_
 
 #[test]
 fn the_portmapper_lists_nlm_and_nsm_on_tcp_and_udp() {
-    let (pool, datasets) = pool_with_share();
-    let srv = serve(pool, datasets, 1, None, Duration::from_secs(1), 1);
+    let srv = serve_fresh(1);
     let mut c = RpcClient::connect(srv.addr).unwrap();
     for (prog, vers, proto, want) in [
         (NLM_PROGRAM, 4, 6, srv.addr.port() as u32),

@@ -545,8 +545,7 @@ impl NfsService {
             return;
         }
         let mut st = self.v4.state.lock().unwrap();
-        let holds = st.lock_owners.values().any(|l| l.client == host) || st.nlm_shares_of(host);
-        if !holds {
+        if !st.nlm_host_holds(host) {
             st.forget_nlm_host(host);
         }
     }

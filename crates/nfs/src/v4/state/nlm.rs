@@ -22,6 +22,9 @@ pub struct NlmHost {
     /// The caller name it gives in its requests (its host name, or an address).
     pub name: String,
     pub addr: IpAddr,
+    /// Its lock owners and share reservations, kept with them, so whether it
+    /// holds anything is known without a scan of every owner and file.
+    held: usize,
 }
 
 /// One NLM share reservation (SHARE): what the holder does with the file (`access`,
@@ -66,6 +69,7 @@ impl V4State {
             NlmHost {
                 name: name.to_string(),
                 addr,
+                held: 0,
             },
         );
         id
@@ -97,6 +101,7 @@ impl V4State {
         }
         let id = self.next_id();
         let owner = svid_owner(svid);
+        self.hold(host, 1);
         self.lock_owner_ids.insert((host, owner.clone(), file), id);
         self.lock_owners.insert(
             id,
@@ -125,8 +130,26 @@ impl V4State {
             return;
         }
         let l = self.lock_owners.remove(&id).expect("looked up above");
+        self.hold(l.client, -1);
         self.lock_owner_ids.remove(&(l.client, l.owner, l.file));
         self.forget_file_if_idle(file);
+    }
+
+    /// Counts a lock owner or share reservation of `host` in (`1`) or out (`-1`).
+    fn hold(&mut self, host: u64, change: isize) {
+        let h = self
+            .nlm_hosts
+            .get_mut(&host)
+            .expect("NLM state belongs to a host");
+        h.held = h
+            .held
+            .checked_add_signed(change)
+            .expect("a host never holds fewer than nothing");
+    }
+
+    /// Whether `host` holds a lock owner or a share reservation anywhere.
+    pub fn nlm_host_holds(&self, host: u64) -> bool {
+        self.nlm_hosts.get(&host).is_some_and(|h| h.held > 0)
     }
 
     /// LOCK for `svid` of `host`: the range is taken (replacing what the owner held
@@ -218,29 +241,32 @@ impl V4State {
             return (false, released);
         }
         let f = self.file(file);
+        let before = f.shares.len();
         f.shares.retain(|s| !(s.host == host && s.owner == owner));
+        let replaced = f.shares.len() != before;
         f.shares.push(NlmShare {
             host,
             owner: owner.to_vec(),
             access,
             deny,
         });
+        if !replaced {
+            self.hold(host, 1);
+        }
         (true, released)
     }
 
     /// UNSHARE: drops the owner's reservation on the file, if any.
     pub fn nlm_unshare(&mut self, host: u64, owner: &[u8], file: FileKey) {
-        if let Some(f) = self.files.get_mut(&file) {
+        let removed = self.files.get_mut(&file).is_some_and(|f| {
+            let before = f.shares.len();
             f.shares.retain(|s| !(s.host == host && s.owner == owner));
+            f.shares.len() != before
+        });
+        if removed {
+            self.hold(host, -1);
         }
         self.forget_file_if_idle(file);
-    }
-
-    /// Whether `host` holds a share reservation anywhere.
-    pub fn nlm_shares_of(&self, host: u64) -> bool {
-        self.files
-            .values()
-            .any(|f| f.shares.iter().any(|s| s.host == host))
     }
 
     /// Drops everything `host` holds, and the host (it restarted, or said FREE_ALL).
