@@ -37,3 +37,4 @@ pub use exports::ExportRules;
 pub use handle::HandleKey;
 pub use service::{HandleIdentity, NfsService, Share, ShareInfo};
 pub use transport::{RpcClient, RpcServer};
+pub use v4::state::Nfs4Status;

@@ -369,7 +369,8 @@ impl NfsService {
     }
 
     /// The NFSv4 lease: a client silent for longer loses its state when another
-    /// client conflicts with it (`LEASE_SECONDS` unless set; tests shorten it).
+    /// client conflicts with it, or once its courtesy is over too
+    /// (`LEASE_SECONDS` unless set; tests shorten it).
     pub fn set_v4_lease(&self, lease: std::time::Duration) {
         self.v4.state.lock().unwrap().set_lease(lease);
         let seconds = lease.as_secs().clamp(1, u32::MAX as u64) as u32;
@@ -383,6 +384,53 @@ impl NfsService {
     pub fn set_v4_id_domain(&self, domain: &str) {
         let map = crate::v4::attrs::IdMap::from_host(domain);
         *self.v4.names.write().unwrap() = Some(Arc::new(map));
+    }
+
+    /// How long past its lease a silent NFSv4 client keeps what it holds while no
+    /// other client needs it (`[nfs] courtesy`; zero: not at all).
+    pub fn set_v4_courtesy(&self, courtesy: std::time::Duration) {
+        self.v4.state.lock().unwrap().set_courtesy(courtesy);
+    }
+
+    /// NFSv4 clients and what they hold, for `shoal status`.
+    pub fn nfs4_status(&self) -> crate::v4::state::Nfs4Status {
+        self.v4
+            .state
+            .lock()
+            .unwrap()
+            .status(std::time::Instant::now())
+    }
+
+    /// Lets go of every NFSv4 client silent past its lease and courtesy (the
+    /// reaper's work, `start_v4_reaper`); how many went.
+    pub fn reap_v4_clients(&self) -> usize {
+        let (reaped, released) = self
+            .v4
+            .state
+            .lock()
+            .unwrap()
+            .reap(std::time::Instant::now());
+        crate::v4::state::release_all(released);
+        reaped
+    }
+
+    /// Starts the thread that runs `reap_v4_clients` every second, so a lease runs
+    /// out on time whether or not the client ever comes back. It ends with the
+    /// service.
+    pub fn start_v4_reaper(self: &Arc<Self>) -> std::io::Result<()> {
+        let weak = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("nfs4-reaper".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                match weak.upgrade() {
+                    Some(service) => {
+                        service.reap_v4_clients();
+                    }
+                    None => return,
+                }
+            })?;
+        Ok(())
     }
 
     /// Keeps the list of NFSv4 clients in `path` (in the state directory) and, if

@@ -427,3 +427,49 @@ fn after_a_restart_a_v40_client_finds_its_ids_stale_and_reclaims_in_grace() {
     );
     assert_eq!(failed_with(&r), st(Nfs4Error::Grace));
 }
+
+/// A 4.0 client silent past its lease (courtesy off) is let go though nobody
+/// conflicted: RENEW answers STALE_CLIENTID, its open stateid is unknown, and it
+/// starts over with SETCLIENTID.
+#[test]
+fn a_silent_v40_client_is_let_go_when_its_lease_ends_with_courtesy_off() {
+    let srv = Server::new();
+    srv.service
+        .set_v4_lease(std::time::Duration::from_millis(300));
+    srv.service.set_v4_courtesy(std::time::Duration::ZERO);
+    let a = srv.client_a();
+    let id = set_up(&a, "linux-a");
+    let dir = root(&a);
+    let r = open(
+        &a,
+        &dir,
+        id,
+        "o",
+        1,
+        "f",
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+    );
+    assert_ok(&r);
+    assert_eq!(srv.service.reap_v4_clients(), 0, "the lease runs");
+    // Only makes the lease run out.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert_eq!(srv.service.reap_v4_clients(), 1);
+    assert_eq!(srv.service.nfs4_status().opens, 0);
+    let mut c = v40("renew");
+    c.renew(id);
+    assert_eq!(failed_with(&a.call(&c)), st(Nfs4Error::StaleClientId));
+    let again = set_up(&a, "linux-a");
+    assert_ne!(again, id);
+    let r = open(
+        &a,
+        &dir,
+        again,
+        "o",
+        1,
+        "f",
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+    );
+    assert_ok(&r);
+}

@@ -56,7 +56,7 @@ fn server_on_devices(sync: &str) -> (Server, Vec<Arc<SimDevice>>, Arc<CrashClock
         .create(DATASET, &[("sync".into(), sync.into())])
         .unwrap();
     pool.sync().unwrap();
-    let service = service_for(&datasets, 1);
+    let service = std::sync::Arc::new(service_for(&datasets, 1));
     let srv = Server {
         service,
         datasets,

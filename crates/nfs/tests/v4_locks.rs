@@ -311,3 +311,81 @@ fn after_its_lease_expires_a_silent_client_keeps_its_session_but_its_lock_statei
         &[st(Nfs4Error::BadStateId)]
     );
 }
+
+/// A locks, then A and B both stay silent past a short lease; with `courtesy`.
+fn silent_past_the_lease(srv: &Server, courtesy: Duration) -> (LockSetup<'_>, Stateid) {
+    srv.service.set_v4_lease(Duration::from_millis(300));
+    srv.service.set_v4_courtesy(courtesy);
+    let mut t = lock_setup(srv);
+    let lock = t.a_locks_0_100();
+    let before = srv.service.nfs4_status();
+    assert_eq!((before.clients, before.opens, before.locks), (2, 2, 1));
+    assert_eq!(before.courtesy, 0, "nobody is past the lease yet");
+    // Only makes the lease run out; nothing below depends on how long it took.
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(srv.service.nfs4_status().courtesy, 2);
+    (t, lock)
+}
+
+/// RFC 8881 section 8.3: a lease runs out on time, conflict or not. With courtesy
+/// off, a silent client is let go when its lease ends though nobody wanted what it
+/// held: its session is gone (BADSESSION) and so are its open and lock.
+#[test]
+fn with_courtesy_off_a_silent_client_is_let_go_when_its_lease_ends_without_any_conflict() {
+    let srv = Server::new();
+    let (mut t, _lock) = silent_past_the_lease(&srv, Duration::ZERO);
+    assert_eq!(srv.service.reap_v4_clients(), 2);
+    let after = srv.service.nfs4_status();
+    assert_eq!(
+        (after.clients, after.sessions, after.opens, after.locks),
+        (0, 0, 0, 0)
+    );
+    let r = t.a_on(|_| {});
+    assert_eq!(r.results[0].status, st(Nfs4Error::BadSession));
+    // Nothing is left to conflict with: a new client locks what A held.
+    let c = srv.client_a();
+    let mut s = c.session("client-c");
+    let root = c.share_root(&mut s);
+    let mut k = s.compound();
+    k.putfh(&root).lookup("d").getfh();
+    let dir = c.ok(&k).last().unwrap().fh().unwrap().to_vec();
+    let (fh, open) = c.open(&mut s, &dir, "f", SHARE_ACCESS_BOTH, SHARE_DENY_NONE, "oc");
+    let clientid = s.clientid;
+    let r = c.on(&mut s, &fh, |k| {
+        k.lock_new(WRITE_LT, 0, 100, &open, clientid, b"lock-c");
+    });
+    assert_ok(&r);
+}
+
+/// The control: the same silence within the courtesy loses nothing; A comes back
+/// to its session, its lock stateid and its lock.
+#[test]
+fn within_its_courtesy_a_silent_client_nobody_conflicts_with_keeps_everything() {
+    let srv = Server::new();
+    let (mut t, lock) = silent_past_the_lease(&srv, Duration::from_secs(3600));
+    assert_eq!(srv.service.reap_v4_clients(), 0);
+    let r = t.a_on(|c| {
+        c.test_stateid(&[lock]);
+    });
+    assert_ok(&r);
+    assert_eq!(r.last().unwrap().test_stateid().unwrap(), &[0]);
+    assert_eq!(r.results[0].sequence().unwrap().status_flags & 0x10, 0);
+    let status = srv.service.nfs4_status();
+    assert_eq!((status.clients, status.locks, status.courtesy), (2, 1, 1));
+}
+
+/// The reaper thread does it on its own, without anyone calling.
+#[test]
+fn the_reaper_lets_a_silent_client_go_on_its_own() {
+    let srv = Server::new();
+    srv.service.start_v4_reaper().unwrap();
+    let (mut t, _lock) = silent_past_the_lease(&srv, Duration::ZERO);
+    // Asking the status renews nobody; the reaper runs every second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while srv.service.nfs4_status().clients > 0 {
+        assert!(std::time::Instant::now() < deadline, "nobody was reaped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = t.b_on(|_| {});
+    assert_eq!(r.results[0].status, st(Nfs4Error::BadSession));
+}

@@ -1,9 +1,11 @@
 //! RFC 8881 rules other clients than Linux rely on, one test a rule: the EXCHANGE_ID
 //! case table (section 18.35.5) as a table, undefined flag bits, which session
-//! operations may follow SEQUENCE, LOOKUPP from a symbolic link, and SECINFO_NO_NAME
-//! for the parent of the root.
+//! operations may follow SEQUENCE, LOOKUPP from a symbolic link, SECINFO_NO_NAME
+//! for the parent of the root, and what may come before RECLAIM_COMPLETE.
 
-use nfs::v4::client::{ChannelAttrs, Compound, SetAttrs};
+use nfs::v4::client::{
+    ChannelAttrs, Claim, Compound, OpenHow, SetAttrs, SHARE_ACCESS_BOTH, SHARE_DENY_NONE, WRITE_LT,
+};
 use nfs::v4::{op, Nfs4Error};
 
 mod common;
@@ -268,4 +270,52 @@ fn lookupp_of_a_symlink_is_symlink_and_secinfo_no_name_of_the_root_s_parent_is_n
     let mut c = s.compound();
     c.putrootfh().secinfo_no_name(false);
     a.ok(&c);
+}
+
+/// Section 18.51.3: a new client ID takes no new locking state before its
+/// RECLAIM_COMPLETE (OPEN and LOCK answer GRACE, grace period or not); after it,
+/// no reclaim (NO_GRACE) and no second RECLAIM_COMPLETE (COMPLETE_ALREADY).
+#[test]
+fn nothing_is_locked_before_reclaim_complete_and_nothing_reclaimed_after_it() {
+    let srv = Server::new();
+    let a = srv.client_a();
+    let mut s = a.session_to_reclaim("client-a");
+    let root = a.share_root(&mut s);
+    // Not locking state: a directory is made and looked at.
+    let mut c = s.compound();
+    c.putfh(&root).mkdir("d", &SetAttrs::mode(0o755)).getfh();
+    let dir = a.ok(&c).last().unwrap().fh().unwrap().to_vec();
+    let mut c = s.compound();
+    c.putfh(&dir).open(
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+        s.clientid,
+        b"o",
+        &OpenHow::Unchecked(SetAttrs::mode(0o644)),
+        &Claim::Null("f"),
+    );
+    assert_eq!(failed_with(&a.call(&c)), st(Nfs4Error::Grace));
+    let mut c = s.compound();
+    c.reclaim_complete(false);
+    a.ok(&c);
+    let (fh, open) = a.open(&mut s, &dir, "f", SHARE_ACCESS_BOTH, SHARE_DENY_NONE, "o");
+    let clientid = s.clientid;
+    let r = a.on(&mut s, &fh, |c| {
+        c.lock_new(WRITE_LT, 0, 1, &open, clientid, b"l");
+    });
+    assert_ok(&r);
+    let r = a.on(&mut s, &fh, |c| {
+        c.open(
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE,
+            clientid,
+            b"o2",
+            &OpenHow::NoCreate,
+            &Claim::Previous,
+        );
+    });
+    assert_eq!(failed_with(&r), st(Nfs4Error::NoGrace));
+    let mut c = s.compound();
+    c.reclaim_complete(false);
+    assert_eq!(failed_with(&a.call(&c)), st(Nfs4Error::CompleteAlready));
 }

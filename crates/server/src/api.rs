@@ -401,6 +401,9 @@ pub struct Status {
     /// NFSv3 locking (NLM) and the status monitor.
     #[serde(default)]
     pub nlm: Option<nfs::nlm::NlmStatus>,
+    /// NFSv4 clients and what they hold.
+    #[serde(default)]
+    pub nfs4: Option<nfs::Nfs4Status>,
     pub api: String,
     pub pools: Vec<PoolSummary>,
     pub shares: Vec<nfs::ShareInfo>,
@@ -468,6 +471,7 @@ async fn status(State(s): State<Shared>) -> ApiResult<Status> {
             nfs: s.nfs_addrs.iter().map(|a| a.to_string()).collect(),
             portmapper: s.portmapper.clone(),
             nlm: Some(s.service.nlm_status()),
+            nfs4: Some(s.service.nfs4_status()),
             api: s
                 .api_addr
                 .lock()

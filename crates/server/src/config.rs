@@ -5,6 +5,7 @@
 //! listen = "0.0.0.0:2049"      # NFS and MOUNT, on one port
 //! portmapper = "auto"         # answer GETPORT on port 111 ("auto", "off" or an address)
 //! grace_period = "90s"         # after a restart: clients reclaim their locks first
+//! courtesy = "1d"              # NFSv4 state kept past a silent client's lease ("off")
 //! workers = 16                 # threads running NFS calls
 //! id_domain = "example.org"    # NFSv4 owners as name@example.org (default: numbers)
 //!
@@ -46,6 +47,11 @@ pub struct NfsConfig {
     /// (NLM; NFSv4 clients end it sooner when every one of them is done).
     #[serde(default = "default_grace", deserialize_with = "duration")]
     pub grace_period: std::time::Duration,
+    /// How long past its lease a silent NFSv4 client keeps its opens, locks and
+    /// delegations while no other client needs them (one that does revokes them at
+    /// once); then they are let go. `off`: when the lease runs out.
+    #[serde(default = "default_courtesy", deserialize_with = "duration_or_off")]
+    pub courtesy: std::time::Duration,
     /// The port of client machines' portmappers, where their lock managers and status
     /// monitors are looked up (111; only tests change it, through a hidden flag).
     #[serde(skip, default = "default_client_portmapper")]
@@ -72,6 +78,26 @@ fn default_client_portmapper() -> u16 {
 
 fn default_grace() -> std::time::Duration {
     std::time::Duration::from_secs(90)
+}
+
+fn default_courtesy() -> std::time::Duration {
+    std::time::Duration::from_secs(24 * 3600)
+}
+
+/// A duration (`parse_duration`), or `off` for none.
+pub fn parse_duration_or_off(s: &str) -> Result<std::time::Duration, String> {
+    if s.trim() == "off" {
+        Ok(std::time::Duration::ZERO)
+    } else {
+        parse_duration(s).map_err(|e| format!("{e}, or \"off\""))
+    }
+}
+
+fn duration_or_off<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::time::Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration_or_off(&s).map_err(serde::de::Error::custom)
 }
 
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
@@ -131,6 +157,7 @@ impl Default for NfsConfig {
             listen: default_listen(),
             portmapper: Portmapper::default(),
             grace_period: default_grace(),
+            courtesy: default_courtesy(),
             client_portmapper: default_client_portmapper(),
             workers: default_workers(),
             id_domain: None,
@@ -423,6 +450,12 @@ mod tests {
         let g = ServeConfig::parse("[nfs]\ngrace_period = \"15s\"\n").unwrap();
         assert_eq!(g.nfs.grace_period, std::time::Duration::from_secs(15));
         assert!(ServeConfig::parse("[nfs]\ngrace_period = \"0s\"\n").is_err());
+        let c = ServeConfig::parse("[nfs]\ncourtesy = \"off\"\n").unwrap();
+        assert_eq!(c.nfs.courtesy, std::time::Duration::ZERO);
+        let c = ServeConfig::parse("[nfs]\ncourtesy = \"2h\"\n").unwrap();
+        assert_eq!(c.nfs.courtesy, std::time::Duration::from_secs(7200));
+        let e = ServeConfig::parse("[nfs]\ncourtesy = \"soon\"\n").unwrap_err();
+        assert!(e.to_string().contains("or \"off\""), "{e}");
         assert_eq!(c.api.listen, Some("127.0.0.1:8080".parse().unwrap()));
         let off = ServeConfig::parse("[api]\nlisten = \"off\"\n").unwrap();
         assert_eq!(off.api.listen, None);
@@ -449,6 +482,7 @@ mod tests {
         let c = ServeConfig::parse(include_str!("../../../dist/shoal.toml")).unwrap();
         assert_eq!(c.nfs.portmapper, Portmapper::Auto);
         assert_eq!(c.nfs.grace_period, std::time::Duration::from_secs(90));
+        assert_eq!(c.nfs.courtesy, std::time::Duration::from_secs(86_400));
         assert_eq!(c.api, ApiConfig::default());
     }
 }

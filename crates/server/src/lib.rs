@@ -419,6 +419,10 @@ impl Daemon {
         service
             .enable_v4_recovery_with_grace(state_dir.join("nfs4-clients"), config.nfs.grace_period)
             .map_err(|e| ServerError::Config(format!("NFSv4 client list: {e}")))?;
+        service.set_v4_courtesy(config.nfs.courtesy);
+        service
+            .start_v4_reaper()
+            .map_err(|e| ServerError::Io("starting the NFSv4 lease reaper".into(), e))?;
         let analytics = analytics::Analytics::new();
         analytics.set_names(Arc::new(nfs::names::ShareNames::new(Arc::downgrade(
             &service,

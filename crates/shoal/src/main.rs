@@ -94,7 +94,7 @@ enum Command {
     /// Unmount a shoal filesystem; its mount process commits and exits.
     Unmount { mountpoint: std::path::PathBuf },
     /// Run the daemon: serve shared filesystems over NFSv3, NFSv4.1 and NFSv4.2 until SIGTERM.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Try shoal: a pool of device files under ./shoal-demo, a filesystem shared over
     /// NFS, served until Ctrl-C; prints how to mount it.
     Demo(demo::DemoArgs),
@@ -180,7 +180,7 @@ fn main() {
             options,
         } => mount_cmd::mount(&dataset, &mountpoint, &options),
         Command::Unmount { mountpoint } => mount_cmd::unmount(&mountpoint),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Demo(args) => demo::run(args),
         Command::Share(cmd) => share_cmd::run(cmd),
         Command::Status { json } => share_cmd::status(json),

@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// (default 90s), e.g. `30s`.
     #[arg(long, value_parser = server::config::parse_duration)]
     grace_period: Option<std::time::Duration>,
+    /// How long past its lease a silent NFSv4 client keeps its opens and locks
+    /// while no other client needs them (default 1d), or `off`.
+    #[arg(long, value_parser = server::config::parse_duration_or_off)]
+    courtesy: Option<std::time::Duration>,
     /// The port client machines' portmappers answer on (tests run theirs elsewhere
     /// than 111).
     #[arg(long, hide = true)]
@@ -138,6 +142,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     if let Some(g) = args.grace_period {
         config.nfs.grace_period = g;
+    }
+    if let Some(c) = args.courtesy {
+        config.nfs.courtesy = c;
     }
     if let Some(p) = args.client_portmapper {
         config.nfs.client_portmapper = p;

@@ -3,7 +3,7 @@
 //! changes are kept in the daemon's state directory and come back after a restart.
 
 use crate::admin::{daemon_for, share_set};
-use crate::units::human;
+use crate::units::{human, span};
 use anyhow::Result;
 use clap::Subcommand;
 use server::api::Status;
@@ -78,7 +78,7 @@ pub fn status(json: bool) -> Result<()> {
         return Ok(());
     }
     println!("shoal {} (pid {}), API on {}", st.version, st.pid, st.api);
-    println!("NFS (v3, v4.1, v4.2) on {}", st.nfs.join(", "));
+    println!("NFS (v3, v4.0, v4.1, v4.2) on {}", st.nfs.join(", "));
     println!("portmapper: {}", st.portmapper);
     if let Some(n) = &st.nlm {
         println!(
@@ -91,6 +91,20 @@ pub fn status(json: bool) -> Result<()> {
             } else {
                 ""
             }
+        );
+    }
+    if let Some(n) = &st.nfs4 {
+        let courtesy = match (n.courtesy, n.courtesy_seconds) {
+            (_, 0) => String::new(),
+            (0, _) => format!(
+                "; silent clients kept {} past their lease",
+                span(n.courtesy_seconds)
+            ),
+            (c, _) => format!("; {c} past their lease, kept by courtesy"),
+        };
+        println!(
+            "NFSv4: {} clients, {} sessions, {} opens, {} locks, {} delegations{courtesy}",
+            n.clients, n.sessions, n.opens, n.locks, n.delegations
         );
     }
     for p in &st.pools {

@@ -1,4 +1,5 @@
-//! Human sizes: parsing `64M`, `1G`, `1.5TiB` and printing `1.2G`.
+//! Human sizes: parsing `64M`, `1G`, `1.5TiB` and printing `1.2G`; spans of time as
+//! the configuration writes them (`1d`, `90s`).
 
 use anyhow::Result;
 
@@ -23,6 +24,18 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+/// A span of seconds in the largest unit that holds it whole, as in the
+/// configuration (`1d`, `2h`, `90s`).
+pub fn span(seconds: u64) -> String {
+    match seconds {
+        0 => "0s".into(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +50,9 @@ mod tests {
         assert!(parse_size("1Q").is_err());
         assert_eq!(human(1536), "1.5K");
         assert_eq!(human(100 << 30), "100G");
+        assert_eq!(span(86_400), "1d");
+        assert_eq!(span(7_200), "2h");
+        assert_eq!(span(90), "90s");
+        assert_eq!(span(120), "2m");
     }
 }

@@ -76,6 +76,8 @@ impl NfsService {
             self.v4.state.lock().unwrap().may_reclaim(client)?;
         } else if self.in_grace() {
             return Err(Nfs4Error::Grace.into());
+        } else {
+            self.v4.state.lock().unwrap().may_lock_new(client)?;
         }
         let key = open_file_key(&t);
         // A delegation's holder may be caching locks of its own: it tells them

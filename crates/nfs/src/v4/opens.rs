@@ -103,6 +103,8 @@ impl NfsService {
             self.v4.state.lock().unwrap().may_reclaim(client)?;
         } else if self.in_grace() {
             return Err(Nfs4Error::Grace.into());
+        } else {
+            self.v4.state.lock().unwrap().may_lock_new(client)?;
         }
         let mut attrset = Bitmap::default();
         let mut created = false;

@@ -41,7 +41,7 @@ pub fn root_cred() -> Credential {
 
 /// A service sharing `tank/home/share` read-write to everyone, on a fresh pool.
 pub struct Server {
-    pub service: NfsService,
+    pub service: Arc<NfsService>,
     pub datasets: fs::Datasets,
     pub _pool: Arc<Pool>,
 }
@@ -49,7 +49,7 @@ pub struct Server {
 impl Server {
     pub fn new() -> Server {
         let (pool, datasets) = pool_with_share();
-        let service = service_for(&datasets, 1);
+        let service = Arc::new(service_for(&datasets, 1));
         Server {
             service,
             datasets,
@@ -60,7 +60,7 @@ impl Server {
     /// A restart: a new service (another boot) over the same pool, handle key and
     /// share, keeping its NFSv4 client list in `clients`.
     pub fn restart(&mut self, clients: &std::path::Path) {
-        let service = service_for(&self.datasets, 2);
+        let service = Arc::new(service_for(&self.datasets, 2));
         // The old service goes first (its client list is written when it goes), as a
         // daemon stops before the next one starts.
         drop(std::mem::replace(&mut self.service, service));
@@ -123,7 +123,7 @@ impl<'a> Client<'a> {
     /// The reply to a record, as bytes; the server must answer with the call's xid.
     pub fn send_record(&self, record: &[u8]) -> Vec<u8> {
         let reply = answer_record(
-            &self.srv.service,
+            &*self.srv.service,
             self.peer,
             record,
             analytics::Ticks::now(),

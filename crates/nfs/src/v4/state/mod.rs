@@ -11,7 +11,9 @@
 //! Stateids and client IDs carry this boot's number, so after a restart every old one
 //! is refused (BAD_STATEID, STALE_CLIENTID) and clients establish new state; nothing of
 //! this is on disk yet. Leases are courteous: a client that stopped renewing keeps its
-//! state until another client conflicts with it, and only then loses all of it.
+//! state until another client conflicts with it (then its state is revoked: its
+//! stateids answer EXPIRED) or until its courtesy runs out too (`reap`: then the
+//! client and all it held are let go).
 //!
 //! Delegations: a client opening a file only to read it may get a read delegation
 //! (`grant_read_deleg`) when it has a back channel and nobody writes the file; any
@@ -36,6 +38,12 @@
 
 use super::recovery::Recovery;
 use super::{Nfs4Error, OpResult, LEASE_SECONDS};
+
+/// How long past its lease a silent client keeps what it holds while nobody else
+/// needs it, unless `[nfs] courtesy` says otherwise: a day, as the Linux server
+/// keeps its courtesy clients, so a client cut off for a night's network outage
+/// keeps its opens and locks.
+pub const DEFAULT_COURTESY: Duration = Duration::from_secs(24 * 3600);
 use fs::Filesystem;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -245,6 +253,23 @@ pub struct Range {
     pub end: u64,
 }
 
+/// What `shoal status` shows of NFSv4 state (`V4State::status`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Nfs4Status {
+    /// Confirmed client IDs (4.0 and 4.1/4.2 alike).
+    pub clients: usize,
+    /// Of those, clients past their lease that keep their state by courtesy.
+    pub courtesy: usize,
+    pub sessions: usize,
+    pub opens: usize,
+    /// Byte ranges NFSv4 lock owners hold.
+    pub locks: usize,
+    pub delegations: usize,
+    pub lease_seconds: u64,
+    /// How long past its lease a silent client keeps its state (0: not at all).
+    pub courtesy_seconds: u64,
+}
+
 /// Who holds a conflicting lock (LOCK4denied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denied {
@@ -346,6 +371,9 @@ pub struct V4State {
     /// to a file pays for a look at delegations only while some exist.
     pub deleg_count: Arc<std::sync::atomic::AtomicUsize>,
     lease: Duration,
+    /// How long past its lease a silent client keeps its state while nobody needs
+    /// it (`reap`); zero: its state goes when the lease runs out.
+    courtesy: Duration,
     /// Recovery after a restart (see `Recovery`).
     pub recovery: Recovery,
     /// NLM hosts (NFSv3 clients that lock), by id; ids share the space of client
@@ -399,6 +427,7 @@ impl V4State {
             delegs_by_client: HashMap::new(),
             deleg_count: Arc::default(),
             lease: Duration::from_secs(LEASE_SECONDS as u64),
+            courtesy: DEFAULT_COURTESY,
             recovery: Recovery::default(),
             nlm_hosts: HashMap::new(),
             nlm_host_ids: HashMap::new(),
@@ -496,6 +525,65 @@ impl V4State {
     /// The lease (tests shorten it to see expiry).
     pub fn set_lease(&mut self, lease: Duration) {
         self.lease = lease;
+    }
+
+    /// How long past its lease a silent client keeps its state while nobody needs
+    /// it (`[nfs] courtesy`).
+    pub fn set_courtesy(&mut self, courtesy: Duration) {
+        self.courtesy = courtesy;
+    }
+
+    /// What `shoal status` shows of NFSv4 clients now.
+    pub fn status(&self, now: Instant) -> Nfs4Status {
+        let courtesy = self
+            .clients
+            .values()
+            .filter(|c| c.confirmed && now.saturating_duration_since(c.renewed) > self.lease)
+            .count();
+        let locks = self
+            .files
+            .values()
+            .flat_map(|f| &f.ranges)
+            .filter(|r| {
+                self.lock_owners
+                    .get(&r.lock)
+                    .is_some_and(|l| !self.nlm_hosts.contains_key(&l.client))
+            })
+            .count();
+        Nfs4Status {
+            clients: self.clients.values().filter(|c| c.confirmed).count(),
+            courtesy,
+            sessions: self.sessions.len(),
+            opens: self.opens.len(),
+            locks,
+            delegations: self.delegs.len(),
+            lease_seconds: self.lease.as_secs(),
+            courtesy_seconds: self.courtesy.as_secs(),
+        }
+    }
+
+    /// Lets go of every client silent for longer than its lease and the courtesy
+    /// after it: its client ID, sessions, opens, locks and delegations go (its
+    /// next SEQUENCE gets BADSESSION, its next RENEW STALE_CLIENTID, and it starts
+    /// over; what it held is lost to it, as RFC 8881 section 8.3 allows once the
+    /// lease has run out). Returns how many went and what they held open.
+    pub fn reap(&mut self, now: Instant) -> (usize, Vec<Release>) {
+        let limit = self.lease.saturating_add(self.courtesy);
+        let silent: Vec<u64> = self
+            .clients
+            .values()
+            .filter(|c| now.saturating_duration_since(c.renewed) > limit)
+            .map(|c| c.id)
+            .collect();
+        let mut released = Vec::new();
+        for &id in &silent {
+            tracing::info!(
+                client = id,
+                "NFSv4 client silent past its lease and courtesy: its state is let go"
+            );
+            released.extend(self.purge_client(id));
+        }
+        (silent.len(), released)
     }
 
     /// A new id, unpredictable and unused by any client, open or lock owner.
@@ -616,6 +704,17 @@ impl V4State {
                 self.recovery.confirmed.remove(&o);
             }
             self.recovery.save();
+        }
+    }
+
+    /// Whether `client` may take new locking state (a non-reclaim OPEN or LOCK):
+    /// a 4.1/4.2 client only after its RECLAIM_COMPLETE (RFC 8881 section 18.51.3:
+    /// GRACE before it, grace period or not, so a client can never take state
+    /// that one of its own reclaims would have needed). 4.0 has no such operation.
+    pub fn may_lock_new(&self, client: u64) -> OpResult<()> {
+        match self.clients.get(&client) {
+            Some(c) if c.minor >= 1 && !c.reclaim_complete => Err(Nfs4Error::Grace),
+            _ => Ok(()),
         }
     }
 
