@@ -11,7 +11,7 @@ E=${EXPORT:?}
 LK=${FCNTL_LOCK:?}
 M=/mnt/share
 M2=/mnt/share2
-mkdir -p $M $M2
+mkdir -p $M $M2 /mnt/v3
 fail() { echo "FAILED: $*"; exit 1; }
 step() { echo "ok: $*"; }
 same() { [ "$(md5sum < "$1")" = "$(md5sum < "$2")" ] || fail "$1 and $2 differ"; }
@@ -93,6 +93,23 @@ flock -n -x $M2/lockfile true && fail "conflicting flock granted"
 wait $holder
 flock -n -x $M2/lockfile true || fail "flock still held after its holder exited"
 step "fcntl and flock locks conflict between mounts at the server and go at close"
+
+# A read delegation (the server probed the client's callback service at mount), then
+# a write over NFSv3 to the same file: the server recalls the delegation on a
+# connection of its own to the guest's callback service, the v3 write waits
+# (JUKEBOX) until it is returned, and the 4.0 client sees the new data.
+mount -t nfs -o vers=3,proto=tcp,addr=10.99.0.1,port=2049,mountproto=tcp,mountport=2049,nolock \
+    10.99.0.1:$E /mnt/v3
+echo before > $M/dfile
+sleep 1
+[ "$(cat $M/dfile)" = before ] || fail "dfile before"
+exec 5< $M/dfile
+echo after > /mnt/v3/dfile
+exec 5<&-
+[ "$(cat $M/dfile)" = after ] || fail "the 4.0 client kept stale data: $(cat $M/dfile)"
+umount /mnt/v3
+rm $M/dfile
+step "read delegation recalled over the callback path for an NFSv3 write"
 
 # Restart the server under the mount with a file open and a lock held: the client
 # finds its client ID stale, sets itself up again and reclaims both in the grace period.

@@ -473,3 +473,320 @@ fn a_silent_v40_client_is_let_go_when_its_lease_ends_with_courtesy_off() {
     );
     assert_ok(&r);
 }
+
+/// A 4.0 client's callback service: answers CB_NULL and CB_COMPOUND, keeping each
+/// call's record.
+struct CallbackService {
+    calls: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// The statuses of the next CB_COMPOUNDs' answers, in turn (then NFS4_OK).
+    statuses: std::sync::Mutex<std::collections::VecDeque<u32>>,
+}
+
+impl CallbackService {
+    fn new(statuses: &[u32]) -> std::sync::Arc<CallbackService> {
+        std::sync::Arc::new(CallbackService {
+            calls: std::sync::Mutex::new(Vec::new()),
+            statuses: std::sync::Mutex::new(statuses.iter().copied().collect()),
+        })
+    }
+
+    /// The CB_COMPOUND calls so far.
+    fn compounds(&self) -> Vec<Vec<u8>> {
+        let calls = self.calls.lock().unwrap();
+        calls
+            .iter()
+            .filter(|r| nfs::rpc::decode_call(r).unwrap().procedure == 1)
+            .cloned()
+            .collect()
+    }
+
+    /// Serves on a loopback port: the server and the universal address naming it.
+    fn serve(self: &std::sync::Arc<Self>) -> (nfs::transport::RpcServer, String) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = nfs::transport::RpcServer::start(vec![listener], self.clone(), 2).unwrap();
+        (server, format!("127.0.0.1.{}.{}", port >> 8, port & 0xff))
+    }
+}
+
+impl nfs::transport::Service for CallbackService {
+    fn call(&self, call: &nfs::transport::Call<'_>) -> Option<nfs::transport::Reply> {
+        self.calls.lock().unwrap().push(call.record.to_vec());
+        let mut e = call.reply(nfs::rpc::Accept::Success);
+        if call.header.procedure == 1 {
+            // CB_COMPOUND4res: status, tag, no results.
+            let status = self.statuses.lock().unwrap().pop_front().unwrap_or(0);
+            e.u32(status).opaque(b"").u32(0);
+        }
+        Some(nfs::transport::Reply::new(e))
+    }
+}
+
+/// Waits until `cb` has had `n` CB_COMPOUNDs: them.
+fn wait_for_compounds(cb: &CallbackService, n: usize) -> Vec<Vec<u8>> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let got = cb.compounds();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{} CB_COMPOUNDs of {n}",
+            got.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// 4.0 client `a` (with its callback service `cb` answering) opens `d/f` for reading
+/// and writing until it gets a write delegation (once the probe went through): the
+/// file's handle, the open and the delegation stateids.
+fn write_delegation(a: &Client<'_>, id: u64) -> (Vec<u8>, nfs::v4::client::Stateid) {
+    let dir = root(a);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    for round in 1.. {
+        let owner = format!("writer-{round}");
+        let mut c = v40("open");
+        c.putfh(&dir).seq(1).open(
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE,
+            id,
+            owner.as_bytes(),
+            &OpenHow::Unchecked(SetAttrs::mode(0o644)),
+            &Claim::Null("f"),
+        );
+        c.getfh();
+        let r = a.ok(&c);
+        let fh = r.last().unwrap().fh().unwrap().to_vec();
+        let o = r.find(op::OPEN).unwrap().open().unwrap().clone();
+        if o.delegation == 2 {
+            return (fh, o.delegation_stateid.unwrap());
+        }
+        let mut c = v40("close");
+        c.putfh(&fh).seq(2).close(&o.stateid);
+        a.ok(&c);
+        assert!(
+            std::time::Instant::now() < until,
+            "no write delegation after the probe"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    unreachable!()
+}
+
+/// A 4.0 COMPOUND names no client when it carries no client ID or stateid (PUTFH,
+/// GETATTR): the holder of a write delegation asking its own file's size must not
+/// have it recalled (4.0 knows the caller only by its address), while another
+/// client asking does. And a client that answers a recall BADHANDLE (it has not
+/// seen the OPEN reply yet) is asked again.
+#[test]
+fn a_v40_holder_s_own_getattr_keeps_its_delegation_and_a_recall_it_does_not_know_yet_is_sent_again()
+{
+    let srv = Server::new();
+    srv.start_threads();
+    // The first recall is answered BADHANDLE, the next one OK.
+    let cb = CallbackService::new(&[10001]);
+    let (_cb_server, r_addr) = cb.serve();
+    let a = srv.client_a();
+    let id = set_up_with_callback(&a, "linux-a", &r_addr);
+    let (fh, deleg) = write_delegation(&a, id);
+    let mut c = v40("getattr");
+    c.putfh(&fh)
+        .getattr(&[nfs::v4::client::attr::SIZE, nfs::v4::client::attr::CHANGE]);
+    a.ok(&c);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        cb.compounds().len(),
+        0,
+        "the holder's own GETATTR recalled its delegation"
+    );
+    // Another client's GETATTR of the size waits for the delegation to come back.
+    let b = srv.client_b();
+    let mut sb = b.session("linux-b");
+    let mut c = sb.compound();
+    c.putfh(&fh).getattr(&[nfs::v4::client::attr::SIZE]);
+    assert_eq!(failed_with(&b.call(&c)), st(Nfs4Error::Delay));
+    let recalls = wait_for_compounds(&cb, 2);
+    for r in &recalls {
+        let h = nfs::rpc::decode_call(r).unwrap();
+        let mut d = nfs::xdr::Decoder::new(&r[h.args_at..]);
+        d.opaque(1024).unwrap();
+        assert_eq!(d.u32().unwrap(), 0, "minor version 0");
+        d.u32().unwrap();
+        d.u32().unwrap();
+        assert_eq!(d.u32().unwrap(), 4, "CB_RECALL");
+        assert_eq!(nfs::v4::client::Stateid::decode(&mut d).unwrap(), deleg);
+    }
+    let mut c = v40("delegreturn");
+    c.putfh(&fh).delegreturn(&deleg);
+    a.ok(&c);
+    let mut c = sb.compound();
+    c.putfh(&fh).getattr(&[nfs::v4::client::attr::SIZE]);
+    b.ok(&c);
+}
+
+const CB_PROGRAM: u32 = 0x4000_0123;
+
+/// SETCLIENTID naming `r_addr` as the callback service, and its confirmation.
+fn set_up_with_callback(cl: &Client<'_>, owner: &str, r_addr: &str) -> u64 {
+    let mut c = v40("setclientid");
+    c.setclientid_cb(
+        b"verifier",
+        owner.as_bytes(),
+        CB_PROGRAM,
+        r_addr.as_bytes(),
+        77,
+    );
+    let Res::SetClientId { clientid, confirm } = cl.ok(&c).results[0].res.clone() else {
+        panic!("no SETCLIENTID results");
+    };
+    let mut c = v40("confirm");
+    c.setclientid_confirm(clientid, &confirm);
+    cl.ok(&c);
+    clientid
+}
+
+#[test]
+fn a_v40_client_whose_callback_path_answers_gets_delegations_and_their_recalls() {
+    let srv = Server::new();
+    srv.start_threads();
+    let cb = CallbackService::new(&[]);
+    let (_cb_server, r_addr) = cb.serve();
+    let (a, b) = (srv.client_a(), srv.client_b());
+    let id = set_up_with_callback(&a, "linux-a", &r_addr);
+    let dir = root(&a);
+    // The file, made and closed by a 4.1 client that wants no delegation.
+    let mut sb = b.session("linux-b");
+    let bdir = b.share_root(&mut sb);
+    let (_, made) = b.open(
+        &mut sb,
+        &bdir,
+        "f",
+        SHARE_ACCESS_BOTH | 0x0400,
+        SHARE_DENY_NONE,
+        "mk",
+    );
+    let fh = {
+        let mut c = sb.compound();
+        c.putfh(&bdir).lookup("f").getfh();
+        b.ok(&c).last().unwrap().fh().unwrap().to_vec()
+    };
+    let mut c = sb.compound();
+    c.putfh(&fh).close(&made);
+    b.ok(&c);
+    // Once the probe (CB_NULL) is answered, a read open gets a read delegation.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut round = 0;
+    let deleg = loop {
+        // A fresh open owner each round, so each starts its own sequence.
+        round += 1;
+        let owner = format!("reader-{round}");
+        let r = open(
+            &a,
+            &dir,
+            id,
+            &owner,
+            1,
+            "f",
+            SHARE_ACCESS_READ,
+            SHARE_DENY_NONE,
+        );
+        let o = r.find(op::OPEN).unwrap().open().unwrap().clone();
+        if o.delegation == 1 {
+            break o.delegation_stateid.unwrap();
+        }
+        // Not yet probed: give the open back and try again.
+        let mut c = v40("close");
+        c.putfh(&fh).seq(2).close(&o.stateid);
+        a.ok(&c);
+        assert!(
+            std::time::Instant::now() < until,
+            "no delegation after the probe"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let first = cb.calls.lock().unwrap()[0].clone();
+    let h = nfs::rpc::decode_call(&first).unwrap();
+    assert_eq!(
+        (h.program, h.version, h.procedure),
+        (CB_PROGRAM, 1, 0),
+        "CB_NULL first"
+    );
+    // A writer: DELAY for it, CB_RECALL (minor 0, callback_ident 77, no CB_SEQUENCE)
+    // on a connection the server opened to the 4.0 client.
+    let mut c = sb.compound();
+    c.putfh(&bdir).open(
+        SHARE_ACCESS_WRITE,
+        SHARE_DENY_NONE,
+        sb.clientid,
+        b"writer",
+        &OpenHow::NoCreate,
+        &Claim::Null("f"),
+    );
+    assert_eq!(failed_with(&b.call(&c)), st(Nfs4Error::Delay));
+    let recall = wait_for_compounds(&cb, 1)[0].clone();
+    let h = nfs::rpc::decode_call(&recall).unwrap();
+    let mut d = nfs::xdr::Decoder::new(&recall[h.args_at..]);
+    d.opaque(1024).unwrap();
+    assert_eq!(d.u32().unwrap(), 0, "minor version 0");
+    assert_eq!(d.u32().unwrap(), 77, "the client's callback_ident");
+    assert_eq!(d.u32().unwrap(), 1, "CB_RECALL alone");
+    assert_eq!(d.u32().unwrap(), 4, "CB_RECALL");
+    assert_eq!(nfs::v4::client::Stateid::decode(&mut d).unwrap(), deleg);
+    // Returned, the writer goes ahead.
+    let mut c = v40("delegreturn");
+    c.putfh(&fh).delegreturn(&deleg);
+    a.ok(&c);
+    let mut c = sb.compound();
+    c.putfh(&bdir).open(
+        SHARE_ACCESS_WRITE,
+        SHARE_DENY_NONE,
+        sb.clientid,
+        b"writer",
+        &OpenHow::NoCreate,
+        &Claim::Null("f"),
+    );
+    b.ok(&c);
+}
+
+#[test]
+fn a_v40_client_whose_callback_path_is_down_gets_no_delegation() {
+    let srv = Server::new();
+    srv.start_threads();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let a = srv.client_a();
+    let id = set_up_with_callback(
+        &a,
+        "linux-a",
+        &format!("127.0.0.1.{}.{}", port >> 8, port & 0xff),
+    );
+    let dir = root(&a);
+    assert_ok(&open(
+        &a,
+        &dir,
+        id,
+        "maker",
+        1,
+        "f",
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let r = open(
+        &a,
+        &dir,
+        id,
+        "reader",
+        1,
+        "f",
+        SHARE_ACCESS_READ,
+        SHARE_DENY_NONE,
+    );
+    assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+}

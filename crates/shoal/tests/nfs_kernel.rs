@@ -245,12 +245,19 @@ fn kernel_client_v40_mounts_locks_and_reclaims_after_a_restart() {
         "ok: create, rename, link, symlink, chmod, chown, truncate, remove",
         "ok: tar round trip of",
         "ok: fcntl and flock locks conflict between mounts at the server and go at close",
+        "ok: read delegation recalled over the callback path for an NFSv3 write",
         "ok: server restarted under the mount; open file and lock reclaimed",
         "ok: unmount",
         "kernel client v4.0: all steps passed",
     ] {
         assert!(out.contains(step), "missing step {step:?} in:\n{out}");
     }
+    // The recall went to the guest's callback service and was answered.
+    let log = std::fs::read_to_string(state.join("server.log")).unwrap();
+    assert!(
+        log.contains("delegation recalled (CB_RECALL answered)"),
+        "{log}"
+    );
     let check = ok(&state, &["pool", "check", "tank"]);
     assert!(check.contains("no problems found"), "{check}");
 }

@@ -1,6 +1,7 @@
 //! Read and write delegations: granting one at OPEN, DELEGRETURN, and recalling them
 //! over the back channel (CB_COMPOUND of CB_SEQUENCE and CB_RECALL, RFC 8881 sections
-//! 10.4, 20.2 and 20.9) when anyone else, over NFSv4 or NFSv3, changes the file or
+//! 10.4, 20.2 and 20.9; for a 4.0 client CB_RECALL alone with its callback_ident,
+//! RFC 7530 section 16.2) when anyone else, over NFSv4 or NFSv3, changes the file or
 //! locks it, or (a write delegation) reads it: opens it, READs it, or asks for its
 //! size or change attribute.
 //!
@@ -15,7 +16,9 @@
 //! A change that meets a delegation is answered DELAY (NFSv3: JUKEBOX) while the
 //! recall is out; the client retries, and goes ahead once the holder has returned
 //! the delegation, or once a lease has passed since the recall (the delegation is
-//! then revoked). Callbacks are sent from a thread of their own, never from a worker
+//! then revoked). A recall answered BADHANDLE or BAD_STATEID (the client has not yet
+//! seen the OPEN reply that granted the delegation) is sent again, `RECALL_TRIES`
+//! times in all. Callbacks are sent from a thread of their own, never from a worker
 //! that holds a call, and never under the state lock.
 
 use super::compound::{decode_stateid, encode_stateid, Ctx, OpOut};
@@ -233,6 +236,13 @@ impl NfsService {
     }
 }
 
+/// How often a recall is sent while the client answers it does not know the
+/// delegation, and how long apart.
+const RECALL_TRIES: u32 = 3;
+const RECALL_RETRY_AFTER: Duration = Duration::from_secs(1);
+const NFS4ERR_BADHANDLE: u32 = 10001;
+const NFS4ERR_BAD_STATEID: u32 = 10025;
+
 /// Sends each recall from a thread of its own (never from a worker holding a call).
 pub(crate) fn send_recalls(recalls: Vec<Recall>) {
     for r in recalls {
@@ -248,36 +258,61 @@ pub(crate) fn send_recalls(recalls: Vec<Recall>) {
 /// CB_COMPOUND { CB_SEQUENCE, CB_RECALL } to the holder; its answer only tells that
 /// the client heard (it returns the delegation with DELEGRETURN).
 fn send_recall(r: Recall) {
-    let (conn, program, slot) = r.back;
-    let mut seq = slot.lock().unwrap();
+    let (conn, program, slot) = &r.back;
     // The credentials the client gave for its callbacks (RFC 8881 18.36.4).
-    let cred = r.cred.clone();
-    let record = |xid: u32| {
-        let mut e = rpc::encode_call(xid, program, CB_VERSION, CB_COMPOUND, &cred);
-        e.opaque(b"").u32(r.minor).u32(0).u32(2);
-        e.u32(OP_CB_SEQUENCE)
-            .fixed(&r.session)
-            .u32(*seq)
-            .u32(0)
-            .u32(0)
-            .bool(false)
-            .u32(0);
-        e.u32(OP_CB_RECALL);
-        encode_stateid(&mut e, &r.stateid);
-        e.bool(false).opaque(&r.fh);
-        e.buf
-    };
-    match conn.call(&record, CALLBACK_TIMEOUT) {
-        Ok(reply) => {
-            // The slot's request was heard: the next one takes the next id.
-            *seq = seq.wrapping_add(1);
-            if let Some(status) = compound_status(&reply) {
-                if status != 0 {
-                    tracing::info!(status, "CB_RECALL answered with an error");
-                }
+    let cred = &r.cred;
+    // BADHANDLE or BAD_STATEID: the client does not know the delegation yet, as when
+    // the recall overtook the OPEN reply that granted it; asked again a moment later
+    // (the slot free meanwhile).
+    for attempt in 1..=RECALL_TRIES {
+        let mut seq = slot.lock().unwrap();
+        let slot_seq = *seq;
+        let record = |xid: u32| {
+            let mut e = rpc::encode_call(xid, *program, CB_VERSION, CB_COMPOUND, cred);
+            if r.minor == 0 {
+                // NFSv4.0: the client's callback_ident, and CB_RECALL alone.
+                e.opaque(b"").u32(0).u32(r.ident).u32(1);
+            } else {
+                e.opaque(b"").u32(r.minor).u32(0).u32(2);
+                e.u32(OP_CB_SEQUENCE)
+                    .fixed(&r.session)
+                    .u32(slot_seq)
+                    .u32(0)
+                    .u32(0)
+                    .bool(false)
+                    .u32(0);
             }
+            e.u32(OP_CB_RECALL);
+            encode_stateid(&mut e, &r.stateid);
+            e.bool(false).opaque(&r.fh);
+            e.buf
+        };
+        let status = match conn.call(&record, CALLBACK_TIMEOUT) {
+            Ok(reply) => {
+                // The slot's request was heard: the next one takes the next id.
+                *seq = seq.wrapping_add(1);
+                compound_status(&reply)
+            }
+            Err(e) => {
+                tracing::info!("CB_RECALL got no answer: {e}");
+                return;
+            }
+        };
+        drop(seq);
+        match status {
+            Some(0) => tracing::info!(minor = r.minor, "delegation recalled (CB_RECALL answered)"),
+            Some(s @ (NFS4ERR_BADHANDLE | NFS4ERR_BAD_STATEID)) if attempt < RECALL_TRIES => {
+                tracing::debug!(
+                    status = s,
+                    "CB_RECALL: delegation not known yet, asked again"
+                );
+                std::thread::sleep(RECALL_RETRY_AFTER);
+                continue;
+            }
+            Some(s) => tracing::info!(status = s, "CB_RECALL answered with an error"),
+            None => tracing::info!("CB_RECALL answered with a reply that does not decode"),
         }
-        Err(e) => tracing::info!("CB_RECALL got no answer: {e}"),
+        return;
     }
 }
 

@@ -19,9 +19,13 @@
 //! - OPEN never asks for OPEN_CONFIRM (OPEN4_RESULT_CONFIRM is never set: an owner's
 //!   sequence starts at its first OPEN), but OPEN_CONFIRM is answered. RELEASE_LOCKOWNER
 //!   forgets a lock owner that holds no lock (LOCKS_HELD otherwise).
-//! - No delegations are handed to 4.0 clients: a 4.0 back channel is a connection the
-//!   server opens to the address SETCLIENTID gave, which is not built; a server is
-//!   never obliged to delegate, so nothing else changes for them.
+//! - Callbacks go over a connection the server opens to the address SETCLIENTID
+//!   gave (`callback40.rs`); once it answers CB_NULL, the client has a session-like
+//!   record of minor 0 whose back channel is that connection (`ctx.session` of its
+//!   operations), so delegations are granted and recalled by the 4.1 code. An
+//!   operation that names no client (PUTFH, GETATTR...) is taken to come from the
+//!   one 4.0 client at the caller's address while delegations exist (`v40_caller`),
+//!   so the holder's own calls do not recall its delegation.
 //! - Grace: 4.0 has no RECLAIM_COMPLETE, so a 4.0 client of the previous start may
 //!   reclaim until the grace period runs out.
 //! - Operations 40 and up (4.1's) are OP_ILLEGAL in a 4.0 COMPOUND, and 4.0's own
@@ -82,6 +86,19 @@ pub(crate) fn is_minor0_only(opnum: u32) -> bool {
 }
 
 impl NfsService {
+    /// Who calls, for an operation of a 4.0 COMPOUND that names no client (PUTFH,
+    /// GETATTR, REMOVE, a READ with a special stateid...): the one 4.0 client at the
+    /// caller's address, so a delegation holder's own GETATTR or change does not
+    /// recall its delegation (4.1 knows the caller from SEQUENCE; 4.0 has only the
+    /// address). Looked up only while delegations exist: nothing else asks, and it
+    /// renews nothing.
+    fn v40_caller(&self, ctx: &Ctx<'_, '_>) -> Option<u64> {
+        if !self.delegations_exist() {
+            return None;
+        }
+        v40_client_at(&self.v4.state.lock().unwrap(), ctx.call.peer.ip())
+    }
+
     /// Before an operation of a 4.0 COMPOUND runs: the client it belongs to (its
     /// client ID or stateid; `ctx.client`), whose lease it renews, and the owner
     /// sequence it must fit. Reads a copy of the arguments; the operation decodes
@@ -108,7 +125,7 @@ impl NfsService {
                 | op::SETATTR
                 | op::DELEGRETURN
         ) {
-            ctx.client = None;
+            ctx.client = self.v40_caller(ctx);
             return Ok(Prepared::Run(None));
         }
         let mut d = args.clone();
@@ -231,7 +248,9 @@ impl NfsService {
                 cl.renewed = Instant::now();
             }
         }
-        ctx.client = client;
+        ctx.client = client.or_else(|| v40_client_at(&st, peer));
+        // Its callback record stands for the session a delegation is granted on.
+        ctx.session = client.and_then(|c| st.callback40_of(c));
         if let Some(s) = &sequenced {
             match st.owner_seqs.get(&s.owner) {
                 None => {}
@@ -311,10 +330,12 @@ impl NfsService {
     fn op_setclientid(&self, ctx: &mut Ctx<'_, '_>, d: &mut Decoder<'_>, e: &mut Encoder) -> OpOut {
         let verifier: [u8; 8] = d.fixed(8)?.try_into().unwrap();
         let owner = d.opaque(OPAQUE_LIMIT)?.to_vec();
-        let _cb_program = d.u32()?;
-        let _netid = d.opaque(OPAQUE_LIMIT)?;
-        let _addr = d.opaque(OPAQUE_LIMIT)?;
-        let _callback_ident = d.u32()?;
+        let cb_program = d.u32()?;
+        let netid = d.opaque(OPAQUE_LIMIT)?;
+        let r_addr = d.opaque(OPAQUE_LIMIT)?;
+        let callback_ident = d.u32()?;
+        let callback = super::callback40::parse_callback_address(netid, r_addr)
+            .map(|a| (a, cb_program, callback_ident));
         if owner.is_empty() {
             return Err(Nfs4Error::Inval.into());
         }
@@ -362,6 +383,7 @@ impl NfsService {
                 // the new confirm verifier is what SETCLIENTID_CONFIRM must bring.
                 Some(c) => {
                     c.setclientid_confirm = Some(confirm);
+                    c.callback40 = callback;
                     c.renewed = now;
                     c.id
                 }
@@ -379,6 +401,7 @@ impl NfsService {
                     let mut c = Client::new(id, owner.clone(), verifier, peer, now);
                     c.minor = 0;
                     c.setclientid_confirm = Some(confirm);
+                    c.callback40 = callback;
                     st.clients.insert(id, c);
                     id
                 }
@@ -404,8 +427,12 @@ impl NfsService {
                 return Err(Nfs4Error::StaleClientId.into());
             }
             c.renewed = Instant::now();
+            let callback = c.callback40;
             if c.confirmed {
-                // A retransmission, or the confirmation of a callback update.
+                // A retransmission, or the confirmation of a callback update (its
+                // new path is probed).
+                drop(st);
+                self.probe_callback40(id, callback);
                 return Ok(());
             }
             c.confirmed = true;
@@ -427,7 +454,49 @@ impl NfsService {
         };
         super::state::release_all(released);
         ctx.client = Some(id);
+        let callback = self.v4.state.lock().unwrap().clients[&id].callback40;
+        self.probe_callback40(id, callback);
         Ok(())
+    }
+
+    /// Probes a confirmed 4.0 client's callback path (CB_NULL) from a thread of its
+    /// own and, once it answers, opens it for delegations (`callback40`). Needs the
+    /// service started (`start_nlm` sets the handle threads reach it by).
+    fn probe_callback40(&self, client: u64, callback: Option<(std::net::SocketAddr, u32, u32)>) {
+        let (Some((addr, program, ident)), Some(me)) = (callback, self.me.get().cloned()) else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("nfs40-cb-probe".into())
+            .spawn(move || {
+                let chan = std::sync::Arc::new(super::callback40::OutboundChannel::new(addr));
+                if !super::callback40::probe(&chan, program) {
+                    return;
+                }
+                if let Some(svc) = me.upgrade() {
+                    svc.v4
+                        .state
+                        .lock()
+                        .unwrap()
+                        .open_callback40(client, chan, program, ident);
+                    tracing::debug!(client, %addr, "NFSv4.0 callback path up");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("no thread to probe an NFSv4.0 callback path: {e}");
+        }
+    }
+}
+
+/// The one confirmed 4.0 client at `peer`, if there is exactly one.
+fn v40_client_at(st: &V4State, peer: std::net::IpAddr) -> Option<u64> {
+    let mut at = st
+        .clients
+        .values()
+        .filter(|c| c.minor == 0 && c.confirmed && c.peer == peer);
+    match (at.next(), at.next()) {
+        (Some(c), None) => Some(c.id),
+        _ => None,
     }
 }
 

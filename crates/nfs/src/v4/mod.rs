@@ -27,6 +27,7 @@
 
 pub(crate) mod attributes;
 pub(crate) mod attrs;
+pub(crate) mod callback40;
 pub mod client;
 pub(crate) mod compound;
 pub(crate) mod delegations;

@@ -481,6 +481,7 @@ impl NfsService {
                     back: back_chan,
                     minor,
                     cb_cred,
+                    cb_ident: 0,
                 },
             );
             let mut out = Encoder::new();

@@ -69,6 +69,14 @@ impl Server {
             .unwrap();
     }
 
+    /// Starts the service's threads (as a daemon does): what calls clients back on
+    /// connections of its own (NFSv4.0 callbacks, NLM grants) needs them.
+    pub fn start_threads(&self) {
+        self.service
+            .start_nlm(None, std::time::Duration::from_secs(1))
+            .unwrap();
+    }
+
     /// Creates `dataset` and shares it under `rules`.
     pub fn share(&self, dataset: &str, rules: &str) {
         self.datasets.create(dataset, &[]).unwrap();

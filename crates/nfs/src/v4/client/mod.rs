@@ -840,12 +840,22 @@ impl Compound {
 
     /// SETCLIENTID with a callback address nobody is called at.
     pub fn setclientid(&mut self, verifier: &[u8; 8], owner: &[u8]) -> &mut Self {
+        self.setclientid_cb(verifier, owner, 0x4000_0000, b"127.0.0.1.0.0", 1)
+    }
+
+    /// SETCLIENTID naming a callback service (`r_addr`: a universal address for
+    /// netid tcp) with `program` and `ident`.
+    pub fn setclientid_cb(
+        &mut self,
+        verifier: &[u8; 8],
+        owner: &[u8],
+        program: u32,
+        r_addr: &[u8],
+        ident: u32,
+    ) -> &mut Self {
         let e = self.op(op::SETCLIENTID);
         e.fixed(verifier).opaque(owner);
-        e.u32(0x4000_0000)
-            .opaque(b"tcp")
-            .opaque(b"127.0.0.1.0.0")
-            .u32(1);
+        e.u32(program).opaque(b"tcp").opaque(r_addr).u32(ident);
         self
     }
 

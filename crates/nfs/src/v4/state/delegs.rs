@@ -330,6 +330,7 @@ impl V4State {
                             back: (b.conn.clone(), b.program, b.slot.clone()),
                             minor: sess.minor,
                             cred: sess.cb_cred.clone().unwrap_or(crate::rpc::Credential::None),
+                            ident: sess.cb_ident,
                             session,
                             stateid: self.stateid_of(id, 1),
                             fh,

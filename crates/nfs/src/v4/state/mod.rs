@@ -141,6 +141,8 @@ pub struct Session {
     /// The credentials its callbacks carry (csa_sec_parms or BACKCHANNEL_CTL's);
     /// `None`: it gave none this server speaks, so it cannot be called back.
     pub cb_cred: Option<crate::rpc::Credential>,
+    /// NFSv4.0's callback_ident (4.0 clients' records only; see `callback40`).
+    pub cb_ident: u32,
 }
 
 pub struct Client {
@@ -160,6 +162,9 @@ pub struct Client {
     pub minor: u32,
     /// NFSv4.0: what the last SETCLIENTID answered, which SETCLIENTID_CONFIRM brings.
     pub setclientid_confirm: Option<[u8; 8]>,
+    /// NFSv4.0: the callback service SETCLIENTID named (address, program,
+    /// callback_ident), if it named a usable one.
+    pub callback40: Option<(std::net::SocketAddr, u32, u32)>,
 }
 
 impl Client {
@@ -183,6 +188,7 @@ impl Client {
             peer,
             minor: 1,
             setclientid_confirm: None,
+            callback40: None,
         }
     }
 }
@@ -338,6 +344,8 @@ pub struct Recall {
     pub minor: u32,
     /// The credentials the client asked callbacks to carry.
     pub cred: crate::rpc::Credential,
+    /// NFSv4.0's callback_ident (minor 0: CB_COMPOUND carries it, no CB_SEQUENCE).
+    pub ident: u32,
     pub stateid: Stateid,
     pub fh: Vec<u8>,
 }
@@ -485,6 +493,58 @@ impl V4State {
         })
     }
 
+    /// A 4.0 client's callback path answered its probe: it gets a session-like record
+    /// (minor 0, no slots: nothing can SEQUENCE on it) whose back channel is `conn`,
+    /// so delegations are handed to it and recalled as a 4.1 client's are. A record
+    /// it had is replaced (a callback update).
+    pub fn open_callback40(
+        &mut self,
+        client: u64,
+        conn: Arc<dyn crate::transport::BackChannel>,
+        program: u32,
+        ident: u32,
+    ) {
+        if !self.clients.get(&client).is_some_and(|c| c.confirmed) {
+            return;
+        }
+        self.sessions
+            .retain(|_, s| !(s.client == client && s.minor == 0));
+        let id = self.new_session_id();
+        self.sessions.insert(
+            id,
+            Session {
+                client,
+                slots: Vec::new(),
+                max_ops: 0,
+                max_request: 0,
+                max_response: 0,
+                max_response_cached: 0,
+                back: Some(BackChan {
+                    conn,
+                    program,
+                    slot: Arc::new(std::sync::Mutex::new(0)),
+                }),
+                minor: 0,
+                cb_cred: Some(crate::rpc::Credential::Sys(crate::rpc::AuthSys {
+                    stamp: 0,
+                    machine: b"shoal".to_vec(),
+                    uid: 0,
+                    gid: 0,
+                    gids: Vec::new(),
+                })),
+                cb_ident: ident,
+            },
+        );
+    }
+
+    /// The callback record of a 4.0 client (`open_callback40`), if its path works.
+    pub fn callback40_of(&self, client: u64) -> Option<[u8; 16]> {
+        self.sessions
+            .iter()
+            .find(|(_, s)| s.client == client && s.minor == 0)
+            .map(|(id, _)| *id)
+    }
+
     /// An NFSv4.0 operation naming client ID `clientid` from `peer`: a confirmed
     /// client of that address, whose lease it renews; STALE_CLIENTID otherwise.
     pub fn renew_minor0(&mut self, clientid: u64, peer: std::net::IpAddr) -> OpResult<()> {
@@ -553,7 +613,8 @@ impl V4State {
         Nfs4Status {
             clients: self.clients.values().filter(|c| c.confirmed).count(),
             courtesy,
-            sessions: self.sessions.len(),
+            // 4.0 clients' callback records are kept as sessions of minor 0.
+            sessions: self.sessions.values().filter(|s| s.minor > 0).count(),
             opens: self.opens.len(),
             locks,
             delegations: self.delegs.len(),
