@@ -194,11 +194,10 @@ fn an_open_owner_s_retransmission_is_answered_again_and_disorder_is_refused() {
         SHARE_DENY_NONE,
     );
     assert_eq!(again.find(op::OPEN).unwrap(), first.find(op::OPEN).unwrap());
-    assert_eq!(
-        again.results.len(),
-        2,
-        "the COMPOUND ends at the replayed operation"
-    );
+    // The COMPOUND goes on from the file the OPEN left (its GETFH names the file,
+    // as the Linux client and RFC 7530's replay rules need).
+    assert_eq!(again.results.len(), 3, "{:?}", again.summary());
+    assert_eq!(again.last().unwrap().fh(), first.last().unwrap().fh());
     // Out of order: BAD_SEQID, and nothing moves.
     for seq in [6, 9, 0] {
         let r = open(
@@ -789,4 +788,96 @@ fn a_v40_client_whose_callback_path_is_down_gets_no_delegation() {
         SHARE_DENY_NONE,
     );
     assert_eq!(r.find(op::OPEN).unwrap().open().unwrap().delegation, 0);
+}
+
+/// RFC 7530's own answers where 4.1 has others: a file operation on a fifo is
+/// INVAL (4.1: WRONG_TYPE), an OPEN of one SYMLINK (RFC 7530 16.16.5: SYMLINK for
+/// anything but a directory), a COMPOUND of more operations than the server takes
+/// RESOURCE (TOO_MANY_OPS is 4.1's); and an owner's request that failed with an
+/// error that moves its sequence is answered the same error when sent again.
+#[test]
+fn v40_answers_rfc_7530_s_errors() {
+    let srv = Server::new();
+    let b = srv.client_b();
+    let mut sb = b.session("linux-b");
+    let share = b.share_root(&mut sb);
+    let mut c = sb.compound();
+    let mut e = nfs::xdr::Encoder::new();
+    e.u32(7).opaque(b"p"); // NF4FIFO
+    SetAttrs::mode(0o644).encode(&mut e);
+    c.putfh(&share).raw_op(op::CREATE, &e.buf).getfh();
+    let fifo = b.ok(&c).last().unwrap().fh().unwrap().to_vec();
+    let mut c = sb.compound();
+    c.putfh(&share).mkdir("sub", &SetAttrs::mode(0o755));
+    b.ok(&c);
+    let a = srv.client_a();
+    let id = set_up(&a, "linux-a");
+    let dir = root(&a);
+    let r = open(
+        &a,
+        &dir,
+        id,
+        "o",
+        1,
+        "p",
+        SHARE_ACCESS_READ,
+        SHARE_DENY_NONE,
+    );
+    assert_eq!(failed_with(&r), st(Nfs4Error::Symlink), "OPEN of a fifo");
+    let r = open(
+        &a,
+        &dir,
+        id,
+        "o",
+        2,
+        "sub",
+        SHARE_ACCESS_READ,
+        SHARE_DENY_NONE,
+    );
+    assert_eq!(failed_with(&r), st(Nfs4Error::IsDir), "OPEN of a directory");
+    let mut c = v40("read");
+    c.putfh(&fifo)
+        .read(&nfs::v4::client::Stateid::ANONYMOUS, 0, 10);
+    assert_eq!(
+        failed_with(&a.call(&c)),
+        st(Nfs4Error::Inval),
+        "READ of a fifo"
+    );
+    let mut c = v40("commit");
+    c.putfh(&fifo).commit(0, 0);
+    assert_eq!(
+        failed_with(&a.call(&c)),
+        st(Nfs4Error::Inval),
+        "COMMIT of a fifo"
+    );
+    let mut c = v40("long");
+    for _ in 0..65 {
+        c.putrootfh();
+    }
+    let r = a.call(&c);
+    assert_eq!(r.status, st(Nfs4Error::Resource), "{:?}", r.summary());
+    // OPEN of a missing file without create: NOENT, which moves the sequence; sent
+    // again, the same NOENT from the owner's last answer; the next number runs.
+    let mut c = v40("open");
+    c.putfh(&dir).seq(3).open(
+        SHARE_ACCESS_READ,
+        SHARE_DENY_NONE,
+        id,
+        b"o",
+        &OpenHow::NoCreate,
+        &Claim::Null("missing"),
+    );
+    assert_eq!(failed_with(&a.call(&c)), st(Nfs4Error::NoEnt));
+    assert_eq!(failed_with(&a.call(&c)), st(Nfs4Error::NoEnt), "the replay");
+    let r = open(
+        &a,
+        &dir,
+        id,
+        "o",
+        4,
+        "f",
+        SHARE_ACCESS_READ,
+        SHARE_DENY_NONE,
+    );
+    assert_ok(&r);
 }

@@ -161,6 +161,8 @@ fn open_downgrade_to_read_makes_writes_openmode() {
     let a = srv.client_a();
     let mut s = a.session("client-a");
     let dir = a.mkdir(&mut s, "d");
+    // Opened for reading, then for both: it may go back down to reading.
+    a.open(&mut s, &dir, "f", SHARE_ACCESS_READ, SHARE_DENY_NONE, "o");
     let (fh, sid) = a.open(&mut s, &dir, "f", SHARE_ACCESS_BOTH, SHARE_DENY_NONE, "o");
     let r = a.on(&mut s, &fh, |c| {
         c.open_downgrade(&sid, SHARE_ACCESS_READ, SHARE_DENY_NONE);

@@ -94,9 +94,9 @@ impl NfsService {
         d: &mut Decoder<'_>,
         want_same: bool,
     ) -> OpOut {
-        let mask = Bitmap::decode(d)?;
+        let (mask, unknown) = Bitmap::decode_noting_unknown(d)?;
         let vals = d.opaque(1 << 16)?;
-        if !mask.minus(&attrs::supported(ctx.minor)).is_empty() {
+        if unknown || !mask.minus(&attrs::supported(ctx.minor)).is_empty() {
             return Err(Nfs4Error::AttrNotSupp.into());
         }
         if mask.has(attrs::RDATTR_ERROR)

@@ -63,6 +63,10 @@ pub const TIME_MODIFY_SET: u32 = 54;
 pub const MOUNTED_ON_FILEID: u32 = 55;
 pub const SUPPATTR_EXCLCREAT: u32 = 75;
 
+/// The longest bitmap4 read: 2,048 attribute numbers, far past any defined (a
+/// client asking for attribute 1000 gets an answer, not BADXDR).
+const MAX_BITMAP_WORDS: usize = 64;
+
 /// Attribute numbers as a bitmap4 of up to three words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Bitmap(pub [u32; 3]);
@@ -115,20 +119,29 @@ impl Bitmap {
         }
     }
 
-    /// Words past the third name attributes nobody defines: they must be zero.
+    /// Words past the third name attributes nobody defines: a GETATTR of them gets
+    /// nothing for them (`decode`), setting or verifying them is ATTRNOTSUPP
+    /// (`decode_noting_unknown`).
     pub fn decode(d: &mut Decoder<'_>) -> XdrResult<Bitmap> {
+        Bitmap::decode_noting_unknown(d).map(|(b, _)| b)
+    }
+
+    /// The bitmap, and whether it names any attribute past the third word.
+    pub fn decode_noting_unknown(d: &mut Decoder<'_>) -> XdrResult<(Bitmap, bool)> {
         let n = d.u32()? as usize;
-        if n > 8 {
-            return Err(XdrError("bitmap of more than 8 words"));
+        if n > MAX_BITMAP_WORDS {
+            return Err(XdrError("bitmap of more than 64 words"));
         }
         let mut w = [0u32; 3];
+        let mut unknown = false;
         for i in 0..n {
             let v = d.u32()?;
-            if let Some(slot) = w.get_mut(i) {
-                *slot = v;
+            match w.get_mut(i) {
+                Some(slot) => *slot = v,
+                None => unknown |= v != 0,
             }
         }
-        Ok(Bitmap(w))
+        Ok((Bitmap(w), unknown))
     }
 }
 
@@ -325,15 +338,6 @@ fn time4(e: &mut Encoder, t: Timespec) {
     e.u64(t.sec as u64).u32(t.nsec);
 }
 
-pub fn decode_time4(d: &mut Decoder<'_>) -> XdrResult<Timespec> {
-    let sec = d.u64()? as i64;
-    let nsec = d.u32()?;
-    if nsec >= 1_000_000_000 {
-        return Err(XdrError("nanoseconds of a time are 1e9 or more"));
-    }
-    Ok(Timespec { sec, nsec })
-}
-
 /// fattr4 of `o` for the attributes in `mask` that minor version `minor` supports
 /// (4.0 is told only of its own); the bitmap says which were given.
 pub fn encode_fattr(e: &mut Encoder, o: &Obj, mask: &Bitmap, minor: u32) {
@@ -498,9 +502,9 @@ impl Settable {
 /// ATTRNOTSUPP, supported read-only ones INVAL, bad owners BADOWNER, and values that
 /// do not fill the opaque exactly BADXDR.
 pub fn decode_settable(d: &mut Decoder<'_>) -> Result<Settable, Nfs4Error> {
-    let mask = Bitmap::decode(d).map_err(|_| Nfs4Error::BadXdr)?;
+    let (mask, unknown) = Bitmap::decode_noting_unknown(d).map_err(|_| Nfs4Error::BadXdr)?;
     let vals = d.opaque(1 << 16).map_err(|_| Nfs4Error::BadXdr)?;
-    if !mask.minus(&SUPPORTED).is_empty() {
+    if unknown || !mask.minus(&SUPPORTED).is_empty() {
         return Err(Nfs4Error::AttrNotSupp);
     }
     if !mask.minus(&SETTABLE).is_empty() {
@@ -516,12 +520,22 @@ pub fn decode_settable(d: &mut Decoder<'_>) -> Result<Settable, Nfs4Error> {
         match bit {
             SIZE => s.size = Some(v.u64().map_err(bad)?),
             MODE => s.mode = Some(v.u32().map_err(bad)? & 0o7777),
-            OWNER => s.uid = Some(parse_owner(v.opaque(1024).map_err(bad)?, false)?),
-            OWNER_GROUP => s.gid = Some(parse_owner(v.opaque(1024).map_err(bad)?, true)?),
+            OWNER => s.uid = Some(parse_owner(nonempty(v.opaque(1024).map_err(bad)?)?, false)?),
+            OWNER_GROUP => {
+                s.gid = Some(parse_owner(nonempty(v.opaque(1024).map_err(bad)?)?, true)?)
+            }
             TIME_ACCESS_SET | TIME_MODIFY_SET => {
                 let t = match v.u32().map_err(bad)? {
                     0 => SetTime4::Server,
-                    1 => SetTime4::Client(decode_time4(&mut v).map_err(bad)?),
+                    1 => {
+                        // Well-formed XDR with an impossible value: INVAL, not BADXDR.
+                        let sec = v.u64().map_err(bad)? as i64;
+                        let nsec = v.u32().map_err(bad)?;
+                        if nsec >= 1_000_000_000 {
+                            return Err(Nfs4Error::Inval);
+                        }
+                        SetTime4::Client(Timespec { sec, nsec })
+                    }
                     _ => return Err(Nfs4Error::BadXdr),
                 };
                 if bit == TIME_ACCESS_SET {
@@ -535,6 +549,16 @@ pub fn decode_settable(d: &mut Decoder<'_>) -> Result<Settable, Nfs4Error> {
     }
     v.finish().map_err(|_| Nfs4Error::BadXdr)?;
     Ok(s)
+}
+
+/// An owner or group string to set may not be empty (INVAL: no name at all, as
+/// opposed to a name that maps to nobody, BADOWNER).
+fn nonempty(raw: &[u8]) -> OpResult<&[u8]> {
+    if raw.is_empty() {
+        Err(Nfs4Error::Inval)
+    } else {
+        Ok(raw)
+    }
 }
 
 /// An owner or group string: a number, or `name@domain` (any domain) / `name` found in

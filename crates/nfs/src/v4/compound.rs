@@ -371,11 +371,22 @@ impl NfsService {
             if minor == 0 && known && n as usize <= MAX_OPS {
                 match self.prepare_minor0(opnum, &mut ctx, &d) {
                     Ok(super::minor0::Prepared::Run(s)) => sequenced = s,
-                    Ok(super::minor0::Prepared::Replay(answer)) => {
+                    Ok(super::minor0::Prepared::Replay(answer, fh)) => {
                         res.buf.truncate(at);
                         res.buf.extend_from_slice(&answer);
                         status = u32::from_be_bytes(answer[..4].try_into().unwrap());
-                        break;
+                        // A retransmitted request that succeeded: the COMPOUND goes
+                        // on from the file handle it left (an OPEN's GETFH must name
+                        // the file), past its arguments.
+                        if status != 0 || super::minor0::skip_sequenced_args(opnum, &mut d).is_err()
+                        {
+                            break;
+                        }
+                        if fh.is_some() {
+                            ctx.cur = fh;
+                        }
+                        ctx.opened = None;
+                        continue;
                     }
                     Err(f) => {
                         res.buf.truncate(at);
@@ -389,7 +400,13 @@ impl NfsService {
             let r: OpOut = if !known {
                 Err(Nfs4Error::OpIllegal.into())
             } else if n as usize > MAX_OPS {
-                Err(Nfs4Error::TooManyOps.into())
+                // TOO_MANY_OPS is 4.1's; RFC 7530 has RESOURCE for it.
+                Err(if minor == 0 {
+                    Nfs4Error::Resource
+                } else {
+                    Nfs4Error::TooManyOps
+                }
+                .into())
             } else if i == 0 && opnum == op::SEQUENCE {
                 match self.op_sequence(&mut ctx, &mut d, &mut res, n) {
                     Ok(Sequenced::Run {
@@ -478,12 +495,12 @@ impl NfsService {
                 res.buf.extend_from_slice(&f.body);
                 status = f.status as u32;
                 if let Some(s) = sequenced {
-                    self.sequenced_minor0(s, status, &res.buf[at..]);
+                    self.sequenced_minor0(s, status, &res.buf[at..], ctx.cur.clone());
                 }
                 break;
             }
             if let Some(s) = sequenced {
-                self.sequenced_minor0(s, 0, &res.buf[at..]);
+                self.sequenced_minor0(s, 0, &res.buf[at..], ctx.cur.clone());
             }
             // The reply so far must fit the session's bounds (RFC 8881 2.10.6.4): the
             // operation that would pass one answers REP_TOO_BIG (or _TO_CACHE).

@@ -30,7 +30,9 @@ impl NfsService {
             Kind::File => Ok(t),
             Kind::Dir => Err(Nfs4Error::IsDir.into()),
             Kind::Symlink => Err(Nfs4Error::Symlink.into()),
-            _ => Err(Nfs4Error::Inval.into()),
+            // A fifo, socket or device: RFC 7530 says INVAL, RFC 8881 WRONG_TYPE.
+            _ if ctx.minor == 0 => Err(Nfs4Error::Inval.into()),
+            _ => Err(Nfs4Error::WrongType.into()),
         }
     }
 
@@ -117,9 +119,13 @@ impl NfsService {
         d: &mut Decoder<'_>,
         e: &mut Encoder,
     ) -> OpOut {
-        let _offset = d.u64()?;
-        let _count = d.u32()?;
+        let offset = d.u64()?;
+        let count = d.u32()?;
         let t = self.file_for_io(ctx)?;
+        // A range past 2^64 is no range (RFC 8881 18.3.3).
+        if offset.checked_add(count as u64).is_none() {
+            return Err(Nfs4Error::Inval.into());
+        }
         // The log is pool-wide: one commit makes every earlier write durable.
         ctx.settle_writes(&t.share.fs);
         e.fixed(&self.write_verifier);

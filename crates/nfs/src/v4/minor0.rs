@@ -43,8 +43,9 @@ use std::time::Instant;
 pub(crate) enum Prepared {
     /// Run it; if it moves an owner's sequence, which (see `Sequenced`).
     Run(Option<Sequenced>),
-    /// A retransmission: the owner's last answer (status and results).
-    Replay(std::sync::Arc<Vec<u8>>),
+    /// A retransmission: the owner's last answer (status and results), and the
+    /// current file handle it left, from which the COMPOUND goes on.
+    Replay(std::sync::Arc<Vec<u8>>, Option<super::pseudo::Fh>),
 }
 
 /// An operation that moves an owner's sequence when it runs.
@@ -189,7 +190,7 @@ impl NfsService {
                         // A CLOSE sent again after it closed: its owner's answer.
                         if opnum == op::CLOSE {
                             if let Some(reply) = st.closed_replay(&s.other, seqid, peer) {
-                                return Ok(Prepared::Replay(reply));
+                                return Ok(Prepared::Replay(reply, None));
                             }
                         }
                         return Err(e.into());
@@ -257,7 +258,7 @@ impl NfsService {
                 Some(last) if s.seqid == last.seqid.wrapping_add(1) => {}
                 Some(last) if s.seqid == last.seqid => {
                     return match &last.reply {
-                        Some(r) => Ok(Prepared::Replay(r.clone())),
+                        Some(r) => Ok(Prepared::Replay(r.clone(), last.fh.clone())),
                         None => Err(Nfs4Error::BadSeqId.into()),
                     };
                 }
@@ -269,15 +270,21 @@ impl NfsService {
 
     /// After a sequenced operation ran: the owner's sequence moves to its number and
     /// keeps its answer (`status_and_results`), unless its status keeps it.
-    pub(crate) fn sequenced_minor0(&self, s: Sequenced, status: u32, status_and_results: &[u8]) {
+    pub(crate) fn sequenced_minor0(
+        &self,
+        s: Sequenced,
+        status: u32,
+        status_and_results: &[u8],
+        fh: Option<super::pseudo::Fh>,
+    ) {
         if keeps_sequence(status) {
             return;
         }
         let reply = std::sync::Arc::new(status_and_results.to_vec());
         let mut st = self.v4.state.lock().unwrap();
-        st.record_sequence(s.owner, s.seqid, reply.clone(), s.closes);
+        st.record_sequence(s.owner, s.seqid, reply.clone(), fh.clone(), s.closes);
         if let (Some((lock_owner, lock_seqid)), 0) = (s.new_lock_owner, status) {
-            st.record_sequence(lock_owner, lock_seqid, reply, None);
+            st.record_sequence(lock_owner, lock_seqid, reply, fh, None);
         }
     }
 
@@ -486,6 +493,86 @@ impl NfsService {
             tracing::warn!("no thread to probe an NFSv4.0 callback path: {e}");
         }
     }
+}
+
+/// Reads past the arguments of a sequenced 4.0 operation (OPEN, OPEN_CONFIRM,
+/// OPEN_DOWNGRADE, CLOSE, LOCK, LOCKU) without acting on them: a retransmission is
+/// answered from the owner's last answer and the COMPOUND goes on after it.
+pub(crate) fn skip_sequenced_args(opnum: u32, d: &mut Decoder<'_>) -> crate::xdr::XdrResult<()> {
+    let stateid = |d: &mut Decoder<'_>| d.fixed(16).map(|_| ());
+    match opnum {
+        op::CLOSE | op::OPEN_CONFIRM => {
+            d.u32()?;
+            stateid(d)?;
+        }
+        op::OPEN_DOWNGRADE => {
+            stateid(d)?;
+            d.u32()?;
+            d.u32()?;
+            d.u32()?;
+        }
+        op::LOCKU => {
+            d.u32()?;
+            d.u32()?;
+            stateid(d)?;
+            d.u64()?;
+            d.u64()?;
+        }
+        op::LOCK => {
+            d.u32()?;
+            d.bool()?;
+            d.u64()?;
+            d.u64()?;
+            if d.bool()? {
+                d.u32()?;
+                stateid(d)?;
+                d.u32()?;
+                d.u64()?;
+                d.opaque(OPAQUE_LIMIT)?;
+            } else {
+                stateid(d)?;
+                d.u32()?;
+            }
+        }
+        op::OPEN => {
+            d.u32()?; // seqid
+            d.u32()?; // share_access
+            d.u32()?; // share_deny
+            d.u64()?; // clientid
+            d.opaque(OPAQUE_LIMIT)?; // owner
+            if d.u32()? == 1 {
+                // OPEN4_CREATE: UNCHECKED4 and GUARDED4 carry a fattr4, EXCLUSIVE4 a
+                // verifier.
+                if d.u32()? == 2 {
+                    d.fixed(8)?;
+                } else {
+                    let words = d.u32()?;
+                    if words > 64 {
+                        return Err(crate::xdr::XdrError("bitmap of more than 64 words"));
+                    }
+                    for _ in 0..words {
+                        d.u32()?;
+                    }
+                    d.opaque(1 << 16)?;
+                }
+            }
+            match d.u32()? {
+                0 | 3 => {
+                    d.opaque(OPAQUE_LIMIT)?;
+                }
+                1 => {
+                    d.u32()?;
+                }
+                2 => {
+                    stateid(d)?;
+                    d.opaque(OPAQUE_LIMIT)?;
+                }
+                _ => return Err(crate::xdr::XdrError("open_claim4 of another minor version")),
+            }
+        }
+        _ => unreachable!("only sequenced operations are replayed"),
+    }
+    Ok(())
 }
 
 /// The one confirmed 4.0 client at `peer`, if there is exactly one.

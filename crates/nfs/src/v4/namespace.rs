@@ -218,11 +218,15 @@ impl NfsService {
         if cookie == 1 || cookie == 2 {
             return Err(Nfs4Error::BadCookie.into());
         }
-        // The reply's fixed parts (verifier, end marker, eof) and the results
-        // before it take about 200 bytes.
-        let budget = (maxcount as usize)
-            .clamp(256, RTMAX as usize)
-            .saturating_sub(200);
+        // maxcount bounds READDIR4resok: its fixed parts (verifier, end marker,
+        // eof) take 16 bytes; one that cannot hold even those is TOOSMALL, and one
+        // that cannot hold the first entry too (below). The whole reply keeps
+        // about 200 bytes clear of the largest record for the results before it.
+        const FIXED: usize = 16;
+        if (maxcount as usize) < FIXED {
+            return Err(Nfs4Error::TooSmall.into());
+        }
+        let budget = (maxcount as usize - FIXED).min(RTMAX as usize - 200);
         let mut body = Encoder::new();
         let mut count = 0usize;
         let mut eof;

@@ -276,6 +276,9 @@ impl NfsService {
             Kind::File => {}
             Kind::Dir => return Err(Nfs4Error::IsDir.into()),
             Kind::Symlink => return Err(Nfs4Error::Symlink.into()),
+            // A fifo, socket or device: RFC 7530 (16.16.5) has SYMLINK for anything
+            // but a directory, RFC 8881 (18.16.3) WRONG_TYPE.
+            _ if ctx.minor == 0 => return Err(Nfs4Error::Symlink.into()),
             _ => return Err(Nfs4Error::WrongType.into()),
         }
         let cred = &file.access.cred;

@@ -223,8 +223,16 @@ impl OwnerKey {
 pub struct OwnerSeq {
     pub seqid: u32,
     pub reply: Option<Arc<Vec<u8>>>,
+    /// The current file handle the request left (an OPEN's: the file opened), which
+    /// a retransmission's later operations start from.
+    pub fh: Option<crate::v4::pseudo::Fh>,
     /// The stateid its last request closed (CLOSE), if it did.
     pub closed: Option<[u8; 12]>,
+}
+
+/// An open's (access, deny) pair as a bit of `Open::modes` (access 1-3, deny 0-3).
+pub fn mode_bit(access: u32, deny: u32) -> u16 {
+    1 << (((access & 3) << 2) | (deny & 3))
 }
 
 /// Owner sequences kept at most; past it, those whose last request was a CLOSE go.
@@ -237,6 +245,9 @@ pub struct Open {
     pub seqid: u32,
     pub access: u32,
     pub deny: u32,
+    /// Each (access, deny) pair its OPENs asked for (`mode_bit`): OPEN_DOWNGRADE may
+    /// go only to the union of some of them (RFC 8881 18.18.3, RFC 7530 16.19.4).
+    pub modes: u16,
     pub fs: Arc<Filesystem>,
     /// The lock owners made under this open (they go with it).
     pub locks: Vec<u64>,
@@ -462,6 +473,7 @@ impl V4State {
         owner: OwnerKey,
         seqid: u32,
         reply: Arc<Vec<u8>>,
+        fh: Option<crate::v4::pseudo::Fh>,
         closed: Option<[u8; 12]>,
     ) {
         if self.owner_seqs.len() >= MAX_OWNER_SEQS && !self.owner_seqs.contains_key(&owner) {
@@ -472,6 +484,7 @@ impl V4State {
             OwnerSeq {
                 seqid,
                 reply: Some(reply),
+                fh,
                 closed,
             },
         );
@@ -1036,6 +1049,7 @@ impl V4State {
             let o = self.opens.get_mut(&id).expect("listed opens exist");
             o.access |= access;
             o.deny |= deny;
+            o.modes |= mode_bit(access, deny);
             o.seqid = o.seqid.wrapping_add(1).max(1);
             return (Ok((id, o.seqid)), released);
         }
@@ -1049,6 +1063,7 @@ impl V4State {
                 seqid: 1,
                 access,
                 deny,
+                modes: mode_bit(access, deny),
                 fs: fs.clone(),
                 locks: Vec::new(),
             },
@@ -1097,6 +1112,19 @@ impl V4State {
         if access & !o.access != 0 || deny & !o.deny != 0 || access == 0 {
             return Err(Nfs4Error::Inval);
         }
+        // The pairs asked for that fit inside the new one must make it up exactly:
+        // an open only ever asked for BOTH cannot go down to READ.
+        let within = (0..16u32)
+            .filter(|b| o.modes & (1 << b) != 0)
+            .map(|b| (b >> 2, b & 3))
+            .filter(|(a, d)| a & !access == 0 && d & !deny == 0);
+        let (a, d) = within.fold((0, 0), |(ua, ud), (a, d)| (ua | a, ud | d));
+        if (a, d) != (access, deny) {
+            return Err(Nfs4Error::Inval);
+        }
+        o.modes = (0..16u32)
+            .filter(|b| o.modes & (1 << b) != 0 && (b >> 2) & !access == 0 && (b & 3) & !deny == 0)
+            .fold(0, |m, b| m | 1 << b);
         o.access = access;
         o.deny = deny;
         o.seqid = o.seqid.wrapping_add(1).max(1);
