@@ -703,10 +703,37 @@ impl NfsService {
         None
     }
 
+    /// The cached reply of a call already answered, without marking anything
+    /// running: `Some(None)` while one runs, `None` if there is none.
+    pub(crate) fn drc_done(&self, key: &DrcKey) -> Option<Option<Reply>> {
+        match self.drc.lock().unwrap().entries.get(key)? {
+            DrcEntry::Running => Some(None),
+            DrcEntry::Done(bytes) => Some(Some(Reply {
+                head: bytes.to_vec(),
+                data: None,
+            })),
+        }
+    }
+
+    /// Keeps `reply` as the answer to `key`'s call (NFSv3 after `drc_begin`; 4.0
+    /// COMPOUNDs that changed names, without it).
     pub(crate) fn drc_finish(&self, key: DrcKey, reply: &Reply) {
         let mut drc = self.drc.lock().unwrap();
-        drc.entries
-            .insert(key, DrcEntry::Done(Arc::new(reply.to_bytes())));
+        let new = drc
+            .entries
+            .insert(key.clone(), DrcEntry::Done(Arc::new(reply.to_bytes())))
+            .is_none();
+        if new {
+            drc.order.push_back(key);
+            while drc.order.len() > DRC_ENTRIES {
+                match drc.order.pop_front() {
+                    Some(old) => {
+                        drc.entries.remove(&old);
+                    }
+                    None => break,
+                }
+            }
+        }
     }
 
     pub(crate) fn dispatch(&self, call: &Call<'_>) -> Reply {

@@ -881,3 +881,58 @@ fn v40_answers_rfc_7530_s_errors() {
     );
     assert_ok(&r);
 }
+
+/// A 4.0 REMOVE or RENAME sent again with the same xid (a retransmission after a
+/// reconnection) is answered from the duplicate-request cache, not run again: OK
+/// both times, where running it again would say NOENT. Another xid runs.
+#[test]
+fn a_retransmitted_v40_remove_or_rename_is_answered_from_the_reply_cache() {
+    let srv = Server::new();
+    let a = srv.client_a();
+    let id = set_up(&a, "linux-a");
+    let dir = root(&a);
+    for name in ["gone", "moved"] {
+        let r = open(
+            &a,
+            &dir,
+            id,
+            name,
+            1,
+            name,
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE,
+        );
+        assert_ok(&r);
+        let sid = r.find(op::OPEN).unwrap().stateid().unwrap();
+        let fh = r.last().unwrap().fh().unwrap().to_vec();
+        let mut c = v40("close");
+        c.putfh(&fh).seq(2).close(&sid);
+        a.ok(&c);
+    }
+    for (what, build) in [
+        (
+            "REMOVE",
+            (|c: &mut Compound| {
+                c.remove("gone");
+            }) as fn(&mut Compound),
+        ),
+        ("RENAME", |c| {
+            c.savefh().rename("moved", "elsewhere");
+        }),
+    ] {
+        let mut c = v40(what);
+        c.putfh(&dir);
+        build(&mut c);
+        let record = c.record(a.next_xid(), &root_cred());
+        let first = nfs::v4::client::decode_reply(&a.send_record(&record)).unwrap();
+        assert_ok(&first);
+        let again = nfs::v4::client::decode_reply(&a.send_record(&record)).unwrap();
+        assert_eq!(again.results, first.results, "{what} sent again");
+        // A new request (another xid) does run: the name is gone.
+        assert_eq!(
+            failed_with(&a.call(&c)),
+            st(Nfs4Error::NoEnt),
+            "{what} anew"
+        );
+    }
+}

@@ -238,7 +238,22 @@ fn is_session_setup(opnum: u32) -> bool {
 impl NfsService {
     /// Answers one NFSv4 COMPOUND (procedure 1 of version 4).
     pub(crate) fn compound(&self, call: &Call<'_>) -> Reply {
-        self.run_compound(call, None)
+        // NFSv4.0 has no sessions, hence no reply cache of its own but the owners'
+        // sequences: a retransmitted REMOVE, RENAME, LINK or CREATE (after a
+        // reconnection) is answered from the duplicate-request cache NFSv3 uses
+        // rather than run again (RFC 7530 section 3.1.1 leaves it to the server).
+        let key = v40_drc_key(call);
+        if let Some(k) = &key {
+            if let Some(Some(reply)) = self.drc_done(k) {
+                return reply;
+            }
+        }
+        let mut names_changed = false;
+        let reply = self.run_compound(call, None, &mut names_changed);
+        if let (Some(k), true) = (key, names_changed) {
+            self.drc_finish(k, &reply);
+        }
+        reply
     }
 
     /// The streaming-from-cache case on the connection's reader thread, as NFSv3's
@@ -286,10 +301,18 @@ impl NfsService {
             count,
             data,
         };
-        Some(self.run_compound(call, Some(prefetched)))
+        Some(self.run_compound(call, Some(prefetched), &mut false))
     }
 
-    fn run_compound(&self, call: &Call<'_>, prefetched: Option<Prefetched>) -> Reply {
+    /// Runs a COMPOUND; `names_changed` says whether a 4.0 one ran an operation that
+    /// must not run twice (REMOVE, RENAME, LINK, CREATE), whose reply the
+    /// duplicate-request cache keeps.
+    fn run_compound(
+        &self,
+        call: &Call<'_>,
+        prefetched: Option<Prefetched>,
+        names_changed: &mut bool,
+    ) -> Reply {
         let mut d = call.args();
         let head = (|| -> Result<_, XdrError> {
             let tag = d.opaque(OPAQUE_LIMIT)?;
@@ -449,6 +472,9 @@ impl NfsService {
             };
             if !matches!(opnum, op::OPEN | op::GETFH | op::CLOSE) {
                 ctx.opened = None;
+            }
+            if minor == 0 && matches!(opnum, op::REMOVE | op::RENAME | op::LINK | op::CREATE) {
+                *names_changed = true;
             }
             let probe = PROBE.with(|p| p.get());
             let failed = r.as_ref().err().map(|f| f.status as u32);
@@ -732,6 +758,31 @@ impl NfsService {
         }
     }
 }
+
+/// The duplicate-request cache's key of a 4.0 COMPOUND (none for 4.1 and 4.2, whose
+/// sessions keep replies per slot): the caller, the xid and a fingerprint of the
+/// arguments, under a procedure number of its own apart from NFSv3's.
+fn v40_drc_key(call: &Call<'_>) -> Option<crate::service::DrcKey> {
+    let mut d = call.args();
+    d.opaque(OPAQUE_LIMIT).ok()?;
+    if d.u32().ok()? != 0 {
+        return None;
+    }
+    let args = &call.record[call.header.args_at..];
+    let mut h = blake3::Hasher::new();
+    h.update(&(args.len() as u64).to_le_bytes());
+    h.update(&args[..args.len().min(1024)]);
+    Some(crate::service::DrcKey {
+        client: call.peer.ip(),
+        xid: call.header.xid,
+        procedure: V40_DRC_PROCEDURE,
+        fingerprint: h.finalize().as_bytes()[..16].try_into().unwrap(),
+    })
+}
+
+/// The procedure number 4.0 COMPOUNDs are kept under in the duplicate-request cache
+/// (NFSv3's are 0-21).
+const V40_DRC_PROCEDURE: u32 = 0x4000_0001;
 
 #[cfg(test)]
 mod tests {

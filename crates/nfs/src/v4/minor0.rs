@@ -26,6 +26,11 @@
 //!   operation that names no client (PUTFH, GETATTR...) is taken to come from the
 //!   one 4.0 client at the caller's address while delegations exist (`v40_caller`),
 //!   so the holder's own calls do not recall its delegation.
+//! - Retransmissions: a sequenced operation sent again is answered from its owner's
+//!   last answer and the COMPOUND goes on from the file handle it left
+//!   (`skip_sequenced_args`); a COMPOUND that changed names (REMOVE, RENAME, LINK,
+//!   CREATE) sent again is answered from the duplicate-request cache
+//!   (`compound.rs`, `v40_drc_key`).
 //! - Grace: 4.0 has no RECLAIM_COMPLETE, so a 4.0 client of the previous start may
 //!   reclaim until the grace period runs out.
 //! - Operations 40 and up (4.1's) are OP_ILLEGAL in a 4.0 COMPOUND, and 4.0's own
