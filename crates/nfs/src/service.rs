@@ -111,6 +111,29 @@ pub(crate) enum DrcEntry {
 pub(crate) struct Drc {
     pub(crate) entries: HashMap<DrcKey, DrcEntry>,
     pub(crate) order: VecDeque<DrcKey>,
+    /// 4.0 COMPOUNDs running now (all of them: which change names is known only
+    /// once they ran), so a retransmission of one is not run beside it.
+    pub(crate) running_v40: std::collections::HashSet<DrcKey>,
+}
+
+/// The largest 4.0 reply the duplicate-request cache keeps.
+pub(crate) const DRC_V40_REPLY_MAX: usize = 4096;
+
+impl Drc {
+    /// Keeps at most `DRC_ENTRIES`, oldest first out; a call still running stays
+    /// (it goes to the back, and the trimming stops there).
+    fn evict(&mut self) {
+        while self.order.len() > DRC_ENTRIES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(DrcEntry::Running) = self.entries.get(&old) {
+                self.order.push_back(old);
+                break;
+            }
+            self.entries.remove(&old);
+        }
+    }
 }
 
 pub struct NfsService {
@@ -691,49 +714,52 @@ impl NfsService {
         }
         drc.entries.insert(key.clone(), DrcEntry::Running);
         drc.order.push_back(key.clone());
-        while drc.order.len() > DRC_ENTRIES {
-            if let Some(old) = drc.order.pop_front() {
-                if let Some(DrcEntry::Running) = drc.entries.get(&old) {
-                    drc.order.push_back(old);
-                    break;
-                }
-                drc.entries.remove(&old);
-            }
+        drc.evict();
+        None
+    }
+
+    /// A 4.0 COMPOUND about to run: its cached reply if it already ran
+    /// (`Some(Some)`), or `Some(None)` if the same call is running now (the
+    /// retransmission stays unanswered; the client sends it again); `None`: it runs,
+    /// marked running until `drc_end_v40`.
+    pub(crate) fn drc_begin_v40(&self, key: &DrcKey) -> Option<Option<Reply>> {
+        let mut drc = self.drc.lock().unwrap();
+        if let Some(DrcEntry::Done(bytes)) = drc.entries.get(key) {
+            return Some(Some(Reply {
+                head: bytes.to_vec(),
+                data: None,
+            }));
+        }
+        if !drc.running_v40.insert(key.clone()) {
+            return Some(None);
         }
         None
     }
 
-    /// The cached reply of a call already answered, without marking anything
-    /// running: `Some(None)` while one runs, `None` if there is none.
-    pub(crate) fn drc_done(&self, key: &DrcKey) -> Option<Option<Reply>> {
-        match self.drc.lock().unwrap().entries.get(key)? {
-            DrcEntry::Running => Some(None),
-            DrcEntry::Done(bytes) => Some(Some(Reply {
-                head: bytes.to_vec(),
-                data: None,
-            })),
+    /// A 4.0 COMPOUND ran: its reply is kept if it changed names and is small (a
+    /// COMPOUND that also READ a megabyte is not worth a megabyte of cache).
+    pub(crate) fn drc_end_v40(&self, key: DrcKey, reply: Option<&Reply>) {
+        let mut drc = self.drc.lock().unwrap();
+        drc.running_v40.remove(&key);
+        let Some(reply) = reply.filter(|r| r.len() <= DRC_V40_REPLY_MAX) else {
+            return;
+        };
+        let bytes = Arc::new(reply.to_bytes());
+        if drc
+            .entries
+            .insert(key.clone(), DrcEntry::Done(bytes))
+            .is_none()
+        {
+            drc.order.push_back(key);
+            drc.evict();
         }
     }
 
-    /// Keeps `reply` as the answer to `key`'s call (NFSv3 after `drc_begin`; 4.0
-    /// COMPOUNDs that changed names, without it).
+    /// Keeps an NFSv3 call's reply (after `drc_begin`).
     pub(crate) fn drc_finish(&self, key: DrcKey, reply: &Reply) {
         let mut drc = self.drc.lock().unwrap();
-        let new = drc
-            .entries
-            .insert(key.clone(), DrcEntry::Done(Arc::new(reply.to_bytes())))
-            .is_none();
-        if new {
-            drc.order.push_back(key);
-            while drc.order.len() > DRC_ENTRIES {
-                match drc.order.pop_front() {
-                    Some(old) => {
-                        drc.entries.remove(&old);
-                    }
-                    None => break,
-                }
-            }
-        }
+        drc.entries
+            .insert(key, DrcEntry::Done(Arc::new(reply.to_bytes())));
     }
 
     pub(crate) fn dispatch(&self, call: &Call<'_>) -> Reply {

@@ -936,3 +936,118 @@ fn a_retransmitted_v40_remove_or_rename_is_answered_from_the_reply_cache() {
         );
     }
 }
+
+/// A callback update (SETCLIENTID again with the same verifier, then its
+/// confirmation) naming a path that does not answer: the old path stops taking
+/// delegations at once, and the new one never starts.
+#[test]
+fn a_v40_callback_update_to_a_dead_path_ends_delegations() {
+    let srv = Server::new();
+    srv.start_threads();
+    let cb = CallbackService::new(&[]);
+    let (_cb_server, r_addr) = cb.serve();
+    let a = srv.client_a();
+    let id = set_up_with_callback(&a, "linux-a", &r_addr);
+    let (fh, deleg) = write_delegation(&a, id);
+    let mut c = v40("delegreturn");
+    c.putfh(&fh).delegreturn(&deleg);
+    a.ok(&c);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // A file nobody has open (made by a 4.1 client that wants no delegation), which
+    // a reader would get a read delegation of.
+    let dir = root(&a);
+    let bcl = srv.client_b();
+    let mut sb = bcl.session("linux-b");
+    let share = bcl.share_root(&mut sb);
+    let (g, made) = bcl.open(
+        &mut sb,
+        &share,
+        "g",
+        SHARE_ACCESS_BOTH | 0x0400,
+        SHARE_DENY_NONE,
+        "mk",
+    );
+    let mut c = sb.compound();
+    c.putfh(&g).close(&made);
+    bcl.ok(&c);
+    let r = open(
+        &a,
+        &dir,
+        id,
+        "before",
+        1,
+        "g",
+        SHARE_ACCESS_READ,
+        SHARE_DENY_NONE,
+    );
+    let o = r
+        .find(op::OPEN)
+        .unwrap()
+        .open()
+        .unwrap_or_else(|| panic!("{:?}", r.summary()))
+        .clone();
+    assert_eq!(o.delegation, 1, "the path is up");
+    let mut c = v40("delegreturn");
+    c.putfh(&g).delegreturn(&o.delegation_stateid.unwrap());
+    a.ok(&c);
+    let again = set_up_with_callback(
+        &a,
+        "linux-a",
+        &format!("127.0.0.1.{}.{}", dead >> 8, dead & 0xff),
+    );
+    assert_eq!(again, id, "a callback update keeps the client ID");
+    for round in 0..3 {
+        let owner = format!("after-update-{round}");
+        let r = open(
+            &a,
+            &dir,
+            id,
+            &owner,
+            1,
+            "g",
+            SHARE_ACCESS_READ,
+            SHARE_DENY_NONE,
+        );
+        let got = r.find(op::OPEN).unwrap().open().unwrap().delegation;
+        assert_eq!(got, 0, "round {round}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// 4.1's forms of OPEN are not 4.0's: EXCLUSIVE4_1 and the claims by file handle
+/// are BADXDR in a 4.0 COMPOUND (and a retransmission can skip every form 4.0 has).
+#[test]
+fn v40_open_refuses_4_1_s_forms() {
+    let srv = Server::new();
+    let a = srv.client_a();
+    let id = set_up(&a, "linux-a");
+    let dir = root(&a);
+    let mut c = v40("open");
+    c.putfh(&dir).seq(1).open(
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+        id,
+        b"o",
+        &OpenHow::Exclusive41([1; 8], SetAttrs::default()),
+        &Claim::Null("x"),
+    );
+    assert_eq!(
+        failed_with(&a.call(&c)),
+        st(Nfs4Error::BadXdr),
+        "EXCLUSIVE4_1"
+    );
+    let mut c = v40("open");
+    c.putfh(&dir).seq(1).open(
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+        id,
+        b"o",
+        &OpenHow::NoCreate,
+        &Claim::Fh,
+    );
+    assert_eq!(failed_with(&a.call(&c)), st(Nfs4Error::BadXdr), "CLAIM_FH");
+}

@@ -450,10 +450,10 @@ mod tests {
         let g = ServeConfig::parse("[nfs]\ngrace_period = \"15s\"\n").unwrap();
         assert_eq!(g.nfs.grace_period, std::time::Duration::from_secs(15));
         assert!(ServeConfig::parse("[nfs]\ngrace_period = \"0s\"\n").is_err());
-        let c = ServeConfig::parse("[nfs]\ncourtesy = \"off\"\n").unwrap();
-        assert_eq!(c.nfs.courtesy, std::time::Duration::ZERO);
-        let c = ServeConfig::parse("[nfs]\ncourtesy = \"2h\"\n").unwrap();
-        assert_eq!(c.nfs.courtesy, std::time::Duration::from_secs(7200));
+        let none = ServeConfig::parse("[nfs]\ncourtesy = \"off\"\n").unwrap();
+        assert_eq!(none.nfs.courtesy, std::time::Duration::ZERO);
+        let two = ServeConfig::parse("[nfs]\ncourtesy = \"2h\"\n").unwrap();
+        assert_eq!(two.nfs.courtesy, std::time::Duration::from_secs(7200));
         let e = ServeConfig::parse("[nfs]\ncourtesy = \"soon\"\n").unwrap_err();
         assert!(e.to_string().contains("or \"off\""), "{e}");
         assert_eq!(c.api.listen, Some("127.0.0.1:8080".parse().unwrap()));

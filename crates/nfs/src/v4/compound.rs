@@ -244,14 +244,14 @@ impl NfsService {
         // rather than run again (RFC 7530 section 3.1.1 leaves it to the server).
         let key = v40_drc_key(call);
         if let Some(k) = &key {
-            if let Some(Some(reply)) = self.drc_done(k) {
-                return reply;
+            if let Some(cached) = self.drc_begin_v40(k) {
+                return cached.unwrap_or_default();
             }
         }
         let mut names_changed = false;
         let reply = self.run_compound(call, None, &mut names_changed);
-        if let (Some(k), true) = (key, names_changed) {
-            self.drc_finish(k, &reply);
+        if let Some(k) = key {
+            self.drc_end_v40(k, names_changed.then_some(&reply));
         }
         reply
     }

@@ -98,8 +98,11 @@ impl NfsService {
     /// recall its delegation (4.1 knows the caller from SEQUENCE; 4.0 has only the
     /// address). Looked up only while delegations exist: nothing else asks, and it
     /// renews nothing.
-    fn v40_caller(&self, ctx: &Ctx<'_, '_>) -> Option<u64> {
-        if !self.delegations_exist() {
+    fn v40_caller(&self, opnum: u32, ctx: &Ctx<'_, '_>) -> Option<u64> {
+        // Of the operations naming no client, these are the ones that may recall a
+        // delegation (a GETATTR of size or change, and changes of names).
+        let asks = matches!(opnum, op::GETATTR | op::REMOVE | op::RENAME | op::LINK);
+        if !asks || !self.delegations_exist() {
             return None;
         }
         v40_client_at(&self.v4.state.lock().unwrap(), ctx.call.peer.ip())
@@ -131,7 +134,7 @@ impl NfsService {
                 | op::SETATTR
                 | op::DELEGRETURN
         ) {
-            ctx.client = self.v40_caller(ctx);
+            ctx.client = self.v40_caller(opnum, ctx);
             return Ok(Prepared::Run(None));
         }
         let mut d = args.clone();
@@ -439,12 +442,17 @@ impl NfsService {
                 return Err(Nfs4Error::StaleClientId.into());
             }
             c.renewed = Instant::now();
-            let callback = c.callback40;
             if c.confirmed {
-                // A retransmission, or the confirmation of a callback update (its
-                // new path is probed).
+                // A retransmission, or the confirmation of a callback update: a
+                // path that is no longer the client's stops taking delegations, and
+                // the new one is probed.
+                if c.callback40_up
+                    .is_some_and(|(_, p)| Some(p) != c.callback40)
+                {
+                    st.close_callback40(id);
+                }
                 drop(st);
-                self.probe_callback40(id, callback);
+                self.probe_callback40(id);
                 return Ok(());
             }
             c.confirmed = true;
@@ -466,35 +474,37 @@ impl NfsService {
         };
         super::state::release_all(released);
         ctx.client = Some(id);
-        let callback = self.v4.state.lock().unwrap().clients[&id].callback40;
-        self.probe_callback40(id, callback);
+        self.probe_callback40(id);
         Ok(())
     }
 
     /// Probes a confirmed 4.0 client's callback path (CB_NULL) from a thread of its
-    /// own and, once it answers, opens it for delegations (`callback40`). Needs the
-    /// service started (`start_nlm` sets the handle threads reach it by).
-    fn probe_callback40(&self, client: u64, callback: Option<(std::net::SocketAddr, u32, u32)>) {
-        let (Some((addr, program, ident)), Some(me)) = (callback, self.me.get().cloned()) else {
+    /// own and, once it answers, opens it for delegations (`open_callback40`): one
+    /// probe a client at a time, `MAX_PROBES` in all, none for a path already up.
+    /// Needs the service started (`start_nlm` sets the handle threads reach it by).
+    fn probe_callback40(&self, client: u64) {
+        let Some(me) = self.me.get().cloned() else {
+            return;
+        };
+        let Some(path) = self.v4.state.lock().unwrap().start_probe40(client) else {
             return;
         };
         let spawned = std::thread::Builder::new()
             .name("nfs40-cb-probe".into())
             .spawn(move || {
-                let chan = std::sync::Arc::new(super::callback40::OutboundChannel::new(addr));
-                if !super::callback40::probe(&chan, program) {
-                    return;
-                }
+                let chan = std::sync::Arc::new(super::callback40::OutboundChannel::new(path.0));
+                let up = super::callback40::probe(&chan, path.1);
                 if let Some(svc) = me.upgrade() {
-                    svc.v4
-                        .state
-                        .lock()
-                        .unwrap()
-                        .open_callback40(client, chan, program, ident);
-                    tracing::debug!(client, %addr, "NFSv4.0 callback path up");
+                    let mut st = svc.v4.state.lock().unwrap();
+                    st.end_probe40(client);
+                    if up {
+                        st.open_callback40(client, chan, path);
+                        tracing::debug!(client, address = %path.0, "NFSv4.0 callback path up");
+                    }
                 }
             });
         if let Err(e) = spawned {
+            self.v4.state.lock().unwrap().end_probe40(client);
             tracing::warn!("no thread to probe an NFSv4.0 callback path: {e}");
         }
     }

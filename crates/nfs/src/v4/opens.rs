@@ -47,6 +47,8 @@ impl NfsService {
                 0 => Create::Unchecked(attrs::decode_settable(d)?),
                 1 => Create::Guarded(attrs::decode_settable(d)?),
                 2 => Create::Exclusive(d.fixed(8)?.try_into().unwrap(), Settable::default()),
+                // EXCLUSIVE4_1 is 4.1's: not in 4.0's createmode4.
+                3 if ctx.minor == 0 => return Err(Nfs4Error::BadXdr.into()),
                 3 => {
                     let verf: [u8; 8] = d.fixed(8)?.try_into().unwrap();
                     let s = attrs::decode_settable(d)?;
@@ -60,6 +62,10 @@ impl NfsService {
             _ => return Err(Nfs4Error::BadXdr.into()),
         };
         let claim = d.u32()?;
+        // The claims by file handle (4 and up) are 4.1's.
+        if ctx.minor == 0 && claim > 3 {
+            return Err(Nfs4Error::BadXdr.into());
+        }
         let mut deleg_claim = None;
         // CLAIM_PREVIOUS: the delegation the client held before a restart, if any.
         let mut reclaimed_deleg = 0;

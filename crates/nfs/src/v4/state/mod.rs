@@ -164,8 +164,20 @@ pub struct Client {
     pub setclientid_confirm: Option<[u8; 8]>,
     /// NFSv4.0: the callback service SETCLIENTID named (address, program,
     /// callback_ident), if it named a usable one.
-    pub callback40: Option<(std::net::SocketAddr, u32, u32)>,
+    pub callback40: Option<Callback40>,
+    /// NFSv4.0: the session-like record of the callback path that answered its
+    /// probe, and which path that was (`open_callback40`).
+    pub callback40_up: Option<([u8; 16], Callback40)>,
+    /// NFSv4.0: a probe of its callback path is under way.
+    pub probing: bool,
 }
+
+/// A 4.0 client's callback service: address, program, callback_ident.
+pub type Callback40 = (std::net::SocketAddr, u32, u32);
+
+/// 4.0 callback probes under way at most (each a thread for up to a few seconds);
+/// a confirmation past it leaves its client without delegations.
+pub const MAX_PROBES: usize = 64;
 
 impl Client {
     /// An unconfirmed record (minor version 1 unless changed).
@@ -189,6 +201,8 @@ impl Client {
             minor: 1,
             setclientid_confirm: None,
             callback40: None,
+            callback40_up: None,
+            probing: false,
         }
     }
 }
@@ -506,22 +520,24 @@ impl V4State {
         })
     }
 
-    /// A 4.0 client's callback path answered its probe: it gets a session-like record
-    /// (minor 0, no slots: nothing can SEQUENCE on it) whose back channel is `conn`,
-    /// so delegations are handed to it and recalled as a 4.1 client's are. A record
-    /// it had is replaced (a callback update).
+    /// A 4.0 client's callback path `path` answered its probe: unless the client
+    /// has named another path since (a later SETCLIENTID), it gets a session-like
+    /// record (minor 0, no slots: nothing can SEQUENCE on it) whose back channel is
+    /// `conn`, so delegations are handed to it and recalled as a 4.1 client's are.
     pub fn open_callback40(
         &mut self,
         client: u64,
         conn: Arc<dyn crate::transport::BackChannel>,
-        program: u32,
-        ident: u32,
+        path: Callback40,
     ) {
-        if !self.clients.get(&client).is_some_and(|c| c.confirmed) {
+        let current = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.confirmed && c.callback40 == Some(path));
+        if !current {
             return;
         }
-        self.sessions
-            .retain(|_, s| !(s.client == client && s.minor == 0));
+        self.close_callback40(client);
         let id = self.new_session_id();
         self.sessions.insert(
             id,
@@ -534,7 +550,7 @@ impl V4State {
                 max_response_cached: 0,
                 back: Some(BackChan {
                     conn,
-                    program,
+                    program: path.1,
                     slot: Arc::new(std::sync::Mutex::new(0)),
                 }),
                 minor: 0,
@@ -545,17 +561,52 @@ impl V4State {
                     gid: 0,
                     gids: Vec::new(),
                 })),
-                cb_ident: ident,
+                cb_ident: path.2,
             },
         );
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.callback40_up = Some((id, path));
+        }
+    }
+
+    /// Drops a 4.0 client's callback record: no new delegations until a probe of
+    /// its (new) path answers.
+    pub fn close_callback40(&mut self, client: u64) {
+        if let Some((id, _)) = self
+            .clients
+            .get_mut(&client)
+            .and_then(|c| c.callback40_up.take())
+        {
+            self.sessions.remove(&id);
+        }
     }
 
     /// The callback record of a 4.0 client (`open_callback40`), if its path works.
     pub fn callback40_of(&self, client: u64) -> Option<[u8; 16]> {
-        self.sessions
-            .iter()
-            .find(|(_, s)| s.client == client && s.minor == 0)
-            .map(|(id, _)| *id)
+        self.clients
+            .get(&client)
+            .and_then(|c| c.callback40_up.map(|(id, _)| id))
+    }
+
+    /// Whether a probe of `client`'s callback path should start now: it has one, it
+    /// is not already up on that path, no probe of it is under way, and fewer than
+    /// `MAX_PROBES` are. Marks it under way.
+    pub fn start_probe40(&mut self, client: u64) -> Option<Callback40> {
+        let under_way = self.clients.values().filter(|c| c.probing).count();
+        let c = self.clients.get_mut(&client)?;
+        let path = c.callback40?;
+        if c.probing || c.callback40_up.is_some_and(|(_, p)| p == path) || under_way >= MAX_PROBES {
+            return None;
+        }
+        c.probing = true;
+        Some(path)
+    }
+
+    /// A probe of `client`'s path ended (answered or not).
+    pub fn end_probe40(&mut self, client: u64) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.probing = false;
+        }
     }
 
     /// An NFSv4.0 operation naming client ID `clientid` from `peer`: a confirmed
