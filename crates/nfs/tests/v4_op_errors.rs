@@ -851,15 +851,19 @@ fn the_other_rules_of_section_15_2() {
         seqid: 1,
         other: [0; 12],
     };
+    // OPEN (creating) `name` in the directory, for open owner `name`.
+    let open_named = |c: &mut Compound, name: &str| {
+        c.putfh(&dir).open(
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE,
+            clientid,
+            name.as_bytes(),
+            &OpenHow::Unchecked(SetAttrs::mode(0o644)),
+            &Claim::Null(name),
+        );
+    };
     let mut c = f.s.compound();
-    c.putfh(&dir).open(
-        SHARE_ACCESS_BOTH,
-        SHARE_DENY_NONE,
-        clientid,
-        b"cur",
-        &OpenHow::Unchecked(SetAttrs::mode(0o644)),
-        &Claim::Null("cur"),
-    );
+    open_named(&mut c, "cur");
     c.write(&current, 0, FILE_SYNC4, b"x").close(&current);
     let r = f.a.call(&c);
     bad.check_ok(
@@ -867,14 +871,7 @@ fn the_other_rules_of_section_15_2() {
         r.status,
     );
     let mut c = f.s.compound();
-    c.putfh(&dir).open(
-        SHARE_ACCESS_BOTH,
-        SHARE_DENY_NONE,
-        clientid,
-        b"cur2",
-        &OpenHow::Unchecked(SetAttrs::mode(0o644)),
-        &Claim::Null("cur2"),
-    );
+    open_named(&mut c, "cur2");
     c.putfh(&dir).lookup("cur2").close(&current);
     bad.check(
         "CLOSE of the current stateid after LOOKUP",
@@ -882,14 +879,7 @@ fn the_other_rules_of_section_15_2() {
         &[BadStateId, StaleStateId],
     );
     let mut c = f.s.compound();
-    c.putfh(&dir).open(
-        SHARE_ACCESS_BOTH,
-        SHARE_DENY_NONE,
-        clientid,
-        b"cur3",
-        &OpenHow::Unchecked(SetAttrs::mode(0o644)),
-        &Claim::Null("cur3"),
-    );
+    open_named(&mut c, "cur3");
     c.savefh().putfh(&dir).restorefh().close(&current);
     bad.check_ok(
         "CLOSE of the current stateid kept by SAVEFH and RESTOREFH",
