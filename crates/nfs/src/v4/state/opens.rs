@@ -53,7 +53,11 @@ impl V4State {
     /// Settles conflicts with clients whose lease ran out by dropping their state
     /// (courtesy ends when someone else needs what they hold). `Err(())` when a live
     /// client still conflicts.
-    pub(super) fn clear_expired(&mut self, holders: Vec<u64>, released: &mut Vec<Release>) -> Result<(), ()> {
+    pub(super) fn clear_expired(
+        &mut self,
+        holders: Vec<u64>,
+        released: &mut Vec<Release>,
+    ) -> Result<(), ()> {
         let now = Instant::now();
         let mut live = false;
         for c in holders {
