@@ -238,16 +238,50 @@ fn post_webhook(url: &str, json: &str) {
     tracing::error!(%url, "an alert could not be delivered to the webhook");
 }
 
-/// What the monitor remembers of one pool between samples.
-#[derive(Debug, Default)]
+/// What the monitor remembers of one pool between samples. It is kept across restarts
+/// (`SEEN_FILE`), so a condition alerted before a restart and still there after it
+/// is not alerted (and sent to the hooks) again, and one that began or ended while
+/// the daemon was down is.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Seen {
     sampled: bool,
     health: String,
     suspended: bool,
-    /// Device path → (health, checksum errors, last checksum alert).
-    devices: BTreeMap<String, (String, u64, Option<Instant>)>,
+    devices: BTreeMap<String, DeviceSeen>,
     /// 0, 80 or 95: the fullness level last alerted.
     full_level: u8,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct DeviceSeen {
+    health: String,
+    cksum_errors: u64,
+    /// When its last checksum alert was raised: not kept, so after a restart the
+    /// first new errors alert at once.
+    #[serde(skip)]
+    last_cksum_alert: Option<Instant>,
+}
+
+/// The monitor's view of every pool, by name, in the state directory.
+pub const SEEN_FILE: &str = "alerts-seen.json";
+
+fn load_seen(state_dir: &Path) -> BTreeMap<String, Seen> {
+    let path = state_dir.join(SEEN_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+            // Only a repeat of an alert is at stake: start from nothing.
+            tracing::warn!(error = %e, path = %path.display(), "ignoring the alert monitor's view");
+            BTreeMap::new()
+        }),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+fn save_seen(state_dir: &Path, seen: &BTreeMap<String, Seen>) {
+    let bytes = serde_json::to_vec_pretty(seen).expect("the monitor's view serialises");
+    if let Err(e) = write_atomically(&state_dir.join(SEEN_FILE), &bytes, 0o644) {
+        tracing::error!(error = %e, "keeping the alert monitor's view");
+    }
 }
 
 /// The level a pool `used` of `capacity` is at, given the level it was at: 95 from
@@ -331,9 +365,13 @@ pub fn observe(seen: &mut Seen, st: &pool::pool::PoolStatus, now: Instant) -> Ve
         let entry = seen
             .devices
             .entry(leaf.path.clone())
-            .or_insert_with(|| ("ONLINE".to_string(), leaf.cksum_errors, None));
-        if leaf.health != entry.0 {
-            let was = std::mem::replace(&mut entry.0, leaf.health.clone());
+            .or_insert_with(|| DeviceSeen {
+                health: "ONLINE".to_string(),
+                cksum_errors: leaf.cksum_errors,
+                last_cksum_alert: None,
+            });
+        if leaf.health != entry.health {
+            let was = std::mem::replace(&mut entry.health, leaf.health.clone());
             if leaf.health == "RESILVERING" {
                 // Being filled (a replacement or a clear): the operation says so, and
                 // its end is an alert of its own.
@@ -366,7 +404,11 @@ pub fn observe(seen: &mut Seen, st: &pool::pool::PoolStatus, now: Instant) -> Ve
                 ));
             }
         }
-        if leaf.cksum_errors > entry.1 && entry.2.is_none_or(|t| now - t >= CKSUM_QUIET) {
+        if leaf.cksum_errors > entry.cksum_errors
+            && entry
+                .last_cksum_alert
+                .is_none_or(|t| now - t >= CKSUM_QUIET)
+        {
             out.push((
                 Severity::Warning,
                 "device.checksum_errors",
@@ -376,11 +418,11 @@ pub fn observe(seen: &mut Seen, st: &pool::pool::PoolStatus, now: Instant) -> Ve
                      errors, {} new; repaired from redundancy where there was some)",
                     leaf.path,
                     leaf.cksum_errors,
-                    leaf.cksum_errors - entry.1
+                    leaf.cksum_errors - entry.cksum_errors
                 ),
             ));
-            entry.1 = leaf.cksum_errors;
-            entry.2 = Some(now);
+            entry.cksum_errors = leaf.cksum_errors;
+            entry.last_cksum_alert = Some(now);
         }
     }
     let level = fullness_level(st.allocated_bytes, st.capacity_bytes, seen.full_level);
@@ -411,11 +453,20 @@ pub fn start_monitor(state: Weak<crate::DaemonState>) {
     std::thread::Builder::new()
         .name("alerts".into())
         .spawn(move || {
-            let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
+            let state_dir = match state.upgrade() {
+                Some(s) => s.state_dir.clone(),
+                None => return,
+            };
+            let mut seen = load_seen(&state_dir);
+            let mut kept = serde_json::to_vec_pretty(&seen).ok();
             loop {
                 {
                     let Some(s) = state.upgrade() else { return };
-                    for p in s.pools() {
+                    let pools = s.pools();
+                    // A pool exported or destroyed is forgotten: imported again, its
+                    // state is news.
+                    seen.retain(|name, _| pools.iter().any(|p| &p.name == name));
+                    for p in pools {
                         let st = p.status();
                         let found =
                             observe(seen.entry(p.name.clone()).or_default(), &st, Instant::now());
@@ -424,6 +475,13 @@ pub fn start_monitor(state: Weak<crate::DaemonState>) {
                         }
                         crate::pools_admin::activate_spare(&s, &p, &st);
                         s.scrub_if_due(&p);
+                    }
+                    // Kept after the alerts are raised: a crash between the two
+                    // repeats an alert rather than losing one.
+                    let now = serde_json::to_vec_pretty(&seen).ok();
+                    if now != kept {
+                        save_seen(&state_dir, &seen);
+                        kept = now;
                     }
                 }
                 std::thread::sleep(SAMPLE_EVERY);
@@ -516,12 +574,47 @@ mod tests {
             kinds(&observe(&mut seen, &back, t)),
             ["pool.online", "device.online"]
         );
-        // A pool that is bad when the daemon starts alerts at once.
+        // A pool that is bad when the daemon first sees it alerts at once.
         let mut fresh = Seen::default();
         assert_eq!(
             kinds(&observe(&mut fresh, &bad, t)),
             ["pool.degraded", "device.faulted"]
         );
+    }
+
+    #[test]
+    fn a_restart_repeats_no_alert_and_misses_no_change() {
+        let t = Instant::now();
+        let dir = tempfile::tempdir().unwrap();
+        let bad = status(
+            "DEGRADED",
+            &[("/a", "ONLINE", 0), ("/b", "FAULTED", 0)],
+            100,
+        );
+        let mut seen = BTreeMap::new();
+        let first = observe(seen.entry("tank".to_string()).or_default(), &bad, t);
+        assert_eq!(kinds(&first), ["pool.degraded", "device.faulted"]);
+        save_seen(dir.path(), &seen);
+        // Still bad after the restart: already said.
+        let mut again = load_seen(dir.path());
+        assert_eq!(again.len(), 1);
+        assert!(observe(again.get_mut("tank").unwrap(), &bad, t).is_empty());
+        // Repaired while the daemon was down: that is news.
+        let mut again = load_seen(dir.path());
+        let good = status("ONLINE", &[("/a", "ONLINE", 0), ("/b", "ONLINE", 0)], 100);
+        assert_eq!(
+            kinds(&observe(again.get_mut("tank").unwrap(), &good, t)),
+            ["pool.online", "device.online"]
+        );
+        // Without the kept view (the negative control) the restart repeats both.
+        let mut forgot: BTreeMap<String, Seen> = BTreeMap::new();
+        assert_eq!(
+            kinds(&observe(forgot.entry("tank".into()).or_default(), &bad, t)),
+            ["pool.degraded", "device.faulted"]
+        );
+        // A damaged view is ignored, not fatal.
+        std::fs::write(dir.path().join(SEEN_FILE), b"{not json").unwrap();
+        assert!(load_seen(dir.path()).is_empty());
     }
 
     #[test]
