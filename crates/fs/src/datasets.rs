@@ -1,12 +1,15 @@
 //! Datasets of one pool: the `pool/a/b` hierarchy, each dataset an object set holding a
-//! filesystem, with local properties in the pool's object-set directory. The dataset
-//! named like the pool is its root and is made on first use. Creating a dataset makes
-//! its object set and lays out its root directory in one pool transaction, so a crash
-//! leaves either no dataset or a usable one.
+//! filesystem or a volume (`volume.rs`; its properties carry a `volsize`), with local
+//! properties in the pool's object-set directory. The dataset named like the pool is
+//! its root (a filesystem) and is made on first use. Creating a dataset makes its
+//! object set, stores its properties and lays out its root directory or volume object
+//! in one pool transaction, so a crash leaves either no dataset or a usable one. A
+//! volume has no children.
 
 use crate::filesystem::Filesystem;
-use crate::props::{resolve, EffectiveProps, PropValue, Props};
+use crate::props::{resolve, EffectiveProps, PropValue, Props, FILESYSTEM_ONLY};
 use crate::space::SpaceLimits;
+use crate::volume::{self, Volume};
 use crate::{FsError, Result};
 use pool::pool::SnapshotInfo;
 use pool::Pool;
@@ -39,7 +42,20 @@ pub fn pool_of(name: &str) -> &str {
 pub struct Datasets {
     pool: Arc<Pool>,
     open: Mutex<HashMap<u64, Arc<Filesystem>>>,
+    volumes: Mutex<HashMap<u64, Arc<Volume>>>,
     limits: Arc<SpaceLimits>,
+}
+
+/// What a volume is made with (`Datasets::create_volume`).
+#[derive(Debug, Clone, Default)]
+pub struct VolumeSpec {
+    /// Bytes, a multiple of the block size.
+    pub volsize: u64,
+    /// `None`: `volume::VOLBLOCKSIZE_DEFAULT`.
+    pub volblocksize: Option<u32>,
+    /// No refreservation: space is taken as blocks are written, and a write may find
+    /// the pool full.
+    pub sparse: bool,
 }
 
 impl Datasets {
@@ -47,6 +63,7 @@ impl Datasets {
         let d = Datasets {
             pool,
             open: Mutex::new(HashMap::new()),
+            volumes: Mutex::new(HashMap::new()),
             limits: Arc::new(SpaceLimits::default()),
         };
         if d.pool.objset_id(&d.pool.name).is_none() {
@@ -92,8 +109,20 @@ impl Datasets {
         Ok(os)
     }
 
-    /// Creates `name` with the given properties (`[("compression", "lz4")]`).
+    /// Creates filesystem `name` with the given properties (`[("compression", "lz4")]`).
     pub fn create(&self, name: &str, settings: &[(String, String)]) -> Result<DatasetInfo> {
+        self.check_new(name)?;
+        let mut props = Props::default();
+        for (k, v) in settings {
+            props.set(k, v)?;
+        }
+        self.make(name, props)?;
+        self.limits.refresh(&self.pool)?;
+        self.info(name)
+    }
+
+    /// Checks a name for a new dataset: free, and below an existing filesystem.
+    fn check_new(&self, name: &str) -> Result<()> {
         self.check_name(name)?;
         if self.pool.objset_id(name).is_some() {
             return Err(FsError::Exists);
@@ -102,13 +131,59 @@ impl Datasets {
         if self.pool.objset_id(parent).is_none() {
             return Err(FsError::NotFound(format!(": parent dataset '{parent}'")));
         }
+        if self.is_volume(parent)? {
+            return Err(FsError::Invalid(format!(
+                "'{parent}' is a volume; a dataset's parent must be a filesystem"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates volume `name`: thick unless `spec.sparse` (a refreservation covering
+    /// every block, refused with `NoSpace` when the pool cannot hold it), with the
+    /// given properties besides (`compression`, `checksum`, `sync`, `readonly`,
+    /// `reservation`, `refreservation`).
+    pub fn create_volume(
+        &self,
+        name: &str,
+        spec: &VolumeSpec,
+        settings: &[(String, String)],
+    ) -> Result<DatasetInfo> {
+        self.check_new(name)?;
+        let block_size = spec.volblocksize.unwrap_or(volume::VOLBLOCKSIZE_DEFAULT);
+        volume::check_geometry(spec.volsize, block_size)?;
         let mut props = Props::default();
         for (k, v) in settings {
+            if FILESYSTEM_ONLY.contains(&k.as_str()) {
+                return Err(FsError::Invalid(format!("a volume has no {k}")));
+            }
             props.set(k, v)?;
         }
-        self.make(name, props)?;
+        props.volsize = Some(spec.volsize);
+        props.volblocksize = Some(block_size);
+        if !spec.sparse && props.refreservation.is_none() {
+            props.refreservation = Some(volume::thick_refreservation(spec.volsize, block_size));
+        }
+        self.limits
+            .admit_new(&self.pool, name, props.refreservation.unwrap_or(0))?;
+        // The effective properties the volume object is made with: its own settings
+        // over its parent's.
+        let parent = name.rsplit_once('/').map(|p| p.0).unwrap_or("");
+        let mut chain = vec![(name.to_string(), props.clone())];
+        chain.extend(self.chain(parent)?);
+        let effective = resolve(&chain).0;
+        let tx = self.pool.begin(64 * 1024)?;
+        let os = tx.create_objset(name, &props.to_json())?;
+        Volume::format(&tx, os, block_size, &effective)?;
+        drop(tx);
         self.limits.refresh(&self.pool)?;
         self.info(name)
+    }
+
+    /// Whether dataset `name` (or the dataset of snapshot `name`) is a volume.
+    pub fn is_volume(&self, name: &str) -> Result<bool> {
+        let dataset = name.split('@').next().unwrap_or(name);
+        Ok(self.local(dataset)?.1.is_volume())
     }
 
     fn local(&self, name: &str) -> Result<(u64, Props)> {
@@ -142,8 +217,33 @@ impl Datasets {
     }
 
     pub fn info(&self, name: &str) -> Result<DatasetInfo> {
-        let (id, _) = self.local(name)?;
+        let (id, local) = self.local(name)?;
         let mut props = resolve(&self.chain(name)?).1;
+        let kind = if local.is_volume() {
+            props.retain(|p| !FILESYSTEM_ONLY.contains(&p.property.as_str()));
+            for (property, source) in [("volsize", "local"), ("volblocksize", "-")] {
+                props.insert(
+                    0,
+                    PropValue {
+                        property: property.into(),
+                        value: local.get(property).unwrap_or_default(),
+                        source: source.into(),
+                    },
+                );
+            }
+            props.swap(0, 1);
+            "volume"
+        } else {
+            "filesystem"
+        };
+        props.insert(
+            0,
+            PropValue {
+                property: "type".into(),
+                value: kind.into(),
+                source: "-".into(),
+            },
+        );
         let usage = self.limits.usage(&self.pool, id);
         for (property, bytes) in [
             ("used", usage.used),
@@ -177,16 +277,62 @@ impl Datasets {
 
     /// Sets and inherits several properties in one change: every one is checked
     /// before any is stored, so a bad one leaves the dataset as it was.
+    ///
+    /// A volume's `volsize` grows it (online: an open volume takes the new size at
+    /// once); it never shrinks, and a thick volume's refreservation grows with it. Its
+    /// `volblocksize` is fixed, and it has no filesystem properties.
     pub fn set_many(&self, name: &str, changes: &[(String, Option<String>)]) -> Result<()> {
         let (id, mut props) = self.local(name)?;
+        let was = props.clone();
         for (prop, value) in changes {
+            let prop = prop.as_str();
+            if props.is_volume() {
+                if FILESYSTEM_ONLY.contains(&prop) {
+                    return Err(FsError::Invalid(format!("a volume has no {prop}")));
+                }
+                if prop == "volblocksize" {
+                    return Err(FsError::Invalid(
+                        "volblocksize is fixed when a volume is made".into(),
+                    ));
+                }
+                if prop == "volsize" {
+                    let v = value
+                        .as_deref()
+                        .ok_or_else(|| FsError::Invalid("volsize cannot be inherited".into()))?;
+                    props.volsize = Some(self.new_volsize(name, &props, v)?);
+                    continue;
+                }
+            } else if matches!(prop, "volsize" | "volblocksize") {
+                return Err(FsError::Invalid(format!(
+                    "only a volume has a {prop}; '{name}' is a filesystem"
+                )));
+            }
             match value {
                 Some(v) => props.set(prop, v)?,
                 None => props.inherit(prop)?,
             }
         }
+        if let (Some(old), Some(new), Some(bs)) = (was.volsize, props.volsize, props.volblocksize) {
+            // A thick volume stays thick: its refreservation follows its size unless
+            // this change sets it.
+            let thick_was = volume::thick_refreservation(old, bs);
+            let set_here = changes.iter().any(|(p, _)| p == "refreservation");
+            if new != old && !set_here && was.refreservation == Some(thick_was) {
+                props.refreservation = Some(volume::thick_refreservation(new, bs));
+            }
+        }
+        let refres = props.refreservation.unwrap_or(0);
+        if refres > was.refreservation.unwrap_or(0) {
+            self.limits.admit_refreservation(&self.pool, id, refres)?;
+        }
         self.pool.set_objset_props(id, &props.to_json())?;
         self.limits.refresh(&self.pool)?;
+        if let (Some(size), Some(v)) = (
+            props.volsize,
+            self.volumes.lock().unwrap().get(&id).cloned(),
+        ) {
+            v.set_props(size, self.effective(name)?)?;
+        }
         let open = self.open.lock().unwrap();
         for (_, n, _) in self.pool.list_objsets() {
             if n == name || n.starts_with(&format!("{name}/")) {
@@ -196,6 +342,23 @@ impl Datasets {
             }
         }
         Ok(())
+    }
+
+    /// A volume's new size from its text form: a multiple of its block size, no
+    /// smaller than it is.
+    fn new_volsize(&self, name: &str, props: &Props, value: &str) -> Result<u64> {
+        let bs = props.volblocksize.unwrap_or(volume::VOLBLOCKSIZE_DEFAULT);
+        let v = crate::props::parse_size(value)
+            .filter(|v| *v > 0)
+            .ok_or_else(|| FsError::Invalid(format!("volsize must be a size, not '{value}'")))?;
+        volume::check_geometry(v, bs)?;
+        let now = props.volsize.unwrap_or(0);
+        if v < now {
+            return Err(FsError::Invalid(format!(
+                "volume '{name}' is {now} bytes; it grows but never shrinks (to {v}),                  as what initiators wrote past the new end would be lost"
+            )));
+        }
+        Ok(v)
     }
 
     pub fn destroy(&self, name: &str) -> Result<()> {
@@ -215,6 +378,11 @@ impl Datasets {
         {
             return Err(FsError::Invalid(format!(
                 "'{name}' has children ({child}); destroy them first"
+            )));
+        }
+        if self.volumes.lock().unwrap().contains_key(&id) {
+            return Err(FsError::Invalid(format!(
+                "'{name}' is open (served as a LUN); stop serving it first"
             )));
         }
         self.open.lock().unwrap().remove(&id);
@@ -253,7 +421,13 @@ impl Datasets {
     /// Takes snapshot `pool/fs@name` of everything written to the dataset so far.
     pub fn snapshot(&self, full: &str) -> Result<SnapshotInfo> {
         let (dataset, snap) = self.split_snapshot(full)?;
-        let (id, _) = self.local(dataset)?;
+        let (id, props) = self.local(dataset)?;
+        if props.refreservation.unwrap_or(0) > 0 {
+            // The snapshot takes the dataset's unique bytes: its refreservation must
+            // fit again beside them (figures as of a sync).
+            self.pool.sync()?;
+            self.limits.admit_snapshot(&self.pool, id)?;
+        }
         self.pool.snapshot_create(id, snap).map_err(|e| match e {
             pool::PoolError::Exists(_) => FsError::Exists,
             e => e.into(),
@@ -442,9 +616,10 @@ impl Datasets {
             return Err(FsError::NotFound(format!(": parent dataset '{parent}'")));
         }
         if let Some(id) = self.pool.objset_id(name) {
-            if self.open.lock().unwrap().contains_key(&id) {
+            if self.in_use(id) {
                 return Err(FsError::Invalid(format!(
-                    "'{name}' is in use; unmount or unshare it before receiving into it"
+                    "'{name}' is in use; unmount, unshare or unexport it before receiving \
+                     into it"
                 )));
             }
         }
@@ -476,9 +651,9 @@ impl Datasets {
         let id = self.snapshot_id(full)?;
         let (dataset, _) = self.split_snapshot(full)?;
         let (ds_id, _) = self.local(dataset)?;
-        if self.open.lock().unwrap().contains_key(&ds_id) {
+        if self.in_use(ds_id) {
             return Err(FsError::Invalid(format!(
-                "'{dataset}' is in use; unmount it before rolling back"
+                "'{dataset}' is in use; unmount, unshare or unexport it before rolling back"
             )));
         }
         Ok(self.pool.snapshot_rollback(id)?)
@@ -491,11 +666,54 @@ impl Datasets {
     pub fn close(&self, name: &str) {
         if let Some(id) = self.pool.objset_id(name) {
             self.open.lock().unwrap().remove(&id);
+            self.volumes.lock().unwrap().remove(&id);
         }
     }
 
-    /// Opens a dataset, or a snapshot (`pool/fs@name`) read-only.
+    /// Whether object set `id` is open here as a filesystem or a volume.
+    fn in_use(&self, id: u64) -> bool {
+        self.open.lock().unwrap().contains_key(&id)
+            || self.volumes.lock().unwrap().contains_key(&id)
+    }
+
+    /// Opens volume `name`, or a snapshot of one (`pool/vol@name`) read-only; opened
+    /// once and shared.
+    pub fn open_volume(&self, name: &str) -> Result<Arc<Volume>> {
+        let (dataset, id) = match name.split_once('@') {
+            Some((dataset, _)) => (dataset, self.snapshot_id(name)?),
+            None => (name, self.local(name)?.0),
+        };
+        let (_, local) = self.local(dataset)?;
+        let volsize = local.volsize.ok_or_else(|| {
+            FsError::Invalid(format!("'{dataset}' is a filesystem, not a volume"))
+        })?;
+        let mut volumes = self.volumes.lock().unwrap();
+        if let Some(v) = volumes.get(&id) {
+            return Ok(v.clone());
+        }
+        let mut props = self.effective(dataset)?;
+        if name.contains('@') {
+            props.readonly = true;
+        }
+        let v = Volume::open(
+            self.pool.clone(),
+            id,
+            name,
+            volsize,
+            props,
+            self.limits.clone(),
+        )?;
+        volumes.insert(id, v.clone());
+        Ok(v)
+    }
+
+    /// Opens a filesystem, or a snapshot of one (`pool/fs@name`) read-only.
     pub fn open(&self, name: &str) -> Result<Arc<Filesystem>> {
+        if self.is_volume(name)? {
+            return Err(FsError::Invalid(format!(
+                "'{name}' is a volume, not a filesystem"
+            )));
+        }
         if name.contains('@') {
             let id = self.snapshot_id(name)?;
             let (dataset, _) = self.split_snapshot(name)?;

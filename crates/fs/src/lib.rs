@@ -1,4 +1,5 @@
-//! shoal filesystems on a pool: datasets with inherited properties, POSIX objects
+//! shoal filesystems and volumes on a pool: datasets with inherited properties, volumes
+//! (runs of blocks a block protocol serves as disks), POSIX objects
 //! (files, directories, symlinks, hard links, special files, xattrs) with stable ids and
 //! generation numbers, hashed directories with stable cookies. It speaks no wire
 //! protocol: the FUSE mount and the NFS server are its clients.
@@ -12,11 +13,13 @@ pub mod dir;
 pub mod filesystem;
 pub mod props;
 pub mod space;
+pub mod volume;
 
 pub use attr::{Attr, Kind, SetAttr, Timespec};
-pub use datasets::{pool_of, DatasetInfo, Datasets};
+pub use datasets::{pool_of, DatasetInfo, Datasets, VolumeSpec};
 pub use filesystem::{Cred, DirEntry, Filesystem, StatFs};
 pub use props::{EffectiveProps, Props};
+pub use volume::{Durability, Volume};
 
 use pool::PoolError;
 

@@ -20,7 +20,12 @@ pub const NAMES: &[&str] = &[
     "readonly",
     "quota",
     "reservation",
+    "refreservation",
 ];
+
+/// The properties a volume has no use for (it has no files, records or access times;
+/// its size is its bound).
+pub const FILESYSTEM_ONLY: &[&str] = &["recordsize", "atime", "quota"];
 
 /// Read-only properties reported with the settable ones, in bytes: what the dataset
 /// uses (children, snapshots and children's reservations included), can still take,
@@ -49,6 +54,17 @@ pub struct Props {
     /// Bytes; 0 = none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<u64>,
+    /// Bytes kept for what the dataset itself references beyond its latest
+    /// snapshot (snapshots and children not counted); 0 = none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refreservation: Option<u64>,
+    /// Set on volumes only, and what makes a dataset one: its size in bytes, a
+    /// multiple of `volblocksize`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volsize: Option<u64>,
+    /// A volume's block size, fixed at creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volblocksize: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +96,7 @@ pub struct EffectiveProps {
     pub readonly: bool,
     pub quota: u64,
     pub reservation: u64,
+    pub refreservation: u64,
 }
 
 impl Default for EffectiveProps {
@@ -93,6 +110,7 @@ impl Default for EffectiveProps {
             readonly: false,
             quota: 0,
             reservation: 0,
+            refreservation: 0,
         }
     }
 }
@@ -203,16 +221,16 @@ impl Props {
                     }
                 })
             }
-            "quota" | "reservation" => {
+            "quota" | "reservation" | "refreservation" => {
                 let v = parse_size(value).ok_or_else(|| {
                     FsError::Invalid(format!(
                         "{name} must be a size (like 10G) or none, not '{value}'"
                     ))
                 })?;
-                if name == "quota" {
-                    self.quota = Some(v);
-                } else {
-                    self.reservation = Some(v);
+                match name {
+                    "quota" => self.quota = Some(v),
+                    "reservation" => self.reservation = Some(v),
+                    _ => self.refreservation = Some(v),
                 }
             }
             _ => {
@@ -236,6 +254,7 @@ impl Props {
             "readonly" => self.readonly = None,
             "quota" => self.quota = None,
             "reservation" => self.reservation = None,
+            "refreservation" => self.refreservation = None,
             _ => return Err(FsError::Invalid(format!("unknown property '{name}'"))),
         }
         Ok(())
@@ -252,13 +271,21 @@ impl Props {
             "sync" => self.sync.map(|s| s.name().into()),
             "quota" => self.quota.map(size_text),
             "reservation" => self.reservation.map(size_text),
+            "refreservation" => self.refreservation.map(size_text),
+            "volsize" => self.volsize.map(size_text),
+            "volblocksize" => self.volblocksize.map(|v| size_text(v as u64)),
             _ => None,
         }
     }
 
-    /// Quota and reservation apply to the dataset itself and are not inherited.
+    /// Quotas and reservations apply to the dataset itself and are not inherited.
     fn inheritable(name: &str) -> bool {
-        !matches!(name, "quota" | "reservation")
+        !matches!(name, "quota" | "reservation" | "refreservation")
+    }
+
+    /// Whether these are a volume's properties.
+    pub fn is_volume(&self) -> bool {
+        self.volsize.is_some()
     }
 }
 
@@ -276,6 +303,9 @@ pub fn resolve(chain: &[(String, Props)]) -> (EffectiveProps, Vec<PropValue>) {
         readonly: Some(false),
         quota: Some(0),
         reservation: Some(0),
+        refreservation: Some(0),
+        volsize: None,
+        volblocksize: None,
     };
     for &name in NAMES {
         let mut found = None;
@@ -315,6 +345,7 @@ pub fn resolve(chain: &[(String, Props)]) -> (EffectiveProps, Vec<PropValue>) {
         readonly: eff_props.readonly.unwrap(),
         quota: eff_props.quota.unwrap(),
         reservation: eff_props.reservation.unwrap(),
+        refreservation: eff_props.refreservation.unwrap(),
     };
     (eff, values)
 }

@@ -14,6 +14,15 @@
 //!   with ENOSPC when the pool's free space minus those unused reservations cannot take
 //!   them.
 //!
+//! - A *refreservation* keeps space for what the dataset itself references beyond
+//!   its latest snapshot (zfs's "unique" bytes; see `pool::pool::DatasetSpace`):
+//!   its unused part (refreservation less unique) counts as used by the dataset
+//!   and is unavailable to every other dataset, ancestors and children included. A
+//!   thick volume has one the size of its blocks and their indirect blocks, so
+//!   nothing else can take the space its writes need; a snapshot of such a dataset
+//!   hands its unique bytes to the snapshot, and is refused when the pool cannot
+//!   hold the refreservation again beside them (`admit_snapshot`).
+//!
 //! Only changes that add space are checked (writes, new objects, extended
 //! attributes); removing and truncating always work, so a full dataset can be cleaned
 //! up. Writes are charged their full length, overwrites included, because with
@@ -36,6 +45,7 @@ struct Limit {
     name: String,
     quota: u64,
     reservation: u64,
+    refreservation: u64,
 }
 
 /// The quotas and reservations of a pool's datasets (0: none).
@@ -73,10 +83,13 @@ impl SpaceLimits {
                     name,
                     quota: p.quota.unwrap_or(0),
                     reservation: p.reservation.unwrap_or(0),
+                    refreservation: p.refreservation.unwrap_or(0),
                 },
             );
         }
-        let any = map.values().any(|l| l.quota > 0 || l.reservation > 0);
+        let any = map
+            .values()
+            .any(|l| l.quota > 0 || l.reservation > 0 || l.refreservation > 0);
         *self.limits.write().unwrap() = map;
         self.any.store(any, Ordering::SeqCst);
         Ok(())
@@ -114,6 +127,65 @@ impl SpaceLimits {
         Ok(())
     }
 
+    /// Refuses a snapshot of dataset `os` (ENOSPC) when its refreservation could not
+    /// be held again: the snapshot takes over its unique bytes, so the unused part of
+    /// the refreservation grows by up to them, and that must fit in what the dataset
+    /// may still take. The caller has synced, so the figures are current.
+    pub fn admit_snapshot(&self, pool: &Pool, os: u64) -> Result<()> {
+        let view = self.view(pool);
+        let limits = self.limits.read().unwrap();
+        let Some(me) = limits.get(&os) else {
+            return Ok(());
+        };
+        if me.refreservation == 0 {
+            return Ok(());
+        }
+        let unique = view.own.get(&os).map_or(0, |s| s.unique);
+        let grows = unique.min(me.refreservation);
+        if view.pool_headroom(&limits, &me.name) < grows {
+            return Err(FsError::NoSpace);
+        }
+        if view.quota_headroom(&limits, &me.name) < grows {
+            return Err(FsError::Quota);
+        }
+        Ok(())
+    }
+
+    /// Refuses a new or larger refreservation `bytes` on dataset `os`
+    /// (ENOSPC) when the pool cannot hold it beside everything else it promised.
+    pub fn admit_refreservation(&self, pool: &Pool, os: u64, bytes: u64) -> Result<()> {
+        let view = self.view(pool);
+        let limits = self.limits.read().unwrap();
+        let Some(me) = limits.get(&os) else {
+            return Ok(());
+        };
+        let own = view.own.get(&os).copied().unwrap_or_default();
+        let held_now = me.refreservation.saturating_sub(own.unique);
+        let wanted = bytes.saturating_sub(own.unique);
+        let more = wanted.saturating_sub(held_now);
+        if more > 0 && view.pool_headroom(&limits, &me.name) < more {
+            return Err(FsError::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// Refuses a dataset `name` about to be made with refreservation `bytes` when the
+    /// pool or its ancestors' quotas cannot hold it (ENOSPC, EDQUOT).
+    pub fn admit_new(&self, pool: &Pool, name: &str, bytes: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let view = self.view(pool);
+        let limits = self.limits.read().unwrap();
+        if view.quota_headroom(&limits, name) < bytes {
+            return Err(FsError::Quota);
+        }
+        if view.pool_headroom(&limits, name) < bytes {
+            return Err(FsError::NoSpace);
+        }
+        Ok(())
+    }
+
     /// Used and available space of dataset `os`, for statfs and listings.
     pub fn usage(&self, pool: &Pool, os: u64) -> Usage {
         let view = self.view(pool);
@@ -141,7 +213,20 @@ impl SpaceLimits {
         let mut order: Vec<&(u64, String, DatasetSpace)> = spaces.iter().collect();
         order.sort_by_key(|(_, name, _)| std::cmp::Reverse(name.matches('/').count()));
         let id_of: HashMap<&str, u64> = spaces.iter().map(|(id, n, _)| (n.as_str(), *id)).collect();
-        let mut used: HashMap<u64, u64> = spaces.iter().map(|(id, _, s)| (*id, s.used())).collect();
+        let unused_refreservation = |id: u64, s: &DatasetSpace| {
+            limits
+                .get(&id)
+                .map_or(0, |l| l.refreservation.saturating_sub(s.unique))
+        };
+        let mut used: HashMap<u64, u64> = spaces
+            .iter()
+            .map(|(id, _, s)| (*id, s.used() + unused_refreservation(*id, s)))
+            .collect();
+        let unused_refreservations: HashMap<u64, u64> = spaces
+            .iter()
+            .map(|(id, _, s)| (*id, unused_refreservation(*id, s)))
+            .filter(|(_, b)| *b > 0)
+            .collect();
         let own: HashMap<u64, DatasetSpace> = spaces.iter().map(|(id, _, s)| (*id, *s)).collect();
         for (id, name, _) in order {
             if let Some((parent, _)) = name.rsplit_once('/') {
@@ -154,6 +239,7 @@ impl SpaceLimits {
         View {
             used,
             own,
+            unused_refreservations,
             pool_avail: pool.usable_space().1,
         }
     }
@@ -163,6 +249,8 @@ struct View {
     /// Per dataset: `Usage::used`.
     used: HashMap<u64, u64>,
     own: HashMap<u64, DatasetSpace>,
+    /// Per dataset with one: the part of its refreservation not in use.
+    unused_refreservations: HashMap<u64, u64>,
     pool_avail: u64,
 }
 
@@ -182,14 +270,21 @@ impl View {
     }
 
     /// The pool's free space less the unused part of every reservation outside
-    /// `name`'s line of ancestors.
+    /// `name`'s line of ancestors and of every other dataset's refreservation (a
+    /// parent's reservation already counts its children's, through their use).
     fn pool_headroom(&self, limits: &HashMap<u64, Limit>, name: &str) -> u64 {
-        let held_elsewhere: u64 = limits
+        let reserved: u64 = limits
             .iter()
             .filter(|(_, l)| l.reservation > 0 && !is_within(name, &l.name))
             .map(|(id, l)| l.reservation.saturating_sub(self.used_of(*id)))
             .sum();
-        self.pool_avail.saturating_sub(held_elsewhere)
+        let refreserved: u64 = self
+            .unused_refreservations
+            .iter()
+            .filter(|(id, _)| limits.get(id).is_none_or(|l| l.name != name))
+            .map(|(_, b)| *b)
+            .sum();
+        self.pool_avail.saturating_sub(reserved + refreserved)
     }
 }
 

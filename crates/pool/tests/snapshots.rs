@@ -225,6 +225,10 @@ fn dataset_space_follows_writes_snapshots_and_import() {
         let synced = space_of(&pool, os);
         assert_eq!(synced.pending, 0, "{layout:?}");
         assert_eq!(synced.snapshots, 0, "{layout:?}");
+        assert_eq!(
+            synced.unique, synced.referenced,
+            "{layout:?}: no snapshot yet"
+        );
         // 32 records of 128K plus a little metadata (dnodes, one indirect block, in
         // two copies each).
         assert!(
@@ -239,6 +243,12 @@ fn dataset_space_follows_writes_snapshots_and_import() {
         assert!(
             after.snapshots >= 2 << 20 && after.snapshots < (2 << 20) + (256 << 10),
             "{layout:?}: the overwritten half is the snapshot's: {after:?}"
+        );
+        // Unique: the 2 MiB written since the snapshot plus rewritten metadata, not
+        // the 2 MiB both still share.
+        assert!(
+            after.unique >= 2 << 20 && after.unique < (2 << 20) + (512 << 10),
+            "{layout:?}: {after:?}"
         );
         let listed = pool.list_snapshots(Some(os)).unwrap();
         assert_eq!(listed.len(), 1);

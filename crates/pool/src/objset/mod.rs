@@ -177,6 +177,9 @@ enum Source {
 pub struct ObjectInfo {
     pub object_type: u8,
     pub block_size: u32,
+    /// What the object's next blocks are written with.
+    pub compression: Compression,
+    pub checksum: ChecksumKind,
     pub nblocks: u64,
     pub generation: u64,
     pub bonus: Vec<u8>,
@@ -584,6 +587,8 @@ impl Objset {
         Ok(ObjectInfo {
             object_type: s.dnode.object_type,
             block_size: s.dnode.block_size,
+            compression: s.dnode.compression,
+            checksum: s.dnode.checksum,
             nblocks: s.dnode.nblocks,
             generation: s.dnode.generation,
             bonus: s.dnode.bonus.clone(),
@@ -612,6 +617,28 @@ impl Objset {
         s.open.dnode_dirty = true;
         inner.open_dirty.insert(obj);
         Ok(())
+    }
+
+    /// The compression and checksum of the blocks `obj` writes from now on (blocks
+    /// already written keep theirs: each block pointer names its own). Answers
+    /// whether anything changed.
+    pub fn set_codec(
+        &self,
+        st: &Storage,
+        obj: u64,
+        compression: Compression,
+        checksum: ChecksumKind,
+    ) -> Result<bool, PoolError> {
+        let mut inner = self.lock_loaded(st, obj);
+        let s = Self::load(st, &mut inner, obj)?;
+        if s.dnode.compression == compression && s.dnode.checksum == checksum {
+            return Ok(false);
+        }
+        s.dnode.compression = compression;
+        s.dnode.checksum = checksum;
+        s.open.dnode_dirty = true;
+        inner.open_dirty.insert(obj);
+        Ok(true)
     }
 
     pub fn free_object(&self, st: &Storage, obj: u64) -> Result<(), PoolError> {

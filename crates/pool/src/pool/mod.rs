@@ -257,6 +257,11 @@ pub struct DatasetSpace {
     /// What its snapshots hold beyond the dataset: the sum of the dead lists of the
     /// dataset and of its snapshots (destroying every snapshot frees this).
     pub snapshots: u64,
+    /// What the dataset references that its latest snapshot does not (all of
+    /// `referenced` when it has none), as of the last sync: what a snapshot taken now
+    /// would hand over to the snapshots, and so the part of a refreservation in use
+    /// (zfs's "unique" bytes).
+    pub unique: u64,
 }
 
 impl DatasetSpace {

@@ -92,10 +92,22 @@ impl Pool {
         let mut out: BTreeMap<u64, (String, DatasetSpace)> = BTreeMap::new();
         for (id, d) in ds.iter().filter(|(_, d)| d.snapshot_of.is_none()) {
             let c = d.objset.space();
+            // Every block on the dataset's own dead list was born by its latest
+            // snapshot and was live when it was taken, so it is in that snapshot's
+            // tree: what the two still share is the snapshot's referenced bytes less
+            // those.
+            let latest = ds
+                .values()
+                .filter(|s| s.snapshot_of == Some(*id))
+                .max_by_key(|s| s.snap_txg);
+            let shared = latest.map_or(0, |s| {
+                s.objset.space().referenced.saturating_sub(d.deadlist.bytes)
+            });
             let space = DatasetSpace {
                 referenced: c.referenced,
                 pending: c.open_charge + c.syncing_charge,
                 snapshots: d.deadlist.bytes,
+                unique: c.referenced.saturating_sub(shared),
             };
             out.insert(*id, (d.name.clone(), space));
         }

@@ -241,6 +241,25 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Changes the compression and checksum `obj`'s future blocks get. Not logged:
+    /// the codec is no part of the data, and its owner sets it again when it opens
+    /// the object (a volume does), so a crash before the txg commits loses nothing.
+    pub fn set_codec(
+        &self,
+        os: u64,
+        obj: u64,
+        compression: Compression,
+        checksum: ChecksumKind,
+    ) -> Result<(), PoolError> {
+        let p = self.pool;
+        if p.writable_objset(os)?
+            .set_codec(&p.storage, obj, compression, checksum)?
+        {
+            p.account_dirty_bytes(crate::dnode::DNODE_SIZE as u64);
+        }
+        Ok(())
+    }
+
     /// Grows the block size of an object that has at most one block (a small file
     /// growing towards its recordsize); its contents are kept.
     pub fn grow_block_size(&self, os: u64, obj: u64, block_size: u32) -> Result<(), PoolError> {
