@@ -107,6 +107,16 @@ pub fn router(state: Shared) -> Router {
                 .patch(set_properties)
                 .delete(destroy_filesystem),
         )
+        .route(
+            "/api/v1/volumes",
+            get(crate::volumes_api::list).post(crate::volumes_api::create),
+        )
+        .route(
+            "/api/v1/volumes/{*name}",
+            get(crate::volumes_api::get)
+                .patch(crate::volumes_api::set)
+                .delete(crate::volumes_api::destroy),
+        )
         .route("/api/v1/snapshots", get(snapshots).post(create_snapshot))
         .route(
             "/api/v1/snapshots/{*name}",
@@ -331,7 +341,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestP
 }
 
 /// Runs pool work on a blocking thread; its answer as JSON.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> ApiResult<T> {
     run_blocking(f).await.map(Json)
@@ -358,7 +368,7 @@ impl DaemonState {
 
     /// Runs `change` on the datasets of the pool `name` lives in, then commits it, so
     /// the answer goes out only once the change is on disk.
-    fn commit<T>(
+    pub(crate) fn commit<T>(
         &self,
         name: &str,
         change: impl FnOnce(&fs::Datasets) -> Result<T, ApiError>,
@@ -585,13 +595,20 @@ async fn filesystems(
     State(s): State<Shared>,
     Params(q): Params<PoolFilter>,
 ) -> ApiResult<Vec<fs::DatasetInfo>> {
+    let filesystems = |all: Vec<fs::DatasetInfo>| {
+        all.into_iter()
+            .filter(|d| d.prop("type") != Some("volume"))
+            .collect::<Vec<_>>()
+    };
     blocking(move || match &q.pool {
-        Some(want) => Ok(s.pool(want).and_then(|p| s.datasets_of(&p.name))?.list()?),
+        Some(want) => Ok(filesystems(
+            s.pool(want).and_then(|p| s.datasets_of(&p.name))?.list()?,
+        )),
         None => {
             let mut all = Vec::new();
             for p in s.pools() {
                 if let Some(ds) = s.datasets_of_pool(&p.name) {
-                    all.extend(ds.list()?);
+                    all.extend(filesystems(ds.list()?));
                 }
             }
             Ok(all)
@@ -624,7 +641,12 @@ async fn filesystem(
     State(s): State<Shared>,
     Path(name): Path<String>,
 ) -> ApiResult<fs::DatasetInfo> {
-    blocking(move || Ok(s.datasets_of(&name)?.info(&name)?)).await
+    blocking(move || {
+        let ds = s.datasets_of(&name)?;
+        crate::volumes_api::require_kind(&ds, &name, false)?;
+        Ok(ds.info(&name)?)
+    })
+    .await
 }
 
 /// `PATCH /filesystems/{name}` body: a value sets a property, null inherits it.
@@ -641,6 +663,7 @@ async fn set_properties(
     blocking(move || {
         let changes: Vec<(String, Option<String>)> = body.properties.into_iter().collect();
         s.commit(&name, |ds| {
+            crate::volumes_api::require_kind(ds, &name, false)?;
             ds.set_many(&name, &changes)?;
             Ok(ds.info(&name)?)
         })
@@ -654,7 +677,10 @@ async fn destroy_filesystem(
 ) -> Result<StatusCode, ApiError> {
     blocking(move || {
         s.refuse_if_shared(&name, "first")?;
-        s.commit(&name, |ds| Ok(ds.destroy(&name)?))
+        s.commit(&name, |ds| {
+            crate::volumes_api::require_kind(ds, &name, false)?;
+            Ok(ds.destroy(&name)?)
+        })
     })
     .await
     .map(|_| StatusCode::NO_CONTENT)

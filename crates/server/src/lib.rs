@@ -30,6 +30,7 @@ pub mod replication;
 pub mod samplers;
 pub mod streams_api;
 pub mod ui;
+pub mod volumes_api;
 pub mod worksheets;
 
 use config::ServeConfig;

@@ -10,6 +10,7 @@ use fs::{DatasetInfo, Datasets};
 use pool::pool::SnapshotInfo;
 use serde::de::DeserializeOwned;
 use server::api::{NewFilesystem, PropertyChanges, ShareRules, SnapshotName};
+use server::volumes_api::NewVolume;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -221,6 +222,42 @@ pub(crate) fn with_datasets_syncing<T>(
     r
 }
 
+/// The two kinds of dataset, each with its own commands and API path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatasetKind {
+    Filesystem,
+    Volume,
+}
+
+impl DatasetKind {
+    fn path(self) -> &'static str {
+        match self {
+            DatasetKind::Filesystem => "/filesystems",
+            DatasetKind::Volume => "/volumes",
+        }
+    }
+
+    /// The dataset property `type`'s value.
+    fn name(self) -> &'static str {
+        match self {
+            DatasetKind::Filesystem => "filesystem",
+            DatasetKind::Volume => "volume",
+        }
+    }
+
+    /// Refuses a dataset of the other kind, as the API does.
+    fn require(self, ds: &Datasets, name: &str) -> Result<()> {
+        let volume = ds.is_volume(name)?;
+        match (self, volume) {
+            (DatasetKind::Filesystem, true) => {
+                bail!("{name} is a volume: use shoal volume")
+            }
+            (DatasetKind::Volume, false) => bail!("{name} is a filesystem: use shoal fs"),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Dataset and snapshot commands, through the daemon or on the pool directly.
 pub enum Admin {
     Daemon(Api),
@@ -249,10 +286,49 @@ impl Admin {
     }
 
     pub fn fs_list(&self, pool: Option<&str>) -> Result<Vec<DatasetInfo>> {
+        self.dataset_list(DatasetKind::Filesystem, pool)
+    }
+
+    pub fn fs_info(&self, name: &str) -> Result<DatasetInfo> {
+        self.dataset_info(DatasetKind::Filesystem, name)
+    }
+
+    /// Sets (`Some`) or inherits (`None`) properties; all are validated first.
+    pub fn fs_set(&self, name: &str, changes: &[(String, Option<String>)]) -> Result<()> {
+        self.dataset_set(DatasetKind::Filesystem, name, changes)
+    }
+
+    pub fn fs_destroy(&self, name: &str) -> Result<()> {
+        self.dataset_destroy(DatasetKind::Filesystem, name)
+    }
+
+    pub fn volume_create(
+        &self,
+        name: &str,
+        spec: &fs::VolumeSpec,
+        settings: &[(String, String)],
+    ) -> Result<DatasetInfo> {
+        match self {
+            Admin::Daemon(api) => api.post(
+                "/volumes",
+                &NewVolume {
+                    name: name.to_string(),
+                    volsize: spec.volsize.to_string(),
+                    volblocksize: spec.volblocksize.map(|b| b.to_string()),
+                    sparse: spec.sparse,
+                    properties: settings.iter().cloned().collect(),
+                },
+            ),
+            Admin::Local => with_datasets(name, |ds| Ok(ds.create_volume(name, spec, settings)?)),
+        }
+    }
+
+    /// Filesystems or volumes, of every pool or of one.
+    pub fn dataset_list(&self, kind: DatasetKind, pool: Option<&str>) -> Result<Vec<DatasetInfo>> {
         match self {
             Admin::Daemon(api) => match pool {
-                Some(p) => api.get(&format!("/filesystems?pool={}", encode(p))),
-                None => api.get("/filesystems"),
+                Some(p) => api.get(&format!("{}?pool={}", kind.path(), encode(p))),
+                None => api.get(kind.path()),
             },
             Admin::Local => {
                 let pools: Vec<String> = match pool {
@@ -266,7 +342,11 @@ impl Admin {
                 let mut all = Vec::new();
                 for p in pools {
                     with_datasets(&p, |ds| {
-                        all.extend(ds.list()?);
+                        all.extend(
+                            ds.list()?
+                                .into_iter()
+                                .filter(|d| d.prop("type") == Some(kind.name())),
+                        );
                         Ok(())
                     })?;
                 }
@@ -275,33 +355,47 @@ impl Admin {
         }
     }
 
-    pub fn fs_info(&self, name: &str) -> Result<DatasetInfo> {
+    pub fn dataset_info(&self, kind: DatasetKind, name: &str) -> Result<DatasetInfo> {
         match self {
-            Admin::Daemon(api) => api.get(&format!("/filesystems/{}", encode(name))),
-            Admin::Local => with_datasets(name, |ds| Ok(ds.info(name)?)),
+            Admin::Daemon(api) => api.get(&format!("{}/{}", kind.path(), encode(name))),
+            Admin::Local => with_datasets(name, |ds| {
+                kind.require(ds, name)?;
+                Ok(ds.info(name)?)
+            }),
         }
     }
 
     /// Sets (`Some`) or inherits (`None`) properties; all are validated first.
-    pub fn fs_set(&self, name: &str, changes: &[(String, Option<String>)]) -> Result<()> {
+    pub fn dataset_set(
+        &self,
+        kind: DatasetKind,
+        name: &str,
+        changes: &[(String, Option<String>)],
+    ) -> Result<()> {
         match self {
             Admin::Daemon(api) => {
                 let properties: BTreeMap<String, Option<String>> =
                     changes.iter().cloned().collect();
                 api.patch::<DatasetInfo>(
-                    &format!("/filesystems/{}", encode(name)),
+                    &format!("{}/{}", kind.path(), encode(name)),
                     &PropertyChanges { properties },
                 )
                 .map(|_| ())
             }
-            Admin::Local => with_datasets(name, |ds| Ok(ds.set_many(name, changes)?)),
+            Admin::Local => with_datasets(name, |ds| {
+                kind.require(ds, name)?;
+                Ok(ds.set_many(name, changes)?)
+            }),
         }
     }
 
-    pub fn fs_destroy(&self, name: &str) -> Result<()> {
+    pub fn dataset_destroy(&self, kind: DatasetKind, name: &str) -> Result<()> {
         match self {
-            Admin::Daemon(api) => api.delete(&format!("/filesystems/{}", encode(name))),
-            Admin::Local => with_datasets(name, |ds| Ok(ds.destroy(name)?)),
+            Admin::Daemon(api) => api.delete(&format!("{}/{}", kind.path(), encode(name))),
+            Admin::Local => with_datasets(name, |ds| {
+                kind.require(ds, name)?;
+                Ok(ds.destroy(name)?)
+            }),
         }
     }
 

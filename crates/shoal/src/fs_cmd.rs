@@ -42,7 +42,7 @@ pub enum FsCommand {
     Destroy { name: String },
 }
 
-fn parse_assignment(a: &str) -> Result<(String, String)> {
+pub(crate) fn parse_assignment(a: &str) -> Result<(String, String)> {
     let (k, v) = a
         .split_once('=')
         .ok_or_else(|| anyhow!("'{a}' is not property=value"))?;
@@ -97,35 +97,8 @@ pub fn run(cmd: FsCommand) -> Result<()> {
             properties,
             json,
         } => {
-            for p in &properties {
-                if !fs::props::NAMES.contains(&p.as_str())
-                    && !fs::props::STATISTICS.contains(&p.as_str())
-                {
-                    bail!(
-                        "unknown property '{p}' (known: {}, {})",
-                        fs::props::NAMES.join(", "),
-                        fs::props::STATISTICS.join(", ")
-                    );
-                }
-            }
             let info = admin.fs_info(&name)?;
-            let shown: Vec<_> = info
-                .props
-                .into_iter()
-                .filter(|v| properties.is_empty() || properties.contains(&v.property))
-                .collect();
-            if json {
-                println!("{}", serde_json::to_string_pretty(&shown)?);
-            } else {
-                println!("{:<32} {:<12} {:<12} SOURCE", "NAME", "PROPERTY", "VALUE");
-                for v in shown {
-                    println!(
-                        "{:<32} {:<12} {:<12} {}",
-                        name, v.property, v.value, v.source
-                    );
-                }
-            }
-            Ok(())
+            print_properties(&info, &properties, json)
         }
         FsCommand::Set { name, assignments } => {
             let parsed = assignments
@@ -141,4 +114,40 @@ pub fn run(cmd: FsCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `get`: the properties asked for (all when none), as a table or JSON; a name that is
+/// no property of the dataset is refused with the ones it has.
+pub(crate) fn print_properties(
+    info: &fs::DatasetInfo,
+    properties: &[String],
+    json: bool,
+) -> Result<()> {
+    for p in properties {
+        if !info.props.iter().any(|v| &v.property == p) {
+            let known: Vec<&str> = info.props.iter().map(|v| v.property.as_str()).collect();
+            bail!(
+                "unknown property '{p}' of {} (known: {})",
+                info.name,
+                known.join(", ")
+            );
+        }
+    }
+    let shown: Vec<_> = info
+        .props
+        .iter()
+        .filter(|v| properties.is_empty() || properties.contains(&v.property))
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&shown)?);
+    } else {
+        println!("{:<32} {:<15} {:<12} SOURCE", "NAME", "PROPERTY", "VALUE");
+        for v in shown {
+            println!(
+                "{:<32} {:<15} {:<12} {}",
+                info.name, v.property, v.value, v.source
+            );
+        }
+    }
+    Ok(())
 }

@@ -20,6 +20,7 @@ mod share_cmd;
 mod snapshot_cmd;
 mod stream_cmd;
 mod units;
+mod volume_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +43,9 @@ enum Command {
     /// Create, list, inspect and change filesystems (datasets).
     #[command(subcommand)]
     Fs(fs_cmd::FsCommand),
+    /// Create, list, inspect, grow and change volumes (datasets served as disks).
+    #[command(subcommand)]
+    Volume(volume_cmd::VolumeCommand),
     /// Take, list, destroy and roll back to snapshots (`pool/fs@name`).
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
@@ -154,6 +158,7 @@ fn main() {
     let result = match cli.command {
         Command::Pool(cmd) => pool_cmd::run(cmd),
         Command::Fs(cmd) => fs_cmd::run(cmd),
+        Command::Volume(cmd) => volume_cmd::run(cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(cmd),
         Command::Replication(cmd) => replication_cmd::run(cmd),
         Command::Alerts(args) => alerts_cmd::run(args),

@@ -344,6 +344,8 @@ fn every_documented_operation_is_served() {
                     "{name}",
                     if path.contains("snapshots") {
                         "tank/home@monday"
+                    } else if path.contains("volumes") {
+                        "tank/vm1"
                     } else if path.contains("worksheets") {
                         "reads"
                     } else if path.contains("replication") {
@@ -455,6 +457,10 @@ fn every_documented_operation_is_served() {
                 let schema = &b["content"]["application/json"]["schema"]["$ref"];
                 match schema.as_str().unwrap() {
                     "#/components/schemas/NewFilesystem" => r#"{"name": "tank/other"}"#,
+                    "#/components/schemas/NewVolume" => r#"{"name": "tank/vm1", "volsize": "8M"}"#,
+                    "#/components/schemas/PropertyChanges" if path.contains("volumes") => {
+                        r#"{"properties": {"volsize": "16M"}}"#
+                    }
                     "#/components/schemas/PropertyChanges" => r#"{"properties": {"atime": "off"}}"#,
                     "#/components/schemas/SnapshotName" if path.ends_with("rollback") => {
                         r#"{"name": "tank/home@monday"}"#
@@ -507,7 +513,7 @@ fn every_documented_operation_is_served() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 70, "docs/openapi.json has 70 operations");
+    assert_eq!(operations, 75, "docs/openapi.json has 75 operations");
     d.stop(&state);
 }
 
