@@ -38,6 +38,8 @@ const OT_VOLUME: u8 = 64;
 pub const VOLBLOCKSIZE_MIN: u32 = 4096;
 pub const VOLBLOCKSIZE_MAX: u32 = 128 * 1024;
 pub const VOLBLOCKSIZE_DEFAULT: u32 = 16 * 1024;
+/// Blocks `mapping_at` looks at, at most, in one call.
+const MAPPING_SCAN_BLOCKS: u64 = 8192;
 /// The largest volume: 2^50 bytes (1 PiB), as the largest file.
 pub const VOLSIZE_MAX: u64 = crate::filesystem::MAX_FILE_SIZE;
 
@@ -336,6 +338,33 @@ impl Volume {
             tx.free_range(self.os, VOLUME_OBJ, offset, len)?;
         }
         self.settle(durability)
+    }
+
+    /// From `offset` on: whether its block holds data (`true`) or is a hole, and how
+    /// many bytes from `offset` (to the end of a block, at most `max`, not past the
+    /// volume's end, and at most `MAPPING_SCAN_BLOCKS` blocks) are in the same state.
+    /// What SCSI GET LBA STATUS reports.
+    pub fn mapping_at(&self, offset: u64, max: u64) -> Result<(bool, u64)> {
+        let size = self.size();
+        if offset >= size {
+            return Err(FsError::Invalid(format!(
+                "byte {offset} lies beyond the end of volume {} ({size} bytes)",
+                self.name
+            )));
+        }
+        let bs = self.block_size as u64;
+        let limit = max.min(size - offset);
+        let first = offset / bs;
+        let mapped = self.pool.block_mapped(self.os, VOLUME_OBJ, first)?;
+        let mut end = (first + 1) * bs;
+        // Bounded work per call: a caller asks again from where the answer ends.
+        let scan_end = offset + limit.min(MAPPING_SCAN_BLOCKS * bs);
+        while end < scan_end
+            && self.pool.block_mapped(self.os, VOLUME_OBJ, end / bs)? == mapped
+        {
+            end += bs;
+        }
+        Ok((mapped, (end - offset).min(limit)))
     }
 
     /// Makes every write answered so far durable (SCSI SYNCHRONIZE CACHE); one log

@@ -202,6 +202,18 @@ fn blocks_read_back_unmap_frees_and_the_volume_grows_online() {
         full - after
     );
 
+    // What is mapped: data up to the unmapped range's first whole block, holes
+    // from there to where the writes resume, data again; holes past what was written.
+    let (mapped, len) = v.mapping_at(0, 16 * MIB).unwrap();
+    assert!(mapped);
+    assert_eq!(len, MIB + 16384, "the block the unmap began in keeps its data");
+    let (mapped, len) = v.mapping_at(MIB + 16384, 16 * MIB).unwrap();
+    assert!(!mapped);
+    assert_eq!(len, 4 * MIB - 16384);
+    assert_eq!(v.mapping_at(5 * MIB, 100).unwrap(), (true, 100));
+    assert_eq!(v.mapping_at(12 * MIB, 64 * MIB).unwrap(), (false, 4 * MIB));
+    assert!(v.mapping_at(16 * MIB, 1).is_err());
+
     // Grows online: the open volume sees the new size, the new end reads zeros.
     ds.set("tank/v", "volsize", Some("32M")).unwrap();
     assert_eq!(v.size(), 32 * MIB);

@@ -1167,6 +1167,24 @@ impl Objset {
         tree_block_bp(st, root, levels, blkid)
     }
 
+    /// Whether data block `blkid` of `obj` holds data now (written, in memory or on
+    /// disk) rather than being a hole (never written, or freed): what a block
+    /// protocol reports as mapped or deallocated.
+    pub fn block_mapped(&self, st: &Storage, obj: u64, blkid: u64) -> Result<bool, PoolError> {
+        let _pin = st.pin_reads();
+        let source = {
+            let mut inner = self.lock_loaded(st, obj);
+            let s = Self::load(st, &mut inner, obj)?;
+            Self::source_of(s, blkid)
+        };
+        match source {
+            Source::Mem(_) | Source::Stored(_) => Ok(true),
+            Source::Zero => Ok(false),
+            Source::Tree(root, levels) => Ok(tree_block_bp(st, root, levels, blkid)?
+                .is_some_and(|bp| !bp.is_hole())),
+        }
+    }
+
     /// The block size of an object.
     pub fn block_size(&self, st: &Storage, obj: u64) -> Result<u32, PoolError> {
         let mut inner = self.lock_loaded(st, obj);

@@ -385,6 +385,12 @@ impl Pool {
         self.objset(os)?.info(&self.storage, obj)
     }
 
+    /// Whether data block `blkid` of `obj` holds data (written, synced or not) rather
+    /// than being a hole.
+    pub fn block_mapped(&self, os: u64, obj: u64, blkid: u64) -> Result<bool, PoolError> {
+        self.objset(os)?.block_mapped(&self.storage, obj, blkid)
+    }
+
     /// The committed pointer of data block `blkid` of `obj` (none: a hole), as of the
     /// last synced txg: how a block is stored, for checks and debugging.
     pub fn committed_block(
