@@ -20,6 +20,9 @@
 //! admission check. A *sparse* one is admitted like any write and may answer
 //! `NoSpace` or `Quota`, which the SCSI target reports as SPACE ALLOCATION FAILED.
 //!
+//! Reservations: object `RESERVATIONS_OBJ`, made when the SCSI target first stores
+//! its persistent-reservation state, holds that state (see `store_reservations`).
+//!
 //! Atomicity: `compare_and_write` reads, compares and writes under the volume's
 //! exclusive lock while plain writes hold it shared, so no write lands between its
 //! compare and its write.
@@ -35,6 +38,13 @@ use std::sync::{Arc, RwLock};
 pub const VOLUME_OBJ: u64 = 1;
 /// Its pool object type.
 const OT_VOLUME: u8 = 64;
+/// The object holding the volume's SCSI persistent-reservation state, made when it
+/// is first stored: a u32 length, then that many bytes (the SCSI target's own
+/// encoding).
+pub const RESERVATIONS_OBJ: u64 = 2;
+const OT_RESERVATIONS: u8 = 65;
+/// The most reservation state a volume keeps.
+pub const RESERVATIONS_MAX: usize = 256 * 1024 - 4;
 pub const VOLBLOCKSIZE_MIN: u32 = 4096;
 pub const VOLBLOCKSIZE_MAX: u32 = 128 * 1024;
 pub const VOLBLOCKSIZE_DEFAULT: u32 = 16 * 1024;
@@ -359,12 +369,71 @@ impl Volume {
         let mut end = (first + 1) * bs;
         // Bounded work per call: a caller asks again from where the answer ends.
         let scan_end = offset + limit.min(MAPPING_SCAN_BLOCKS * bs);
-        while end < scan_end
-            && self.pool.block_mapped(self.os, VOLUME_OBJ, end / bs)? == mapped
-        {
+        while end < scan_end && self.pool.block_mapped(self.os, VOLUME_OBJ, end / bs)? == mapped {
             end += bs;
         }
         Ok((mapped, (end - offset).min(limit)))
+    }
+
+    /// The SCSI persistent-reservation state last stored (empty: none yet).
+    pub fn load_reservations(&self) -> Result<Vec<u8>> {
+        match self.pool.object_info(self.os, RESERVATIONS_OBJ) {
+            Ok(i) if i.object_type == OT_RESERVATIONS => {}
+            Ok(i) => {
+                return Err(FsError::Io(format!(
+                    "{}: object {RESERVATIONS_OBJ} is of type {}, not reservations",
+                    self.name, i.object_type
+                )))
+            }
+            Err(_) => return Ok(Vec::new()),
+        }
+        let head = self.pool.read(self.os, RESERVATIONS_OBJ, 0, 4)?;
+        let len = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
+        if len > RESERVATIONS_MAX {
+            return Err(FsError::Io(format!(
+                "{}: stored reservations claim {len} bytes",
+                self.name
+            )));
+        }
+        Ok(self.pool.read(self.os, RESERVATIONS_OBJ, 4, len)?)
+    }
+
+    /// Stores the SCSI persistent-reservation state, durably (through the intent
+    /// log) before it returns, whatever the sync property: reservations fence other
+    /// hosts, and a lost one would let a fenced host write. A snapshot keeps the
+    /// state with the blocks, so a rollback brings back the reservations of then.
+    pub fn store_reservations(&self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > RESERVATIONS_MAX {
+            return Err(FsError::Invalid(format!(
+                "{} bytes of reservations exceed {RESERVATIONS_MAX}",
+                bytes.len()
+            )));
+        }
+        self.writable()?;
+        {
+            let _shared = self.atomic.read().unwrap();
+            let tx = self.pool.begin(bytes.len() as u64 + 4)?;
+            if self.pool.object_info(self.os, RESERVATIONS_OBJ).is_err() {
+                let obj = tx.create_object(
+                    self.os,
+                    OT_RESERVATIONS,
+                    (RESERVATIONS_MAX + 4) as u32,
+                    pool::compress::Compression::Lz4,
+                    pool::checksum::ChecksumKind::Fletcher4,
+                )?;
+                if obj != RESERVATIONS_OBJ {
+                    return Err(FsError::Io(format!(
+                        "{}: reservations got object {obj}, not {RESERVATIONS_OBJ}",
+                        self.name
+                    )));
+                }
+            }
+            let mut record = (bytes.len() as u32).to_le_bytes().to_vec();
+            record.extend_from_slice(bytes);
+            tx.write(self.os, RESERVATIONS_OBJ, 0, &record)?;
+        }
+        self.pool.log_commit()?;
+        Ok(())
     }
 
     /// Makes every write answered so far durable (SCSI SYNCHRONIZE CACHE); one log

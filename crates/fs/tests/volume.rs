@@ -206,7 +206,11 @@ fn blocks_read_back_unmap_frees_and_the_volume_grows_online() {
     // from there to where the writes resume, data again; holes past what was written.
     let (mapped, len) = v.mapping_at(0, 16 * MIB).unwrap();
     assert!(mapped);
-    assert_eq!(len, MIB + 16384, "the block the unmap began in keeps its data");
+    assert_eq!(
+        len,
+        MIB + 16384,
+        "the block the unmap began in keeps its data"
+    );
     let (mapped, len) = v.mapping_at(MIB + 16384, 16 * MIB).unwrap();
     assert!(!mapped);
     assert_eq!(len, 4 * MIB - 16384);
@@ -400,6 +404,42 @@ fn snapshots_roll_back_and_streams_arrive_byte_for_byte() {
     ds.rollback("tank/v@one").unwrap();
     let v = ds.open_volume("tank/v").unwrap();
     assert!(image(&v) == at_one);
+}
+
+#[test]
+fn reservation_state_is_kept_durably_and_read_back_after_import() {
+    let devs = sim_devices(3, 12, None);
+    let pool = create_pool(Layout::RaidZ { nparity: 1 }, &devs);
+    let ds = Datasets::new(pool.clone()).unwrap();
+    ds.create_volume(
+        "tank/v",
+        &spec(MIB, false),
+        &[("sync".into(), "disabled".into())],
+    )
+    .unwrap();
+    let v = ds.open_volume("tank/v").unwrap();
+    assert!(v.load_reservations().unwrap().is_empty());
+    v.store_reservations(b"first, and longer than the second")
+        .unwrap();
+    v.store_reservations(b"second").unwrap();
+    assert_eq!(v.load_reservations().unwrap(), b"second");
+    assert!(v.store_reservations(&vec![0; 300 * 1024]).is_err());
+    // Durable without a txg commit, even with sync=disabled: the log holds it when
+    // a power cut drops every unflushed device write.
+    drop(v);
+    drop(ds);
+    drop(pool);
+    let after: Vec<_> = devs
+        .iter()
+        .map(|d| d.restart(vdev::CrashPolicy::DropAll))
+        .collect();
+    let pool = Pool::import(args(&after), Some("tank"), opts()).unwrap();
+    assert!(pool.intent_log_stats().records_replayed > 0);
+    let ds = Datasets::new(pool).unwrap();
+    let v = ds.open_volume("tank/v").unwrap();
+    assert_eq!(v.load_reservations().unwrap(), b"second");
+    // The volume's blocks are untouched by it.
+    assert!(v.read(0, 4096).unwrap().to_vec().iter().all(|&b| b == 0));
 }
 
 #[test]

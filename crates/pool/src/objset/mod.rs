@@ -1180,8 +1180,9 @@ impl Objset {
         match source {
             Source::Mem(_) | Source::Stored(_) => Ok(true),
             Source::Zero => Ok(false),
-            Source::Tree(root, levels) => Ok(tree_block_bp(st, root, levels, blkid)?
-                .is_some_and(|bp| !bp.is_hole())),
+            Source::Tree(root, levels) => {
+                Ok(tree_block_bp(st, root, levels, blkid)?.is_some_and(|bp| !bp.is_hole()))
+            }
         }
     }
 

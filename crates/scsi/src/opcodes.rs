@@ -1,0 +1,313 @@
+//! The commands a logical unit serves, with the CDB usage data REPORT SUPPORTED
+//! OPERATION CODES (SPC-4 6.35) returns for each: which bits of which CDB bytes the
+//! unit looks at. Dispatch (`lu.rs`) and this table must agree: a test asserts every
+//! listed command is dispatched and every unlisted one answers INVALID COMMAND
+//! OPERATION CODE.
+
+use crate::cdb::{put_u16, put_u32, Cdb};
+use crate::sense::Sense;
+use crate::Reply;
+
+/// One served command: operation code, service action (for those that have them),
+/// and the usage bitmap (its length is the CDB's; byte 0, the operation code, is
+/// filled in when reported, so the block commands share their bitmaps).
+pub struct Served {
+    pub opcode: u8,
+    pub service_action: Option<u16>,
+    pub usage: &'static [u8],
+}
+
+const fn s(opcode: u8, usage: &'static [u8]) -> Served {
+    Served {
+        opcode,
+        service_action: None,
+        usage,
+    }
+}
+
+const fn sa(opcode: u8, action: u16, usage: &'static [u8]) -> Served {
+    Served {
+        opcode,
+        service_action: Some(action),
+        usage,
+    }
+}
+
+// Byte 1 of the block commands: xPROTECT (checked: must be 0), DPO, FUA.
+const RW10: &[u8] = &[0, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x00];
+const RW12: &[u8] = &[
+    0, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0x00,
+];
+const RW16: &[u8] = &[
+    0, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0x00,
+];
+// VERIFY and WRITE AND VERIFY: xPROTECT, DPO, BYTCHK.
+const V10: &[u8] = &[0, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x00];
+const V12: &[u8] = &[
+    0, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0x00,
+];
+const V16: &[u8] = &[
+    0, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0x00,
+];
+
+/// Every command served, in operation code order.
+pub static SERVED: &[Served] = &[
+    s(0x00, &[0x00, 0, 0, 0, 0, 0x00]),             // TEST UNIT READY
+    s(0x03, &[0x03, 0x01, 0, 0, 0xFF, 0x00]),       // REQUEST SENSE
+    s(0x08, &[0x08, 0x1F, 0xFF, 0xFF, 0xFF, 0x00]), // READ(6)
+    s(0x0A, &[0x0A, 0x1F, 0xFF, 0xFF, 0xFF, 0x00]), // WRITE(6)
+    s(0x12, &[0x12, 0x01, 0xFF, 0xFF, 0xFF, 0x00]), // INQUIRY
+    s(0x15, &[0x15, 0x11, 0, 0, 0xFF, 0x00]),       // MODE SELECT(6)
+    s(0x16, &[0x16, 0, 0, 0, 0, 0x00]),             // RESERVE(6)
+    s(0x17, &[0x17, 0, 0, 0, 0, 0x00]),             // RELEASE(6)
+    s(0x1A, &[0x1A, 0x08, 0xFF, 0xFF, 0xFF, 0x00]), // MODE SENSE(6)
+    s(0x1B, &[0x1B, 0x01, 0, 0x0F, 0xF7, 0x00]),    // START STOP UNIT
+    s(0x25, &[0x25, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, 0x00]), // READ CAPACITY(10)
+    s(0x28, RW10),
+    s(0x2A, RW10),
+    s(0x2E, V10),
+    s(0x2F, V10),
+    s(
+        0x34,
+        &[0x34, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x00],
+    ), // PRE-FETCH(10)
+    s(
+        0x35,
+        &[0x35, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x00],
+    ), // SYNCHRONIZE CACHE(10)
+    s(0x37, &[0x37, 0, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0x00]), // READ DEFECT DATA(10)
+    s(
+        0x41,
+        &[0x41, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x00],
+    ), // WRITE SAME(10)
+    s(0x42, &[0x42, 0x01, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, 0x00]), // UNMAP
+    s(0x55, &[0x55, 0x11, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x00]), // MODE SELECT(10)
+    s(0x56, &[0x56, 0, 0, 0, 0, 0, 0, 0, 0, 0x00]),          // RESERVE(10)
+    s(0x57, &[0x57, 0, 0, 0, 0, 0, 0, 0, 0, 0x00]),          // RELEASE(10)
+    s(0x5A, &[0x5A, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0x00]), // MODE SENSE(10)
+    sa(0x5E, 0x00, &[0x5E, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x00]), // PERSISTENT RESERVE IN
+    sa(0x5E, 0x01, &[0x5E, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x00]),
+    sa(0x5E, 0x02, &[0x5E, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x00]),
+    sa(0x5E, 0x03, &[0x5E, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x00]),
+    sa(
+        0x5F,
+        0x00,
+        &[0x5F, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+    ), // PERSISTENT RESERVE OUT
+    sa(
+        0x5F,
+        0x01,
+        &[0x5F, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+    ),
+    sa(
+        0x5F,
+        0x02,
+        &[0x5F, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+    ),
+    sa(
+        0x5F,
+        0x03,
+        &[0x5F, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+    ),
+    sa(
+        0x5F,
+        0x04,
+        &[0x5F, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+    ),
+    sa(
+        0x5F,
+        0x05,
+        &[0x5F, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+    ),
+    sa(
+        0x5F,
+        0x06,
+        &[0x5F, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+    ),
+    s(0x88, RW16),
+    s(
+        0x89,
+        &[
+            0x89, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0x1F, 0x00,
+        ],
+    ), // COMPARE AND WRITE
+    s(0x8A, RW16),
+    s(0x8E, V16),
+    s(0x8F, V16),
+    s(
+        0x90,
+        &[
+            0x90, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, 0x00,
+        ],
+    ), // PRE-FETCH(16)
+    s(
+        0x91,
+        &[
+            0x91, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, 0x00,
+        ],
+    ), // SYNCHRONIZE CACHE(16)
+    s(
+        0x93,
+        &[
+            0x93, 0xF9, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, 0x00,
+        ],
+    ), // WRITE SAME(16)
+    sa(
+        0x9E,
+        0x10,
+        &[
+            0x9E, 0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x01, 0x00,
+        ],
+    ), // READ CAPACITY(16)
+    sa(
+        0x9E,
+        0x12,
+        &[
+            0x9E, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0,
+            0x00,
+        ],
+    ), // GET LBA STATUS
+    s(
+        0xA0,
+        &[0xA0, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x00],
+    ), // REPORT LUNS
+    sa(
+        0xA3,
+        0x0C,
+        &[
+            0xA3, 0x0C, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x00,
+        ],
+    ), // REPORT SUPPORTED OPERATION CODES
+    s(0xA8, RW12),
+    s(0xAA, RW12),
+    s(0xAE, V12),
+    s(0xAF, V12),
+    s(
+        0xB7,
+        &[0xB7, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x00],
+    ), // READ DEFECT DATA(12)
+];
+
+/// Whether the operation code has service actions (then only those listed are
+/// served, and any other is an invalid field, not an invalid operation code).
+pub fn has_service_actions(opcode: u8) -> bool {
+    SERVED
+        .iter()
+        .any(|c| c.opcode == opcode && c.service_action.is_some())
+}
+
+pub fn is_served(opcode: u8) -> bool {
+    SERVED.iter().any(|c| c.opcode == opcode)
+}
+
+fn find(opcode: u8, action: Option<u16>) -> Option<&'static Served> {
+    SERVED
+        .iter()
+        .find(|c| c.opcode == opcode && c.service_action == action)
+}
+
+/// The command timeouts descriptor (RCTD): none advertised beyond a generous
+/// recommendation, in seconds.
+fn timeouts() -> [u8; 12] {
+    let mut t = [0u8; 12];
+    put_u16(&mut t, 0, 0x0A);
+    put_u32(&mut t, 8, 30);
+    t
+}
+
+/// REPORT SUPPORTED OPERATION CODES (0xA3/0x0C).
+pub fn report_supported(cdb: &Cdb) -> Reply {
+    let rctd = cdb.u8(2) & 0x80 != 0;
+    let options = cdb.u8(2) & 0x07;
+    let opcode = cdb.u8(3);
+    let action = cdb.u16(4);
+    let alloc = cdb.u32(6) as usize;
+    let mut data = Vec::new();
+    match options {
+        0 => {
+            let per = if rctd { 20 } else { 8 };
+            data.extend_from_slice(&((SERVED.len() * per) as u32).to_be_bytes());
+            for c in SERVED {
+                let mut d = [0u8; 8];
+                d[0] = c.opcode;
+                put_u16(&mut d, 2, c.service_action.unwrap_or(0));
+                d[5] = if c.service_action.is_some() { 1 } else { 0 } | if rctd { 2 } else { 0 };
+                put_u16(&mut d, 6, c.usage.len() as u16);
+                data.extend_from_slice(&d);
+                if rctd {
+                    data.extend_from_slice(&timeouts());
+                }
+            }
+        }
+        1..=3 => {
+            let with_actions = has_service_actions(opcode);
+            let wanted = match options {
+                1 if with_actions => return Reply::check(Sense::invalid_cdb_field(2, None)),
+                1 => find(opcode, None),
+                2 if !is_served(opcode) => None,
+                2 if !with_actions => return Reply::check(Sense::invalid_cdb_field(2, None)),
+                2 => find(opcode, Some(action)),
+                _ if with_actions => find(opcode, Some(action)),
+                _ => find(opcode, None),
+            };
+            let mut head = [0u8; 4];
+            match wanted {
+                Some(c) => {
+                    head[1] = 0x03 | if rctd { 0x80 } else { 0 };
+                    put_u16(&mut head, 2, c.usage.len() as u16);
+                    data.extend_from_slice(&head);
+                    let mut usage = c.usage.to_vec();
+                    usage[0] = c.opcode;
+                    data.extend_from_slice(&usage);
+                    if rctd {
+                        data.extend_from_slice(&timeouts());
+                    }
+                }
+                None => {
+                    head[1] = 0x01; // not supported
+                    data.extend_from_slice(&head);
+                }
+            }
+        }
+        _ => return Reply::check(Sense::invalid_cdb_field(2, None)),
+    }
+    data.truncate(alloc);
+    Reply::good(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_data_names_each_command_and_its_cdb_length() {
+        for c in SERVED {
+            assert_eq!(
+                Some(c.usage.len()),
+                crate::cdb::cdb_len(c.opcode),
+                "{:#x}",
+                c.opcode
+            );
+            assert!(c.usage[0] == c.opcode || c.usage[0] == 0, "{:#x}", c.opcode);
+        }
+        let mut sorted: Vec<(u8, Option<u16>)> = SERVED
+            .iter()
+            .map(|c| (c.opcode, c.service_action))
+            .collect();
+        let n = sorted.len();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), n, "listed twice");
+        // DPO and FUA are advertised where the conformance suite looks.
+        for op in [0x28u8, 0x2A, 0x88, 0x8A, 0xA8, 0xAA, 0x89] {
+            assert_eq!(find(op, None).unwrap().usage[1] & 0x18, 0x18, "{op:#x}");
+        }
+        for op in [0x2Fu8, 0x2E, 0x8F, 0x8E, 0xAF, 0xAE] {
+            assert_eq!(find(op, None).unwrap().usage[1] & 0x10, 0x10, "{op:#x}");
+        }
+    }
+}
