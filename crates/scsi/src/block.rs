@@ -209,8 +209,8 @@ impl LogicalUnit {
     }
 
     /// WRITE SAME: one block of Data-Out (none with NDOB, meaning zeros) written over
-    /// the range, which 0 blocks makes "to the end of the unit". With UNMAP, a block
-    /// of zeros unmaps the range instead (unmapped blocks read as zeros).
+    /// the range, which 0 blocks makes "to the end of the unit". With UNMAP the range
+    /// is unmapped instead (unmapped blocks read as zeros).
     pub(crate) fn write_same(&self, cdb: &Cdb, data: &[u8]) -> Result<Reply, Sense> {
         Self::no_protection(cdb)?;
         let flags = cdb.u8(1);
@@ -241,7 +241,10 @@ impl LogicalUnit {
             data.to_vec()
         };
         self.writable()?;
-        if unmap && block.iter().all(|&b| b == 0) {
+        // With UNMAP the range is deallocated whatever the block holds (as SBC-3 lets
+        // a device do, and initiators and their conformance suite expect): it then
+        // reads as zeros (LBPRZ).
+        if unmap {
             self.volume
                 .unmap(offset, len, Durability::Cached)
                 .map_err(|e| sense_of(e, false))?;
@@ -318,11 +321,13 @@ impl LogicalUnit {
         if blocks > MAX_COMPARE_AND_WRITE_BLOCKS as u64 {
             return Err(Sense::invalid_cdb_field(13, None));
         }
-        if blocks == 0 {
-            return Ok(Reply::good(Vec::new()));
-        }
+        // The Data-Out must be exactly the blocks to compare and to write: a count
+        // of 0 with data (256 does not fit the field) is as wrong as a short one.
         if data.len() as u64 != 2 * len {
             return Err(Sense::invalid_cdb_field(13, None));
+        }
+        if blocks == 0 {
+            return Ok(Reply::good(Vec::new()));
         }
         self.writable()?;
         let (expect, new) = data.split_at(len as usize);

@@ -19,9 +19,11 @@ pub const REVISION: &str = "0001";
 /// Largest transfer of one READ or WRITE, in bytes (advertised in blocks).
 pub const MAX_TRANSFER_BYTES: u64 = 8 << 20;
 /// Largest UNMAP range and descriptor count, and WRITE SAME length, in bytes.
-pub const MAX_UNMAP_BYTES: u64 = 1 << 30;
+pub const MAX_UNMAP_BYTES: u64 = 256 << 20;
 pub const MAX_UNMAP_DESCRIPTORS: u32 = 256;
-pub const MAX_WRITE_SAME_BYTES: u64 = 256 << 20;
+/// At most one transfer's worth, so an initiator that checks a WRITE SAME by writing
+/// the same range first can.
+pub const MAX_WRITE_SAME_BYTES: u64 = MAX_TRANSFER_BYTES;
 /// Most blocks one COMPARE AND WRITE may name.
 pub const MAX_COMPARE_AND_WRITE_BLOCKS: u8 = 255;
 

@@ -175,6 +175,36 @@ impl LogicalUnit {
         self.config.identity
     }
 
+    /// The bytes of Data-Out the CDB names (for a transport's residual count): what a
+    /// write, compare, verify or parameter list carries; 0 for everything else and
+    /// for a CDB too short to read.
+    pub fn data_out_len(&self, cdb: &[u8]) -> u64 {
+        let Ok(c) = Cdb::new(cdb) else { return 0 };
+        let bs = self.config.block_size as u64;
+        match c.opcode() {
+            0x0A | 0x2A | 0xAA | 0x8A | 0x2E | 0xAE | 0x8E => {
+                let (_, n) = c.lba_and_len();
+                if c.len() == 6 && n == 0 {
+                    256 * bs
+                } else {
+                    n * bs
+                }
+            }
+            0x2F | 0xAF | 0x8F => match (c.u8(1) >> 1) & 3 {
+                1 => c.lba_and_len().1 * bs,
+                3 => bs,
+                _ => 0,
+            },
+            0x41 => bs,
+            0x93 if c.u8(1) & 0x01 == 0 => bs,
+            0x89 => 2 * c.u8(13) as u64 * bs,
+            0x42 | 0x55 => c.u16(7) as u64,
+            0x15 => c.u8(4) as u64,
+            0x5F => c.u32(5) as u64,
+            _ => 0,
+        }
+    }
+
     /// Keeps the persistent reservations (called with the state lock held, after a
     /// change and before its answer).
     pub(crate) fn persist(&self, pr: &PrState) -> Result<(), Sense> {
@@ -302,14 +332,15 @@ impl LogicalUnit {
         st.nexuses.remove(nexus);
     }
 
-    /// LOGICAL UNIT RESET (and the target resets, for each of its units): SPC-2
-    /// reservations and mode settings go back to their defaults, and every nexus gets
-    /// a reset unit attention (29/00). Persistent reservations stay (SPC-4 5.14.11).
-    pub fn reset(&self) {
+    /// LOGICAL UNIT RESET (and the target resets, for each of its units), asked for
+    /// on nexus `by`: SPC-2 reservations and mode settings go back to their defaults,
+    /// and every other nexus gets BUS DEVICE RESET FUNCTION OCCURRED (29/03); the
+    /// asking one knows. Persistent reservations stay (SPC-4 5.14.11).
+    pub fn reset(&self, by: Option<&Nexus>) {
         let mut st = self.state.lock().unwrap();
         st.spc2 = None;
         st.swp = false;
-        st.attention_others(None, 0x29, 0x00);
+        st.attention_others(by, 0x29, 0x03);
     }
 }
 

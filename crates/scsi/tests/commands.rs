@@ -199,9 +199,10 @@ fn identification_capacity_and_attentions() {
     assert_eq!(lu.blocks(), 65536);
 
     // REQUEST SENSE reports and clears; then NO SENSE.
-    lu.reset();
+    lu.reset(Some(&b));
     let rs = good(&run(lu, &a, &[0x03, 0, 0, 0, 18, 0], &[])).to_vec();
-    assert_eq!((rs[2], rs[12]), (6, 0x29));
+    assert_eq!((rs[2], rs[12], rs[13]), (6, 0x29, 0x03));
+    good(&run(lu, &b, &[0; 6], &[]));
     let rs = good(&run(lu, &a, &[0x03, 0, 0, 0, 18, 0], &[])).to_vec();
     assert_eq!((rs[2], rs[12]), (0, 0));
     // Unknown operation codes, and bad service actions of known ones.
@@ -320,8 +321,8 @@ fn write_same_unmap_and_lba_status() {
     let (lba, n, st) = status(0);
     assert_eq!((lba, st), (0, 0));
     assert!(n >= 1000, "{n}");
-    // WRITE SAME with UNMAP and zeros: unmapped, reads zeros.
-    good(&run(lu, &a, &rw16(0x93, 256, 512, 0x08), &vec![0u8; BS]));
+    // WRITE SAME with UNMAP: unmapped whatever the block holds, reads zeros.
+    good(&run(lu, &a, &rw16(0x93, 256, 512, 0x08), &vec![0xEEu8; BS]));
     assert_eq!(status(256), (256, 512, 1));
     assert!(good(&run(lu, &a, &rw10(0x28, 256, 512, 0), &[]))
         .iter()
@@ -484,7 +485,7 @@ fn mode_pages_and_software_write_protect() {
         0x24
     );
     // A LUN reset clears SWP.
-    lu.reset();
+    lu.reset(None);
     ready(lu, &a);
     good(&run(lu, &a, &rw10(0x2A, 0, 1, 0), &[0; BS]));
 }
