@@ -150,6 +150,40 @@ impl Server {
         tracing::info!(%peer, "iSCSI connection ended: {why}");
     }
 
+    /// The sessions logged in to normal targets now: (initiator name, ISID in hex,
+    /// target name), sorted.
+    pub fn sessions(&self) -> Vec<(String, String, String)> {
+        let mut out: Vec<(String, String, String)> = self
+            .sessions
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, w)| w.upgrade().is_some())
+            .map(|((initiator, isid, target), _)| {
+                let isid: String = isid.iter().map(|b| format!("{b:02x}")).collect();
+                (initiator.clone(), isid, target.clone())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Ends every session of target `name` (it was removed or changed): their
+    /// initiators log in again and find it as it is now, or not at all.
+    pub fn end_sessions_of(&self, name: &str) {
+        let conns: Vec<Arc<Conn>> = self
+            .sessions
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((_, _, t), _)| t == name)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        for c in conns {
+            c.close_for_reinstatement();
+        }
+    }
+
     /// Sessions logged in now.
     pub fn session_count(&self) -> usize {
         self.sessions

@@ -117,6 +117,14 @@ pub fn router(state: Shared) -> Router {
                 .patch(crate::volumes_api::set)
                 .delete(crate::volumes_api::destroy),
         )
+        .route(
+            "/api/v1/iscsi/targets",
+            get(crate::iscsi_api::list).post(crate::iscsi_api::create),
+        )
+        .route(
+            "/api/v1/iscsi/targets/{name}",
+            get(crate::iscsi_api::get).delete(crate::iscsi_api::destroy),
+        )
         .route("/api/v1/snapshots", get(snapshots).post(create_snapshot))
         .route(
             "/api/v1/snapshots/{*name}",
@@ -746,6 +754,7 @@ async fn rollback(
     blocking(move || {
         let dataset = body.name.split('@').next().unwrap_or("");
         s.refuse_if_shared(dataset, "before rolling back")?;
+        s.refuse_if_exported(dataset)?;
         s.commit(&body.name, |ds| Ok(ds.rollback(&body.name)?))
     })
     .await

@@ -194,6 +194,36 @@ pub struct ServeConfig {
     pub alerts: crate::alerts::AlertsConfig,
     #[serde(default)]
     pub storage: StorageConfig,
+    #[serde(default)]
+    pub iscsi: IscsiConfig,
+}
+
+/// The iSCSI target: where its portal listens (`off`: no block service) and how many
+/// workers run commands. Targets themselves are made through the API.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IscsiConfig {
+    #[serde(default = "default_iscsi", deserialize_with = "listen_or_off")]
+    pub listen: Option<SocketAddr>,
+    #[serde(default = "default_iscsi_workers")]
+    pub workers: usize,
+}
+
+impl Default for IscsiConfig {
+    fn default() -> Self {
+        IscsiConfig {
+            listen: default_iscsi(),
+            workers: default_iscsi_workers(),
+        }
+    }
+}
+
+fn default_iscsi() -> Option<SocketAddr> {
+    Some("0.0.0.0:3260".parse().unwrap())
+}
+
+fn default_iscsi_workers() -> usize {
+    8
 }
 
 /// Where the pool administration API may make and look for device files.

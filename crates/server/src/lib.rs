@@ -22,6 +22,8 @@ pub mod analytics_api;
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod iscsi_api;
+pub mod iscsi_targets;
 pub mod mounts;
 pub mod pool_devices;
 pub mod pools_admin;
@@ -101,6 +103,9 @@ pub struct DaemonState {
     state_dir: PathBuf,
     /// Serialises share changes and their persistence.
     share_changes: Mutex<()>,
+    /// The iSCSI targets, when the block service is on (`[iscsi] listen`).
+    pub iscsi: Option<iscsi_targets::IscsiTargets>,
+    pub iscsi_addr: Option<SocketAddr>,
 }
 
 /// The daemon's address book in the state directory (`daemon.json`).
@@ -116,6 +121,9 @@ pub struct DaemonFile {
     /// the system chose.
     #[serde(default)]
     pub nfs: Vec<SocketAddr>,
+    /// The iSCSI portal, when the block service is on.
+    #[serde(default)]
+    pub iscsi: Option<SocketAddr>,
 }
 
 impl DaemonFile {
@@ -502,6 +510,23 @@ impl Daemon {
         }
         let replication = replication::Replication::open(state_dir)?;
         let alerts = alerts::Alerts::open(state_dir, config.alerts.clone())?;
+        let (iscsi, iscsi_addr) = match config.iscsi.listen {
+            None => (None, None),
+            Some(listen) => {
+                let listener = TcpListener::bind(listen)
+                    .map_err(|e| ServerError::Io(format!("iSCSI portal on {listen}"), e))?;
+                let addr = listener.local_addr().unwrap_or(listen);
+                let server = iscsi::Server::new(iscsi::Targets::new(), config.iscsi.workers);
+                server
+                    .serve(listener)
+                    .map_err(|e| ServerError::Io("starting the iSCSI portal".into(), e))?;
+                tracing::info!(address = %addr, "iSCSI listening");
+                (
+                    Some(iscsi_targets::IscsiTargets::open(state_dir, server)?),
+                    Some(addr),
+                )
+            }
+        };
         let state = Arc::new(DaemonState {
             held: RwLock::new(BTreeMap::new()),
             host,
@@ -525,6 +550,8 @@ impl Daemon {
             alerts,
             state_dir: state_dir.to_path_buf(),
             share_changes: Mutex::new(()),
+            iscsi,
+            iscsi_addr,
         });
         for p in pools {
             state.take_pool(p, true)?;
@@ -558,6 +585,7 @@ impl Daemon {
             api: *state.api_addr.lock().unwrap(),
             tls_cert: tls.map(|(cert, _)| cert),
             nfs: rpc.local_addrs().to_vec(),
+            iscsi: state.iscsi_addr,
         };
         write_atomically(
             &DaemonFile::path(state_dir),

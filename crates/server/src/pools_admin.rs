@@ -212,6 +212,9 @@ impl DaemonState {
                 Err(e) => tracing::warn!(%dataset, error = %e, "sharing a taken pool's dataset"),
             }
         }
+        if let Some(iscsi) = &self.iscsi {
+            iscsi.rebuild(self);
+        }
         tracing::info!(pool = %name, "pool taken");
         Ok(())
     }
@@ -248,7 +251,13 @@ impl DaemonState {
         if forget_shares {
             crate::forget_persisted_shares(&self.state_dir, name)?;
         }
+        if let Some(iscsi) = &self.iscsi {
+            iscsi.release_pool(self, name);
+        }
         self.held.write().unwrap().remove(name);
+        if let Some(iscsi) = &self.iscsi {
+            iscsi.rebuild(self);
+        }
         Ok(pool)
     }
 

@@ -284,6 +284,7 @@ async fn receive_from(
 ) -> Result<pool::send::receiver::ReceiveSummary, ApiError> {
     let ds = s.datasets_of(&dataset)?;
     s.refuse_if_shared(&dataset, "before receiving into it")?;
+    s.refuse_if_exported(&dataset)?;
     let state_dir = s.state_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
         let mut reader = reader;

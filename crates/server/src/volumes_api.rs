@@ -142,6 +142,7 @@ pub(crate) async fn destroy(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     crate::api::blocking(move || {
+        s.refuse_if_exported(&name)?;
         s.commit(&name, |ds| {
             require_kind(ds, &name, true)?;
             Ok(ds.destroy(&name)?)

@@ -8,6 +8,7 @@ mod allocator;
 mod bench_cmd;
 mod demo;
 mod fs_cmd;
+mod iscsi_cmd;
 mod mount_cmd;
 mod mount_helper;
 mod pool_cmd;
@@ -46,6 +47,9 @@ enum Command {
     /// Create, list, inspect, grow and change volumes (datasets served as disks).
     #[command(subcommand)]
     Volume(volume_cmd::VolumeCommand),
+    /// Serve volumes over iSCSI: targets, their LUNs, allowed initiators and CHAP.
+    #[command(subcommand)]
+    Iscsi(iscsi_cmd::IscsiCommand),
     /// Take, list, destroy and roll back to snapshots (`pool/fs@name`).
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
@@ -159,6 +163,7 @@ fn main() {
         Command::Pool(cmd) => pool_cmd::run(cmd),
         Command::Fs(cmd) => fs_cmd::run(cmd),
         Command::Volume(cmd) => volume_cmd::run(cmd),
+        Command::Iscsi(cmd) => iscsi_cmd::run(cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(cmd),
         Command::Replication(cmd) => replication_cmd::run(cmd),
         Command::Alerts(args) => alerts_cmd::run(args),

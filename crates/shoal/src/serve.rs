@@ -34,6 +34,9 @@ pub struct ServeArgs {
     /// than 111).
     #[arg(long, hide = true)]
     client_portmapper: Option<u16>,
+    /// iSCSI portal address (default 0.0.0.0:3260), or `off`.
+    #[arg(long)]
+    iscsi: Option<String>,
     /// Admin HTTP API address (default 127.0.0.1:8080), or `off`.
     #[arg(long)]
     api: Option<String>,
@@ -113,6 +116,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Some(l) = args.listen {
         config.nfs.listen = l;
     }
+    if let Some(iscsi) = &args.iscsi {
+        config.iscsi.listen =
+            server::config::parse_api_listen(iscsi).map_err(|e| anyhow::anyhow!("--iscsi: {e}"))?;
+    }
     if let Some(api) = &args.api {
         config.api.listen =
             server::config::parse_api_listen(api).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
@@ -173,6 +180,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
             if daemon.state().auth.required() {
                 eprintln!("shoal: the UI and API require a login (`shoal passwd` sets it)");
             }
+        }
+        if let Some(a) = daemon.state().iscsi_addr {
+            eprintln!("shoal: serving iSCSI on {a}");
         }
         for s in daemon.service().shares() {
             eprintln!("shoal: sharing {} as {} to {}", s.dataset, s.path, s.rules);
