@@ -6,16 +6,18 @@
 # NFS client harness (qemu, busybox, Debian's kernel unpacked), and for the browser
 # UI: Debian's chromium and the UI's npm packages (`npm ci` in ui/), and NFS-Ganesha
 # (with rpcbind) for the load generator's test against a second server, and
-# schemathesis (pip) to fuzz the admin API from docs/openapi.json. Idempotent.
+# schemathesis (pip) to fuzz the admin API from docs/openapi.json, and libiscsi-bin
+# (iscsi-test-cu, iscsi-inq) and tgt, the iSCSI conformance suite and the peer target
+# it also runs against. Idempotent.
 set -euo pipefail
 PJDFSTEST_VERSION=0.2.2
-if ! dpkg -s libacl1-dev libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind >/dev/null 2>&1; then
+if ! dpkg -s libacl1-dev libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind libiscsi-bin tgt >/dev/null 2>&1; then
     apt-get update -qq
-    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind >/dev/null
+    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind libiscsi-bin tgt >/dev/null
 fi
 command -v node npm >/dev/null || { echo "test-deps: node and npm are needed for the UI" >&2; exit 1; }
 (cd "$(dirname "$0")/../ui" && npm ci --no-audit --no-fund --loglevel=error)
-command -v nfs-cp nfs-cat nfs-ls ganesha.nfsd rpcbind >/dev/null
+command -v nfs-cp nfs-cat nfs-ls ganesha.nfsd rpcbind iscsi-test-cu iscsi-inq tgtd tgtadm >/dev/null
 if ! command -v st >/dev/null 2>&1; then
     pip3 install -q schemathesis==4.32.5 2>/dev/null || pip3 install -q --break-system-packages schemathesis==4.32.5
 fi

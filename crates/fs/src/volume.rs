@@ -23,9 +23,9 @@
 //! Reservations: object `RESERVATIONS_OBJ`, made when the SCSI target first stores
 //! its persistent-reservation state, holds that state (see `store_reservations`).
 //!
-//! Atomicity: `compare_and_write` reads, compares and writes under the volume's
-//! exclusive lock while plain writes hold it shared, so no write lands between its
-//! compare and its write.
+//! Atomicity: `compare_and_write`, `update` and `write_atomic` hold the volume's
+//! lock exclusively while plain reads and writes hold it shared, so no write lands
+//! between a compare and its write, and no read sees half of an atomic write.
 
 use crate::props::{EffectiveProps, SyncMode};
 use crate::space::SpaceLimits;
@@ -271,6 +271,8 @@ impl Volume {
     /// as zeros.
     pub fn read(&self, offset: u64, len: usize) -> Result<ReadBuf> {
         self.check_range(offset, len as u64)?;
+        // Shared: a read never sees half of an atomic write or update.
+        let _shared = self.atomic.read().unwrap();
         Ok(self.pool.read_parts(self.os, VOLUME_OBJ, offset, len)?)
     }
 
@@ -302,6 +304,39 @@ impl Volume {
         Ok(())
     }
 
+    /// Writes `data` at `offset` as one step: no read sees part of it, and after a
+    /// crash all of it is there or none (one transaction). For SCSI WRITE ATOMIC.
+    pub fn write_atomic(&self, offset: u64, data: &[u8], durability: Durability) -> Result<()> {
+        {
+            let _exclusive = self.atomic.write().unwrap();
+            self.write_unlocked(offset, data)?;
+        }
+        self.settle(durability)
+    }
+
+    /// Reads `len` bytes at `offset`, lets `change` change them, and writes them
+    /// back, with no other write or read in between (SCSI ORWRITE).
+    pub fn update(
+        &self,
+        offset: u64,
+        len: usize,
+        change: impl FnOnce(&mut [u8]),
+        durability: Durability,
+    ) -> Result<()> {
+        self.writable()?;
+        self.check_range(offset, len as u64)?;
+        {
+            let _exclusive = self.atomic.write().unwrap();
+            let mut now = self
+                .pool
+                .read_parts(self.os, VOLUME_OBJ, offset, len)?
+                .to_vec();
+            change(&mut now);
+            self.write_unlocked(offset, &now)?;
+        }
+        self.settle(durability)
+    }
+
     /// Reads `expect.len()` bytes at `offset` and, when they equal `expect`, writes
     /// `data` (as long) there, with no other write in between. Answers the offset
     /// of the first byte that differed, having written nothing, or `None` when it
@@ -321,9 +356,13 @@ impl Volume {
             )));
         }
         self.writable()?;
+        self.check_range(offset, expect.len() as u64)?;
         {
             let _exclusive = self.atomic.write().unwrap();
-            let now = self.read(offset, expect.len())?.to_vec();
+            let now = self
+                .pool
+                .read_parts(self.os, VOLUME_OBJ, offset, expect.len())?
+                .to_vec();
             if let Some(at) = now.iter().zip(expect).position(|(a, b)| a != b) {
                 return Ok(Some(offset + at as u64));
             }

@@ -1,6 +1,6 @@
 //! The SBC-3 commands that move or check blocks: READ, WRITE, WRITE AND VERIFY and
 //! VERIFY (6/10/12/16 as SBC defines them), WRITE SAME (10/16, with UNMAP), UNMAP,
-//! COMPARE AND WRITE, SYNCHRONIZE CACHE, PRE-FETCH, GET LBA STATUS, READ CAPACITY
+//! COMPARE AND WRITE, ORWRITE(16), WRITE ATOMIC(16) (SBC-4), SYNCHRONIZE CACHE, PRE-FETCH, GET LBA STATUS, READ CAPACITY
 //! (10/16) and READ DEFECT DATA.
 //!
 //! Every command checks its range before anything else: a range past the last block,
@@ -12,8 +12,8 @@
 
 use crate::cdb::{put_u32, put_u64, Cdb};
 use crate::inquiry::{
-    MAX_COMPARE_AND_WRITE_BLOCKS, MAX_TRANSFER_BYTES, MAX_UNMAP_BYTES, MAX_UNMAP_DESCRIPTORS,
-    MAX_WRITE_SAME_BYTES,
+    MAX_ATOMIC_BYTES, MAX_COMPARE_AND_WRITE_BLOCKS, MAX_TRANSFER_BYTES, MAX_UNMAP_BYTES,
+    MAX_UNMAP_DESCRIPTORS, MAX_WRITE_SAME_BYTES,
 };
 use crate::lu::{sense_of, LogicalUnit};
 use crate::sense::Sense;
@@ -339,6 +339,59 @@ impl LogicalUnit {
             None => Ok(Reply::good(Vec::new())),
             Some(at) => Err(Sense::miscompare(at - offset)),
         }
+    }
+
+    /// ORWRITE(16): each byte of the range becomes itself OR the Data-Out's, in one
+    /// step against every other command.
+    pub(crate) fn or_write(&self, cdb: &Cdb, data: &[u8]) -> Result<Reply, Sense> {
+        Self::no_protection(cdb)?;
+        let (lba, blocks) = cdb.lba_and_len();
+        let (offset, len) = self.range(lba, blocks)?;
+        self.check_transfer(blocks, 10)?;
+        self.writable()?;
+        let payload = self.payload(data, len);
+        if payload.is_empty() {
+            return Ok(Reply::good(Vec::new()));
+        }
+        self.volume
+            .update(
+                offset,
+                payload.len(),
+                |now| {
+                    for (b, o) in now.iter_mut().zip(payload) {
+                        *b |= o;
+                    }
+                },
+                Self::durability(cdb),
+            )
+            .map_err(|e| sense_of(e, false))?;
+        Ok(Reply::good(Vec::new()))
+    }
+
+    /// WRITE ATOMIC(16): the blocks are written whole or not at all, and no read sees
+    /// part of them; at most `MAX_ATOMIC_BYTES`, without an atomic boundary.
+    pub(crate) fn write_atomic(&self, cdb: &Cdb, data: &[u8]) -> Result<Reply, Sense> {
+        Self::no_protection(cdb)?;
+        let lba = cdb.u64(2);
+        let boundary = cdb.u16(10);
+        let blocks = cdb.u16(12) as u64;
+        let (offset, len) = self.range(lba, blocks)?;
+        if boundary != 0 {
+            return Err(Sense::invalid_cdb_field(10, None));
+        }
+        if len > MAX_ATOMIC_BYTES {
+            return Err(Sense::invalid_cdb_field(12, None));
+        }
+        self.writable()?;
+        if (data.len() as u64) < len {
+            return Err(Sense::param_list_length());
+        }
+        if len > 0 {
+            self.volume
+                .write_atomic(offset, &data[..len as usize], Self::durability(cdb))
+                .map_err(|e| sense_of(e, false))?;
+        }
+        Ok(Reply::good(Vec::new()))
     }
 
     pub(crate) fn read_capacity10(&self, cdb: &Cdb) -> Result<Reply, Sense> {

@@ -24,6 +24,8 @@ pub const MAX_UNMAP_DESCRIPTORS: u32 = 256;
 /// At most one transfer's worth, so an initiator that checks a WRITE SAME by writing
 /// the same range first can.
 pub const MAX_WRITE_SAME_BYTES: u64 = MAX_TRANSFER_BYTES;
+/// Largest WRITE ATOMIC, in bytes.
+pub const MAX_ATOMIC_BYTES: u64 = 1 << 20;
 /// Most blocks one COMPARE AND WRITE may name.
 pub const MAX_COMPARE_AND_WRITE_BLOCKS: u8 = 255;
 
@@ -126,6 +128,8 @@ impl LogicalUnit {
         put_u32(&mut p, 24, granularity);
         put_u32(&mut p, 28, 0x8000_0000); // UGAVALID, alignment 0
         put_u64(&mut p, 32, MAX_WRITE_SAME_BYTES / bs);
+        // WRITE ATOMIC: its largest transfer; no alignment, granularity or boundary.
+        put_u32(&mut p, 40, (MAX_ATOMIC_BYTES / bs) as u32);
         p
     }
 }

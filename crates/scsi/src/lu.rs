@@ -182,7 +182,8 @@ impl LogicalUnit {
         let Ok(c) = Cdb::new(cdb) else { return 0 };
         let bs = self.config.block_size as u64;
         match c.opcode() {
-            0x0A | 0x2A | 0xAA | 0x8A | 0x2E | 0xAE | 0x8E => {
+            0x9C => c.u16(12) as u64 * bs,
+            0x0A | 0x2A | 0xAA | 0x8A | 0x2E | 0xAE | 0x8E | 0x8B => {
                 let (_, n) = c.lba_and_len();
                 if c.len() == 6 && n == 0 {
                     256 * bs
@@ -278,6 +279,8 @@ impl LogicalUnit {
             0x5E => self.persistent_reserve_in(cdb),
             0x5F => self.persistent_reserve_out(nexus, cdb, data_out),
             0x89 => self.compare_and_write(cdb, data_out),
+            0x8B => self.or_write(cdb, data_out),
+            0x9C => self.write_atomic(cdb, data_out),
             0x9E => match cdb.service_action() {
                 0x10 => self.read_capacity16(cdb),
                 0x12 => self.get_lba_status(cdb),

@@ -132,6 +132,7 @@ pub static SERVED: &[Served] = &[
         ],
     ), // COMPARE AND WRITE
     s(0x8A, RW16),
+    s(0x8B, RW16), // ORWRITE(16)
     s(0x8E, V16),
     s(0x8F, V16),
     s(
@@ -155,6 +156,13 @@ pub static SERVED: &[Served] = &[
             0x1F, 0x00,
         ],
     ), // WRITE SAME(16)
+    s(
+        0x9C,
+        &[
+            0x9C, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, 0x00,
+        ],
+    ), // WRITE ATOMIC(16)
     sa(
         0x9E,
         0x10,
@@ -303,7 +311,7 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), n, "listed twice");
         // DPO and FUA are advertised where the conformance suite looks.
-        for op in [0x28u8, 0x2A, 0x88, 0x8A, 0xA8, 0xAA, 0x89] {
+        for op in [0x28u8, 0x2A, 0x88, 0x8A, 0xA8, 0xAA, 0x89, 0x8B, 0x9C] {
             assert_eq!(find(op, None).unwrap().usage[1] & 0x18, 0x18, "{op:#x}");
         }
         for op in [0x2Fu8, 0x2E, 0x8F, 0x8E, 0xAF, 0xAE] {

@@ -284,6 +284,27 @@ fn reads_writes_and_every_range_rule() {
     good(&run(lu, &a, &rw10(0x2A, 400, 3, 0), &same.repeat(3)));
     good(&run(lu, &a, &rw10(0x2F, 400, 3, 0x06), &same));
 
+    // ORWRITE ORs into what is there; WRITE ATOMIC writes whole, up to its limit.
+    good(&run(lu, &a, &rw10(0x2A, 500, 1, 0), &vec![0xA5; BS]));
+    good(&run(lu, &a, &rw16(0x8B, 500, 1, 0), &vec![0x5A; BS]));
+    assert!(good(&run(lu, &a, &rw10(0x28, 500, 1, 0), &[]))
+        .iter()
+        .all(|&b| b == 0xFF));
+    let atomic = |lba: u64, blocks: u16, boundary: u16| {
+        let mut c = vec![0u8; 16];
+        c[0] = 0x9C;
+        c[2..10].copy_from_slice(&lba.to_be_bytes());
+        c[10..12].copy_from_slice(&boundary.to_be_bytes());
+        c[12..14].copy_from_slice(&blocks.to_be_bytes());
+        c
+    };
+    let block8 = Rng(3).bytes(8 * BS);
+    good(&run(lu, &a, &atomic(600, 8, 0), &block8));
+    assert_eq!(good(&run(lu, &a, &rw10(0x28, 600, 8, 0), &[])), &block8[..]);
+    assert_eq!(sense(&run(lu, &a, &atomic(600, 8, 4), &block8)).1, 0x24);
+    assert_eq!(sense(&run(lu, &a, &atomic(0, 4096, 0), &[])).1, 0x24);
+    assert_eq!(sense(&run(lu, &a, &atomic(last, 2, 0), &block8)).1, 0x21);
+
     // SYNCHRONIZE CACHE and PRE-FETCH check their range too.
     good(&run(lu, &a, &rw10(0x35, 0, 0, 0), &[]));
     assert_eq!(

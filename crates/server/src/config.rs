@@ -198,13 +198,13 @@ pub struct ServeConfig {
     pub iscsi: IscsiConfig,
 }
 
-/// The iSCSI target: where its portal listens (`off`: no block service) and how many
-/// workers run commands. Targets themselves are made through the API.
+/// The iSCSI target: where its portal listens and how many workers run commands.
+/// Targets themselves are made through the API.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IscsiConfig {
-    #[serde(default = "default_iscsi", deserialize_with = "listen_or_off")]
-    pub listen: Option<SocketAddr>,
+    #[serde(default)]
+    pub listen: IscsiListen,
     #[serde(default = "default_iscsi_workers")]
     pub workers: usize,
 }
@@ -212,14 +212,46 @@ pub struct IscsiConfig {
 impl Default for IscsiConfig {
     fn default() -> Self {
         IscsiConfig {
-            listen: default_iscsi(),
+            listen: IscsiListen::default(),
             workers: default_iscsi_workers(),
         }
     }
 }
 
-fn default_iscsi() -> Option<SocketAddr> {
-    Some("0.0.0.0:3260".parse().unwrap())
+/// Where the iSCSI portal listens: `auto` (0.0.0.0:3260 when it is free, the
+/// default; when it is not, the daemon serves without iSCSI and says so in its log
+/// and status), `off`, or an address, which must be free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IscsiListen {
+    #[default]
+    Auto,
+    Off,
+    At(SocketAddr),
+}
+
+impl IscsiListen {
+    pub const STANDARD: &'static str = "0.0.0.0:3260";
+}
+
+impl std::str::FromStr for IscsiListen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<IscsiListen, String> {
+        match s {
+            "auto" => Ok(IscsiListen::Auto),
+            "off" => Ok(IscsiListen::Off),
+            a => a.parse().map(IscsiListen::At).map_err(|_| {
+                format!("iSCSI listen '{a}': \"auto\", \"off\" or an address such as 0.0.0.0:3260")
+            }),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IscsiListen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<IscsiListen, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 fn default_iscsi_workers() -> usize {

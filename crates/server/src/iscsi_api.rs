@@ -1,6 +1,6 @@
 //! The API's iSCSI targets (`/api/v1/iscsi/targets`): list, create, show, destroy.
-//! A daemon started with `[iscsi] listen = "off"` answers 409 (the block service is
-//! off). Secrets go in with a create and never come out.
+//! A daemon serving no iSCSI (`[iscsi] listen = "off"`, or the standard port taken at
+//! start) answers 409. Secrets go in with a create and never come out.
 
 use crate::api::{blocking, ApiError, ApiResult, Body, Shared};
 use crate::iscsi_targets::{IscsiTargets, TargetInfo, TargetSpec};
@@ -12,7 +12,7 @@ fn targets(s: &Shared) -> Result<&IscsiTargets, ApiError> {
     s.iscsi.as_ref().ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,
-            "the iSCSI service is off ([iscsi] listen = \"off\")",
+            "the iSCSI service is off ([iscsi] listen is \"off\", or port 3260 was taken at start)",
         )
     })
 }

@@ -510,12 +510,28 @@ impl Daemon {
         }
         let replication = replication::Replication::open(state_dir)?;
         let alerts = alerts::Alerts::open(state_dir, config.alerts.clone())?;
-        let (iscsi, iscsi_addr) = match config.iscsi.listen {
+        let portal = match config.iscsi.listen {
+            config::IscsiListen::Off => None,
+            config::IscsiListen::At(a) => Some(
+                TcpListener::bind(a)
+                    .map_err(|e| ServerError::Io(format!("iSCSI portal on {a}"), e))?,
+            ),
+            config::IscsiListen::Auto => match TcpListener::bind(config::IscsiListen::STANDARD) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::warn!(
+                        "no iSCSI: port 3260 is taken ({e}); set [iscsi] listen to serve volumes"
+                    );
+                    None
+                }
+            },
+        };
+        let (iscsi, iscsi_addr) = match portal {
             None => (None, None),
-            Some(listen) => {
-                let listener = TcpListener::bind(listen)
-                    .map_err(|e| ServerError::Io(format!("iSCSI portal on {listen}"), e))?;
-                let addr = listener.local_addr().unwrap_or(listen);
+            Some(listener) => {
+                let addr = listener
+                    .local_addr()
+                    .map_err(|e| ServerError::Io("the iSCSI portal's address".into(), e))?;
                 let server = iscsi::Server::new(iscsi::Targets::new(), config.iscsi.workers);
                 server
                     .serve(listener)

@@ -80,6 +80,7 @@ fn serve_with_cache_device() -> Served {
     ds.create("tp/share", &[]).unwrap();
     drop(ds);
     let mut config = ServeConfig::default();
+    config.iscsi.listen = server::config::IscsiListen::Off;
     config.nfs.listen = "127.0.0.1:0".parse().unwrap();
     config.api.listen = Some("127.0.0.1:0".parse().unwrap());
     config.shares = vec![ShareConfig {

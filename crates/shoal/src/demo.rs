@@ -82,6 +82,8 @@ pub fn run(args: DemoArgs) -> Result<()> {
 
     let mut config = ServeConfig::default();
     config.nfs.listen = args.listen;
+    // The demo shows files; its own iSCSI portal would take 3260 from a real daemon.
+    config.iscsi.listen = server::config::IscsiListen::Off;
     config.api.listen =
         server::config::parse_api_listen(&args.api).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
     config.shares.push(ShareConfig {

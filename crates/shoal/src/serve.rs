@@ -34,9 +34,10 @@ pub struct ServeArgs {
     /// than 111).
     #[arg(long, hide = true)]
     client_portmapper: Option<u16>,
-    /// iSCSI portal address (default 0.0.0.0:3260), or `off`.
+    /// iSCSI portal: `auto` (0.0.0.0:3260 when free; the default), `off`, or an
+    /// address such as 0.0.0.0:3260.
     #[arg(long)]
-    iscsi: Option<String>,
+    iscsi: Option<server::config::IscsiListen>,
     /// Admin HTTP API address (default 127.0.0.1:8080), or `off`.
     #[arg(long)]
     api: Option<String>,
@@ -116,9 +117,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Some(l) = args.listen {
         config.nfs.listen = l;
     }
-    if let Some(iscsi) = &args.iscsi {
-        config.iscsi.listen =
-            server::config::parse_api_listen(iscsi).map_err(|e| anyhow::anyhow!("--iscsi: {e}"))?;
+    if let Some(iscsi) = args.iscsi {
+        config.iscsi.listen = iscsi;
     }
     if let Some(api) = &args.api {
         config.api.listen =

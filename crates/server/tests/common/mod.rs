@@ -116,6 +116,7 @@ impl TestServer {
         let mut config = ServeConfig::default();
         config.nfs.listen = listen;
         config.nfs.workers = 8;
+        config.iscsi.listen = server::config::IscsiListen::Off;
         // Tests run side by side: the kernel picks the API's port.
         config.api.listen = Some("127.0.0.1:0".parse().unwrap());
         config.shares = self

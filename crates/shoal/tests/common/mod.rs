@@ -166,8 +166,12 @@ impl Served {
             .unwrap();
         let mut c = Command::new(env!("CARGO_BIN_EXE_shoal"));
         c.args(["serve", "--listen", &format!("127.0.0.1:{}", self.nfs_port)])
-            .args(["--api", &format!("127.0.0.1:{}", self.api_port)])
-            .args(&self.args)
+            .args(["--api", &format!("127.0.0.1:{}", self.api_port)]);
+        // No iSCSI portal on 0.0.0.0 from a test: one on loopback when it asks.
+        if !self.args.iter().any(|a| a == "--iscsi") {
+            c.args(["--iscsi", "off"]);
+        }
+        c.args(&self.args)
             .env("SHOAL_STATE_DIR", &self.state)
             .env("SHOAL_LOG", "warn")
             .stdout(Stdio::null())
