@@ -54,6 +54,21 @@ pub(crate) fn require_kind(ds: &fs::Datasets, name: &str, want: bool) -> Result<
     ))
 }
 
+/// A thick volume's refreservation that does not fit is a request the pool's state
+/// refuses (409, with what to do), not a server fault.
+fn no_room(e: fs::FsError, name: &str) -> ApiError {
+    match e {
+        fs::FsError::NoSpace | fs::FsError::Quota => ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "the pool cannot keep the space {name} would reserve ({e}): free some, \
+                 or make it sparse"
+            ),
+        ),
+        e => e.into(),
+    }
+}
+
 fn size(what: &str, text: &str) -> Result<u64, ApiError> {
     fs::props::parse_size(text)
         .filter(|v| *v > 0)
@@ -102,7 +117,8 @@ pub(crate) async fn create(
         };
         let settings: Vec<(String, String)> = body.properties.into_iter().collect();
         s.commit(&body.name, |ds| {
-            Ok(ds.create_volume(&body.name, &spec, &settings)?)
+            ds.create_volume(&body.name, &spec, &settings)
+                .map_err(|e| no_room(e, &body.name))
         })
     })
     .await?;
@@ -130,7 +146,8 @@ pub(crate) async fn set(
         let changes: Vec<(String, Option<String>)> = body.properties.into_iter().collect();
         s.commit(&name, |ds| {
             require_kind(ds, &name, true)?;
-            ds.set_many(&name, &changes)?;
+            ds.set_many(&name, &changes)
+                .map_err(|e| no_room(e, &name))?;
             Ok(ds.info(&name)?)
         })
     })

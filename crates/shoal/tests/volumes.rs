@@ -186,6 +186,6 @@ fn volumes_through_the_daemon() {
         "/api/v1/volumes",
         &serde_json::json!({"name": "tank/v", "volsize": "100G"}),
     );
-    assert_eq!(code, 507, "{body}");
+    assert_eq!(code, 409, "{body}");
     d.stop();
 }
