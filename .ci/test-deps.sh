@@ -8,16 +8,17 @@
 # (with rpcbind) for the load generator's test against a second server, and
 # schemathesis (pip) to fuzz the admin API from docs/openapi.json, and libiscsi-bin
 # (iscsi-test-cu, iscsi-inq) and tgt, the iSCSI conformance suite and the peer target
-# it also runs against. Idempotent.
+# it also runs against, and open-iscsi, fio and e2fsprogs for the kernel initiator's
+# guest. Idempotent.
 set -euo pipefail
 PJDFSTEST_VERSION=0.2.2
-if ! dpkg -s libacl1-dev libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind libiscsi-bin tgt >/dev/null 2>&1; then
+if ! dpkg -s libacl1-dev libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind libiscsi-bin tgt open-iscsi fio e2fsprogs >/dev/null 2>&1; then
     apt-get update -qq
-    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind libiscsi-bin tgt >/dev/null
+    apt-get install -y -qq libacl1-dev acl libnfs-utils chromium openssl curl nfs-ganesha nfs-ganesha-vfs rpcbind libiscsi-bin tgt open-iscsi fio e2fsprogs >/dev/null
 fi
 command -v node npm >/dev/null || { echo "test-deps: node and npm are needed for the UI" >&2; exit 1; }
 (cd "$(dirname "$0")/../ui" && npm ci --no-audit --no-fund --loglevel=error)
-command -v nfs-cp nfs-cat nfs-ls ganesha.nfsd rpcbind iscsi-test-cu iscsi-inq tgtd tgtadm >/dev/null
+command -v nfs-cp nfs-cat nfs-ls ganesha.nfsd rpcbind iscsi-test-cu iscsi-inq tgtd tgtadm iscsid iscsiadm fio mkfs.ext4 fstrim >/dev/null
 if ! command -v st >/dev/null 2>&1; then
     pip3 install -q schemathesis==4.32.5 2>/dev/null || pip3 install -q --break-system-packages schemathesis==4.32.5
 fi

@@ -244,7 +244,9 @@ pub fn login(
                 answers.push((k.clone(), a));
             }
         }
-        if (csg == 1 || transit) && !st.declared {
+        // Operational keys belong to the operational stage (an initiator refuses them
+        // in a security-stage answer).
+        if csg == 1 && !st.declared {
             answers.push((
                 "MaxRecvDataSegmentLength".into(),
                 MAX_RECV_DATA_SEGMENT.to_string(),
