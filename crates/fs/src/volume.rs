@@ -211,10 +211,14 @@ impl Volume {
         self.state.read().unwrap().props.readonly
     }
 
-    /// Whether writes are cached until `flush` (a write-back cache, SCSI WCE=1):
-    /// false with sync=always, where every write is durable when answered.
+    /// Whether a block protocol should present a volatile write cache (SCSI WCE=1):
+    /// only with sync=disabled, which promises nothing. Otherwise its writes are to be
+    /// durable when answered (write-through, group-committed through the intent log):
+    /// a write answered into a volatile cache and lost in a crash of the daemon would
+    /// be covered by the next SYNCHRONIZE CACHE the restarted daemon answers, and the
+    /// initiator could never tell (the kernel-initiator test found exactly that).
     pub fn write_cache(&self) -> bool {
-        self.state.read().unwrap().props.sync != SyncMode::Always
+        self.state.read().unwrap().props.sync == SyncMode::Disabled
     }
 
     /// Whether a write that runs out of space can fail (a sparse volume).

@@ -4,9 +4,11 @@
 //! writes are kept, dropped or torn; the pool is imported and the volume opened. Then
 //! the pool checks clean and the volume's bytes equal the model after some prefix of
 //! the sequence that includes every write acknowledged as durable:
-//! - write cache on (sync=standard): those before the last flush or FUA write that
-//!   returned;
-//! - write cache off (sync=always): every write that returned.
+//! - writes answered before their commit (`Durability::Cached`, sync=standard: the
+//!   volume API's write cache, which the SCSI target uses only with sync=disabled and
+//!   within one command before its own commit): those before the last flush or FUA
+//!   write that returned;
+//! - sync=always: every write that returned.
 //!
 //! The negative control runs the same harness with sync=disabled, counting flushes and
 //! FUA writes as acknowledged as the cache-on mode does: it must find crash points

@@ -6,9 +6,10 @@
 //! Every command checks its range before anything else: a range past the last block,
 //! including a zero-length one that starts past it, is LBA OUT OF RANGE (05/21/00),
 //! and a transfer over the advertised maximum is an invalid field. Protection
-//! information is not offered, so a non-zero xPROTECT field is an invalid field. FUA
-//! makes a write durable before GOOD; without it, SYNCHRONIZE CACHE does (see
-//! `fs::volume`).
+//! information is not offered, so a non-zero xPROTECT field is an invalid field. Every
+//! write is durable before GOOD unless the volume presents a volatile write cache
+//! (sync=disabled, `fs::Volume::write_cache`); then FUA still makes one durable, and
+//! SYNCHRONIZE CACHE the rest.
 
 use crate::cdb::{put_u32, put_u64, Cdb};
 use crate::inquiry::{
@@ -63,12 +64,23 @@ impl LogicalUnit {
         }
     }
 
-    fn durability(cdb: &Cdb) -> Durability {
-        if cdb.len() > 6 && cdb.u8(1) & 0x08 != 0 {
+    /// FUA, or no write cache to answer from (see `fs::Volume::write_cache`): durable
+    /// before GOOD.
+    fn durability(&self, cdb: &Cdb) -> Durability {
+        if (cdb.len() > 6 && cdb.u8(1) & 0x08 != 0) || !self.volume.write_cache() {
             Durability::Stable
         } else {
             Durability::Cached
         }
+    }
+
+    /// After a change made of several volume calls, each `Cached` (UNMAP, WRITE
+    /// SAME): one commit makes all of it durable, unless a write cache answers.
+    fn settle(&self) -> Result<(), Sense> {
+        if !self.volume.write_cache() {
+            self.volume.flush().map_err(|e| sense_of(e, false))?;
+        }
+        Ok(())
     }
 
     /// LBA and length, with READ(6)/WRITE(6)'s 0 meaning 256.
@@ -123,7 +135,7 @@ impl LogicalUnit {
         let payload = self.payload(data, len);
         if !payload.is_empty() {
             self.volume
-                .write(offset, payload, Self::durability(cdb))
+                .write(offset, payload, self.durability(cdb))
                 .map_err(|e| sense_of(e, false))?;
         }
         Ok(Reply::good(Vec::new()))
@@ -248,6 +260,7 @@ impl LogicalUnit {
             self.volume
                 .unmap(offset, len, Durability::Cached)
                 .map_err(|e| sense_of(e, false))?;
+            self.settle()?;
             return Ok(Reply::good(Vec::new()));
         }
         let per = (WRITE_SAME_CHUNK / bs).max(1);
@@ -260,6 +273,7 @@ impl LogicalUnit {
                 .map_err(|e| sense_of(e, false))?;
             done += n;
         }
+        self.settle()?;
         Ok(Reply::good(Vec::new()))
     }
 
@@ -308,6 +322,7 @@ impl LogicalUnit {
                 .unmap(offset, len, Durability::Cached)
                 .map_err(|e| sense_of(e, false))?;
         }
+        self.settle()?;
         Ok(Reply::good(Vec::new()))
     }
 
@@ -333,7 +348,7 @@ impl LogicalUnit {
         let (expect, new) = data.split_at(len as usize);
         match self
             .volume
-            .compare_and_write(offset, expect, new, Self::durability(cdb))
+            .compare_and_write(offset, expect, new, self.durability(cdb))
             .map_err(|e| sense_of(e, false))?
         {
             None => Ok(Reply::good(Vec::new())),
@@ -362,7 +377,7 @@ impl LogicalUnit {
                         *b |= o;
                     }
                 },
-                Self::durability(cdb),
+                self.durability(cdb),
             )
             .map_err(|e| sense_of(e, false))?;
         Ok(Reply::good(Vec::new()))
@@ -388,7 +403,7 @@ impl LogicalUnit {
         }
         if len > 0 {
             self.volume
-                .write_atomic(offset, &data[..len as usize], Self::durability(cdb))
+                .write_atomic(offset, &data[..len as usize], self.durability(cdb))
                 .map_err(|e| sense_of(e, false))?;
         }
         Ok(Reply::good(Vec::new()))

@@ -1,7 +1,7 @@
 //! MODE SENSE and MODE SELECT (SPC-4 6.11-6.14, SBC-3 6.4): the caching page tells
-//! the truth about the write cache (WCE=1 unless the volume has sync=always, where
-//! every write is durable when answered; it is changed through the volume's `sync`
-//! property, not here), and the CONTROL page offers one changeable setting, SWP
+//! the truth about the write cache (WCE=0, every write durable when answered, unless
+//! the volume has sync=disabled; it is changed through the volume's `sync` property,
+//! not here), and the CONTROL page offers one changeable setting, SWP
 //! (software write protect), which initiators may set and clear. The header's
 //! device-specific byte shows WP (read-only volume or SWP) and DPOFUA (DPO and FUA
 //! are honoured).

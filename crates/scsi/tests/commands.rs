@@ -461,7 +461,16 @@ fn mode_pages_and_software_write_protect() {
     assert_eq!(all[2], 0x10, "DPOFUA, not write protected");
     assert_eq!(all[3], 8, "one block descriptor");
     let caching = &all[12..32];
-    assert_eq!((caching[0], caching[2] & 0x04), (0x08, 0x04), "WCE on");
+    assert_eq!(
+        (caching[0], caching[2] & 0x04),
+        (0x08, 0),
+        "write-through: WCE off"
+    );
+    // sync=disabled promises nothing: a volatile cache, said so.
+    s.ds.set("tank/lun", "sync", Some("disabled")).unwrap();
+    let again = good(&run(lu, &a, &[0x1A, 0, 0x08, 0, 255, 0], &[])).to_vec();
+    assert_eq!(again[4 + 8 + 2] & 0x04, 0x04, "WCE on with sync=disabled");
+    s.ds.set("tank/lun", "sync", None).unwrap();
     let control = all[32..44].to_vec();
     assert_eq!(control[0], 0x0A);
     let direct = good(&run(lu, &a, &[0x1A, 0x08, 0x0A, 0, 255, 0], &[])).to_vec();
