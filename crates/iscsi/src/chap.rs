@@ -40,7 +40,9 @@ pub fn decode(value: &str) -> Option<Vec<u8>> {
         .strip_prefix("0x")
         .or_else(|| value.strip_prefix("0X"))
     {
-        if hex.is_empty() || hex.len() % 2 != 0 {
+        // ASCII first: slicing a multi-byte character in two would panic (found by the
+        // iscsi_login_keys fuzz target).
+        if hex.is_empty() || hex.len() % 2 != 0 || !hex.is_ascii() {
             return None;
         }
         (0..hex.len())
@@ -114,6 +116,8 @@ mod tests {
         assert_eq!(decode("0x0"), None);
         assert_eq!(decode("12"), None);
         assert_eq!(decode("0xzz"), None);
+        // A two-byte character across a digit pair (the fuzzer's find).
+        assert_eq!(decode("0x9\u{e9}9"), None);
         let a: [u8; 16] = random_bytes();
         let b: [u8; 16] = random_bytes();
         assert_ne!(a, b);
