@@ -207,6 +207,12 @@ impl Volume {
         self.state.read().unwrap().props.clone()
     }
 
+    /// The effective `sync` property, read in place (the write path asks on every
+    /// command; `props()` would clone every property).
+    fn sync(&self) -> SyncMode {
+        self.state.read().unwrap().props.sync
+    }
+
     pub fn readonly(&self) -> bool {
         self.state.read().unwrap().props.readonly
     }
@@ -482,7 +488,7 @@ impl Volume {
     /// Makes every write answered so far durable (SCSI SYNCHRONIZE CACHE); one log
     /// commit serves concurrent callers.
     pub fn flush(&self) -> Result<()> {
-        if self.props().sync == SyncMode::Disabled {
+        if self.sync() == SyncMode::Disabled {
             return Ok(());
         }
         self.pool.log_commit()?;
@@ -491,8 +497,7 @@ impl Volume {
 
     /// After a change: commits the log when the caller or sync=always asks for it.
     fn settle(&self, durability: Durability) -> Result<()> {
-        let sync = self.props().sync;
-        let stable = match sync {
+        let stable = match self.sync() {
             SyncMode::Always => true,
             SyncMode::Disabled => false,
             SyncMode::Standard => durability == Durability::Stable,
