@@ -4,7 +4,7 @@
 //! and a digest mismatch, an unknown opcode's length or a data segment over the bound
 //! is an error the connection ends on (ERL 0), never a panic.
 
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 
 pub const BHS_LEN: usize = 48;
 
@@ -140,29 +140,69 @@ impl Pdu {
         header_digest: bool,
         data_digest: bool,
     ) -> std::io::Result<()> {
-        assert!(self.ahs.len().is_multiple_of(4) && self.ahs.len() / 4 <= 255);
-        assert!(self.data.len() < 1 << 24, "a data segment fits 24 bits");
-        self.bhs[4] = (self.ahs.len() / 4) as u8;
-        let len = self.data.len() as u32;
-        self.bhs[5..8].copy_from_slice(&len.to_be_bytes()[1..]);
-        let mut buf = Vec::with_capacity(BHS_LEN + self.ahs.len() + self.data.len() + 12);
-        buf.extend_from_slice(&self.bhs);
-        buf.extend_from_slice(&self.ahs);
-        if header_digest {
-            let crc = crc32c::crc32c(&buf);
-            buf.extend_from_slice(&crc.to_le_bytes());
-        }
-        if !self.data.is_empty() {
-            let start = buf.len();
-            buf.extend_from_slice(&self.data);
-            buf.resize(start + self.data.len().div_ceil(4) * 4, 0);
-            if data_digest {
-                let crc = crc32c::crc32c(&buf[start..]);
-                buf.extend_from_slice(&crc.to_le_bytes());
-            }
-        }
-        out.write_all(&buf)
+        let data = std::mem::take(&mut self.data);
+        let r = self.write_with_data(out, &[&data], header_digest, data_digest);
+        self.data = data;
+        r
     }
+
+    /// Writes the PDU with `data` (in parts, as a read's blocks lie in the cache) as
+    /// its data segment in place of `self.data`, which must be empty: one vectored
+    /// write, the data never copied into a send buffer.
+    pub fn write_with_data(
+        &mut self,
+        out: &mut impl Write,
+        data: &[&[u8]],
+        header_digest: bool,
+        data_digest: bool,
+    ) -> std::io::Result<()> {
+        assert!(self.data.is_empty(), "the data segment is given once");
+        assert!(self.ahs.len().is_multiple_of(4) && self.ahs.len() / 4 <= 255);
+        let data_len: usize = data.iter().map(|d| d.len()).sum();
+        assert!(data_len < 1 << 24, "a data segment fits 24 bits");
+        self.bhs[4] = (self.ahs.len() / 4) as u8;
+        self.bhs[5..8].copy_from_slice(&(data_len as u32).to_be_bytes()[1..]);
+        let mut head = Vec::with_capacity(BHS_LEN + self.ahs.len() + 4);
+        head.extend_from_slice(&self.bhs);
+        head.extend_from_slice(&self.ahs);
+        if header_digest {
+            let crc = crc32c::crc32c(&head);
+            head.extend_from_slice(&crc.to_le_bytes());
+        }
+        // Padding to four bytes, then the data digest (which covers the padding).
+        let pad = data_len.div_ceil(4) * 4 - data_len;
+        let mut tail = [0u8; 8];
+        let mut tail_len = pad;
+        if data_len > 0 && data_digest {
+            let mut crc = 0;
+            for part in data {
+                crc = crc32c::crc32c_append(crc, part);
+            }
+            crc = crc32c::crc32c_append(crc, &tail[..pad]);
+            tail[pad..pad + 4].copy_from_slice(&crc.to_le_bytes());
+            tail_len += 4;
+        }
+        let mut parts = Vec::with_capacity(data.len() + 2);
+        parts.push(IoSlice::new(&head));
+        parts.extend(data.iter().map(|d| IoSlice::new(d)));
+        parts.push(IoSlice::new(&tail[..tail_len]));
+        write_all_vectored(out, &mut parts)
+    }
+}
+
+/// Writes every byte of `parts`, in as few system calls as the writer allows.
+fn write_all_vectored(out: &mut impl Write, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    let mut rest = parts;
+    IoSlice::advance_slices(&mut rest, 0); // drops leading empty slices
+    while !rest.is_empty() {
+        match out.write_vectored(rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Reads one PDU, with a data segment of at most `max_data` bytes.
@@ -245,6 +285,18 @@ mod tests {
                     Err(PduError::DataDigest)
                 ));
             }
+        }
+        // Data given in parts goes out as the same bytes as data given whole.
+        for (hd, dd) in [(false, false), (true, true)] {
+            let mut whole = Pdu::new(op::DATA_IN);
+            whole.data = b"in several parts".to_vec();
+            let mut expect = Vec::new();
+            whole.write_to(&mut expect, hd, dd).unwrap();
+            let mut parted = Pdu::new(op::DATA_IN);
+            let mut wire = Vec::new();
+            let parts: [&[u8]; 3] = [b"in sev", b"", b"eral parts"];
+            parted.write_with_data(&mut wire, &parts, hd, dd).unwrap();
+            assert_eq!(wire, expect);
         }
         let mut p = Pdu::new(op::TEXT);
         p.data = vec![1; 100];

@@ -96,7 +96,12 @@ struct Gathering {
 
 impl Conn {
     /// Sends `pdu`, stamping the sequence numbers; `status` advances StatSN.
-    fn send(&self, mut pdu: Pdu, status: bool) -> std::io::Result<()> {
+    fn send(&self, pdu: Pdu, status: bool) -> std::io::Result<()> {
+        self.send_with(pdu, &[], status)
+    }
+
+    /// Sends `pdu` with `data` (in parts) as its data segment when that is not empty.
+    fn send_with(&self, mut pdu: Pdu, data: &[&[u8]], status: bool) -> std::io::Result<()> {
         let mut w = self.writer.lock().unwrap();
         if status || pdu.opcode() == op::R2T || pdu.opcode() == op::DATA_IN {
             pdu.set_u32(24, w.stat_sn);
@@ -107,7 +112,11 @@ impl Conn {
         pdu.set_u32(28, w.exp_cmd_sn);
         pdu.set_u32(32, w.exp_cmd_sn.wrapping_add(CMD_WINDOW - 1));
         let (hd, dd) = (self.params.header_digest, self.params.data_digest);
-        let r = pdu.write_to(&mut w.stream, hd, dd);
+        let r = if data.is_empty() {
+            pdu.write_to(&mut w.stream, hd, dd)
+        } else {
+            pdu.write_with_data(&mut w.stream, data, hd, dd)
+        };
         if r.is_err() {
             let _ = w.stream.shutdown(Shutdown::Both);
         }
@@ -592,17 +601,19 @@ fn respond(conn: &Conn, itt: u32, flags: u8, edtl: u32, need: u64, reply: &Reply
             residual = edtl - have as u32;
         }
     }
-    let send_data = if reading && reply.status == Status::Good {
-        &reply.data[..reply.data.len().min(edtl as usize)]
+    let send_len = if reading && reply.status == Status::Good {
+        reply.data.len().min(edtl as usize)
     } else {
-        &[][..]
+        0
     };
     let segment = conn.params.initiator_max_recv.max(512) as usize;
+    let pieces = reply.data.slices();
+    let mut cursor = Cursor::new(&pieces);
+    let count = send_len.div_ceil(segment);
+    let with_status = reply.sense.is_none() && reply.status == Status::Good && count > 0;
     let mut data_sn = 0u32;
-    let chunks: Vec<&[u8]> = send_data.chunks(segment).collect();
-    let with_status = reply.sense.is_none() && reply.status == Status::Good && !chunks.is_empty();
-    for (i, chunk) in chunks.iter().enumerate() {
-        let last = i + 1 == chunks.len();
+    for i in 0..count {
+        let last = i + 1 == count;
         let mut d = Pdu::new(op::DATA_IN);
         if last {
             d.bhs[1] = 0x80;
@@ -616,9 +627,9 @@ fn respond(conn: &Conn, itt: u32, flags: u8, edtl: u32, need: u64, reply: &Reply
         d.set_u32(20, NO_TAG);
         d.set_u32(36, data_sn);
         d.set_u32(40, (i * segment) as u32);
-        d.data = chunk.to_vec();
+        let chunk = cursor.take(segment.min(send_len - i * segment));
         data_sn += 1;
-        if conn.send(d, last && with_status).is_err() {
+        if conn.send_with(d, &chunk, last && with_status).is_err() {
             return;
         }
     }
@@ -638,6 +649,43 @@ fn respond(conn: &Conn, itt: u32, flags: u8, edtl: u32, need: u64, reply: &Reply
         r.data.extend_from_slice(&fixed);
     }
     let _ = conn.send(r, true);
+}
+
+/// Walks a command's Data-In slices, handing out the next `n` bytes as subslices.
+struct Cursor<'a> {
+    pieces: &'a [&'a [u8]],
+    /// The piece the next byte is in, and the byte's offset inside it.
+    at: usize,
+    within: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(pieces: &'a [&'a [u8]]) -> Cursor<'a> {
+        Cursor {
+            pieces,
+            at: 0,
+            within: 0,
+        }
+    }
+
+    /// The next `n` bytes (fewer only if the pieces run out) as slices in order.
+    fn take(&mut self, mut n: usize) -> Vec<&'a [u8]> {
+        let mut out = Vec::new();
+        while n > 0 && self.at < self.pieces.len() {
+            let piece = &self.pieces[self.at][self.within..];
+            let k = piece.len().min(n);
+            if k > 0 {
+                out.push(&piece[..k]);
+            }
+            n -= k;
+            self.within += k;
+            if self.within == self.pieces[self.at].len() {
+                self.at += 1;
+                self.within = 0;
+            }
+        }
+        out
+    }
 }
 
 fn task_management(conn: &Arc<Conn>, pdu: &Pdu) -> Result<(), String> {
@@ -758,4 +806,20 @@ fn text_request(conn: &Conn, pdu: &Pdu, targets: &Arc<Targets>) -> Result<(), St
     r.data = text::encode(&answer);
     r.data.truncate(conn.params.initiator_max_recv as usize);
     conn.send(r, true).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn the_cursor_cuts_data_in_across_and_inside_pieces() {
+        let pieces: [&[u8]; 4] = [b"abc", b"", b"defgh", b"ij"];
+        let mut c = Cursor::new(&pieces);
+        assert_eq!(c.take(2), vec![&b"ab"[..]]);
+        assert_eq!(c.take(4), vec![&b"c"[..], &b"def"[..]]);
+        assert_eq!(c.take(2), vec![&b"gh"[..]]);
+        assert_eq!(c.take(10), vec![&b"ij"[..]]);
+        assert!(c.take(1).is_empty());
+    }
 }

@@ -105,7 +105,7 @@ impl LogicalUnit {
             .volume
             .read(offset, len as usize)
             .map_err(|e| sense_of(e, true))?;
-        Ok(Reply::good(data.to_vec()))
+        Ok(Reply::blocks(data))
     }
 
     /// The Data-Out a write of `len` bytes uses: all of it, or the whole blocks that

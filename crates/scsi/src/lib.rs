@@ -42,13 +42,51 @@ pub enum Status {
     TaskSetFull = 0x28,
 }
 
+/// What a command sends back to the initiator (Data-In): bytes it built (INQUIRY,
+/// MODE SENSE...) or, for READ, the blocks as the pool holds them, so a read goes from
+/// the ARC to the socket without being copied (see `pool::ReadBuf`).
+#[derive(Debug, Clone)]
+pub enum DataIn {
+    Built(Vec<u8>),
+    Blocks(pool::ReadBuf),
+}
+
+impl DataIn {
+    pub fn len(&self) -> usize {
+        match self {
+            DataIn::Built(v) => v.len(),
+            DataIn::Blocks(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes as slices in order (one for built data).
+    pub fn slices(&self) -> Vec<&[u8]> {
+        match self {
+            DataIn::Built(v) => vec![&v[..]],
+            DataIn::Blocks(b) => b.slices().collect(),
+        }
+    }
+
+    /// The bytes in one buffer (a copy for blocks; for tests and small answers).
+    pub fn to_vec(&self) -> Vec<u8> {
+        match self {
+            DataIn::Built(v) => v.clone(),
+            DataIn::Blocks(b) => b.to_vec(),
+        }
+    }
+}
+
 /// One command's answer. `data` is what the command returns (already cut to its
 /// allocation length); the transport cuts it further to what the initiator expects
 /// and reports the residual.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Reply {
     pub status: Status,
-    pub data: Vec<u8>,
+    pub data: DataIn,
     pub sense: Option<Sense>,
 }
 
@@ -56,7 +94,16 @@ impl Reply {
     pub fn good(data: Vec<u8>) -> Reply {
         Reply {
             status: Status::Good,
-            data,
+            data: DataIn::Built(data),
+            sense: None,
+        }
+    }
+
+    /// GOOD with the blocks a read found, uncopied.
+    pub fn blocks(data: pool::ReadBuf) -> Reply {
+        Reply {
+            status: Status::Good,
+            data: DataIn::Blocks(data),
             sense: None,
         }
     }
@@ -64,7 +111,7 @@ impl Reply {
     pub fn check(sense: Sense) -> Reply {
         Reply {
             status: Status::CheckCondition,
-            data: Vec::new(),
+            data: DataIn::Built(Vec::new()),
             sense: Some(sense),
         }
     }
@@ -72,7 +119,7 @@ impl Reply {
     pub fn conflict() -> Reply {
         Reply {
             status: Status::ReservationConflict,
-            data: Vec::new(),
+            data: DataIn::Built(Vec::new()),
             sense: None,
         }
     }
@@ -181,9 +228,10 @@ mod tests {
         cdb[9] = 255;
         let r = report_luns(&cdb, &[2, 0]);
         assert_eq!(r.status, Status::Good);
-        assert_eq!(&r.data[..4], &16u32.to_be_bytes());
-        assert_eq!(r.data[9], 0);
-        assert_eq!(r.data[17], 2);
+        let data = r.data.to_vec();
+        assert_eq!(&data[..4], &16u32.to_be_bytes());
+        assert_eq!(data[9], 0);
+        assert_eq!(data[17], 2);
         cdb[9] = 15;
         assert_eq!(report_luns(&cdb, &[0]).status, Status::CheckCondition);
         cdb[9] = 16;

@@ -89,9 +89,9 @@ fn ready(lu: &LogicalUnit, n: &Nexus) {
     panic!("unit attentions never cleared");
 }
 
-fn good(r: &Reply) -> &[u8] {
+fn good(r: &Reply) -> Vec<u8> {
     assert_eq!(r.status, Status::Good, "{r:?}");
-    &r.data
+    r.data.to_vec()
 }
 
 fn sense(r: &Reply) -> (u8, u8, u8) {
