@@ -93,11 +93,19 @@ impl LogicalUnit {
         }
     }
 
-    pub(crate) fn read(&self, cdb: &Cdb) -> Result<Reply, Sense> {
+    /// The checks every READ/WRITE/VERIFY-style command opens with (no protection
+    /// information, the range inside the volume, the length within the transfer
+    /// limit), answering the byte offset and length it addresses.
+    fn transfer(&self, cdb: &Cdb) -> Result<(u64, u64), Sense> {
         Self::no_protection(cdb)?;
         let (lba, blocks) = Self::lba_len(cdb);
-        let (offset, len) = self.range(lba, blocks)?;
+        let range = self.range(lba, blocks)?;
         self.check_transfer(blocks, Self::length_byte(cdb))?;
+        Ok(range)
+    }
+
+    pub(crate) fn read(&self, cdb: &Cdb) -> Result<Reply, Sense> {
+        let (offset, len) = self.transfer(cdb)?;
         if len == 0 {
             return Ok(Reply::good(Vec::new()));
         }
@@ -127,10 +135,7 @@ impl LogicalUnit {
     }
 
     pub(crate) fn write(&self, cdb: &Cdb, data: &[u8]) -> Result<Reply, Sense> {
-        Self::no_protection(cdb)?;
-        let (lba, blocks) = Self::lba_len(cdb);
-        let (offset, len) = self.range(lba, blocks)?;
-        self.check_transfer(blocks, Self::length_byte(cdb))?;
+        let (offset, len) = self.transfer(cdb)?;
         self.writable()?;
         let payload = self.payload(data, len);
         if !payload.is_empty() {
@@ -142,10 +147,7 @@ impl LogicalUnit {
     }
 
     pub(crate) fn write_and_verify(&self, cdb: &Cdb, data: &[u8]) -> Result<Reply, Sense> {
-        Self::no_protection(cdb)?;
-        let (lba, blocks) = Self::lba_len(cdb);
-        let (offset, len) = self.range(lba, blocks)?;
-        self.check_transfer(blocks, Self::length_byte(cdb))?;
+        let (offset, len) = self.transfer(cdb)?;
         self.writable()?;
         let payload = self.payload(data, len);
         if !payload.is_empty() {
@@ -169,11 +171,8 @@ impl LogicalUnit {
     /// VERIFY: BYTCHK 0 reads the blocks (checksums verify them on the way);
     /// BYTCHK 1 compares them with the Data-Out; BYTCHK 3 with one block repeated.
     pub(crate) fn verify(&self, cdb: &Cdb, data: &[u8]) -> Result<Reply, Sense> {
-        Self::no_protection(cdb)?;
         let bytchk = (cdb.u8(1) >> 1) & 0x03;
-        let (lba, blocks) = Self::lba_len(cdb);
-        let (offset, len) = self.range(lba, blocks)?;
-        self.check_transfer(blocks, Self::length_byte(cdb))?;
+        let (offset, len) = self.transfer(cdb)?;
         if bytchk == 2 {
             return Err(Sense::invalid_cdb_field(1, Some(2)));
         }
@@ -198,7 +197,7 @@ impl LogicalUnit {
                 if data.len() < bs {
                     return Err(Sense::param_list_length());
                 }
-                data[..bs].repeat(blocks as usize)
+                data[..bs].repeat(len as usize / bs)
             }
         };
         match medium.iter().zip(&expect).position(|(a, b)| a != b) {
