@@ -94,6 +94,22 @@ struct Gathering {
     held: u64,
 }
 
+impl Gathering {
+    /// The command, its data all come, ready to run; the bytes it holds stay held
+    /// until it ends.
+    fn into_ready(self, itt: u32) -> Ready {
+        Ready {
+            itt,
+            lun: self.lun,
+            cdb: self.cdb,
+            flags: self.flags,
+            edtl: self.edtl,
+            data: self.data,
+            held: self.held,
+        }
+    }
+}
+
 impl Conn {
     /// Sends `pdu`, stamping the sequence numbers; `status` advances StatSN.
     fn send(&self, pdu: Pdu, status: bool) -> std::io::Result<()> {
@@ -356,16 +372,7 @@ fn command(conn: &Arc<Conn>, pdu: Pdu, workers: &QueueSender<Job>) -> Result<(),
         held: 0,
     };
     if got == edtl {
-        let ready = Ready {
-            itt,
-            lun: g.lun,
-            cdb: g.cdb,
-            flags: g.flags,
-            edtl: g.edtl,
-            data: g.data,
-            held: 0,
-        };
-        dispatch(conn, workers, ready);
+        dispatch(conn, workers, g.into_ready(itt));
         return Ok(());
     }
     let mut t = conn.tasks.lock().unwrap();
@@ -462,16 +469,7 @@ fn data_out(conn: &Arc<Conn>, pdu: Pdu, workers: &QueueSender<Job>) -> Result<()
         let g = t.gathering.remove(&itt).unwrap();
         // Its solicited bytes stay held until the command ends.
         drop(t);
-        let ready = Ready {
-            itt,
-            lun: g.lun,
-            cdb: g.cdb,
-            flags: g.flags,
-            edtl: g.edtl,
-            data: g.data,
-            held: g.held,
-        };
-        dispatch(conn, workers, ready);
+        dispatch(conn, workers, g.into_ready(itt));
         return Ok(());
     }
     pump_r2ts(conn, &mut t);
