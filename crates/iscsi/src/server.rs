@@ -74,22 +74,15 @@ impl Server {
             .spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(stream) = conn else { continue };
-                    if me.connections.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    let Some(slot) = ConnectionSlot::take(&me) else {
                         tracing::warn!("iSCSI: too many connections; one refused");
                         continue;
-                    }
-                    me.connections.fetch_add(1, Ordering::SeqCst);
-                    let me2 = me.clone();
-                    let spawned =
-                        std::thread::Builder::new()
-                            .name("iscsi-conn".into())
-                            .spawn(move || {
-                                me2.connection(stream);
-                                me2.connections.fetch_sub(1, Ordering::SeqCst);
-                            });
-                    if spawned.is_err() {
-                        me.connections.fetch_sub(1, Ordering::SeqCst);
-                    }
+                    };
+                    // The slot goes with the thread's closure: freed when the
+                    // connection ends, when it panics, or when the thread never starts.
+                    let _ = std::thread::Builder::new()
+                        .name("iscsi-conn".into())
+                        .spawn(move || slot.server.connection(stream));
                 }
             })
     }
@@ -192,6 +185,32 @@ impl Server {
             .values()
             .filter(|w| w.upgrade().is_some())
             .count()
+    }
+}
+
+/// One of the `MAX_CONNECTIONS` connection slots, held by a connection's thread and
+/// given back when it is dropped (however the thread ends).
+struct ConnectionSlot {
+    server: Arc<Server>,
+}
+
+impl ConnectionSlot {
+    fn take(server: &Arc<Server>) -> Option<ConnectionSlot> {
+        server
+            .connections
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_CONNECTIONS).then_some(n + 1)
+            })
+            .ok()?;
+        Some(ConnectionSlot {
+            server: server.clone(),
+        })
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.server.connections.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
