@@ -39,6 +39,37 @@ pub fn pool_of(name: &str) -> &str {
     name.split(['/', '@']).next().unwrap_or(name)
 }
 
+/// The two types of dataset: a tree of files, or a run of blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatasetType {
+    Filesystem,
+    Volume,
+}
+
+impl DatasetType {
+    /// The dataset property `type`'s value.
+    pub fn name(self) -> &'static str {
+        match self {
+            DatasetType::Filesystem => "filesystem",
+            DatasetType::Volume => "volume",
+        }
+    }
+
+    pub fn other(self) -> DatasetType {
+        match self {
+            DatasetType::Filesystem => DatasetType::Volume,
+            DatasetType::Volume => DatasetType::Filesystem,
+        }
+    }
+}
+
+impl std::fmt::Display for DatasetType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 pub struct Datasets {
     pool: Arc<Pool>,
     open: Mutex<HashMap<u64, Arc<Filesystem>>>,
@@ -184,6 +215,28 @@ impl Datasets {
     pub fn is_volume(&self, name: &str) -> Result<bool> {
         let dataset = name.split('@').next().unwrap_or(name);
         Ok(self.local(dataset)?.1.is_volume())
+    }
+
+    /// The type of dataset `name` (or of the dataset of snapshot `name`).
+    pub fn dataset_type(&self, name: &str) -> Result<DatasetType> {
+        Ok(if self.is_volume(name)? {
+            DatasetType::Volume
+        } else {
+            DatasetType::Filesystem
+        })
+    }
+
+    /// Refuses a dataset (or snapshot) of the other type than `want` with
+    /// `FsError::WrongType`, the one rule the API and the CLI both apply.
+    pub fn require_type(&self, name: &str, want: DatasetType) -> Result<()> {
+        let is = self.dataset_type(name)?;
+        if is != want {
+            return Err(FsError::WrongType {
+                name: name.to_string(),
+                is,
+            });
+        }
+        Ok(())
     }
 
     fn local(&self, name: &str) -> Result<(u64, Props)> {
@@ -380,12 +433,13 @@ impl Datasets {
                 "'{name}' has children ({child}); destroy them first"
             )));
         }
-        if self.volumes.lock().unwrap().contains_key(&id) {
+        if self.in_use(id) {
             return Err(FsError::Invalid(format!(
-                "'{name}' is open (served as a LUN); stop serving it first"
+                "'{name}' is in use (shared, mounted or served as a LUN); stop serving it \
+                 first"
             )));
         }
-        self.open.lock().unwrap().remove(&id);
+        self.forget(id);
         self.pool.destroy_objset(id)?;
         self.limits.refresh(&self.pool)?;
         Ok(())
@@ -622,6 +676,8 @@ impl Datasets {
                      into it"
                 )));
             }
+            // An instance nobody holds would show the old contents: forgotten.
+            self.forget(id);
         }
         let summary = pool::send::receiver::receive_with(
             &self.pool,
@@ -656,6 +712,8 @@ impl Datasets {
                 "'{dataset}' is in use; unmount, unshare or unexport it before rolling back"
             )));
         }
+        // An instance nobody holds would show the old contents: forgotten.
+        self.forget(ds_id);
         Ok(self.pool.snapshot_rollback(id)?)
     }
 
@@ -665,15 +723,23 @@ impl Datasets {
     /// under it.
     pub fn close(&self, name: &str) {
         if let Some(id) = self.pool.objset_id(name) {
-            self.open.lock().unwrap().remove(&id);
-            self.volumes.lock().unwrap().remove(&id);
+            self.forget(id);
         }
     }
 
-    /// Whether object set `id` is open here as a filesystem or a volume.
+    fn forget(&self, id: u64) {
+        self.open.lock().unwrap().remove(&id);
+        self.volumes.lock().unwrap().remove(&id);
+    }
+
+    /// Whether object set `id` is in use: open here, as a filesystem or a volume, and
+    /// held by someone besides this cache (a share, a mount, a LUN, a caller). The
+    /// one rule destroy and rollback refuse by, for both types; an instance only the
+    /// cache holds is forgotten instead.
     fn in_use(&self, id: u64) -> bool {
-        self.open.lock().unwrap().contains_key(&id)
-            || self.volumes.lock().unwrap().contains_key(&id)
+        let filesystem = self.open.lock().unwrap().get(&id).map(Arc::strong_count);
+        let volume = self.volumes.lock().unwrap().get(&id).map(Arc::strong_count);
+        filesystem.unwrap_or(0) > 1 || volume.unwrap_or(0) > 1
     }
 
     /// Opens volume `name`, or a snapshot of one (`pool/vol@name`) read-only; opened

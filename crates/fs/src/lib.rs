@@ -16,7 +16,7 @@ pub mod space;
 pub mod volume;
 
 pub use attr::{Attr, Kind, SetAttr, Timespec};
-pub use datasets::{pool_of, DatasetInfo, Datasets, VolumeSpec};
+pub use datasets::{pool_of, DatasetInfo, DatasetType, Datasets, VolumeSpec};
 pub use filesystem::{Cred, DirEntry, Filesystem, StatFs};
 pub use props::{EffectiveProps, Props};
 pub use volume::{Durability, Volume};
@@ -62,6 +62,13 @@ pub enum FsError {
     CrossDevice,
     #[error("I/O error: {0}")]
     Io(String),
+    /// A dataset of one type named where the other was asked for (a volume given to
+    /// a filesystem command, or the reverse).
+    #[error("{name} is a {is}, not a {}", is.other())]
+    WrongType {
+        name: String,
+        is: datasets::DatasetType,
+    },
 }
 
 impl FsError {
@@ -75,7 +82,7 @@ impl FsError {
             FsError::NotEmpty => libc::ENOTEMPTY,
             FsError::Access => libc::EACCES,
             FsError::Perm => libc::EPERM,
-            FsError::Invalid(_) => libc::EINVAL,
+            FsError::Invalid(_) | FsError::WrongType { .. } => libc::EINVAL,
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::NoSpace => libc::ENOSPC,
             FsError::Quota => libc::EDQUOT,

@@ -183,9 +183,15 @@ fn a_filesystem_and_its_changes_arrive_whole() {
         .unwrap();
     src.snapshot("tank/home@three").unwrap();
     let third = stream(&src, "tank/home@three", Some("@two"));
+    let held = dst.open("tank/home").unwrap();
     let e = dst.receive("tank/home", &mut third.as_slice()).unwrap_err();
     assert!(e.to_string().contains("in use"), "{e}");
     assert_eq!(dst.snapshot_names("tank/home").unwrap().len(), 2);
+    // Once nobody holds it (the share or mount let go), the same stream is taken.
+    drop(held);
+    dst.receive("tank/home", &mut third.as_slice()).unwrap();
+    assert_eq!(dst.snapshot_names("tank/home").unwrap().len(), 3);
+    assert!(tree(&dst.open("tank/home").unwrap()) == tree(&fs));
 }
 
 /// A replicated send (`send -R`) carries every snapshot up to the one named, each on

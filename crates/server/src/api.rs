@@ -273,7 +273,7 @@ impl From<fs::FsError> for ApiError {
         let status = match &e {
             NotFound(_) => StatusCode::NOT_FOUND,
             Exists | NotEmpty => StatusCode::CONFLICT,
-            Invalid(_) | NameTooLong => StatusCode::BAD_REQUEST,
+            Invalid(_) | WrongType { .. } | NameTooLong => StatusCode::BAD_REQUEST,
             ReadOnly | Access | Perm => StatusCode::CONFLICT,
             NoSpace | Quota => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -651,7 +651,7 @@ async fn filesystem(
 ) -> ApiResult<fs::DatasetInfo> {
     blocking(move || {
         let ds = s.datasets_of(&name)?;
-        crate::volumes_api::require_kind(&ds, &name, false)?;
+        crate::volumes_api::require_type(&ds, &name, fs::DatasetType::Filesystem)?;
         Ok(ds.info(&name)?)
     })
     .await
@@ -671,7 +671,7 @@ async fn set_properties(
     blocking(move || {
         let changes: Vec<(String, Option<String>)> = body.properties.into_iter().collect();
         s.commit(&name, |ds| {
-            crate::volumes_api::require_kind(ds, &name, false)?;
+            crate::volumes_api::require_type(ds, &name, fs::DatasetType::Filesystem)?;
             ds.set_many(&name, &changes)?;
             Ok(ds.info(&name)?)
         })
@@ -686,7 +686,7 @@ async fn destroy_filesystem(
     blocking(move || {
         s.refuse_if_shared(&name, "first")?;
         s.commit(&name, |ds| {
-            crate::volumes_api::require_kind(ds, &name, false)?;
+            crate::volumes_api::require_type(ds, &name, fs::DatasetType::Filesystem)?;
             Ok(ds.destroy(&name)?)
         })
     })

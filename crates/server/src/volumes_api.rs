@@ -38,20 +38,18 @@ fn is_volume(info: &fs::DatasetInfo) -> bool {
     info.prop("type") == Some("volume")
 }
 
-/// 400 unless `name` is a volume (`want`) or a filesystem (`!want`).
-pub(crate) fn require_kind(ds: &fs::Datasets, name: &str, want: bool) -> Result<(), ApiError> {
-    let volume = ds.is_volume(name)?;
-    if volume == want {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::BAD_REQUEST,
-        if volume {
-            format!("{name} is a volume: see /api/v1/volumes")
-        } else {
-            format!("{name} is a filesystem: see /api/v1/filesystems")
-        },
-    ))
+/// 400 unless `name` is a dataset of type `want`, saying where the other type is served.
+pub(crate) fn require_type(
+    ds: &fs::Datasets,
+    name: &str,
+    want: fs::DatasetType,
+) -> Result<(), ApiError> {
+    ds.require_type(name, want).map_err(|e| match &e {
+        fs::FsError::WrongType { is, .. } => {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("{e}: see /api/v1/{is}s"))
+        }
+        _ => e.into(),
+    })
 }
 
 /// A thick volume's refreservation that does not fit is a request the pool's state
@@ -131,7 +129,7 @@ pub(crate) async fn get(
 ) -> ApiResult<fs::DatasetInfo> {
     crate::api::blocking(move || {
         let ds = s.datasets_of(&name)?;
-        require_kind(&ds, &name, true)?;
+        require_type(&ds, &name, fs::DatasetType::Volume)?;
         Ok(ds.info(&name)?)
     })
     .await
@@ -145,7 +143,7 @@ pub(crate) async fn set(
     crate::api::blocking(move || {
         let changes: Vec<(String, Option<String>)> = body.properties.into_iter().collect();
         s.commit(&name, |ds| {
-            require_kind(ds, &name, true)?;
+            require_type(ds, &name, fs::DatasetType::Volume)?;
             ds.set_many(&name, &changes)
                 .map_err(|e| no_room(e, &name))?;
             Ok(ds.info(&name)?)
@@ -161,7 +159,7 @@ pub(crate) async fn destroy(
     crate::api::blocking(move || {
         s.refuse_if_exported(&name)?;
         s.commit(&name, |ds| {
-            require_kind(ds, &name, true)?;
+            require_type(ds, &name, fs::DatasetType::Volume)?;
             Ok(ds.destroy(&name)?)
         })
     })

@@ -223,39 +223,29 @@ pub(crate) fn with_datasets_syncing<T>(
 }
 
 /// The two kinds of dataset, each with its own commands and API path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DatasetKind {
-    Filesystem,
-    Volume,
+pub use fs::DatasetType as DatasetKind;
+
+/// The API path of a kind's collection.
+fn api_path(kind: DatasetKind) -> &'static str {
+    match kind {
+        DatasetKind::Filesystem => "/filesystems",
+        DatasetKind::Volume => "/volumes",
+    }
 }
 
-impl DatasetKind {
-    fn path(self) -> &'static str {
-        match self {
-            DatasetKind::Filesystem => "/filesystems",
-            DatasetKind::Volume => "/volumes",
+/// Refuses a dataset of the other kind (as the API does), saying which command
+/// serves it.
+fn require(kind: DatasetKind, ds: &Datasets, name: &str) -> Result<()> {
+    ds.require_type(name, kind).map_err(|e| match &e {
+        fs::FsError::WrongType { is, .. } => {
+            let command = match is {
+                DatasetKind::Filesystem => "shoal fs",
+                DatasetKind::Volume => "shoal volume",
+            };
+            anyhow::anyhow!("{e}: use {command}")
         }
-    }
-
-    /// The dataset property `type`'s value.
-    fn name(self) -> &'static str {
-        match self {
-            DatasetKind::Filesystem => "filesystem",
-            DatasetKind::Volume => "volume",
-        }
-    }
-
-    /// Refuses a dataset of the other kind, as the API does.
-    fn require(self, ds: &Datasets, name: &str) -> Result<()> {
-        let volume = ds.is_volume(name)?;
-        match (self, volume) {
-            (DatasetKind::Filesystem, true) => {
-                bail!("{name} is a volume: use shoal volume")
-            }
-            (DatasetKind::Volume, false) => bail!("{name} is a filesystem: use shoal fs"),
-            _ => Ok(()),
-        }
-    }
+        _ => e.into(),
+    })
 }
 
 /// Dataset and snapshot commands, through the daemon or on the pool directly.
@@ -327,8 +317,8 @@ impl Admin {
     pub fn dataset_list(&self, kind: DatasetKind, pool: Option<&str>) -> Result<Vec<DatasetInfo>> {
         match self {
             Admin::Daemon(api) => match pool {
-                Some(p) => api.get(&format!("{}?pool={}", kind.path(), encode(p))),
-                None => api.get(kind.path()),
+                Some(p) => api.get(&format!("{}?pool={}", api_path(kind), encode(p))),
+                None => api.get(api_path(kind)),
             },
             Admin::Local => {
                 let pools: Vec<String> = match pool {
@@ -357,9 +347,9 @@ impl Admin {
 
     pub fn dataset_info(&self, kind: DatasetKind, name: &str) -> Result<DatasetInfo> {
         match self {
-            Admin::Daemon(api) => api.get(&format!("{}/{}", kind.path(), encode(name))),
+            Admin::Daemon(api) => api.get(&format!("{}/{}", api_path(kind), encode(name))),
             Admin::Local => with_datasets(name, |ds| {
-                kind.require(ds, name)?;
+                require(kind, ds, name)?;
                 Ok(ds.info(name)?)
             }),
         }
@@ -377,13 +367,13 @@ impl Admin {
                 let properties: BTreeMap<String, Option<String>> =
                     changes.iter().cloned().collect();
                 api.patch::<DatasetInfo>(
-                    &format!("{}/{}", kind.path(), encode(name)),
+                    &format!("{}/{}", api_path(kind), encode(name)),
                     &PropertyChanges { properties },
                 )
                 .map(|_| ())
             }
             Admin::Local => with_datasets(name, |ds| {
-                kind.require(ds, name)?;
+                require(kind, ds, name)?;
                 Ok(ds.set_many(name, changes)?)
             }),
         }
@@ -391,9 +381,9 @@ impl Admin {
 
     pub fn dataset_destroy(&self, kind: DatasetKind, name: &str) -> Result<()> {
         match self {
-            Admin::Daemon(api) => api.delete(&format!("{}/{}", kind.path(), encode(name))),
+            Admin::Daemon(api) => api.delete(&format!("{}/{}", api_path(kind), encode(name))),
             Admin::Local => with_datasets(name, |ds| {
-                kind.require(ds, name)?;
+                require(kind, ds, name)?;
                 Ok(ds.destroy(name)?)
             }),
         }

@@ -101,7 +101,9 @@ impl From<&FsError> for Status {
             FsError::NotEmpty => Status::NotEmpty,
             FsError::Access => Status::Acces,
             FsError::Perm => Status::Perm,
-            FsError::Invalid(_) | FsError::NoAttr | FsError::Range => Status::Inval,
+            FsError::Invalid(_) | FsError::WrongType { .. } | FsError::NoAttr | FsError::Range => {
+                Status::Inval
+            }
             FsError::NameTooLong => Status::NameTooLong,
             FsError::NoSpace => Status::NoSpc,
             FsError::Quota => Status::DQuot,

@@ -303,7 +303,7 @@ impl From<&fs::FsError> for Nfs4Error {
             F::NotEmpty => Nfs4Error::NotEmpty,
             F::Access => Nfs4Error::Access,
             F::Perm => Nfs4Error::Perm,
-            F::Invalid(_) | F::NoAttr | F::Range => Nfs4Error::Inval,
+            F::Invalid(_) | F::WrongType { .. } | F::NoAttr | F::Range => Nfs4Error::Inval,
             F::NameTooLong => Nfs4Error::NameTooLong,
             F::NoSpace => Nfs4Error::NoSpc,
             F::Quota => Nfs4Error::DQuot,
