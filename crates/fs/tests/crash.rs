@@ -15,11 +15,10 @@ mod common;
 use common::*;
 
 use fs::{Cred, Datasets, Kind, SetAttr};
-use pool::pool::TopArg;
-use pool::{Pool, PoolOptions};
+use pool::Pool;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use vdev::{CrashClock, Layout, SimDevice};
+use vdev::{CrashClock, SimDevice};
 
 /// What a path holds, as both the model and the recovered tree describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,30 +251,8 @@ fn workload(fs: &fs::Filesystem, seed: u64) -> Run {
     run
 }
 
-fn opts() -> PoolOptions {
-    PoolOptions {
-        arc_max_bytes: Some(32 << 20),
-        sync_thread: false,
-        deterministic_io: true,
-        ..PoolOptions::default()
-    }
-}
-
 fn setup(seed: u64, clock: &Arc<CrashClock>) -> (Vec<Arc<SimDevice>>, Arc<Pool>) {
-    let devs: Vec<Arc<SimDevice>> = (0..3)
-        .map(|i| SimDevice::with_clock(64 << 20, seed * 10 + i, clock.clone()))
-        .collect();
-    let pool = Pool::create(
-        "tank",
-        vec![TopArg {
-            layout: Layout::RaidZ { nparity: 1 },
-            devices: args(&devs),
-        }],
-        vec![],
-        vec![],
-        opts(),
-    )
-    .unwrap();
+    let (devs, pool) = dataset_crash_pool(seed, clock);
     let ds = Datasets::new(pool.clone()).unwrap();
     ds.create("tank/fs", &[("recordsize".into(), "16K".into())])
         .unwrap();
@@ -317,7 +294,8 @@ fn every_returned_fsync_survives_a_crash_at_any_point() {
             drop(pool);
             let policy = crash_policy(point);
             let after: Vec<Arc<SimDevice>> = devs.iter().map(|d| d.restart(policy)).collect();
-            let pool = Pool::import(args(&after), Some("tank"), opts()).expect("import");
+            let pool =
+                Pool::import(args(&after), Some("tank"), dataset_crash_opts()).expect("import");
             if pool.intent_log_stats().records_replayed > 0 {
                 replayed += 1;
             }

@@ -21,10 +21,9 @@ mod common;
 use common::*;
 
 use fs::{Datasets, Durability, VolumeSpec};
-use pool::pool::TopArg;
-use pool::{Pool, PoolOptions};
+use pool::Pool;
 use std::sync::Arc;
-use vdev::{CrashClock, Layout, SimDevice};
+use vdev::{CrashClock, SimDevice};
 
 const VOLSIZE: u64 = 512 << 10;
 const BLOCK: u64 = 4096;
@@ -94,30 +93,8 @@ fn workload(v: &fs::Volume, seed: u64, every_write: bool) -> Run {
     run
 }
 
-fn opts() -> PoolOptions {
-    PoolOptions {
-        arc_max_bytes: Some(32 << 20),
-        sync_thread: false,
-        deterministic_io: true,
-        ..PoolOptions::default()
-    }
-}
-
 fn setup(seed: u64, clock: &Arc<CrashClock>, sync: &str) -> (Vec<Arc<SimDevice>>, Arc<Pool>) {
-    let devs: Vec<Arc<SimDevice>> = (0..3)
-        .map(|i| SimDevice::with_clock(64 << 20, seed * 10 + i, clock.clone()))
-        .collect();
-    let pool = Pool::create(
-        "tank",
-        vec![TopArg {
-            layout: Layout::RaidZ { nparity: 1 },
-            devices: args(&devs),
-        }],
-        vec![],
-        vec![],
-        opts(),
-    )
-    .unwrap();
+    let (devs, pool) = dataset_crash_pool(seed, clock);
     let ds = Datasets::new(pool.clone()).unwrap();
     ds.create_volume(
         "tank/vol",
@@ -169,7 +146,8 @@ fn crash_everywhere(sync: &str, every_write: bool, seeds: u64) -> (u64, u64) {
                 .iter()
                 .map(|d| d.restart(crash_policy(point)))
                 .collect();
-            let pool = Pool::import(args(&after), Some("tank"), opts()).expect("import");
+            let pool =
+                Pool::import(args(&after), Some("tank"), dataset_crash_opts()).expect("import");
             assert_eq!(pool.intent_log_stats().replay_failures, 0);
             let ds = Datasets::new(pool.clone()).unwrap();
             let v = ds.open_volume("tank/vol").unwrap();

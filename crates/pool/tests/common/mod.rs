@@ -121,6 +121,25 @@ pub fn new_file(pool: &Pool, os: u64, block_size: u32, compression: Compression)
         .expect("create object")
 }
 
+/// The options of the dataset crash tests (`fs/tests/crash.rs`, `volume_crash.rs`):
+/// `opts()` with a smaller cache.
+pub fn dataset_crash_opts() -> PoolOptions {
+    PoolOptions {
+        arc_max_bytes: Some(32 << 20),
+        ..opts()
+    }
+}
+
+/// The pool the dataset crash tests start from: RAID-Z1 over three 64 MiB simulated
+/// devices on one crash clock, created with `dataset_crash_opts()`.
+pub fn dataset_crash_pool(seed: u64, clock: &Arc<CrashClock>) -> (Vec<Arc<SimDevice>>, Arc<Pool>) {
+    let devs: Vec<Arc<SimDevice>> = (0..3)
+        .map(|i| SimDevice::with_clock(64 << 20, seed * 10 + i, clock.clone()))
+        .collect();
+    let pool = create_pool_with(Layout::RaidZ { nparity: 1 }, &devs, dataset_crash_opts());
+    (devs, pool)
+}
+
 /// What happens to unflushed writes at crash point `point`: every policy in turn.
 pub fn crash_policy(point: u64) -> CrashPolicy {
     [
