@@ -4,10 +4,13 @@
 //! Checked: no panic; GOOD never carries sense and CHECK CONDITION always does.
 #![no_main]
 
+#[path = "../../crates/pool/tests/common/mod.rs"]
+mod common;
+use common::create_pool_with;
+
 use fs::{Datasets, VolumeSpec};
 use libfuzzer_sys::fuzz_target;
-use pool::pool::{DeviceArg, TopArg};
-use pool::{Pool, PoolOptions};
+use pool::PoolOptions;
 use scsi::{LogicalUnit, LuConfig, Nexus, Status};
 use std::sync::{Arc, OnceLock};
 use vdev::{Layout, SimDevice};
@@ -16,24 +19,7 @@ fn unit() -> &'static LogicalUnit {
     static UNIT: OnceLock<LogicalUnit> = OnceLock::new();
     UNIT.get_or_init(|| {
         let devs: Vec<Arc<SimDevice>> = (0..3).map(|i| SimDevice::new(64 << 20, i)).collect();
-        let pool = Pool::create(
-            "tank",
-            vec![TopArg {
-                layout: Layout::RaidZ { nparity: 1 },
-                devices: devs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| DeviceArg {
-                        path: format!("sim{i}"),
-                        device: d.clone(),
-                    })
-                    .collect(),
-            }],
-            vec![],
-            vec![],
-            PoolOptions::default(),
-        )
-        .unwrap();
+        let pool = create_pool_with(Layout::RaidZ { nparity: 1 }, &devs, PoolOptions::default());
         let ds = Datasets::new(pool).unwrap();
         let spec = VolumeSpec {
             volsize: 8 << 20,

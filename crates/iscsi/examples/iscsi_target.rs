@@ -4,10 +4,13 @@
 //! [SIZE_MIB] [CHAP_USER CHAP_SECRET [MUTUAL_USER MUTUAL_SECRET]]`. It serves
 //! `iqn.2026-12.org.shoal:example` with the volume as LUN 0 until killed.
 
+#[path = "../../pool/tests/common/mod.rs"]
+mod common;
+use common::create_pool_with;
+
 use fs::{Datasets, VolumeSpec};
 use iscsi::{Credential, Server, Target, Targets};
-use pool::pool::{DeviceArg, TopArg};
-use pool::{Pool, PoolOptions};
+use pool::PoolOptions;
 use scsi::{LogicalUnit, LuConfig};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -21,24 +24,7 @@ fn main() {
     let devs: Vec<Arc<SimDevice>> = (0..3)
         .map(|i| SimDevice::new((mib * 3 / 2 + 64) << 20, i))
         .collect();
-    let pool = Pool::create(
-        "tank",
-        vec![TopArg {
-            layout: Layout::RaidZ { nparity: 1 },
-            devices: devs
-                .iter()
-                .enumerate()
-                .map(|(i, d)| DeviceArg {
-                    path: format!("sim{i}"),
-                    device: d.clone(),
-                })
-                .collect(),
-        }],
-        vec![],
-        vec![],
-        PoolOptions::default(),
-    )
-    .expect("a pool");
+    let pool = create_pool_with(Layout::RaidZ { nparity: 1 }, &devs, PoolOptions::default());
     let ds = Datasets::new(pool.clone()).unwrap();
     ds.create_volume(
         "tank/lun0",
