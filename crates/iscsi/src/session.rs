@@ -699,7 +699,7 @@ fn task_management(conn: &Arc<Conn>, pdu: &Pdu) -> Result<(), String> {
         5 => match conn.lu(lun) {
             Some(lu) => {
                 abort_tasks(conn, |_, l| l == lun);
-                lu.reset(Some(&conn.nexus));
+                lu.reset();
                 0
             }
             None => 2,
@@ -708,7 +708,7 @@ fn task_management(conn: &Arc<Conn>, pdu: &Pdu) -> Result<(), String> {
             abort_tasks(conn, |_, _| true);
             if let Some(t) = &conn.target {
                 for lu in t.luns.values() {
-                    lu.reset(Some(&conn.nexus));
+                    lu.reset();
                 }
             }
             0

@@ -335,15 +335,16 @@ impl LogicalUnit {
         st.nexuses.remove(nexus);
     }
 
-    /// LOGICAL UNIT RESET (and the target resets, for each of its units), asked for
-    /// on nexus `by`: SPC-2 reservations and mode settings go back to their defaults,
-    /// and every other nexus gets BUS DEVICE RESET FUNCTION OCCURRED (29/03); the
-    /// asking one knows. Persistent reservations stay (SPC-4 5.14.11).
-    pub fn reset(&self, by: Option<&Nexus>) {
+    /// LOGICAL UNIT RESET (and the target resets, for each of its units): SPC-2
+    /// reservations and mode settings go back to their defaults, and every nexus, the
+    /// asking one too, gets BUS DEVICE RESET FUNCTION OCCURRED (29/03), as SAM-5
+    /// 6.3.3 has it and multipath initiators (libiscsi's MultipathIO.Reset) check on
+    /// each path. Persistent reservations stay (SPC-4 5.14.11).
+    pub fn reset(&self) {
         let mut st = self.state.lock().unwrap();
         st.spc2 = None;
         st.swp = false;
-        st.attention_others(by, 0x29, 0x03);
+        st.attention_others(None, 0x29, 0x03);
     }
 }
 

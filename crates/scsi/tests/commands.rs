@@ -198,11 +198,13 @@ fn identification_capacity_and_attentions() {
     assert_eq!(sense(&run(lu, &b, &[0; 6], &[])), (6, 0x2A, 0x09));
     assert_eq!(lu.blocks(), 65536);
 
-    // REQUEST SENSE reports and clears; then NO SENSE.
-    lu.reset(Some(&b));
+    // A LUN reset is news to every nexus, the one that asked for it too. REQUEST
+    // SENSE reports and clears; then NO SENSE.
+    lu.reset();
+    assert_eq!(sense(&run(lu, &b, &[0; 6], &[])), (6, 0x29, 0x03));
+    good(&run(lu, &b, &[0; 6], &[]));
     let rs = good(&run(lu, &a, &[0x03, 0, 0, 0, 18, 0], &[])).to_vec();
     assert_eq!((rs[2], rs[12], rs[13]), (6, 0x29, 0x03));
-    good(&run(lu, &b, &[0; 6], &[]));
     let rs = good(&run(lu, &a, &[0x03, 0, 0, 0, 18, 0], &[])).to_vec();
     assert_eq!((rs[2], rs[12]), (0, 0));
     // Unknown operation codes, and bad service actions of known ones.
@@ -515,7 +517,7 @@ fn mode_pages_and_software_write_protect() {
         0x24
     );
     // A LUN reset clears SWP.
-    lu.reset(None);
+    lu.reset();
     ready(lu, &a);
     good(&run(lu, &a, &rw10(0x2A, 0, 1, 0), &[0; BS]));
 }

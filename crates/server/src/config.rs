@@ -218,15 +218,17 @@ impl Default for IscsiConfig {
     }
 }
 
-/// Where the iSCSI portal listens: `auto` (0.0.0.0:3260 when it is free, the
+/// Where the iSCSI portals listen: `auto` (0.0.0.0:3260 when it is free, the
 /// default; when it is not, the daemon serves without iSCSI and says so in its log
-/// and status), `off`, or an address, which must be free.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// and status), `off`, or one or more addresses separated by commas, each of which
+/// must be free. Several portals are one portal group: SendTargets reports them all
+/// and every LUN is the same unit (one identity) through each, for multipath.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum IscsiListen {
     #[default]
     Auto,
     Off,
-    At(SocketAddr),
+    At(Vec<SocketAddr>),
 }
 
 impl IscsiListen {
@@ -239,9 +241,22 @@ impl std::str::FromStr for IscsiListen {
         match s {
             "auto" => Ok(IscsiListen::Auto),
             "off" => Ok(IscsiListen::Off),
-            a => a.parse().map(IscsiListen::At).map_err(|_| {
-                format!("iSCSI listen '{a}': \"auto\", \"off\" or an address such as 0.0.0.0:3260")
-            }),
+            list => {
+                let mut portals = Vec::new();
+                for a in list.split(',').map(str::trim) {
+                    let addr: SocketAddr = a.parse().map_err(|_| {
+                        format!(
+                            "iSCSI listen '{a}': \"auto\", \"off\" or addresses such as \
+                             0.0.0.0:3260 (several separated by commas)"
+                        )
+                    })?;
+                    if portals.contains(&addr) {
+                        return Err(format!("iSCSI listen: {addr} is named twice"));
+                    }
+                    portals.push(addr);
+                }
+                Ok(IscsiListen::At(portals))
+            }
         }
     }
 }
@@ -509,6 +524,27 @@ mod tests {
             e.to_string().contains("\"auto\", \"off\" or an address"),
             "{e}"
         );
+        // iSCSI portals: one, several (one portal group), none, or refused.
+        let two =
+            ServeConfig::parse("[iscsi]\nlisten = \"127.0.0.1:3260, 127.0.0.2:3261\"\n").unwrap();
+        assert_eq!(
+            two.iscsi.listen,
+            IscsiListen::At(vec![
+                "127.0.0.1:3260".parse().unwrap(),
+                "127.0.0.2:3261".parse().unwrap()
+            ])
+        );
+        assert_eq!(
+            ServeConfig::parse("").unwrap().iscsi.listen,
+            IscsiListen::Auto
+        );
+        assert_eq!("off".parse::<IscsiListen>(), Ok(IscsiListen::Off));
+        let e = "127.0.0.1:3260,127.0.0.1:3260"
+            .parse::<IscsiListen>()
+            .unwrap_err();
+        assert!(e.contains("named twice"), "{e}");
+        let e = "127.0.0.1:3260,nowhere".parse::<IscsiListen>().unwrap_err();
+        assert!(e.contains("'nowhere'"), "{e}");
         let g = ServeConfig::parse("[nfs]\ngrace_period = \"15s\"\n").unwrap();
         assert_eq!(g.nfs.grace_period, std::time::Duration::from_secs(15));
         assert!(ServeConfig::parse("[nfs]\ngrace_period = \"0s\"\n").is_err());

@@ -105,7 +105,8 @@ pub struct DaemonState {
     share_changes: Mutex<()>,
     /// The iSCSI targets, when the block service is on (`[iscsi] listen`).
     pub iscsi: Option<iscsi_targets::IscsiTargets>,
-    pub iscsi_addr: Option<SocketAddr>,
+    /// The iSCSI portals' bound addresses (none when the block service is off).
+    pub iscsi_addrs: Vec<SocketAddr>,
 }
 
 /// The daemon's address book in the state directory (`daemon.json`).
@@ -121,9 +122,9 @@ pub struct DaemonFile {
     /// the system chose.
     #[serde(default)]
     pub nfs: Vec<SocketAddr>,
-    /// The iSCSI portal, when the block service is on.
+    /// The iSCSI portals (none when the block service is off).
     #[serde(default)]
-    pub iscsi: Option<SocketAddr>,
+    pub iscsi: Vec<SocketAddr>,
 }
 
 impl DaemonFile {
@@ -510,38 +511,41 @@ impl Daemon {
         }
         let replication = replication::Replication::open(state_dir)?;
         let alerts = alerts::Alerts::open(state_dir, config.alerts.clone())?;
-        let portal = match config.iscsi.listen {
-            config::IscsiListen::Off => None,
-            config::IscsiListen::At(a) => Some(
-                TcpListener::bind(a)
-                    .map_err(|e| ServerError::Io(format!("iSCSI portal on {a}"), e))?,
-            ),
+        let portals: Vec<TcpListener> = match &config.iscsi.listen {
+            config::IscsiListen::Off => Vec::new(),
+            config::IscsiListen::At(addrs) => addrs
+                .iter()
+                .map(|a| {
+                    TcpListener::bind(a)
+                        .map_err(|e| ServerError::Io(format!("iSCSI portal on {a}"), e))
+                })
+                .collect::<Result<_>>()?,
             config::IscsiListen::Auto => match TcpListener::bind(config::IscsiListen::STANDARD) {
-                Ok(l) => Some(l),
+                Ok(l) => vec![l],
                 Err(e) => {
                     tracing::warn!(
                         "no iSCSI: port 3260 is taken ({e}); set [iscsi] listen to serve volumes"
                     );
-                    None
+                    Vec::new()
                 }
             },
         };
-        let (iscsi, iscsi_addr) = match portal {
-            None => (None, None),
-            Some(listener) => {
+        let mut iscsi_addrs = Vec::new();
+        let iscsi = if portals.is_empty() {
+            None
+        } else {
+            let server = iscsi::Server::new(iscsi::Targets::new(), config.iscsi.workers);
+            for listener in portals {
                 let addr = listener
                     .local_addr()
                     .map_err(|e| ServerError::Io("the iSCSI portal's address".into(), e))?;
-                let server = iscsi::Server::new(iscsi::Targets::new(), config.iscsi.workers);
                 server
                     .serve(listener)
                     .map_err(|e| ServerError::Io("starting the iSCSI portal".into(), e))?;
                 tracing::info!(address = %addr, "iSCSI listening");
-                (
-                    Some(iscsi_targets::IscsiTargets::open(state_dir, server)?),
-                    Some(addr),
-                )
+                iscsi_addrs.push(addr);
             }
+            Some(iscsi_targets::IscsiTargets::open(state_dir, server)?)
         };
         let state = Arc::new(DaemonState {
             held: RwLock::new(BTreeMap::new()),
@@ -567,7 +571,7 @@ impl Daemon {
             state_dir: state_dir.to_path_buf(),
             share_changes: Mutex::new(()),
             iscsi,
-            iscsi_addr,
+            iscsi_addrs,
         });
         for p in pools {
             state.take_pool(p, true)?;
@@ -601,7 +605,7 @@ impl Daemon {
             api: *state.api_addr.lock().unwrap(),
             tls_cert: tls.map(|(cert, _)| cert),
             nfs: rpc.local_addrs().to_vec(),
-            iscsi: state.iscsi_addr,
+            iscsi: state.iscsi_addrs.clone(),
         };
         write_atomically(
             &DaemonFile::path(state_dir),

@@ -34,8 +34,8 @@ pub struct ServeArgs {
     /// than 111).
     #[arg(long, hide = true)]
     client_portmapper: Option<u16>,
-    /// iSCSI portal: `auto` (0.0.0.0:3260 when free; the default), `off`, or an
-    /// address such as 0.0.0.0:3260.
+    /// iSCSI portals: `auto` (0.0.0.0:3260 when free; the default), `off`, or
+    /// addresses such as 0.0.0.0:3260, several separated by commas (multipath).
     #[arg(long)]
     iscsi: Option<server::config::IscsiListen>,
     /// Admin HTTP API address (default 127.0.0.1:8080), or `off`.
@@ -181,7 +181,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 eprintln!("shoal: the UI and API require a login (`shoal passwd` sets it)");
             }
         }
-        if let Some(a) = daemon.state().iscsi_addr {
+        for a in &daemon.state().iscsi_addrs {
             eprintln!("shoal: serving iSCSI on {a}");
         }
         for s in daemon.service().shares() {

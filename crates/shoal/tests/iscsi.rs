@@ -3,7 +3,7 @@
 //! initiator lists refusing who they must; exported volumes guarded; targets kept
 //! across a kill -9; and libiscsi's conformance suite, `iscsi-test-cu --dataloss
 //! --test=ALL`, run against a shoal LUN (every test passes; the tests it skips are
-//! exactly those README.md lists, with their reasons) and against tgt on a file in the
+//! exactly those docs/iscsi.md lists, with their reasons) and against tgt on a file in the
 //! same job, both results printed and written to `target/artifacts/iscsi-conformance.json`.
 //!
 //! Needs libiscsi-bin and tgt (`.ci/test-deps.sh`), and root for tgtd.
@@ -21,17 +21,18 @@ fn json(state: &Path, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(state, args)).unwrap()
 }
 
-/// A daemon over a fresh raidz1 pool with the iSCSI portal on a loopback port.
-fn daemon(t: &Path) -> (std::path::PathBuf, Served, u16) {
+/// A daemon over a fresh raidz1 pool with two iSCSI portals (one portal group, for
+/// multipath) on loopback ports; answers the first portal's port and the second's.
+fn daemon(t: &Path) -> (std::path::PathBuf, Served, u16, u16) {
     let state = t.join("state");
     create_tank(&state, t, "256M", &["raidz1", "a", "b", "c"]);
-    let [port] = free_ports::<1>();
+    let [port, second] = free_ports::<2>();
     let d = Served::start(
         &state,
         &t.join("log"),
-        &["--iscsi", &format!("127.0.0.1:{port}")],
+        &["--iscsi", &format!("127.0.0.1:{port},127.0.0.1:{second}")],
     );
-    (state, d, port)
+    (state, d, port, second)
 }
 
 fn url(port: u16, auth: &str, target: &str, lun: u32) -> String {
@@ -55,9 +56,11 @@ struct SuiteRun {
     skipped: BTreeSet<String>,
 }
 
-fn run_suite(url: &str, log: &Path) -> SuiteRun {
+/// Runs the suite against `url`, with `multipath` as the second path to the same LUN
+/// (its MultipathIO tests run over both).
+fn run_suite(url: &str, multipath: &str, log: &Path) -> SuiteRun {
     let out = Command::new("iscsi-test-cu")
-        .args(["--dataloss", "--test=ALL", url])
+        .args(["--dataloss", "--test=ALL", url, multipath])
         .stdin(Stdio::null())
         .output()
         .expect("iscsi-test-cu (libiscsi-bin)");
@@ -103,15 +106,15 @@ fn run_suite(url: &str, log: &Path) -> SuiteRun {
     }
 }
 
-/// The skipped tests README.md lists (the table after "<!-- iscsi-test-cu skips -->").
-fn readme_skips() -> BTreeSet<String> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+/// The skipped tests docs/iscsi.md lists (the table after "<!-- iscsi-test-cu skips -->").
+fn documented_skips() -> BTreeSet<String> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/iscsi.md"))
             .unwrap();
-    let table = readme
+    let table = doc
         .split("<!-- iscsi-test-cu skips -->")
         .nth(1)
-        .expect("README.md lists the conformance suite's skips");
+        .expect("docs/iscsi.md lists the conformance suite's skips");
     let mut out = BTreeSet::new();
     for line in table
         .lines()
@@ -135,14 +138,19 @@ fn readme_skips() -> BTreeSet<String> {
 #[test]
 fn the_conformance_suite_passes_and_tgt_runs_it_beside() {
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (state, mut d, port) = daemon(t.path());
+    let (state, mut d, port, second) = daemon(t.path());
     ok(&state, &["volume", "create", "tank/lun0", "--size", "64M"]);
     let target = "iqn.2026-12.org.shoal:conformance";
     ok(
         &state,
         &["iscsi", "target", "create", target, "--lun", "0=tank/lun0"],
     );
-    let shoal = run_suite(&url(port, "", target, 0), &t.path().join("shoal-cu.log"));
+    // The second path goes through the second portal.
+    let shoal = run_suite(
+        &url(port, "", target, 0),
+        &url(second, "", target, 0),
+        &t.path().join("shoal-cu.log"),
+    );
     d.stop();
 
     // tgt, Debian's user-space target, on a file of the same size.
@@ -199,7 +207,9 @@ fn the_conformance_suite_passes_and_tgt_runs_it_beside() {
         tgtadm(&[
             "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
         ]);
-        let run = run_suite(&url(tport, "", tname, 1), &t.path().join("tgt-cu.log"));
+        // tgt serves one portal here: its second path is a second session to it.
+        let tgt_url = url(tport, "", tname, 1);
+        let run = run_suite(&tgt_url, &tgt_url, &t.path().join("tgt-cu.log"));
         drop(tgtd);
         run
     };
@@ -228,11 +238,11 @@ fn the_conformance_suite_passes_and_tgt_runs_it_beside() {
         shoal.failures
     );
     assert_eq!(shoal.passed, SUITE_TESTS);
-    let listed = readme_skips();
+    let listed = documented_skips();
     assert_eq!(
         shoal.skipped,
         listed,
-        "skipped but not in README.md: {:?}; in README.md but not skipped: {:?}",
+        "skipped but not in docs/iscsi.md: {:?}; in docs/iscsi.md but not skipped: {:?}",
         shoal.skipped.difference(&listed).collect::<Vec<_>>(),
         listed.difference(&shoal.skipped).collect::<Vec<_>>()
     );
@@ -243,7 +253,7 @@ fn the_conformance_suite_passes_and_tgt_runs_it_beside() {
 #[test]
 fn targets_are_guarded_authenticated_and_kept() {
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (state, mut d, port) = daemon(t.path());
+    let (state, mut d, port, second) = daemon(t.path());
     ok(&state, &["volume", "create", "tank/vm1", "--size", "32M"]);
     ok(
         &state,
@@ -272,6 +282,20 @@ fn targets_are_guarded_authenticated_and_kept() {
         text.contains("Vendor:SHOAL") && text.contains("SBC-3"),
         "{text}"
     );
+    // Discovery through either portal names both (one portal group, for multipath).
+    for via in [port, second] {
+        let out = Command::new("iscsi-ls")
+            .args(["-s", &format!("iscsi://127.0.0.1:{via}")])
+            .output()
+            .expect("iscsi-ls (libiscsi-bin)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for p in [port, second] {
+            assert!(
+                text.contains(&format!("127.0.0.1:{p}")),
+                "via {via}: {text}"
+            );
+        }
+    }
 
     // Refusals, each with its reason.
     let refused = |args: &[&str], says: &str| {
