@@ -39,13 +39,17 @@ pub enum Dim {
     Interface,
     Cpu,
     Mode,
+    /// An iSCSI initiator's name, target's name, and LUN.
+    Initiator,
+    Target,
+    Lun,
     Latency,
     Size,
     Offset,
 }
 
 impl Dim {
-    pub const ALL: [Dim; 20] = [
+    pub const ALL: [Dim; 23] = [
         Dim::Op,
         Dim::Minor,
         Dim::Client,
@@ -63,6 +67,9 @@ impl Dim {
         Dim::Interface,
         Dim::Cpu,
         Dim::Mode,
+        Dim::Initiator,
+        Dim::Target,
+        Dim::Lun,
         Dim::Latency,
         Dim::Size,
         Dim::Offset,
@@ -87,6 +94,9 @@ impl Dim {
             Dim::Interface => "interface",
             Dim::Cpu => "cpu",
             Dim::Mode => "mode",
+            Dim::Initiator => "initiator",
+            Dim::Target => "target",
+            Dim::Lun => "lun",
             Dim::Latency => "latency",
             Dim::Size => "size",
             Dim::Offset => "offset",
@@ -127,6 +137,10 @@ pub enum Counts {
     IoOps,
     /// Device I/O bytes.
     IoBytes,
+    /// One per SCSI command over iSCSI.
+    IscsiOps,
+    /// iSCSI READ and WRITE-style payload bytes.
+    IscsiBytes,
     /// The value of each reading of a meter.
     Meter(Meter),
 }
@@ -221,6 +235,39 @@ pub const STATISTICS: &[Statistic] = &[
             Dim::Client,
             Dim::Share,
             Dim::File,
+            Dim::Size,
+            Dim::Offset,
+        ],
+    },
+    Statistic {
+        name: "iscsi.ops",
+        counts: Counts::IscsiOps,
+        description: "SCSI commands served over iSCSI",
+        unit: "operations",
+        gauge: false,
+        divisor: 1,
+        dims: &[
+            Dim::Op,
+            Dim::Initiator,
+            Dim::Target,
+            Dim::Lun,
+            Dim::Latency,
+            Dim::Size,
+            Dim::Offset,
+        ],
+    },
+    Statistic {
+        name: "iscsi.bytes",
+        counts: Counts::IscsiBytes,
+        description: "iSCSI READ and WRITE payload (Data-In and Data-Out)",
+        unit: "bytes",
+        gauge: false,
+        divisor: 1,
+        dims: &[
+            Dim::Op,
+            Dim::Initiator,
+            Dim::Target,
+            Dim::Lun,
             Dim::Size,
             Dim::Offset,
         ],
@@ -424,6 +471,9 @@ pub const BUILTIN_DATASETS: &[&str] = &[
     "nfs4.ops[latency]",
     "nfs4.bytes[op]",
     "nfs.refusals[reason]",
+    "iscsi.ops[op]",
+    "iscsi.ops[latency]",
+    "iscsi.bytes[op]",
     "net.bytes[direction]",
     "net.interface.bytes[direction]",
     "io.ops[op]",
@@ -507,6 +557,10 @@ impl Sample<'_> {
             (Event::Nfs(e), Dim::Share) => (e.fsid != 0).then_some(RawKey::Share(e.fsid)),
             (Event::Nfs(e), Dim::File) => (e.fsid != 0).then_some(RawKey::File(e.fsid, e.ino)),
             (Event::Nfs(_), Dim::Direction) => Some(RawKey::Direction(self.outbound)),
+            (Event::Iscsi(e), Dim::Op) => Some(RawKey::Name(e.op)),
+            (Event::Iscsi(e), Dim::Initiator) => Some(RawKey::Name(e.initiator)),
+            (Event::Iscsi(e), Dim::Target) => Some(RawKey::Name(e.target)),
+            (Event::Iscsi(e), Dim::Lun) => Some(RawKey::Name(e.lun)),
             (Event::Refusal(e), Dim::Reason) => Some(RawKey::Name(e.reason)),
             (Event::Refusal(e), Dim::Op) => Some(RawKey::Name(e.op)),
             (Event::Refusal(e), Dim::Client) => Some(RawKey::client(e.client)),
@@ -536,6 +590,9 @@ impl Sample<'_> {
             (Event::Nfs(e), Dim::Latency) => Some(e.latency_ns / 1000),
             (Event::Nfs(e), Dim::Size) => Some(e.bytes as u64),
             (Event::Nfs(e), Dim::Offset) => Some(e.offset),
+            (Event::Iscsi(e), Dim::Latency) => Some(e.latency_ns / 1000),
+            (Event::Iscsi(e), Dim::Size) => Some(e.bytes as u64),
+            (Event::Iscsi(e), Dim::Offset) => Some(e.offset),
             (Event::Io(e), Dim::Latency) => Some(e.latency_ns / 1000),
             (Event::Io(e), Dim::Size) => Some(e.bytes as u64),
             (Event::Io(e), Dim::Offset) => Some(e.offset),
@@ -551,7 +608,7 @@ fn label(l: &'static str) -> Option<RawKey> {
 
 /// Calls `f` for each contribution of `event` to statistic `stat`.
 /// Which events a statistic can take: 0 NFSv3 calls, 1 NFSv4 operations, 2 device
-/// I/O, 3 refusals, 4 and up one meter each. `samples` never yields a sample for an
+/// I/O, 3 refusals, 4 iSCSI commands, 5 and up one meter each. `samples` never yields a sample for an
 /// event of another route, which lets the collector offer each event only to the
 /// datasets of its route.
 impl Counts {
@@ -563,7 +620,8 @@ impl Counts {
             Counts::NetBytes => 0..2,
             Counts::IoOps | Counts::IoBytes => 2..3,
             Counts::Refusals => 3..4,
-            Counts::Meter(m) => 4 + *m as usize..5 + *m as usize,
+            Counts::IscsiOps | Counts::IscsiBytes => 4..5,
+            Counts::Meter(m) => 5 + *m as usize..6 + *m as usize,
         }
     }
 }
@@ -576,7 +634,8 @@ pub fn route(event: &Event) -> usize {
         Event::Nfs(_) => 1,
         Event::Io(_) => 2,
         Event::Refusal(_) => 3,
-        Event::Meter(m) => 4 + m.meter as usize,
+        Event::Iscsi(_) => 4,
+        Event::Meter(m) => 5 + m.meter as usize,
     }
 }
 
@@ -597,6 +656,8 @@ pub fn samples<'a>(stat: usize, event: &'a Event, mut f: impl FnMut(Sample<'a>))
             f(one(e.reply_bytes as u64, true));
         }
         (Counts::Refusals, Event::Refusal(_)) => f(one(1, false)),
+        (Counts::IscsiOps, Event::Iscsi(_)) => f(one(1, false)),
+        (Counts::IscsiBytes, Event::Iscsi(e)) if e.bytes > 0 => f(one(e.bytes as u64, false)),
         (Counts::IoOps, Event::Io(_)) => f(one(1, false)),
         (Counts::IoBytes, Event::Io(e)) => f(one(e.bytes as u64, false)),
         (Counts::Meter(m), Event::Meter(e)) if e.meter == m => f(one(e.value, false)),
@@ -856,6 +917,16 @@ mod tests {
             client: "10.0.0.2".parse().unwrap(),
             fsid: 0,
             at,
+        }));
+        events.push(Event::Iscsi(IscsiEvent {
+            op: "write",
+            initiator: "iqn.2026-12.org.example:host",
+            target: "iqn.2026-12.org.example:vm",
+            lun: "0",
+            bytes: 4096,
+            offset: 0,
+            latency_ns: 1000,
+            at: crate::Ticks::at(at),
         }));
         for stat in STATISTICS {
             if let Counts::Meter(meter) = stat.counts {

@@ -46,6 +46,26 @@ pub struct NfsEvent {
     pub at: Ticks,
 }
 
+/// One SCSI command served over iSCSI, reported when its status is sent.
+#[derive(Debug, Clone, Copy)]
+pub struct IscsiEvent {
+    /// The command in lower case (`read`, `write`, `unmap`, `inquiry`, ...).
+    pub op: &'static str,
+    /// The initiator's iSCSI name and the target's, interned (`crate::intern`).
+    pub initiator: &'static str,
+    pub target: &'static str,
+    /// The LUN, interned as its decimal text.
+    pub lun: &'static str,
+    /// Data-In or Data-Out payload bytes of a READ or WRITE-style command (0 for
+    /// others).
+    pub bytes: u32,
+    /// The byte offset a READ or WRITE-style command addresses.
+    pub offset: u64,
+    /// From the command's arrival (its data gathered) to its status being sent.
+    pub latency_ns: u64,
+    pub at: Ticks,
+}
+
 /// A call the server refused for who or what it named rather than for what the file
 /// system said: a client the export does not list, a write under a read-only rule, a
 /// squashed root, a handle that fails its check, a path that leaves the export.
@@ -133,6 +153,7 @@ pub enum Event {
     Io(IoEvent),
     Meter(MeterEvent),
     Refusal(RefusalEvent),
+    Iscsi(IscsiEvent),
 }
 
 impl Event {
@@ -144,6 +165,7 @@ impl Event {
             Event::Io(e) => e.at,
             Event::Meter(e) => e.at,
             Event::Refusal(e) => e.at,
+            Event::Iscsi(e) => r.instant(e.at),
         }
     }
 }

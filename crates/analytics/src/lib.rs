@@ -35,7 +35,7 @@ pub mod recording;
 
 pub use catalog::{Dim, Spec, SpecError, Statistic, BUILTIN_DATASETS, STATISTICS};
 pub use clock::Ticks;
-pub use event::{Event, IoEvent, Meter, MeterEvent, NfsEvent, RefusalEvent};
+pub use event::{Event, IoEvent, IscsiEvent, Meter, MeterEvent, NfsEvent, RefusalEvent};
 pub use history::{BucketCount, History, KeyCount, Point, Resolution};
 
 use catalog::RawKey;
@@ -45,6 +45,51 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Names interned for events at most (`intern`); later ones share one name.
+pub const MAX_INTERNED: usize = 4096;
+/// What a name interned past `MAX_INTERNED` is counted as.
+pub const OTHER_NAME: &str = "(other)";
+
+/// A name that lives as long as the process, for events, which carry no heap data:
+/// the same text gives the same `&'static str`. Used for names an event's source
+/// sees once per session (an iSCSI initiator and target), not per event. At most
+/// `MAX_INTERNED` names are kept (each is leaked once); past that every new name
+/// is `OTHER_NAME`, so a stream of made-up names cannot grow memory without bound.
+pub fn intern(name: &str) -> &'static str {
+    static NAMES: std::sync::OnceLock<Interner> = std::sync::OnceLock::new();
+    NAMES
+        .get_or_init(|| Interner::new(MAX_INTERNED))
+        .get(name)
+}
+
+/// A set of at most `max` names kept for the life of the process (see `intern`).
+struct Interner {
+    names: Mutex<std::collections::HashSet<&'static str>>,
+    max: usize,
+}
+
+impl Interner {
+    fn new(max: usize) -> Interner {
+        Interner {
+            names: Mutex::default(),
+            max,
+        }
+    }
+
+    fn get(&self, name: &str) -> &'static str {
+        let mut names = self.names.lock().unwrap();
+        if let Some(n) = names.get(name) {
+            return n;
+        }
+        if names.len() >= self.max {
+            return OTHER_NAME;
+        }
+        let n: &'static str = Box::leak(name.to_string().into_boxed_str());
+        names.insert(n);
+        n
+    }
+}
 
 /// How often the collector takes the recorded events.
 pub const TICK: Duration = Duration::from_millis(100);

@@ -114,6 +114,8 @@ pub(crate) struct Totals {
     host_cpu_us: BTreeMap<&'static str, u64>,
     /// (interface, direction) → (bytes, packets).
     host_net: BTreeMap<(&'static str, &'static str), (u64, u64)>,
+    /// iSCSI commands by (target, op): count, payload bytes, latency.
+    iscsi: BTreeMap<(&'static str, &'static str), (u64, u64, Histogram)>,
 }
 
 /// A label value with `\`, `"` and newlines escaped.
@@ -169,6 +171,12 @@ impl Totals {
                 self.net_bytes[1] += n.reply_bytes as u64;
             }
             Event::Refusal(r) => *self.refusals.entry(r.reason).or_default() += 1,
+            Event::Iscsi(c) => {
+                let t = self.iscsi.entry((c.target, c.op)).or_default();
+                t.0 += 1;
+                t.1 += c.bytes as u64;
+                t.2.add(c.latency_ns);
+            }
             Event::Io(io) => {
                 let t = self.io.entry((io.device, io.write)).or_default();
                 t.0 += 1;
@@ -291,6 +299,54 @@ impl Totals {
             let _ = writeln!(
                 out,
                 "shoal_nfs_refusals_total{{reason=\"{reason}\"}} {calls}"
+            );
+        }
+        header(
+            &mut out,
+            "shoal_iscsi_commands_total",
+            "counter",
+            "SCSI commands served over iSCSI, by target and command.",
+        );
+        let target_op =
+            |target: &str, op: &str| format!("target=\"{}\",op=\"{op}\"", escape(target));
+        for ((target, op), (n, _, _)) in &self.iscsi {
+            let _ = writeln!(
+                out,
+                "shoal_iscsi_commands_total{{{}}} {n}",
+                target_op(target, op)
+            );
+        }
+        header(
+            &mut out,
+            "shoal_iscsi_payload_bytes_total",
+            "counter",
+            "iSCSI READ and WRITE payload bytes, by target and command.",
+        );
+        for ((target, op), (_, bytes, _)) in &self.iscsi {
+            if *bytes > 0 {
+                let _ = writeln!(
+                    out,
+                    "shoal_iscsi_payload_bytes_total{{{}}} {bytes}",
+                    target_op(target, op)
+                );
+            }
+        }
+        header(
+            &mut out,
+            "shoal_iscsi_command_duration_seconds",
+            "histogram",
+            "Time from an iSCSI command's arrival (its data gathered) to its status.",
+        );
+        let mut latency: BTreeMap<&str, Histogram> = BTreeMap::new();
+        for ((_, op), (_, _, h)) in &self.iscsi {
+            latency.entry(op).or_default().merge(h);
+        }
+        for (op, h) in &latency {
+            histogram(
+                &mut out,
+                "shoal_iscsi_command_duration_seconds",
+                &format!("op=\"{op}\""),
+                h,
             );
         }
         header(

@@ -357,6 +357,106 @@ fn prometheus_has_no_client_or_file_labels() {
     assert!(!text.contains("10.0.0.") && !text.contains("/tank/home/f"));
 }
 
+fn iscsi(
+    a: &Analytics,
+    second: u64,
+    op: &'static str,
+    initiator: &str,
+    lun: &'static str,
+    bytes: u32,
+) {
+    a.record(Event::Iscsi(IscsiEvent {
+        op,
+        initiator: intern(initiator),
+        target: intern("iqn.2026-12.org.example:vm"),
+        lun,
+        bytes,
+        offset: 8192,
+        latency_ns: 300_000,
+        at: Ticks::at(a.epoch + Duration::from_secs(second)),
+    }));
+}
+
+#[test]
+fn iscsi_commands_break_down_by_initiator_and_lun_and_reach_prometheus() {
+    let (a, t0) = instance();
+    let since = enable_all(
+        &a,
+        &[
+            "iscsi.ops[initiator]",
+            "iscsi.ops[op=write][lun]",
+            "iscsi.bytes[op]",
+        ],
+    );
+    let first = since - t0;
+    let (host1, host2) = (
+        "iqn.2026-12.org.example:host1",
+        "iqn.2026-12.org.example:host2",
+    );
+    for s in first..first + 2 {
+        for _ in 0..4 {
+            iscsi(&a, s, "write", host1, "0", 4096);
+        }
+        iscsi(&a, s, "write", host2, "1", 65536);
+        iscsi(&a, s, "read", host2, "1", 16384);
+        iscsi(&a, s, "test_unit_ready", host2, "1", 0);
+    }
+    a.tick(since + 10);
+    let by_initiator = a
+        .query("iscsi.ops[initiator]", since, since + 1, None)
+        .unwrap();
+    for p in &by_initiator.points {
+        assert_eq!(
+            counts(p),
+            BTreeMap::from([(host1.into(), 4), (host2.into(), 3)])
+        );
+    }
+    let writes = a
+        .query("iscsi.ops[op=write][lun]", since, since + 1, None)
+        .unwrap();
+    assert_eq!(
+        counts(&writes.points[0]),
+        BTreeMap::from([("0".into(), 4), ("1".into(), 1)])
+    );
+    let bytes = a.query("iscsi.bytes[op]", since, since, None).unwrap();
+    assert_eq!(
+        counts(&bytes.points[0]),
+        BTreeMap::from([("write".into(), 4 * 4096 + 65536), ("read".into(), 16384)])
+    );
+    // The built-in latency heatmap counts every command (300 µs each).
+    let heat = a.query("iscsi.ops[latency]", since, since, None).unwrap();
+    assert_eq!(heat.points[0].total, 7);
+    // /metrics: by target and command, never by initiator.
+    let text = a.prometheus();
+    assert!(
+        text.contains(
+            "shoal_iscsi_commands_total{target=\"iqn.2026-12.org.example:vm\",op=\"write\"} 10"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        "shoal_iscsi_payload_bytes_total{target=\"iqn.2026-12.org.example:vm\",op=\"read\"} 32768"
+    ));
+    assert!(text.contains("shoal_iscsi_command_duration_seconds_count{op=\"write\"} 10"));
+    assert!(!text.contains(host1));
+}
+
+#[test]
+fn interned_names_are_shared_and_bounded() {
+    let a = intern("iqn.2026-12.org.example:same");
+    let b = intern(&String::from("iqn.2026-12.org.example:same"));
+    assert!(std::ptr::eq(a, b));
+    // A set of its own: the process-wide one is shared with the other tests.
+    let names = Interner::new(8);
+    let first = names.get("iqn.2026-12.org.example:first");
+    for i in 0..20 {
+        names.get(&format!("iqn.2026-12.org.example:made-up-{i}"));
+    }
+    assert_eq!(names.get("iqn.2026-12.org.example:one-too-many"), OTHER_NAME);
+    assert!(std::ptr::eq(names.get("iqn.2026-12.org.example:first"), first));
+    assert_eq!(names.names.lock().unwrap().len(), 8);
+}
+
 #[test]
 fn datasets_are_enabled_once_and_built_ins_stay() {
     let (a, _) = instance();

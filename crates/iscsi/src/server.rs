@@ -31,6 +31,8 @@ pub struct Server {
     sessions: Mutex<HashMap<SessionKey, Weak<Conn>>>,
     connections: AtomicUsize,
     next_tsih: AtomicU16,
+    /// Where commands are reported, once the daemon gives it (`report_to`).
+    analytics: std::sync::OnceLock<Arc<analytics::Analytics>>,
 }
 
 impl Server {
@@ -54,7 +56,14 @@ impl Server {
             sessions: Mutex::new(HashMap::new()),
             connections: AtomicUsize::new(0),
             next_tsih: AtomicU16::new(1),
+            analytics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Reports every command of sessions that log in from now on to `analytics`
+    /// (`iscsi.ops`, `iscsi.bytes`); the first call wins.
+    pub fn report_to(&self, analytics: Arc<analytics::Analytics>) {
+        let _ = self.analytics.set(analytics);
     }
 
     /// Serves the portal `listener` on a thread of its own; its address joins the
@@ -133,7 +142,14 @@ impl Server {
                 }
             }
         };
-        let why = session::run(stream, logged, &self.targets, &self.workers, &register);
+        let why = session::run(
+            stream,
+            logged,
+            &self.targets,
+            &self.workers,
+            &register,
+            self.analytics.get().cloned(),
+        );
         if let Some(key) = &key {
             let mut sessions = self.sessions.lock().unwrap();
             if sessions.get(key).is_some_and(|w| w.upgrade().is_none()) {

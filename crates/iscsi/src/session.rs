@@ -62,6 +62,15 @@ pub struct Conn {
     tasks: Mutex<TaskTable>,
     /// Signalled when a running task ends (an ABORT TASK waits on it).
     ended: Condvar,
+    /// Where each command is reported when it is done (`iscsi.ops`), with the
+    /// initiator's and target's names interned once for the session.
+    analytics: Option<Reporting>,
+}
+
+struct Reporting {
+    analytics: Arc<analytics::Analytics>,
+    initiator: &'static str,
+    target: &'static str,
 }
 
 #[derive(Default)]
@@ -160,6 +169,7 @@ pub fn run(
     targets: &Arc<Targets>,
     workers: &QueueSender<Job>,
     register: &dyn Fn(&Arc<Conn>),
+    analytics: Option<Arc<analytics::Analytics>>,
 ) -> String {
     let reader_stream = match stream.try_clone() {
         Ok(s) => s,
@@ -177,6 +187,11 @@ pub fn run(
         ),
         target_port: PORTAL_GROUP,
     };
+    let reporting = analytics.map(|analytics| Reporting {
+        analytics,
+        initiator: analytics::intern(&logged.initiator),
+        target: analytics::intern(logged.target.as_ref().map_or("", |t| t.name.as_str())),
+    });
     let conn = Arc::new(Conn {
         writer: Mutex::new(Seq {
             stream,
@@ -189,6 +204,7 @@ pub fn run(
         initiator: logged.initiator,
         tasks: Mutex::new(TaskTable::default()),
         ended: Condvar::new(),
+        analytics: reporting,
     });
     register(&conn);
     let why = read_loop(&conn, reader_stream, targets, workers);
@@ -548,6 +564,7 @@ fn dispatch(conn: &Arc<Conn>, workers: &QueueSender<Job>, ready: Ready) {
         .running
         .insert(itt, (lun, aborted.clone()));
     let conn = conn.clone();
+    let arrived = conn.analytics.as_ref().map(|_| analytics::Ticks::now());
     workers.push(Box::new(move || {
         let reply = match (cdb.first(), conn.lu(lun)) {
             (Some(0xA0), _) => {
@@ -568,6 +585,9 @@ fn dispatch(conn: &Arc<Conn>, workers: &QueueSender<Job>, ready: Ready) {
         if !aborted.load(Ordering::SeqCst) {
             respond(&conn, itt, flags, edtl, need, &reply);
         }
+        if let (Some(r), Some(arrived)) = (&conn.analytics, arrived) {
+            report(r, &conn, lun, &cdb, data.len(), &reply, arrived);
+        }
         let mut t = conn.tasks.lock().unwrap();
         t.running.remove(&itt);
         t.held = t.held.saturating_sub(held);
@@ -575,6 +595,52 @@ fn dispatch(conn: &Arc<Conn>, workers: &QueueSender<Job>, ready: Ready) {
         drop(t);
         conn.ended.notify_all();
     }));
+}
+
+/// Reports one command to analytics: its name, LUN, where it read or wrote and how
+/// much (what actually moved: the Data-In sent or the Data-Out taken), and its time
+/// from arrival to status.
+fn report(
+    r: &Reporting,
+    conn: &Conn,
+    lun: u64,
+    cdb: &[u8],
+    data_out: usize,
+    reply: &Reply,
+    arrived: analytics::Ticks,
+) {
+    let at = analytics::Ticks::now();
+    let block_size = conn.lu(lun).map_or(512, |lu| lu.block_size());
+    let extent = scsi::opcodes::extent(cdb, block_size);
+    let bytes = match extent {
+        Some(_) if reply.status == Status::Good => reply.data.len().max(data_out) as u32,
+        _ => 0,
+    };
+    r.analytics
+        .record(analytics::Event::Iscsi(analytics::IscsiEvent {
+            op: scsi::opcodes::name(cdb),
+            initiator: r.initiator,
+            target: r.target,
+            lun: lun_label(lun),
+            bytes,
+            offset: extent.map_or(0, |e| e.0),
+            latency_ns: at.ns_since(arrived),
+            at,
+        }));
+}
+
+/// A LUN as text for analytics: the first 256 from a table, the rest interned.
+fn lun_label(lun: u64) -> &'static str {
+    static LABELS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let labels = LABELS.get_or_init(|| {
+        (0..256)
+            .map(|n| &*Box::leak(n.to_string().into_boxed_str()))
+            .collect()
+    });
+    match labels.get(lun as usize) {
+        Some(l) => l,
+        None => analytics::intern(&lun.to_string()),
+    }
 }
 
 /// Sends a command's Data-In and status. Residuals are against the expected data

@@ -54,6 +54,88 @@ const V16: &[u8] = &[
 const PRIN: &[u8] = &[0, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x00];
 const PROUT: &[u8] = &[0, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00];
 
+/// A command's name for analytics and logs, in lower case: the block commands by
+/// what they do (`read`, `write`, ...: every size of a command is one name), the
+/// others by their SPC/SBC name; `other` for operation codes not served.
+pub fn name(cdb: &[u8]) -> &'static str {
+    match cdb.first().copied().unwrap_or(0xFF) {
+        0x00 => "test_unit_ready",
+        0x03 => "request_sense",
+        0x08 | 0x28 | 0xA8 | 0x88 => "read",
+        0x0A | 0x2A | 0xAA | 0x8A => "write",
+        0x12 => "inquiry",
+        0x15 | 0x55 => "mode_select",
+        0x1A | 0x5A => "mode_sense",
+        0x16 | 0x56 => "reserve",
+        0x17 | 0x57 => "release",
+        0x1B => "start_stop_unit",
+        0x25 => "read_capacity",
+        0x2E | 0xAE | 0x8E => "write_and_verify",
+        0x2F | 0xAF | 0x8F => "verify",
+        0x34 | 0x90 => "prefetch",
+        0x35 | 0x91 => "synchronize_cache",
+        0x37 | 0xB7 => "read_defect_data",
+        0x41 | 0x93 => "write_same",
+        0x42 => "unmap",
+        0x5E => "persistent_reserve_in",
+        0x5F => "persistent_reserve_out",
+        0x89 => "compare_and_write",
+        0x8B => "orwrite",
+        0x9C => "write_atomic",
+        0x9E => match cdb.get(1).map(|b| b & 0x1F) {
+            Some(0x10) => "read_capacity",
+            Some(0x12) => "get_lba_status",
+            _ => "other",
+        },
+        0xA0 => "report_luns",
+        0xA3 => "report_supported_operation_codes",
+        _ => "other",
+    }
+}
+
+/// The byte range a command that moves or checks blocks addresses (READ, WRITE,
+/// VERIFY, WRITE SAME, COMPARE AND WRITE...), as (offset, length), for blocks of
+/// `block_size` bytes; `None` for other commands and short CDBs.
+pub fn extent(cdb: &[u8], block_size: u32) -> Option<(u64, u64)> {
+    let op = *cdb.first()?;
+    let moves = matches!(
+        op,
+        0x08 | 0x0A
+            | 0x28
+            | 0x2A
+            | 0x2E
+            | 0x2F
+            | 0x41
+            | 0x88
+            | 0x89
+            | 0x8A
+            | 0x8B
+            | 0x8E
+            | 0x8F
+            | 0x93
+            | 0x9C
+            | 0xA8
+            | 0xAA
+            | 0xAE
+            | 0xAF
+    );
+    if !moves {
+        return None;
+    }
+    let cdb = Cdb::new(cdb).ok()?;
+    let (lba, blocks) = cdb.lba_and_len();
+    let blocks = match op {
+        0x08 | 0x0A if blocks == 0 => 256,
+        // COMPARE AND WRITE: NUMBER OF LOGICAL BLOCKS in byte 13; WRITE ATOMIC(16):
+        // the transfer length in bytes 12-13.
+        0x89 => cdb.u8(13) as u64,
+        0x9C => cdb.u16(12) as u64,
+        _ => blocks,
+    };
+    let bs = block_size as u64;
+    Some((lba.saturating_mul(bs), blocks.saturating_mul(bs)))
+}
+
 /// Every command served, in operation code order.
 pub static SERVED: &[Served] = &[
     s(0x00, &[0x00, 0, 0, 0, 0, 0x00]),             // TEST UNIT READY
@@ -266,6 +348,41 @@ pub fn report_supported(cdb: &Cdb) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_are_named_and_their_extents_read() {
+        let mut read10 = [0u8; 10];
+        read10[0] = 0x28;
+        read10[5] = 8; // LBA 8
+        read10[8] = 2; // 2 blocks
+        assert_eq!(name(&read10), "read");
+        assert_eq!(extent(&read10, 512), Some((4096, 1024)));
+        let read6 = [0x08, 0, 0, 1, 0, 0];
+        assert_eq!(extent(&read6, 512), Some((512, 256 * 512)));
+        let mut caw = [0u8; 16];
+        caw[0] = 0x89;
+        caw[9] = 1;
+        caw[13] = 1;
+        assert_eq!(name(&caw), "compare_and_write");
+        assert_eq!(extent(&caw, 4096), Some((4096, 4096)));
+        let mut rc16 = [0u8; 16];
+        rc16[0] = 0x9E;
+        rc16[1] = 0x10;
+        assert_eq!(name(&rc16), "read_capacity");
+        assert_eq!(extent(&rc16, 512), None);
+        assert_eq!(name(&[0xC5]), "other");
+        assert_eq!(name(&[]), "other");
+        assert_eq!(extent(&[0x28, 0, 0], 512), None, "a short CDB");
+        // Every command served has a name.
+        for c in SERVED {
+            let mut cdb = vec![0u8; c.usage.len()];
+            cdb[0] = c.opcode;
+            if let Some(sa) = c.service_action {
+                cdb[1] = sa as u8;
+            }
+            assert_ne!(name(&cdb), "other", "{:#x}", c.opcode);
+        }
+    }
 
     #[test]
     fn usage_data_names_each_command_and_its_cdb_length() {

@@ -535,6 +535,9 @@ impl Daemon {
             None
         } else {
             let server = iscsi::Server::new(iscsi::Targets::new(), config.iscsi.workers);
+            if config.analytics.enabled {
+                server.report_to(analytics.clone());
+            }
             for listener in portals {
                 let addr = listener
                     .local_addr()
