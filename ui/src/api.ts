@@ -317,6 +317,44 @@ export const createSnapshot = (name: string) => call<Snapshot>('POST', `${V1}/sn
 export const destroySnapshot = (name: string) => call<void>('DELETE', `${V1}/snapshots/${pathOf(name)}`);
 export const rollback = (name: string) => call<void>('POST', `${V1}/rollback`, { name });
 
+export const volumes = () => call<Filesystem[]>('GET', `${V1}/volumes`);
+export const createVolume = (name: string, volsize: string, sparse: boolean) =>
+  call<Filesystem>('POST', `${V1}/volumes`, { name, volsize, sparse });
+export const destroyVolume = (name: string) => call<void>('DELETE', `${V1}/volumes/${pathOf(name)}`);
+
+export interface IscsiLun {
+  lun: number;
+  volume: string;
+  online: boolean;
+  size_bytes: number;
+  block_size: number;
+  naa: string;
+}
+
+export interface IscsiTarget {
+  name: string;
+  alias: string | null;
+  luns: IscsiLun[];
+  allow: string[];
+  chap_user: string | null;
+  mutual_chap_user: string | null;
+  sessions: string[];
+  portals: string[];
+}
+
+export interface NewIscsiTarget {
+  name: string;
+  luns: Record<string, string>;
+  allow: string[];
+  chap?: { user: string; secret: string };
+  mutual_chap?: { user: string; secret: string };
+}
+
+export const iscsiTargets = () => call<IscsiTarget[]>('GET', `${V1}/iscsi/targets`);
+export const createIscsiTarget = (t: NewIscsiTarget) => call<IscsiTarget>('POST', `${V1}/iscsi/targets`, t);
+export const destroyIscsiTarget = (name: string) =>
+  call<void>('DELETE', `${V1}/iscsi/targets/${encodeURIComponent(name)}`);
+
 export const shares = () => call<Share[]>('GET', `${V1}/shares`);
 export const putShare = (dataset: string, rules: string) =>
   call<Share>('PUT', `${V1}/shares/${pathOf(dataset)}`, { rules });

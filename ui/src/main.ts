@@ -8,6 +8,7 @@ import type { Page, PageFactory } from './page';
 import { analyticsPage } from './analytics/worksheet';
 import { alertsPage } from './pages/alerts';
 import { filesystemsPage } from './pages/filesystems';
+import { iscsiPage } from './pages/iscsi';
 import { poolsPage } from './pages/pools';
 import { replicationPage } from './pages/replication';
 import { sharesPage } from './pages/shares';
@@ -21,6 +22,7 @@ const PAGES: { name: string; title: string; page: PageFactory }[] = [
   { name: 'pools', title: 'Pools', page: poolsPage },
   { name: 'filesystems', title: 'Filesystems', page: filesystemsPage },
   { name: 'shares', title: 'Shares', page: sharesPage },
+  { name: 'iscsi', title: 'iSCSI', page: iscsiPage },
   { name: 'snapshots', title: 'Snapshots', page: snapshotsPage },
   { name: 'replication', title: 'Replication', page: replicationPage },
   { name: 'analytics', title: 'Analytics', page: analyticsPage },

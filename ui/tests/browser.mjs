@@ -6,7 +6,10 @@
 //   SHOAL_URL=http://127.0.0.1:8080 SHOAL_PASSWORD=... SHOAL_POOL=tank \
 //   SHOT_DIR=/tmp/shots node tests/browser.mjs
 //
-// Protocol with the harness: after sharing POOL/ui the script prints
+// Protocol with the harness: after making a volume and an iSCSI target in the
+// iSCSI page the script prints "ISCSI URL INITIATOR"; the harness then asks that
+// LUN with libiscsi's iscsi-inq as INITIATOR, over and over until the end, and the
+// script waits until Analytics counts its commands. After sharing POOL/ui it prints
 // "LOAD POOL/ui"; the harness then writes and reads files in that share from
 // 127.0.0.1 and 127.0.0.2, and the script waits until the daemon sees both
 // clients. The last line is "DONE".
@@ -27,10 +30,14 @@ const RULES = '*(rw,no_root_squash,insecure)';
 const WORKSHEET = 'ui-acceptance';
 const REPLICA = `${POOL}/ui-replica`;
 const CLIENTS = ['127.0.0.1', '127.0.0.2'];
+const VOLUME = `${POOL}/ui-vol`;
+const TARGET = 'iqn.2026-12.org.shoal:ui';
+/** The name the harness's initiator (libiscsi's iscsi-inq) logs in with. */
+const INITIATOR = 'iqn.2026-12.org.shoal:ui-host';
 /** The unsaved worksheet's charts, in order (DEFAULT_DATASETS in src/analytics/worksheet.ts). */
-const DEFAULTS = ['nfs3.ops[op]', 'nfs4.ops[op]', 'cpu.utilization[mode]', 'io.ops[device]', 'net.interface.bytes[direction]', 'io.bytes[op]'];
-/** Those the NFSv3 load must move (nfs4.ops stays idle; io.bytes may, with everything cached). */
-const BUSY_DEFAULTS = ['nfs3.ops[op]', 'cpu.utilization[mode]', 'io.ops[device]', 'net.interface.bytes[direction]'];
+const DEFAULTS = ['nfs3.ops[op]', 'nfs4.ops[op]', 'iscsi.ops[op]', 'cpu.utilization[mode]', 'io.ops[device]', 'net.interface.bytes[direction]', 'io.bytes[op]'];
+/** Those the NFSv3 load and the iSCSI initiator must move (nfs4.ops stays idle; io.bytes may, with everything cached). */
+const BUSY_DEFAULTS = ['nfs3.ops[op]', 'iscsi.ops[op]', 'cpu.utilization[mode]', 'io.ops[device]', 'net.interface.bytes[direction]'];
 
 const { page, step, shot, until, run } = await startBrowser(SHOT_DIR);
 
@@ -121,6 +128,51 @@ await run(async () => {
     const rules = await row.locator('[data-test=share-rules-cell]').textContent();
     assert(rules.includes('no_root_squash') && rules.includes('insecure') && rules.startsWith('*('), `the share's rules are ${rules}`);
     assert((await row.textContent()).includes(SHARE_PATH), `the share is not exported at ${SHARE_PATH}`);
+  });
+
+  await step('iscsi', async () => {
+    await page.click('[data-test=nav-iscsi]');
+    await page.locator('[data-test=page-iscsi]').waitFor();
+    // A bad size is refused with the daemon's reason, and nothing is made.
+    await page.fill('[data-test=volume-name]', VOLUME);
+    await page.fill('[data-test=volume-size]', 'lots');
+    await page.click('[data-test=volume-create]');
+    const volErr = page.locator('[data-test=volume-error]');
+    await volErr.waitFor({ state: 'visible' });
+    assert((await volErr.textContent()).includes('lots'), `a bad size says ${await volErr.textContent()}`);
+    await page.fill('[data-test=volume-size]', '32M');
+    await page.click('[data-test=volume-create]');
+    const vrow = page.locator(`[data-test=volume-row][data-name="${VOLUME}"]`);
+    await vrow.waitFor();
+    assert((await vrow.textContent()).includes('32M') && (await vrow.textContent()).includes('thick'), `the volume row reads ${await vrow.textContent()}`);
+    await page.locator(`[data-test=target-luns] option[value="${VOLUME}"]`).waitFor({ state: 'attached' });
+    await page.fill('[data-test=target-name]', TARGET);
+    await page.selectOption('[data-test=target-luns]', [VOLUME]);
+    await page.fill('[data-test=target-allow]', INITIATOR);
+    await page.click('[data-test=target-create]');
+    const trow = page.locator(`[data-test=target-row][data-name="${TARGET}"]`);
+    await trow.waitFor();
+    assert((await trow.locator('[data-test=target-lun][data-lun="0"]').textContent()).includes(VOLUME), 'LUN 0 is not the volume');
+    const portal = (await trow.locator('[data-test=target-portal]').first().textContent()).trim().split(',')[0];
+    assert(/^127\.0\.0\.1:\d+$/.test(portal), `the target's portal reads ${portal}`);
+    await until(10, 'the volume to show its target', async () =>
+      (await page.locator(`[data-test=volume-row][data-name="${VOLUME}"] [data-test=volume-target]`).count()) === 1,
+    );
+    // An exported volume cannot be destroyed: the dialog says why and it stays.
+    await page.locator(`[data-test=volume-row][data-name="${VOLUME}"] [data-test=volume-destroy]`).click();
+    await page.click('[data-test=confirm]');
+    const refusal = page.locator('[data-test=dialog-error]');
+    await refusal.waitFor({ state: 'visible' });
+    assert((await refusal.textContent()).includes(TARGET), `destroying an exported volume says ${await refusal.textContent()}`);
+    await page.click('[data-test=cancel]');
+    // A real initiator uses the target; its commands show in Analytics by initiator.
+    const res = await page.request.post(`${URL}/api/v1/analytics/datasets`, { data: { name: 'iscsi.ops[initiator]' } });
+    assert(res.ok(), `enabling iscsi.ops[initiator]: ${res.status()} ${await res.text()}`);
+    process.stdout.write(`ISCSI iscsi://${portal}/${TARGET}/0 ${INITIATOR}\n`);
+    await until(60, `iSCSI commands from ${INITIATOR}`, async () => {
+      const d = await apiGet(`/api/v1/analytics/data?name=${encodeURIComponent('iscsi.ops[initiator]')}&seconds=60`);
+      return d.points.some((p) => (p.breakdown ?? []).some((b) => b.key === INITIATOR));
+    });
   });
 
   await step('load', async () => {

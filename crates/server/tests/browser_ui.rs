@@ -1,9 +1,14 @@
 //! The browser UI end to end: headless Chromium (Debian's), driven by playwright-core
 //! from `ui/tests/browser.mjs`, against a daemon that requires a login. The script
-//! logs in, creates a filesystem and a share through the pages, and prints
-//! `LOAD pool/fs`; this harness then reads files of that share from two NFS clients
+//! logs in, creates a filesystem and a share through the pages, makes a volume and an
+//! iSCSI target in the iSCSI page (a bad size and destroying an exported volume are
+//! refused with their reasons) and prints `ISCSI url initiator`, on which this harness
+//! runs libiscsi's `iscsi-inq` against that LUN until the end while the script waits
+//! for its commands in Analytics by initiator; then it prints `LOAD pool/fs`; this
+//! harness then reads files of that share from two NFS clients
 //! (127.0.0.1 and 127.0.0.2) while the script checks the default worksheet's charts
-//! (NFS operations by type, the host's CPU by mode, disk operations by device,
+//! (NFS operations by type, iSCSI commands by type, the host's CPU by mode, disk
+//! operations by device,
 //! interface bytes and disk bytes) under that load, opens NFS operations by client,
 //! drills into one client by file, opens the latency heatmap, selects its busiest
 //! band and drills down to the files in it, reads a range's average and zooms the
@@ -64,6 +69,27 @@ fn load(
     })
 }
 
+/// Asks the LUN at `url` (INQUIRY, with login and logout around it) with libiscsi's
+/// `iscsi-inq` as `initiator` until `stop`, counting the answers.
+fn inquire(
+    url: String,
+    initiator: String,
+    stop: Arc<AtomicBool>,
+    inquiries: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let out = Command::new("iscsi-inq")
+                .args(["-i", &initiator, &url])
+                .output()
+                .expect("iscsi-inq (libiscsi-bin)");
+            assert!(out.status.success(), "iscsi-inq {url}: {out:?}");
+            inquiries.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+}
+
 #[test]
 fn browser_logs_in_configures_and_drills_down_under_load() {
     let ui = repo().join("ui");
@@ -85,7 +111,11 @@ fn browser_logs_in_configures_and_drills_down_under_load() {
 
     let mut server = TestServer::start("127.0.0.0/8(rw,no_root_squash,insecure)");
     server::auth::set_password(&server.state_dir(), PASSWORD).unwrap();
-    server.configure = Some(Box::new(|c| c.api.login = LoginMode::Required));
+    server.configure = Some(Box::new(|c| {
+        c.api.login = LoginMode::Required;
+        // The iSCSI page's target, on a port the kernel picks.
+        c.iscsi.listen = server::config::IscsiListen::At(vec!["127.0.0.1:0".parse().unwrap()]);
+    }));
     server.restart();
     let url = format!("http://{}", server.api_addr());
 
@@ -102,14 +132,17 @@ fn browser_logs_in_configures_and_drills_down_under_load() {
         .expect("running node");
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
+    let inquiries = Arc::new(AtomicU64::new(0));
     let mut loaders = Vec::new();
     let mut done = false;
+    let mut nfs_loading = false;
     let started = Instant::now();
     for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.unwrap();
         println!("browser: {line}");
         if let Some(share) = line.strip_prefix("LOAD ") {
-            assert!(loaders.is_empty(), "LOAD twice");
+            assert!(!nfs_loading, "LOAD twice");
+            nfs_loading = true;
             for source in ["127.0.0.1", "127.0.0.2"] {
                 loaders.push(load(
                     source,
@@ -119,6 +152,16 @@ fn browser_logs_in_configures_and_drills_down_under_load() {
                     reads.clone(),
                 ));
             }
+        }
+        if let Some(rest) = line.strip_prefix("ISCSI ") {
+            let mut words = rest.split_whitespace();
+            let (url, initiator) = (words.next().unwrap(), words.next().unwrap());
+            loaders.push(inquire(
+                url.to_string(),
+                initiator.to_string(),
+                stop.clone(),
+                inquiries.clone(),
+            ));
         }
         if line.trim() == "DONE" {
             done = true;
@@ -130,14 +173,20 @@ fn browser_logs_in_configures_and_drills_down_under_load() {
         l.join().expect("a load client failed");
     }
     println!(
-        "browser test: {:.0} s, {} NFS reads under it, screenshots in {}",
+        "browser test: {:.0} s, {} NFS reads and {} iSCSI inquiries under it, screenshots \
+         in {}",
         started.elapsed().as_secs_f64(),
         reads.load(Ordering::Relaxed),
+        inquiries.load(Ordering::Relaxed),
         shots.display()
     );
     assert!(status.success(), "the browser test failed ({status})");
     assert!(done, "the browser test ended without DONE");
     assert!(reads.load(Ordering::Relaxed) > 0, "no load ran");
+    assert!(
+        inquiries.load(Ordering::Relaxed) > 0,
+        "no iSCSI initiator ran"
+    );
     let pngs = std::fs::read_dir(&shots)
         .unwrap()
         .filter(|e| {

@@ -20,13 +20,14 @@ import { HeatmapCard } from './heatmap';
 import { TimeWindow, timeControls } from './timewindow';
 
 /**
- * The first worksheet: NFS operations of both versions, host CPU by mode, disk
+ * The first worksheet: NFS operations of both versions and iSCSI commands, host CPU by mode, disk
  * operations by device, then network bytes right above disk bytes, so what
  * comes in over the wire and what goes to disk line up on one time axis.
  */
 const DEFAULT_DATASETS = [
   'nfs3.ops[op]',
   'nfs4.ops[op]',
+  'iscsi.ops[op]',
   'cpu.utilization[mode]',
   'io.ops[device]',
   'net.interface.bytes[direction]',
