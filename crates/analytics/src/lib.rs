@@ -58,9 +58,7 @@ pub const OTHER_NAME: &str = "(other)";
 /// is `OTHER_NAME`, so a stream of made-up names cannot grow memory without bound.
 pub fn intern(name: &str) -> &'static str {
     static NAMES: std::sync::OnceLock<Interner> = std::sync::OnceLock::new();
-    NAMES
-        .get_or_init(|| Interner::new(MAX_INTERNED))
-        .get(name)
+    NAMES.get_or_init(|| Interner::new(MAX_INTERNED)).get(name)
 }
 
 /// A set of at most `max` names kept for the life of the process (see `intern`).

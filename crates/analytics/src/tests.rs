@@ -452,8 +452,14 @@ fn interned_names_are_shared_and_bounded() {
     for i in 0..20 {
         names.get(&format!("iqn.2026-12.org.example:made-up-{i}"));
     }
-    assert_eq!(names.get("iqn.2026-12.org.example:one-too-many"), OTHER_NAME);
-    assert!(std::ptr::eq(names.get("iqn.2026-12.org.example:first"), first));
+    assert_eq!(
+        names.get("iqn.2026-12.org.example:one-too-many"),
+        OTHER_NAME
+    );
+    assert!(std::ptr::eq(
+        names.get("iqn.2026-12.org.example:first"),
+        first
+    ));
     assert_eq!(names.names.lock().unwrap().len(), 8);
 }
 

@@ -13,8 +13,10 @@
 //! - `text.rs`: text keys. `params.rs`: operational negotiation. `chap.rs`: CHAP.
 //! - `login.rs`: the login phase. `session.rs`: the full feature phase.
 //! - `target.rs`: the targets offered. `server.rs`: portals, connections, workers.
+//! - `initiator.rs`: a small initiator, for shoal's tools and tests.
 
 pub mod chap;
+pub mod initiator;
 pub mod login;
 pub mod params;
 pub mod pdu;
@@ -25,4 +27,4 @@ pub mod text;
 
 pub use chap::Credential;
 pub use server::Server;
-pub use target::{Target, Targets};
+pub use target::{DiscoveryAuth, Target, Targets};

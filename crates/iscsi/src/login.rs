@@ -227,7 +227,18 @@ pub fn login(
                 st.target = Some(target);
             }
         }
-        let required = st.target.as_ref().and_then(|t| t.chap.clone());
+        // A normal session answers its target's CHAP; a discovery session the
+        // discovery CHAP, when one is set.
+        let (required, mutual) = if st.discovery {
+            let auth = targets.discovery_auth();
+            (auth.chap, auth.mutual_chap)
+        } else {
+            let t = st.target.as_ref();
+            (
+                t.and_then(|t| t.chap.clone()),
+                t.and_then(|t| t.mutual_chap.clone()),
+            )
+        };
         if csg == 1 && !st.authenticated {
             if required.is_some() {
                 return Err(refuse(stream, &req, &st, 2, 0x01, "CHAP required".into()));
@@ -235,7 +246,13 @@ pub fn login(
             st.authenticated = true;
         }
         if csg == 0 {
-            if let Err(why) = security(&mut st, &keys, required.as_ref(), &mut answers) {
+            if let Err(why) = security(
+                &mut st,
+                &keys,
+                required.as_ref(),
+                mutual.as_ref(),
+                &mut answers,
+            ) {
                 return Err(refuse(stream, &req, &st, 2, 0x01, why));
             }
         }
@@ -288,6 +305,7 @@ fn security(
     st: &mut State,
     keys: &[(String, String)],
     required: Option<&Credential>,
+    mutual: Option<&Credential>,
     answers: &mut Vec<(String, String)>,
 ) -> Result<(), String> {
     let get = |k: &str| {
@@ -338,10 +356,7 @@ fn security(
             return Err(format!("CHAP: wrong user or secret for '{name}'"));
         }
         if let (Some(id), Some(challenge)) = (get("CHAP_I"), get("CHAP_C")) {
-            let mutual = st
-                .target
-                .as_ref()
-                .and_then(|t| t.mutual_chap.clone())
+            let mutual = mutual
                 .ok_or("the initiator asked for mutual CHAP; the target has no secret for it")?;
             let id: u8 = id.parse().map_err(|_| "an unreadable CHAP_I")?;
             let challenge = chap::decode(challenge).ok_or("an unreadable CHAP_C")?;

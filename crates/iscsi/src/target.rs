@@ -27,12 +27,21 @@ impl Target {
     }
 }
 
+/// The CHAP a discovery session must pass (RFC 7143 12.1: discovery sessions may be
+/// authenticated as normal ones are), with what the target answers a mutual challenge.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiscoveryAuth {
+    pub chap: Option<Credential>,
+    pub mutual_chap: Option<Credential>,
+}
+
 /// Every target, by name, and the portals they are reached through.
 #[derive(Default)]
 pub struct Targets {
     targets: RwLock<BTreeMap<String, Arc<Target>>>,
     /// `ip:port,tag` of each portal, for SendTargets.
     portals: RwLock<Vec<String>>,
+    discovery: RwLock<DiscoveryAuth>,
 }
 
 impl Targets {
@@ -67,5 +76,14 @@ impl Targets {
 
     pub fn portals(&self) -> Vec<String> {
         self.portals.read().unwrap().clone()
+    }
+
+    /// What discovery sessions must authenticate with from now on.
+    pub fn set_discovery_auth(&self, auth: DiscoveryAuth) {
+        *self.discovery.write().unwrap() = auth;
+    }
+
+    pub fn discovery_auth(&self) -> DiscoveryAuth {
+        self.discovery.read().unwrap().clone()
     }
 }

@@ -122,6 +122,10 @@ pub fn router(state: Shared) -> Router {
             get(crate::iscsi_api::list).post(crate::iscsi_api::create),
         )
         .route(
+            "/api/v1/iscsi/discovery",
+            get(crate::iscsi_api::discovery).put(crate::iscsi_api::set_discovery),
+        )
+        .route(
             "/api/v1/iscsi/targets/{name}",
             get(crate::iscsi_api::get).delete(crate::iscsi_api::destroy),
         )

@@ -1,9 +1,10 @@
-//! The API's iSCSI targets (`/api/v1/iscsi/targets`): list, create, show, destroy.
+//! The API's iSCSI targets (`/api/v1/iscsi/targets`): list, create, show, destroy;
+//! and discovery authentication (`/api/v1/iscsi/discovery`): show, set.
 //! A daemon serving no iSCSI (`[iscsi] listen = "off"`, or the standard port taken at
 //! start) answers 409. Secrets go in with a create and never come out.
 
 use crate::api::{blocking, ApiError, ApiResult, Body, Shared};
-use crate::iscsi_targets::{IscsiTargets, TargetInfo, TargetSpec};
+use crate::iscsi_targets::{DiscoveryInfo, DiscoverySpec, IscsiTargets, TargetInfo, TargetSpec};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -46,6 +47,17 @@ pub(crate) async fn destroy(
     })
     .await
     .map(|_| StatusCode::NO_CONTENT)
+}
+
+pub(crate) async fn discovery(State(s): State<Shared>) -> ApiResult<DiscoveryInfo> {
+    blocking(move || Ok(targets(&s)?.discovery())).await
+}
+
+pub(crate) async fn set_discovery(
+    State(s): State<Shared>,
+    Body(spec): Body<DiscoverySpec>,
+) -> ApiResult<DiscoveryInfo> {
+    blocking(move || Ok(targets(&s)?.set_discovery(spec)?)).await
 }
 
 impl crate::DaemonState {

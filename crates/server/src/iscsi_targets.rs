@@ -11,6 +11,8 @@
 //! pool is taken or let go and whenever the book changes. A target removed or changed
 //! ends its sessions, whose initiators log in again.
 //!
+//! The book also holds the CHAP discovery sessions must pass (`DiscoverySpec`).
+//!
 //! Invariants: the book only holds targets that passed `check` (a valid IQN/EUI/NAA
 //! name, LUNs below 16384 naming existing volumes, each volume in one LUN of one
 //! target, CHAP secrets of 12 to 255 bytes); a unit exists exactly for each volume a
@@ -84,9 +86,54 @@ pub struct LunInfo {
     pub naa: String,
 }
 
+/// The CHAP discovery sessions must pass (`PUT /api/v1/iscsi/discovery`); neither
+/// set: any initiator may ask which targets there are.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverySpec {
+    #[serde(default)]
+    pub chap: Option<ChapSecret>,
+    #[serde(default)]
+    pub mutual_chap: Option<ChapSecret>,
+}
+
+/// What the API shows of discovery authentication: no secrets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiscoveryInfo {
+    pub chap_user: Option<String>,
+    pub mutual_chap_user: Option<String>,
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Book {
     targets: Vec<TargetSpec>,
+    #[serde(default)]
+    discovery: DiscoverySpec,
+}
+
+fn credential(c: &Option<ChapSecret>) -> Option<iscsi::Credential> {
+    c.as_ref().map(|c| iscsi::Credential {
+        user: c.user.clone(),
+        secret: c.secret.clone(),
+    })
+}
+
+/// CHAP and mutual CHAP as a target or discovery needs them: secrets of 12 to 255
+/// bytes, mutual only with CHAP.
+fn check_chap(
+    chap: &Option<ChapSecret>,
+    mutual: &Option<ChapSecret>,
+) -> std::result::Result<(), String> {
+    if let Some(c) = chap {
+        check_secret("CHAP", c)?;
+    }
+    if let Some(c) = mutual {
+        if chap.is_none() {
+            return Err("mutual CHAP needs CHAP too".into());
+        }
+        check_secret("mutual CHAP", c)?;
+    }
+    Ok(())
 }
 
 pub struct IscsiTargets {
@@ -153,12 +200,46 @@ impl IscsiTargets {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Book::default(),
             Err(e) => return Err(ServerError::Io(format!("reading {}", path.display()), e)),
         };
+        server.targets.set_discovery_auth(iscsi::DiscoveryAuth {
+            chap: credential(&book.discovery.chap),
+            mutual_chap: credential(&book.discovery.mutual_chap),
+        });
         Ok(IscsiTargets {
             server,
             path,
             book: Mutex::new(book),
             units: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Who may discover the targets: the discovery CHAP users, no secrets.
+    pub fn discovery(&self) -> DiscoveryInfo {
+        let book = self.book.lock().unwrap();
+        DiscoveryInfo {
+            chap_user: book.discovery.chap.as_ref().map(|c| c.user.clone()),
+            mutual_chap_user: book.discovery.mutual_chap.as_ref().map(|c| c.user.clone()),
+        }
+    }
+
+    /// Sets (or, with neither credential, clears) the CHAP discovery sessions must
+    /// pass; kept in the book, in force for the next discovery login.
+    pub fn set_discovery(&self, spec: DiscoverySpec) -> Result<DiscoveryInfo> {
+        check_chap(&spec.chap, &spec.mutual_chap).map_err(ServerError::Config)?;
+        {
+            let mut book = self.book.lock().unwrap();
+            let old = std::mem::replace(&mut book.discovery, spec.clone());
+            if let Err(e) = self.save(&book) {
+                book.discovery = old;
+                return Err(e);
+            }
+        }
+        self.server
+            .targets
+            .set_discovery_auth(iscsi::DiscoveryAuth {
+                chap: credential(&spec.chap),
+                mutual_chap: credential(&spec.mutual_chap),
+            });
+        Ok(self.discovery())
     }
 
     fn save(&self, book: &Book) -> Result<()> {
@@ -197,15 +278,7 @@ impl IscsiTargets {
                 return bad(format!("--allow '{initiator}' is not an iSCSI name"));
             }
         }
-        if let Some(c) = &spec.chap {
-            check_secret("CHAP", c).or_else(bad)?;
-        }
-        if let Some(c) = &spec.mutual_chap {
-            if spec.chap.is_none() {
-                return bad("mutual CHAP needs CHAP too".into());
-            }
-            check_secret("mutual CHAP", c).or_else(bad)?;
-        }
+        check_chap(&spec.chap, &spec.mutual_chap).or_else(bad)?;
         if spec
             .alias
             .as_ref()
@@ -321,14 +394,8 @@ impl IscsiTargets {
                 alias: spec.alias.clone(),
                 luns,
                 allow: spec.allow.clone(),
-                chap: spec.chap.as_ref().map(|c| iscsi::Credential {
-                    user: c.user.clone(),
-                    secret: c.secret.clone(),
-                }),
-                mutual_chap: spec.mutual_chap.as_ref().map(|c| iscsi::Credential {
-                    user: c.user.clone(),
-                    secret: c.secret.clone(),
-                }),
+                chap: credential(&spec.chap),
+                mutual_chap: credential(&spec.mutual_chap),
             });
         }
     }

@@ -1,12 +1,13 @@
 //! `shoal iscsi target ...`: the daemon's iSCSI targets (create, list, show,
-//! destroy), through its API: targets are served by the running daemon. CHAP secrets
+//! destroy), and `shoal iscsi discovery ...`: the CHAP discovery sessions must pass
+//! (show, set), through its API: targets are served by the running daemon. CHAP secrets
 //! are read from `SHOAL_CHAP_SECRET` and `SHOAL_MUTUAL_CHAP_SECRET`, else from a
 //! line of standard input each, so they never show in a process list.
 
 use crate::admin::Api;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
-use server::iscsi_targets::{ChapSecret, TargetInfo, TargetSpec};
+use server::iscsi_targets::{ChapSecret, DiscoveryInfo, DiscoverySpec, TargetInfo, TargetSpec};
 use std::collections::BTreeMap;
 
 #[derive(Subcommand)]
@@ -14,6 +15,30 @@ pub enum IscsiCommand {
     /// iSCSI targets: their LUNs, allowed initiators and CHAP.
     #[command(subcommand)]
     Target(TargetCommand),
+    /// Who may ask the portals which targets there are (SendTargets).
+    #[command(subcommand)]
+    Discovery(DiscoveryCommand),
+}
+
+#[derive(Subcommand)]
+pub enum DiscoveryCommand {
+    /// Show the CHAP users discovery sessions must log in with.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Require CHAP for discovery sessions (`--chap USER`, the secret from
+    /// SHOAL_CHAP_SECRET or stdin), or, without `--chap`, require nothing.
+    Set {
+        #[arg(long)]
+        chap: Option<String>,
+        /// Answer initiators that check the target (mutual CHAP) as this user (the
+        /// secret from SHOAL_MUTUAL_CHAP_SECRET or stdin).
+        #[arg(long, requires = "chap")]
+        mutual_chap: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -81,6 +106,60 @@ fn encode(name: &str) -> String {
     name.replace('%', "%25").replace(':', "%3A")
 }
 
+/// `--chap USER` and `--mutual-chap USER` with their secrets.
+fn chap_pair(
+    chap: Option<String>,
+    mutual_chap: Option<String>,
+) -> Result<(Option<ChapSecret>, Option<ChapSecret>)> {
+    let chap = match chap {
+        Some(user) => Some(ChapSecret {
+            user,
+            secret: secret("SHOAL_CHAP_SECRET", "CHAP")?,
+        }),
+        None => None,
+    };
+    let mutual_chap = match mutual_chap {
+        Some(user) => Some(ChapSecret {
+            user,
+            secret: secret("SHOAL_MUTUAL_CHAP_SECRET", "mutual CHAP")?,
+        }),
+        None => None,
+    };
+    Ok((chap, mutual_chap))
+}
+
+fn chap_text(user: &Option<String>, mutual: &Option<String>) -> String {
+    match (user, mutual) {
+        (None, _) => "none".to_string(),
+        (Some(u), None) => format!("user {u}"),
+        (Some(u), Some(m)) => format!("user {u}, mutual as {m}"),
+    }
+}
+
+fn discovery(cmd: DiscoveryCommand) -> Result<()> {
+    let (info, json): (DiscoveryInfo, bool) = match cmd {
+        DiscoveryCommand::Show { json } => (api()?.get("/iscsi/discovery")?, json),
+        DiscoveryCommand::Set {
+            chap,
+            mutual_chap,
+            json,
+        } => {
+            let (chap, mutual_chap) = chap_pair(chap, mutual_chap)?;
+            let spec = DiscoverySpec { chap, mutual_chap };
+            (api()?.put("/iscsi/discovery", &spec)?, json)
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+    } else {
+        println!(
+            "discovery CHAP  {}",
+            chap_text(&info.chap_user, &info.mutual_chap_user)
+        );
+    }
+    Ok(())
+}
+
 fn print(t: &TargetInfo) {
     println!("target {}", t.name);
     if let Some(a) = &t.alias {
@@ -111,11 +190,7 @@ fn print(t: &TargetInfo) {
     );
     println!(
         "  CHAP      {}",
-        match (&t.chap_user, &t.mutual_chap_user) {
-            (None, _) => "none".to_string(),
-            (Some(u), None) => format!("user {u}"),
-            (Some(u), Some(m)) => format!("user {u}, mutual as {m}"),
-        }
+        chap_text(&t.chap_user, &t.mutual_chap_user)
     );
     for p in &t.portals {
         println!("  portal    {p}");
@@ -126,7 +201,10 @@ fn print(t: &TargetInfo) {
 }
 
 pub fn run(cmd: IscsiCommand) -> Result<()> {
-    let IscsiCommand::Target(cmd) = cmd;
+    let cmd = match cmd {
+        IscsiCommand::Target(cmd) => cmd,
+        IscsiCommand::Discovery(cmd) => return discovery(cmd),
+    };
     match cmd {
         TargetCommand::Create {
             name,
@@ -149,20 +227,7 @@ pub fn run(cmd: IscsiCommand) -> Result<()> {
                     bail!("LUN {n} is given twice");
                 }
             }
-            let chap = match chap {
-                Some(user) => Some(ChapSecret {
-                    user,
-                    secret: secret("SHOAL_CHAP_SECRET", "CHAP")?,
-                }),
-                None => None,
-            };
-            let mutual_chap = match mutual_chap {
-                Some(user) => Some(ChapSecret {
-                    user,
-                    secret: secret("SHOAL_MUTUAL_CHAP_SECRET", "mutual CHAP")?,
-                }),
-                None => None,
-            };
+            let (chap, mutual_chap) = chap_pair(chap, mutual_chap)?;
             let spec = TargetSpec {
                 name,
                 alias,

@@ -419,6 +419,68 @@ fn targets_are_guarded_authenticated_and_kept() {
         .unwrap();
     assert!(!other.status.success(), "an initiator not on the list");
 
+    // Discovery behind CHAP: anonymous and wrong-secret SendTargets are refused, the
+    // right user (and mutual CHAP, through shoal's own initiator) lists the targets;
+    // normal logins to an open target are unaffected.
+    let set = shoal_with_env(
+        &state,
+        &[
+            "iscsi",
+            "discovery",
+            "set",
+            "--chap",
+            "finder",
+            "--mutual-chap",
+            "portal",
+            "--json",
+        ],
+        &[
+            ("SHOAL_CHAP_SECRET", "finder-secret-3"),
+            ("SHOAL_MUTUAL_CHAP_SECRET", "portal-secret-4"),
+        ],
+    );
+    assert!(set.status.success(), "{set:?}");
+    let shown: serde_json::Value = serde_json::from_slice(&set.stdout).unwrap();
+    assert_eq!(shown["chap_user"], "finder", "{shown}");
+    assert!(!String::from_utf8_lossy(&set.stdout).contains("secret-3"));
+    let list = |auth: &str| {
+        Command::new("iscsi-ls")
+            .arg(format!("iscsi://{auth}127.0.0.1:{port}"))
+            .output()
+            .expect("iscsi-ls (libiscsi-bin)")
+    };
+    assert!(!list("").status.success(), "anonymous discovery");
+    assert!(!list("finder%wrong-secret-0@").status.success());
+    let found = list("finder%finder-secret-3@");
+    assert!(found.status.success(), "{found:?}");
+    assert!(String::from_utf8_lossy(&found.stdout).contains(open));
+    let discover = |secret: &str, mutual: &str| {
+        iscsi::initiator::Initiator::login(
+            format!("127.0.0.1:{port}").parse().unwrap(),
+            &iscsi::initiator::LoginSpec {
+                initiator: "iqn.2026-12.org.shoal:finder".into(),
+                target: None,
+                chap: Some(("finder".into(), secret.into())),
+                mutual_chap: Some(("portal".into(), mutual.into())),
+            },
+        )
+    };
+    let mut session = discover("finder-secret-3", "portal-secret-4").unwrap();
+    let targets = session.send_targets().unwrap();
+    let names: Vec<&str> = targets.iter().map(|t| t.0.as_str()).collect();
+    // The CHAP target admits listed initiators only, and is not shown to others.
+    assert_eq!(names, [open], "{targets:?}");
+    assert!(
+        targets.iter().all(|t| t.1.len() == 2),
+        "both portals: {targets:?}"
+    );
+    session.logout().unwrap();
+    assert!(
+        discover("finder-secret-3", "a-forged-portal-secret").is_err(),
+        "the initiator catches a portal without the mutual secret"
+    );
+    assert!(inq(&url(port, "", open, 0)).status.success());
+
     // A resize shows in READ CAPACITY.
     ok(&state, &["volume", "set", "tank/vm1", "volsize=48M"]);
     let cap = Command::new("iscsi-readcapacity16")
@@ -437,6 +499,13 @@ fn targets_are_guarded_authenticated_and_kept() {
     assert_eq!(again.as_array().unwrap().len(), 2, "{again}");
     assert!(inq(&url(port, "", open, 0)).status.success());
     assert!(!inq(&url(port, "", chap, 0)).status.success());
+    assert!(!list("").status.success(), "discovery CHAP is kept");
+    let cleared = json(&state, &["iscsi", "discovery", "set", "--json"]);
+    assert!(cleared["chap_user"].is_null(), "{cleared}");
+    assert!(
+        list("").status.success(),
+        "anonymous discovery once cleared"
+    );
 
     // A destroyed target frees its volume.
     ok(&state, &["iscsi", "target", "destroy", open]);

@@ -4,7 +4,9 @@
 //! the replica is compared with the source by content and metadata through real FUSE
 //! mounts; a wrong credential is refused; kill -9 of either side in the middle of a
 //! transfer, then the next run, leaves them equal; failover: the replica promoted,
-//! written over NFS, and replicated back to the demoted old primary.
+//! written over NFS, and replicated back to the demoted old primary. A volume written
+//! over iSCSI is replicated in full and incrementally and reads byte for byte the same
+//! through an iSCSI target on the replica, where it is write-protected.
 //!
 //! Needs root (FUSE mounts), /dev/fuse, openssl and libnfs-utils
 //! (`.ci/test-deps.sh`).
@@ -926,4 +928,138 @@ fn continuous_replication_runs_only_when_something_changed() {
     settled(runs + 1);
     assert!(snapshots(&p, "tank/data").len() > snaps.len());
     assert!(snapshots(&r, "tank/copy").contains(snapshots(&p, "tank/data").last().unwrap()));
+}
+
+/// The bytes of a volume of `blocks` 512-byte blocks through LUN 0 of `target` at
+/// `port`, read in 1 MiB commands.
+fn read_lun(port: u16, target: &str, blocks: u64) -> Vec<u8> {
+    let mut c = lun_session(port, target);
+    assert_eq!(c.capacity(0).unwrap(), (blocks, 512));
+    let mut out = Vec::with_capacity(blocks as usize * 512);
+    for lba in (0..blocks).step_by(2048) {
+        let n = (blocks - lba).min(2048) as u32;
+        out.extend(c.read(0, lba, n, 512).unwrap());
+    }
+    c.logout().unwrap();
+    out
+}
+
+fn lun_session(port: u16, target: &str) -> iscsi::initiator::Initiator {
+    iscsi::initiator::Initiator::login(
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        &iscsi::initiator::LoginSpec {
+            initiator: "iqn.2026-12.org.shoal:replication-test".into(),
+            target: Some(target.into()),
+            chap: None,
+            mutual_chap: None,
+        },
+    )
+    .unwrap()
+}
+
+/// Bytes no two places of a volume share: each 512-byte block names itself and `round`.
+fn block_pattern(lba: u64, blocks: u64, round: u8) -> Vec<u8> {
+    let mut v = Vec::with_capacity(blocks as usize * 512);
+    for b in lba..lba + blocks {
+        let seed = blake3::hash(&[&b.to_le_bytes()[..], &[round]].concat());
+        for _ in 0..16 {
+            v.extend_from_slice(seed.as_bytes());
+        }
+    }
+    v
+}
+
+#[test]
+fn a_volume_replicates_byte_for_byte_and_is_write_protected_on_the_replica() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), None);
+    let r = appliance(&t.path().join("replica"), None);
+    ok(&p, &["volume", "create", "tank/vm", "--size", "16M"]);
+    const BLOCKS: u64 = 16 << 11;
+    let [pport, rport] = free_ports::<2>();
+    let iscsi_at = |port: u16| format!("127.0.0.1:{port}");
+    let mut primary = Served::start(&p, &t.path().join("p.log"), &["--iscsi", &iscsi_at(pport)]);
+    let mut replica = Served::start(&r, &t.path().join("r.log"), &["--iscsi", &iscsi_at(rport)]);
+    let source_iqn = "iqn.2026-12.org.shoal:vm";
+    ok(
+        &p,
+        &[
+            "iscsi",
+            "target",
+            "create",
+            source_iqn,
+            "--lun",
+            "0=tank/vm",
+        ],
+    );
+
+    // Written over iSCSI: the first 4 MiB and 1 MiB near the end; the rest is holes.
+    let mut c = lun_session(pport, source_iqn);
+    c.write(0, 0, &block_pattern(0, 8192, 1), 512).unwrap();
+    c.write(
+        0,
+        BLOCKS - 4096,
+        &block_pattern(BLOCKS - 4096, 2048, 1),
+        512,
+    )
+    .unwrap();
+    c.flush(0).unwrap();
+    c.logout().unwrap();
+    pair(&p, &replica, "vault", None);
+    let id = add_action(&p, "tank/vm", "vault", "tank/vm-copy", &[]);
+    let first = run(&p, &id);
+    assert_eq!(first["ok"], true, "{first}");
+    let after_first = read_lun(pport, source_iqn, BLOCKS);
+
+    // An incremental carries only what changed: 1 MiB in the middle.
+    let mut c = lun_session(pport, source_iqn);
+    c.write(0, 12288, &block_pattern(12288, 2048, 2), 512)
+        .unwrap();
+    c.logout().unwrap();
+    let second = run(&p, &id);
+    assert_eq!(second["ok"], true, "{second}");
+    assert!(!second["base"].is_null(), "an incremental: {second}");
+    assert!(
+        second["bytes"].as_u64().unwrap() < first["bytes"].as_u64().unwrap() / 2,
+        "only the changes travel: {first} then {second}"
+    );
+    let source = read_lun(pport, source_iqn, BLOCKS);
+    // Control: the comparison below sees a change of this size.
+    assert_ne!(source, after_first, "the second write changed the volume");
+    assert_eq!(&source[..4 << 20], &block_pattern(0, 8192, 1)[..]);
+
+    // The replica, served by its own target, reads the same bytes and refuses writes.
+    let replica_iqn = "iqn.2026-12.org.shoal:vm-copy";
+    ok(
+        &replica.state,
+        &[
+            "iscsi",
+            "target",
+            "create",
+            replica_iqn,
+            "--lun",
+            "0=tank/vm-copy",
+        ],
+    );
+    let copy = read_lun(rport, replica_iqn, BLOCKS);
+    assert!(
+        copy == source,
+        "the replica's bytes differ from the source's"
+    );
+    let mut c = lun_session(rport, replica_iqn);
+    let mut write16 = [0u8; 16];
+    write16[0] = 0x8A;
+    write16[13] = 1;
+    let refused = c
+        .command_past_attentions(0, &write16, &[0xEE; 512], 0)
+        .unwrap();
+    assert_eq!(refused.status, 2, "a write to the replica: CHECK CONDITION");
+    assert_eq!(
+        (refused.sense[2] & 0x0F, refused.sense[12]),
+        (0x07, 0x27),
+        "DATA PROTECT, WRITE PROTECTED"
+    );
+    c.logout().unwrap();
+    primary.stop();
+    replica.stop();
 }
