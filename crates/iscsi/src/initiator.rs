@@ -96,14 +96,11 @@ const MAX_RECV: usize = 262_144;
 const ISID: [u8; 6] = [0x80, 0x53, 0x48, 0x4F, 0x41, 0x4C];
 
 fn keys(pairs: &[(&str, &str)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (k, v) in pairs {
-        out.extend_from_slice(k.as_bytes());
-        out.push(b'=');
-        out.extend_from_slice(v.as_bytes());
-        out.push(0);
-    }
-    out
+    let owned: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    text::encode(&owned)
 }
 
 impl Initiator {
