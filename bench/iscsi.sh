@@ -19,6 +19,7 @@
 #
 #   bench/iscsi.sh                                  # 1 GiB span, 10 s per test, 3 rounds
 #   VOLUME_SYNC=disabled bench/iscsi.sh
+#   VOLBLOCKSIZE=4K bench/iscsi.sh                  # the volume's block size (default 16K)
 #   BENCH_DIR=/work/bench-data SPAN_MIB=2048 SECONDS_RUN=20 REPEAT=5 bench/iscsi.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,7 @@ SPAN_MIB=${SPAN_MIB:-1024}
 SECONDS_RUN=${SECONDS_RUN:-10}
 REPEAT=${REPEAT:-3}
 VOLUME_SYNC=${VOLUME_SYNC:-standard}
+VOLBLOCKSIZE=${VOLBLOCKSIZE:-16K}
 command -v tgtd >/dev/null && command -v fio >/dev/null || { echo "iscsi.sh: needs tgt and fio" >&2; exit 1; }
 cargo build --release -q -p shoal -p iscsi-bench
 SHOAL=$PWD/target/release/shoal
@@ -54,7 +56,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # shoal: one file device, a thick volume of the span, a target.
 "$SHOAL" pool create --dir "$DIR" --size "$(( SPAN_MIB * 2 + 512 ))M" tank shoal-dev >/dev/null
-"$SHOAL" volume create tank/lun --size "${SPAN_MIB}M" -o "sync=$VOLUME_SYNC" >/dev/null
+"$SHOAL" volume create tank/lun --size "${SPAN_MIB}M" -o "sync=$VOLUME_SYNC" --volblocksize "$VOLBLOCKSIZE" >/dev/null
 SHOAL_LOG=warn "$SHOAL" serve --listen 127.0.0.1:0 --api 127.0.0.1:0 --portmapper off \
     --iscsi "127.0.0.1:$SHOAL_PORT" > "$OUT/shoal.log" 2>&1 &
 echo $! > "$OUT/shoal.pid"
@@ -125,11 +127,11 @@ for round in $(seq "$REPEAT"); do
     raw read --rw=read --bs=128k --iodepth=8 --ioengine=libaio | sed "s/^{/{\"round\": $round, /" >> "$OUT/results.jsonl"
     raw syncwrite --rw=randwrite --bs=4k --iodepth=1 --ioengine=psync --fdatasync=1 | sed "s/^{/{\"round\": $round, /" >> "$OUT/results.jsonl"
 done
-python3 - "$OUT/results.jsonl" "$SPAN_MIB" "$SECONDS_RUN" "$REPEAT" "$VOLUME_SYNC" <<'PY'
+python3 - "$OUT/results.jsonl" "$SPAN_MIB" "$SECONDS_RUN" "$REPEAT" "$VOLUME_SYNC" "$VOLBLOCKSIZE" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1])]
 out = {"bench": "iscsi", "span_mib": int(sys.argv[2]), "seconds": int(sys.argv[3]), "repeat": int(sys.argv[4]),
-       "client": "bench/iscsi-bench (pipelined, one session)", "volume_sync": sys.argv[5], "figures": {}}
+       "client": "bench/iscsi-bench (pipelined, one session)", "volume_sync": sys.argv[5], "volblocksize": sys.argv[6], "figures": {}}
 keys = ["iops", "mb_per_s", "latency_us_p50", "latency_us_p99", "target_cpu_us_per_op", "target_cpu_seconds_per_gb"]
 for r in rows:
     f = out["figures"].setdefault(r["test"], {}).setdefault(r["target"], {k: [] for k in keys})
