@@ -14,8 +14,10 @@
 //! - `login.rs`: the login phase. `session.rs`: the full feature phase.
 //! - `target.rs`: the targets offered. `server.rs`: portals, connections, workers.
 //! - `initiator.rs`: a small initiator, for shoal's tools and tests.
+//! - `fuzzing.rs`: the fuzz targets' checks, replayed in CI.
 
 pub mod chap;
+pub mod fuzzing;
 pub mod initiator;
 pub mod login;
 pub mod params;

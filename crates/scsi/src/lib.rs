@@ -18,9 +18,11 @@
 //! - `reservations.rs`: SPC-2 RESERVE/RELEASE and persistent reservations.
 //! - `sense.rs`: sense data.
 //! - `cdb.rs`: reading CDB fields.
+//! - `fuzzing.rs`: the fuzz target's check, replayed in CI.
 
 pub mod block;
 pub mod cdb;
+pub mod fuzzing;
 pub mod inquiry;
 pub mod lu;
 pub mod mode;
