@@ -3,33 +3,20 @@
 //! code) go through the same checks again on stable, so CI replays them on every
 //! change.
 
-fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target);
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    paths.sort();
-    assert!(
-        paths.len() >= 50,
-        "the {target} corpus is in the repo ({} inputs)",
-        paths.len()
-    );
-    paths.iter().map(|p| std::fs::read(p).unwrap()).collect()
-}
+#[path = "../../pool/tests/common/mod.rs"]
+mod common;
+use common::fuzz_corpus;
 
 #[test]
 fn the_pdu_corpus_replays_cleanly() {
-    for input in corpus("iscsi_pdu") {
+    for input in fuzz_corpus("iscsi_pdu", 50) {
         iscsi::fuzzing::pdus(&input);
     }
 }
 
 #[test]
 fn the_login_key_corpus_replays_cleanly() {
-    for input in corpus("iscsi_login_keys") {
+    for input in fuzz_corpus("iscsi_login_keys", 50) {
         iscsi::fuzzing::login_keys(&input);
     }
 }

@@ -149,3 +149,22 @@ pub fn crash_policy(point: u64) -> CrashPolicy {
         CrashPolicy::KeepAll,
     ][(point % 4) as usize]
 }
+
+/// The inputs of the committed cargo-fuzz corpus of `target` (`fuzz/corpus/TARGET`),
+/// in name order; at least `min` of them, or the corpus is not in the repo.
+pub fn fuzz_corpus(target: &str, min: usize) -> Vec<Vec<u8>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    assert!(
+        paths.len() >= min,
+        "the {target} corpus is in the repo ({} inputs)",
+        paths.len()
+    );
+    paths.iter().map(|p| std::fs::read(p).unwrap()).collect()
+}
