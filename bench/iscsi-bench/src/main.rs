@@ -10,6 +10,7 @@
 //! MB/s and latency percentiles.
 
 use clap::Parser;
+use iscsi::initiator::{Initiator, LoginSpec};
 use iscsi::pdu::{op, read_pdu, Pdu};
 use std::collections::HashMap;
 use std::io::Write;
@@ -58,46 +59,23 @@ struct State {
     error: Option<String>,
 }
 
-fn keys(pairs: &[(&str, String)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (k, v) in pairs {
-        out.extend_from_slice(format!("{k}={v}").as_bytes());
-        out.push(0);
+/// Waits until `ready` holds of the state (a command's end signals the condition);
+/// a command that failed ends the run.
+fn wait_until(shared: &Shared, ready: impl Fn(&State) -> bool) -> std::sync::MutexGuard<'_, State> {
+    let mut st = shared.state.lock().unwrap();
+    loop {
+        if let Some(e) = &st.error {
+            panic!("a command failed: {e}");
+        }
+        if ready(&st) {
+            return st;
+        }
+        st = shared
+            .cv
+            .wait_timeout(st, Duration::from_millis(100))
+            .unwrap()
+            .0;
     }
-    out
-}
-
-/// Logs in; answers the target's keys and its (ExpCmdSN, MaxCmdSN).
-fn login(s: &mut TcpStream, a: &Args) -> (HashMap<String, String>, u32, u32) {
-    let mut p = Pdu::new(op::LOGIN);
-    p.bhs[0] |= 0x40;
-    p.bhs[1] = 0x80 | (1 << 2) | 3; // T, CSG operational, NSG full feature
-    p.bhs[8..14].copy_from_slice(&[0x80, 0, 0, 0x2B, 0, 1]);
-    p.set_u32(16, 0);
-    p.data = keys(&[
-        ("InitiatorName", a.initiator.clone()),
-        ("TargetName", a.target.clone()),
-        ("SessionType", "Normal".into()),
-        ("HeaderDigest", "None".into()),
-        ("DataDigest", "None".into()),
-        ("InitialR2T", "No".into()),
-        ("ImmediateData", "Yes".into()),
-        ("MaxRecvDataSegmentLength", "262144".into()),
-        ("MaxBurstLength", "1048576".into()),
-        ("FirstBurstLength", "262144".into()),
-        ("MaxOutstandingR2T", "1".into()),
-        ("ErrorRecoveryLevel", "0".into()),
-    ]);
-    p.write_to(s, false, false).unwrap();
-    let r = read_pdu(s, false, false, 1 << 20).expect("a login response");
-    assert_eq!(r.opcode(), op::LOGIN_RESPONSE);
-    assert_eq!((r.bhs[36], r.bhs[37]), (0, 0), "login refused");
-    assert!(
-        r.bhs[1] & 0x80 != 0 && r.bhs[1] & 3 == 3,
-        "the target did not go to the full feature phase"
-    );
-    let keys = iscsi::text::parse(&r.data).unwrap().into_iter().collect();
-    (keys, r.u32_at(28), r.u32_at(32))
 }
 
 fn cdb(write: bool, lba: u64, blocks: u32, fua: bool) -> [u8; 16] {
@@ -113,44 +91,33 @@ fn cdb(write: bool, lba: u64, blocks: u32, fua: bool) -> [u8; 16] {
 
 fn main() {
     let a = Args::parse();
-    let mut s = TcpStream::connect(a.portal).expect("connect to the portal");
+    let mut initiator = Initiator::login(
+        a.portal,
+        &LoginSpec {
+            initiator: a.initiator.clone(),
+            target: Some(a.target.clone()),
+            chap: None,
+            mutual_chap: None,
+        },
+    )
+    .expect("log in");
+    // A new nexus first meets a unit attention (power on): TEST UNIT READY past it.
+    let tur = initiator
+        .command_past_attentions(a.lun, &[0u8; 6], &[], 0)
+        .expect("TEST UNIT READY");
+    assert_eq!(tur.status, 0, "the unit never became ready");
+    let session = initiator.into_session();
+    let (mrdsl, first_burst) = (session.target_max_recv as u32, session.first_burst as u32);
+    let s = session.stream;
     s.set_nodelay(true).unwrap();
-    let (params, exp_cmd_sn, max_cmd_sn) = login(&mut s, &a);
-    let mrdsl: u32 = params
-        .get("MaxRecvDataSegmentLength")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8192);
-    let first_burst: u32 = params
-        .get("FirstBurstLength")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(65536);
-    let immediate = params.get("ImmediateData").map(String::as_str) != Some("No");
-    // A new nexus first meets a unit attention (power on): TEST UNIT READY until GOOD.
-    let mut cmd_sn = exp_cmd_sn;
     let mut lun = [0u8; 8];
     lun[1] = a.lun as u8;
-    let mut ready = false;
-    for i in 0..10u32 {
-        let mut t = Pdu::new(op::SCSI_COMMAND);
-        t.bhs[1] = 0x80;
-        t.bhs[8..16].copy_from_slice(&lun);
-        t.set_u32(16, 0x7000_0000 + i);
-        t.set_u32(24, cmd_sn);
-        cmd_sn = cmd_sn.wrapping_add(1);
-        t.write_to(&mut s, false, false).unwrap();
-        let r = read_pdu(&mut s, false, false, 1 << 20).expect("an answer to TEST UNIT READY");
-        if r.opcode() == op::SCSI_RESPONSE && r.bhs[3] == 0 {
-            ready = true;
-            break;
-        }
-    }
-    assert!(ready, "the unit never became ready");
     let reader_stream = s.try_clone().unwrap();
     let shared = Arc::new(Shared {
         stream: Mutex::new(s),
         state: Mutex::new(State {
-            cmd_sn,
-            max_cmd_sn: max_cmd_sn.wrapping_add(cmd_sn.wrapping_sub(exp_cmd_sn)),
+            cmd_sn: session.cmd_sn,
+            max_cmd_sn: session.max_cmd_sn,
             in_flight: HashMap::new(),
             latencies_us: Vec::new(),
             done: 0,
@@ -242,20 +209,9 @@ fn main() {
     let start = Instant::now();
     let end = start + Duration::from_secs(a.seconds);
     while Instant::now() < end {
-        let mut st = shared.state.lock().unwrap();
-        while st.in_flight.len() >= depth || (st.cmd_sn.wrapping_sub(st.max_cmd_sn) as i32) > 0 {
-            st = shared
-                .cv
-                .wait_timeout(st, Duration::from_millis(100))
-                .unwrap()
-                .0;
-            if let Some(e) = &st.error {
-                panic!("a command failed: {e}");
-            }
-        }
-        if let Some(e) = &st.error {
-            panic!("a command failed: {e}");
-        }
+        let mut st = wait_until(&shared, |st| {
+            st.in_flight.len() < depth && (st.cmd_sn.wrapping_sub(st.max_cmd_sn) as i32) <= 0
+        });
         let slot = if random {
             rng ^= rng << 13;
             rng ^= rng >> 7;
@@ -274,7 +230,7 @@ fn main() {
         p.set_u32(20, a.block);
         p.set_u32(24, st.cmd_sn);
         p.bhs[32..48].copy_from_slice(&cdb(write, lba, blocks_per as u32, fua));
-        if write && immediate {
+        if write && first_burst > 0 {
             let n = a.block.min(first_burst).min(mrdsl) as usize;
             p.data = payload[..n].to_vec();
         }
@@ -286,17 +242,7 @@ fn main() {
         itt = itt.wrapping_add(1).max(1);
     }
     // Wait for what is in flight.
-    let mut st = shared.state.lock().unwrap();
-    while !st.in_flight.is_empty() {
-        st = shared
-            .cv
-            .wait_timeout(st, Duration::from_millis(100))
-            .unwrap()
-            .0;
-        if let Some(e) = &st.error {
-            panic!("a command failed: {e}");
-        }
-    }
+    let mut st = wait_until(&shared, |st| st.in_flight.is_empty());
     let secs = start.elapsed().as_secs_f64();
     let mut lat = std::mem::take(&mut st.latencies_us);
     lat.sort_unstable();

@@ -81,9 +81,24 @@ pub struct Answer {
     pub sense: Vec<u8>,
 }
 
+/// A logged-in session as `Initiator::into_session` hands it over.
+pub struct Session {
+    pub stream: TcpStream,
+    /// The CmdSN of the next command, and the newest the target takes.
+    pub cmd_sn: u32,
+    pub max_cmd_sn: u32,
+    pub exp_stat_sn: u32,
+    /// The most data the target takes in one PDU.
+    pub target_max_recv: usize,
+    /// The most immediate data a command may carry (0: none).
+    pub first_burst: usize,
+}
+
 pub struct Initiator {
     stream: TcpStream,
     cmd_sn: u32,
+    /// The newest CmdSN the target will take, as its last answer said.
+    max_cmd_sn: u32,
     exp_stat_sn: u32,
     itt: u32,
     /// The most data the target takes in one PDU, and in one burst of unsolicited
@@ -112,6 +127,7 @@ impl Initiator {
         let mut me = Initiator {
             stream,
             cmd_sn: 1,
+            max_cmd_sn: 1,
             exp_stat_sn: 0,
             itt: 0,
             target_max_recv: 8192,
@@ -139,6 +155,7 @@ impl Initiator {
             return Err(InitiatorError::LoginRefused(r.bhs[36], r.bhs[37]));
         }
         self.exp_stat_sn = r.u32_at(24).wrapping_add(1);
+        self.max_cmd_sn = r.u32_at(32);
         Ok(r)
     }
 
@@ -294,6 +311,7 @@ impl Initiator {
             if r.itt() != itt {
                 return protocol(format!("a PDU for task {:#x}, not {itt:#x}", r.itt()));
             }
+            self.max_cmd_sn = r.u32_at(32);
             return Ok(r);
         }
     }
@@ -458,6 +476,20 @@ impl Initiator {
         let last = u64::from_be_bytes(a.data[0..8].try_into().unwrap());
         let size = u32::from_be_bytes(a.data[8..12].try_into().unwrap());
         Ok((last + 1, size))
+    }
+
+    /// Hands the logged-in session over to a caller that drives the connection
+    /// itself (a pipelined load client), with where its sequence numbers and the
+    /// negotiated limits stand.
+    pub fn into_session(self) -> Session {
+        Session {
+            stream: self.stream,
+            cmd_sn: self.cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            target_max_recv: self.target_max_recv,
+            first_burst: self.first_burst,
+        }
     }
 
     /// Logs out (closing the session) and ends the connection.
