@@ -2,7 +2,7 @@
 # Guest side of crates/shoal/tests/nfs_kernel.rs: pjdfstest (the Rust POSIX test suite,
 # copied into the guest at $PJDFSTEST) on the kernel's NFS mount ($NFS_VERSION: 3, the
 # default, or 4.1) of $EXPORT served by
-# `shoal serve` at 10.99.0.1. Exclusions are listed and justified in the README.
+# `shoal serve` at 10.99.0.1. Exclusions are listed and justified in docs/pjdfstest.md.
 set -eu
 M=/mnt/share
 mkdir -p $M /mnt/other /etc
