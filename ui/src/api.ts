@@ -127,6 +127,14 @@ export interface Snapshot {
   dataset: number;
   txg: number;
   unique_bytes: number;
+  /** Tags of its holds: a held snapshot cannot be destroyed. */
+  holds: string[];
+}
+
+export interface Hold {
+  snapshot: string;
+  tag: string;
+  created_unix: number;
 }
 
 export interface Export {
@@ -315,7 +323,12 @@ export const destroyFilesystem = (name: string) => call<void>('DELETE', `${V1}/f
 export const snapshots = () => call<Snapshot[]>('GET', `${V1}/snapshots`);
 export const createSnapshot = (name: string) => call<Snapshot>('POST', `${V1}/snapshots`, { name });
 export const destroySnapshot = (name: string) => call<void>('DELETE', `${V1}/snapshots/${pathOf(name)}`);
-export const rollback = (name: string) => call<void>('POST', `${V1}/rollback`, { name });
+export const rollback = (name: string, destroyNewer = false) =>
+  call<void>('POST', `${V1}/rollback`, { name, destroy_newer: destroyNewer });
+export const holds = (of?: string) => call<Hold[]>('GET', `${V1}/holds${of ? `?of=${encodeURIComponent(of)}` : ''}`);
+export const hold = (snapshot: string, tag: string) => call<Hold>('POST', `${V1}/holds`, { snapshot, tag });
+export const release = (snapshot: string, tag: string) =>
+  call<void>('DELETE', `${V1}/holds?snapshot=${encodeURIComponent(snapshot)}&tag=${encodeURIComponent(tag)}`);
 
 export const volumes = () => call<Filesystem[]>('GET', `${V1}/volumes`);
 export const createVolume = (name: string, volsize: string, sparse: boolean) =>

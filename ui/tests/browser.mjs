@@ -17,7 +17,9 @@
 // In Analytics it checks the default worksheet under that load, adds NFS
 // operations by client and drills into one client by file, adds the latency
 // heatmap and drills into its busiest band by file, selects a range, zooms the
-// worksheet to it and goes back to Live, and saves the worksheet.
+// worksheet to it and goes back to Live, and saves the worksheet. On the
+// Snapshots page it finds the promoted replica's held base, holds and releases a
+// snapshot, and rolls back past two newer ones (refused while one is held).
 import { assert, required, startBrowser, StepFailure } from './harness.mjs';
 
 const URL = required('SHOAL_URL').replace(/\/$/, '');
@@ -499,4 +501,49 @@ await run(async () => {
     await until(10, 'the alert acknowledged', async () => (await alertRow.first().getAttribute('data-acknowledged')) === 'true');
   });
 
+  await step('snapshots', async () => {
+    // The promoted replica: its replication base keeps the replica's hold.
+    await page.click('[data-test=nav-snapshots]');
+    await page.locator('[data-test=page-snapshots]').waitFor();
+    const rows = () => page.locator('[data-test=snap-row]').evaluateAll((els) => els.map((e) => e.getAttribute('data-name')));
+    const base = (await rows()).find((n) => n.startsWith(`${REPLICA}@repl-`));
+    assert(base, `no replication snapshot of ${REPLICA} is listed: ${(await rows()).join(', ')}`);
+    const baseRow = page.locator(`[data-test=snap-row][data-name="${base}"]`);
+    assert((await baseRow.locator('[data-test=snap-hold]').textContent()).includes('replication'), `${base} shows no replication hold`);
+    assert(await baseRow.locator('[data-test=snap-destroy]').isDisabled(), `a held snapshot can be destroyed from the page`);
+    await page.locator(`[data-test=snap-fs] option[value="${REPLICA}"]`).waitFor({ state: 'attached' });
+    for (const name of ['ui-a', 'ui-b']) {
+      await page.selectOption('[data-test=snap-fs]', REPLICA);
+      await page.fill('[data-test=snap-name]', name);
+      await page.click('[data-test=snap-create]');
+      await page.locator(`[data-test=snap-row][data-name="${REPLICA}@${name}"]`).waitFor();
+    }
+    // Hold ui-a with a tag of the user's.
+    const a = page.locator(`[data-test=snap-row][data-name="${REPLICA}@ui-a"]`);
+    await a.locator('[data-test=snap-hold-add]').click();
+    await page.fill('[data-test=hold-dialog] [data-test=hold-tag]', 'keep-ui');
+    await page.click('[data-test=hold-dialog] [data-test=confirm]');
+    await a.locator('[data-test=snap-hold]', { hasText: 'keep-ui' }).waitFor();
+    // Rolling back to the base names both newer snapshots, and the hold refuses it.
+    await baseRow.locator('[data-test=snap-rollback]').click();
+    const newer = await page.locator('[data-test=confirm-dialog] [data-test=rollback-newer]').textContent();
+    assert(newer === 'ui-a, ui-b', `the rollback dialog names ${newer} as newer`);
+    await page.click('[data-test=confirm-dialog] [data-test=confirm]');
+    const err = page.locator('[data-test=confirm-dialog] [data-test=dialog-error]');
+    await err.waitFor({ state: 'visible' });
+    assert((await err.textContent()).includes('is held (keep-ui)'), `the refused rollback reads ${await err.textContent()}`);
+    await shot('rollback-refused-held');
+    await page.click('[data-test=confirm-dialog] [data-test=cancel]');
+    // Released (the badge), the rollback goes through and takes both with it.
+    await a.locator('[data-test=snap-hold]', { hasText: 'keep-ui' }).click();
+    await page.click('[data-test=confirm-dialog] [data-test=confirm]');
+    await until(15, 'the hold badge to go', async () => (await a.locator('[data-test=snap-hold]').count()) === 0);
+    await baseRow.locator('[data-test=snap-rollback]').click();
+    await page.click('[data-test=confirm-dialog] [data-test=confirm]');
+    await page.locator(`[data-test=snap-row][data-name="${REPLICA}@ui-a"]`).waitFor({ state: 'detached' });
+    const left = (await apiGet(`/api/v1/snapshots?of=${encodeURIComponent(REPLICA)}`)).map((x) => x.name);
+    assert(JSON.stringify(left) === JSON.stringify([base]), `after the rollback ${REPLICA} has ${left.join(', ')}`);
+    const holds = await apiGet(`/api/v1/holds?of=${encodeURIComponent(REPLICA)}`);
+    assert(holds.length === 1 && holds[0].tag === 'replication', `holds after: ${JSON.stringify(holds)}`);
+  });
 });

@@ -34,6 +34,16 @@ impl DatasetInfo {
     }
 }
 
+/// One hold on a snapshot, as `shoal snapshot holds` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct HoldInfo {
+    /// `pool/fs@name`
+    pub snapshot: String,
+    pub tag: String,
+    /// When it was placed (unix seconds).
+    pub created_unix: u64,
+}
+
 /// The pool a dataset or snapshot name (`pool/a/b@snap`) lives in.
 pub fn pool_of(name: &str) -> &str {
     name.split(['/', '@']).next().unwrap_or(name)
@@ -695,15 +705,34 @@ impl Datasets {
     }
 
     /// Destroys a snapshot; the space only it held comes back.
+    /// Refused while it is held, or in use (mounted, or served as a LUN).
     pub fn destroy_snapshot(&self, full: &str) -> Result<()> {
         let id = self.snapshot_id(full)?;
-        self.open.lock().unwrap().remove(&id);
+        self.refuse_snapshot_in_use(id, full)?;
+        self.forget(id);
         Ok(self.pool.snapshot_destroy(id)?)
+    }
+
+    fn refuse_snapshot_in_use(&self, id: u64, full: &str) -> Result<()> {
+        if self.in_use(id) {
+            return Err(FsError::Busy(format!(
+                "'{full}' is in use (mounted or served as a LUN); stop serving it first"
+            )));
+        }
+        Ok(())
     }
 
     /// Rolls the dataset back to its latest snapshot `full`. The dataset must not be
     /// open (mounted or shared) here.
     pub fn rollback(&self, full: &str) -> Result<()> {
+        self.rollback_to(full, false)
+    }
+
+    /// Rolls the dataset back to its snapshot `full`; the snapshots after it are
+    /// destroyed with it when `destroy_newer`, else they refuse it (named). A held
+    /// newer snapshot refuses it either way. The dataset must not be open (mounted
+    /// or shared) here.
+    pub fn rollback_to(&self, full: &str, destroy_newer: bool) -> Result<()> {
         let id = self.snapshot_id(full)?;
         let (dataset, _) = self.split_snapshot(full)?;
         let (ds_id, _) = self.local(dataset)?;
@@ -712,9 +741,56 @@ impl Datasets {
                 "'{dataset}' is in use; unmount, unshare or unexport it before rolling back"
             )));
         }
-        // An instance nobody holds would show the old contents: forgotten.
+        // An instance nobody holds would show the old contents: forgotten, and so are
+        // the newer snapshots' (they go with the rollback).
+        if destroy_newer {
+            let txg = |id| self.pool.snapshot_txg(id);
+            let newer: Vec<(u64, String)> = self
+                .pool
+                .snapshot_names(ds_id)
+                .into_iter()
+                .filter(|(s, _)| txg(*s) > txg(id))
+                .collect();
+            for (snap, name) in &newer {
+                self.refuse_snapshot_in_use(*snap, name)?;
+            }
+            for (snap, _) in newer {
+                self.forget(snap);
+            }
+        }
         self.forget(ds_id);
-        Ok(self.pool.snapshot_rollback(id)?)
+        Ok(self.pool.snapshot_rollback_to(id, destroy_newer)?)
+    }
+
+    /// Places hold `tag` on snapshot `full`: it cannot be destroyed (by hand, by a
+    /// rollback or by schedule pruning) until released.
+    pub fn hold(&self, full: &str, tag: &str) -> Result<()> {
+        let id = self.snapshot_id(full)?;
+        self.pool.snapshot_hold(id, tag).map_err(|e| match e {
+            pool::PoolError::Exists(s) => FsError::Invalid(format!("{s}: already held")),
+            e => e.into(),
+        })
+    }
+
+    /// Releases hold `tag` of snapshot `full`.
+    pub fn release(&self, full: &str, tag: &str) -> Result<()> {
+        let id = self.snapshot_id(full)?;
+        Ok(self.pool.snapshot_release(id, tag)?)
+    }
+
+    /// The holds of snapshot `full`, by tag.
+    pub fn holds(&self, full: &str) -> Result<Vec<HoldInfo>> {
+        let id = self.snapshot_id(full)?;
+        Ok(self
+            .pool
+            .snapshot_holds(id)?
+            .into_iter()
+            .map(|(tag, created_unix)| HoldInfo {
+                snapshot: full.to_string(),
+                tag,
+                created_unix,
+            })
+            .collect())
     }
 
     /// Forgets the open instance of `name` (a dataset or snapshot), so it can be

@@ -16,7 +16,7 @@ pub mod space;
 pub mod volume;
 
 pub use attr::{Attr, Kind, SetAttr, Timespec};
-pub use datasets::{pool_of, DatasetInfo, DatasetType, Datasets, VolumeSpec};
+pub use datasets::{pool_of, DatasetInfo, DatasetType, Datasets, HoldInfo, VolumeSpec};
 pub use filesystem::{Cred, DirEntry, Filesystem, StatFs};
 pub use props::{EffectiveProps, Props};
 pub use volume::{Durability, Volume};
@@ -62,6 +62,10 @@ pub enum FsError {
     CrossDevice,
     #[error("I/O error: {0}")]
     Io(String),
+    /// Something holds what the request would change (a held snapshot, a snapshot
+    /// being sent); it may succeed once that ends.
+    #[error("busy: {0}")]
+    Busy(String),
     /// A dataset of one type named where the other was asked for (a volume given to
     /// a filesystem command, or the reverse).
     #[error("{name} is a {is}, not a {}", is.other())]
@@ -93,6 +97,7 @@ impl FsError {
             FsError::TooBig => libc::EFBIG,
             FsError::CrossDevice => libc::EXDEV,
             FsError::Io(_) => libc::EIO,
+            FsError::Busy(_) => libc::EBUSY,
         }
     }
 }
@@ -105,6 +110,7 @@ impl From<PoolError> for FsError {
             PoolError::Exists(_) => FsError::Exists,
             PoolError::InvalidArgument(s) => FsError::Invalid(s),
             PoolError::ReadOnly(_) => FsError::ReadOnly,
+            PoolError::Busy(s) => FsError::Busy(s),
             other => FsError::Io(other.to_string()),
         }
     }

@@ -1,6 +1,6 @@
 //! The admin HTTP API (JSON over HTTP/1.1, axum), described by `docs/openapi.json`:
 //! status, pools (status, scrub, check), filesystems (create, list, get, set, inherit,
-//! destroy), snapshots (take, list, destroy, roll back), shares and exports. The CLI is
+//! destroy), snapshots (`snapshots_api.rs`), shares and exports. The CLI is
 //! a client of it while the daemon runs (`crates/shoal/src/admin.rs`).
 //!
 //! Every change is committed (`Pool::sync`) before its response, as the CLI commits
@@ -14,6 +14,8 @@
 //! (`auth.rs`); with `[api] tls_cert` and `tls_key` it speaks HTTPS only.
 
 use crate::replication::admin_api as rep;
+use crate::snapshots_api as snap;
+pub use crate::snapshots_api::{HoldRequest, RollbackRequest, SnapshotName};
 use crate::{DaemonState, ServerError};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -129,12 +131,13 @@ pub fn router(state: Shared) -> Router {
             "/api/v1/iscsi/targets/{name}",
             get(crate::iscsi_api::get).delete(crate::iscsi_api::destroy),
         )
-        .route("/api/v1/snapshots", get(snapshots).post(create_snapshot))
+        .route("/api/v1/snapshots", get(snap::list).post(snap::create))
+        .route("/api/v1/snapshots/{*name}", delete(snap::destroy))
+        .route("/api/v1/rollback", post(snap::rollback))
         .route(
-            "/api/v1/snapshots/{*name}",
-            axum::routing::delete(destroy_snapshot),
+            "/api/v1/holds",
+            get(snap::holds).post(snap::hold).delete(snap::release),
         )
-        .route("/api/v1/rollback", post(rollback))
         .route("/api/v1/send/{*snapshot}", get(crate::streams_api::send))
         .route(
             "/api/v1/send-resume/{*filesystem}",
@@ -276,7 +279,7 @@ impl From<fs::FsError> for ApiError {
         use fs::FsError::*;
         let status = match &e {
             NotFound(_) => StatusCode::NOT_FOUND,
-            Exists | NotEmpty => StatusCode::CONFLICT,
+            Exists | NotEmpty | Busy(_) => StatusCode::CONFLICT,
             Invalid(_) | WrongType { .. } | NameTooLong => StatusCode::BAD_REQUEST,
             ReadOnly | Access | Perm => StatusCode::CONFLICT,
             NoSpace | Quota => StatusCode::INSUFFICIENT_STORAGE,
@@ -693,73 +696,6 @@ async fn destroy_filesystem(
             crate::volumes_api::require_type(ds, &name, fs::DatasetType::Filesystem)?;
             Ok(ds.destroy(&name)?)
         })
-    })
-    .await
-    .map(|_| StatusCode::NO_CONTENT)
-}
-
-#[derive(Debug, Deserialize)]
-struct SnapshotFilter {
-    /// A pool or a filesystem; all pools when absent.
-    of: Option<String>,
-}
-
-async fn snapshots(
-    State(s): State<Shared>,
-    Params(q): Params<SnapshotFilter>,
-) -> ApiResult<Vec<pool::pool::SnapshotInfo>> {
-    blocking(move || {
-        let mut all = Vec::new();
-        match &q.of {
-            Some(of) => {
-                let filter = of.contains('/').then_some(of.as_str());
-                all.extend(s.datasets_of(of)?.snapshots(filter)?);
-            }
-            None => {
-                for p in s.pools() {
-                    if let Some(ds) = s.datasets_of_pool(&p.name) {
-                        all.extend(ds.snapshots(None)?);
-                    }
-                }
-            }
-        }
-        Ok(all)
-    })
-    .await
-}
-
-/// `POST /snapshots` and `POST /rollback` bodies.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SnapshotName {
-    pub name: String,
-}
-
-async fn create_snapshot(
-    State(s): State<Shared>,
-    Body(body): Body<SnapshotName>,
-) -> Result<(StatusCode, Json<pool::pool::SnapshotInfo>), ApiError> {
-    let info = blocking(move || s.commit(&body.name, |ds| Ok(ds.snapshot(&body.name)?))).await?;
-    Ok((StatusCode::CREATED, info))
-}
-
-async fn destroy_snapshot(
-    State(s): State<Shared>,
-    Path(name): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    blocking(move || s.commit(&name, |ds| Ok(ds.destroy_snapshot(&name)?)))
-        .await
-        .map(|_| StatusCode::NO_CONTENT)
-}
-
-async fn rollback(
-    State(s): State<Shared>,
-    Body(body): Body<SnapshotName>,
-) -> Result<StatusCode, ApiError> {
-    blocking(move || {
-        let dataset = body.name.split('@').next().unwrap_or("");
-        s.refuse_if_shared(dataset, "before rolling back")?;
-        s.refuse_if_exported(dataset)?;
-        s.commit(&body.name, |ds| Ok(ds.rollback(&body.name)?))
     })
     .await
     .map(|_| StatusCode::NO_CONTENT)

@@ -30,6 +30,7 @@ pub mod pools_admin;
 pub mod receive_tokens;
 pub mod replication;
 pub mod samplers;
+pub mod snapshots_api;
 pub mod streams_api;
 pub mod ui;
 pub mod volumes_api;

@@ -6,10 +6,12 @@
 
 use crate::registry::{lock_pool, state_dir};
 use anyhow::{anyhow, bail, Context, Result};
-use fs::{DatasetInfo, Datasets};
+use fs::{DatasetInfo, Datasets, HoldInfo};
 use pool::pool::SnapshotInfo;
 use serde::de::DeserializeOwned;
-use server::api::{NewFilesystem, PropertyChanges, ShareRules, SnapshotName};
+use server::api::{
+    HoldRequest, NewFilesystem, PropertyChanges, RollbackRequest, ShareRules, SnapshotName,
+};
 use server::volumes_api::NewVolume;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -419,17 +421,64 @@ impl Admin {
         }
     }
 
-    pub fn rollback(&self, name: &str) -> Result<()> {
+    /// Rolls back to snapshot `name`; `destroy_newer` destroys the snapshots after it.
+    pub fn rollback(&self, name: &str, destroy_newer: bool) -> Result<()> {
         match self {
             Admin::Daemon(api) => api
                 .post::<serde_json::Value>(
                     "/rollback",
-                    &SnapshotName {
+                    &RollbackRequest {
                         name: name.to_string(),
+                        destroy_newer,
                     },
                 )
                 .map(|_| ()),
-            Admin::Local => with_datasets(name, |ds| Ok(ds.rollback(name)?)),
+            Admin::Local => with_datasets(name, |ds| Ok(ds.rollback_to(name, destroy_newer)?)),
+        }
+    }
+
+    pub fn hold(&self, snapshot: &str, tag: &str) -> Result<()> {
+        match self {
+            Admin::Daemon(api) => api
+                .post::<HoldInfo>(
+                    "/holds",
+                    &HoldRequest {
+                        snapshot: snapshot.to_string(),
+                        tag: tag.to_string(),
+                    },
+                )
+                .map(|_| ()),
+            Admin::Local => with_datasets(snapshot, |ds| Ok(ds.hold(snapshot, tag)?)),
+        }
+    }
+
+    pub fn release(&self, snapshot: &str, tag: &str) -> Result<()> {
+        match self {
+            Admin::Daemon(api) => api.delete(&format!(
+                "/holds?snapshot={}&tag={}",
+                encode(snapshot),
+                encode(tag)
+            )),
+            Admin::Local => with_datasets(snapshot, |ds| Ok(ds.release(snapshot, tag)?)),
+        }
+    }
+
+    /// The holds of a snapshot, or of the snapshots of a dataset or pool.
+    pub fn holds(&self, of: &str) -> Result<Vec<HoldInfo>> {
+        match self {
+            Admin::Daemon(api) => api.get(&format!("/holds?of={}", encode(of))),
+            Admin::Local => with_datasets(of, |ds| {
+                let dataset = of.split('@').next().unwrap_or(of);
+                let filter = dataset.contains('/').then_some(dataset);
+                let mut out = Vec::new();
+                for snap in ds.snapshots(filter)? {
+                    if (of.contains('@') && snap.name != of) || snap.holds.is_empty() {
+                        continue;
+                    }
+                    out.extend(ds.holds(&snap.name)?);
+                }
+                Ok(out)
+            }),
         }
     }
 }
@@ -449,7 +498,8 @@ pub fn share_set(api: &Api, dataset: &str, rules: &str) -> Result<nfs::ShareInfo
     )
 }
 
-/// Percent-encodes what a dataset name may hold that a URL path may not.
+/// Percent-encodes what a dataset name or hold tag may hold that a URL path or query
+/// value may not.
 pub(crate) fn encode(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {

@@ -1,9 +1,9 @@
-//! `shoal snapshot ...`: take, list, destroy and roll back to snapshots. Like `shoal
+//! `shoal snapshot ...`: take, list, destroy, roll back to, hold and release snapshots. Like `shoal
 //! fs`, each command goes through the daemon when it runs, else opens the pool under
 //! its lock, and commits before it returns.
 
 use crate::admin::Admin;
-use crate::units::human;
+use crate::units::{human, utc};
 use anyhow::Result;
 use clap::Subcommand;
 
@@ -18,10 +18,34 @@ pub enum SnapshotCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Destroy a snapshot; the space only it held is freed.
+    /// Destroy a snapshot; the space only it held is freed. A held snapshot is kept.
     Destroy { name: String },
-    /// Roll a filesystem back to its latest snapshot (it must not be mounted).
-    Rollback { name: String },
+    /// Roll a filesystem or volume back to a snapshot: every change since is lost. It
+    /// must not be mounted, shared or served.
+    Rollback {
+        name: String,
+        /// Destroy the snapshots taken after it too (refused if one of them is held);
+        /// without this, their existence refuses the rollback.
+        #[arg(short = 'r', long = "destroy-newer")]
+        destroy_newer: bool,
+    },
+    /// Hold a snapshot: `shoal snapshot hold keep tank/home@monday`. A held snapshot
+    /// cannot be destroyed (by hand, a rollback or a schedule) until every hold on it
+    /// is released.
+    Hold {
+        /// Any name (1-64 bytes); a snapshot takes each tag once.
+        tag: String,
+        snapshot: String,
+    },
+    /// Release a hold: `shoal snapshot release keep tank/home@monday`.
+    Release { tag: String, snapshot: String },
+    /// List the holds of a snapshot, or of every snapshot of a filesystem or pool.
+    Holds {
+        /// pool/fs@snapshot, pool/fs or pool.
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(cmd: SnapshotCommand) -> Result<()> {
@@ -37,9 +61,18 @@ pub fn run(cmd: SnapshotCommand) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&snaps)?);
             } else {
-                println!("{:<40} {:>10} {:>10}", "NAME", "TXG", "UNIQUE");
+                println!(
+                    "{:<40} {:>10} {:>10} {:>6}",
+                    "NAME", "TXG", "UNIQUE", "HOLDS"
+                );
                 for s in &snaps {
-                    println!("{:<40} {:>10} {:>10}", s.name, s.txg, human(s.unique_bytes));
+                    println!(
+                        "{:<40} {:>10} {:>10} {:>6}",
+                        s.name,
+                        s.txg,
+                        human(s.unique_bytes),
+                        s.holds.len()
+                    );
                 }
             }
             Ok(())
@@ -49,9 +82,34 @@ pub fn run(cmd: SnapshotCommand) -> Result<()> {
             println!("destroyed {name}");
             Ok(())
         }
-        SnapshotCommand::Rollback { name } => {
-            admin.rollback(&name)?;
+        SnapshotCommand::Rollback {
+            name,
+            destroy_newer,
+        } => {
+            admin.rollback(&name, destroy_newer)?;
             println!("rolled back to {name}");
+            Ok(())
+        }
+        SnapshotCommand::Hold { tag, snapshot } => {
+            admin.hold(&snapshot, &tag)?;
+            println!("held {snapshot} ({tag})");
+            Ok(())
+        }
+        SnapshotCommand::Release { tag, snapshot } => {
+            admin.release(&snapshot, &tag)?;
+            println!("released {snapshot} ({tag})");
+            Ok(())
+        }
+        SnapshotCommand::Holds { name, json } => {
+            let holds = admin.holds(&name)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&holds)?);
+            } else {
+                println!("{:<40} {:<24} TIMESTAMP", "NAME", "TAG");
+                for h in &holds {
+                    println!("{:<40} {:<24} {}", h.snapshot, h.tag, utc(h.created_unix));
+                }
+            }
             Ok(())
         }
     }

@@ -470,8 +470,9 @@ fn every_documented_operation_is_served() {
                         r#"{"properties": {"volsize": "16M"}}"#
                     }
                     "#/components/schemas/PropertyChanges" => r#"{"properties": {"atime": "off"}}"#,
-                    "#/components/schemas/SnapshotName" if path.ends_with("rollback") => {
-                        r#"{"name": "tank/home@monday"}"#
+                    "#/components/schemas/Rollback" => r#"{"name": "tank/home@monday"}"#,
+                    "#/components/schemas/HoldRequest" => {
+                        r#"{"snapshot": "tank/home@monday", "tag": "keep"}"#
                     }
                     "#/components/schemas/SnapshotName" => r#"{"name": "tank/home@tuesday"}"#,
                     "#/components/schemas/ShareRules" => r#"{"rules": "127.0.0.1(rw)"}"#,
@@ -521,7 +522,7 @@ fn every_documented_operation_is_served() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 81, "docs/openapi.json has 81 operations");
+    assert_eq!(operations, 84, "docs/openapi.json has 84 operations");
     d.stop(&state);
 }
 

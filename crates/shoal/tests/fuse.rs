@@ -108,6 +108,44 @@ fn snapshots_read_back_unchanged_under_dot_shoal() {
     ok(&state, &["snapshot", "rollback", "tank/data@tuesday"]);
     let m = Mount::start(&state, "tank/data", &mnt, &[]);
     assert!(std::fs::read(mnt.join("big")).unwrap() == new);
+    std::fs::write(mnt.join("later"), b"after tuesday").unwrap();
+    Command::new("umount").arg(&mnt).status().unwrap();
+    m.wait();
+
+    // Back past two newer snapshots: refused naming them, refused while one is held,
+    // then done with -r, which destroys them.
+    ok(&state, &["snapshot", "create", "tank/data@wednesday"]);
+    ok(&state, &["snapshot", "create", "tank/data@thursday"]);
+    let refused = shoal(&state, &["snapshot", "rollback", "tank/data@tuesday"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && err.contains("newer ones (tank/data@wednesday, tank/data@thursday)"),
+        "{err}"
+    );
+    ok(&state, &["snapshot", "hold", "keep", "tank/data@thursday"]);
+    let holds = ok(&state, &["snapshot", "holds", "tank/data", "--json"]);
+    let holds: serde_json::Value = serde_json::from_str(&holds).unwrap();
+    assert_eq!(holds[0]["snapshot"], "tank/data@thursday");
+    assert_eq!(holds[0]["tag"], "keep");
+    let refused = shoal(&state, &["snapshot", "rollback", "-r", "tank/data@tuesday"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("'tank/data@thursday' is held (keep)"),
+        "{err}"
+    );
+    ok(
+        &state,
+        &["snapshot", "release", "keep", "tank/data@thursday"],
+    );
+    ok(&state, &["snapshot", "rollback", "-r", "tank/data@tuesday"]);
+    let list = ok(&state, &["snapshot", "list", "tank/data", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["name"], "tank/data@tuesday");
+    let m = Mount::start(&state, "tank/data", &mnt, &[]);
+    assert!(std::fs::read(mnt.join("big")).unwrap() == new);
+    assert!(!mnt.join("later").exists());
     Command::new("umount").arg(&mnt).status().unwrap();
     m.wait();
     let report = ok(&state, &["pool", "check", "tank"]);

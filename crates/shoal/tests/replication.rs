@@ -6,7 +6,8 @@
 //! transfer, then the next run, leaves them equal; failover: the replica promoted,
 //! written over NFS, and replicated back to the demoted old primary. A volume written
 //! over iSCSI is replicated in full and incrementally and reads byte for byte the same
-//! through an iSCSI target on the replica, where it is write-protected.
+//! through an iSCSI target on the replica, where it is write-protected. The base of
+//! the next incremental is held on both sides and survives a destroy attempt.
 //!
 //! Needs root (FUSE mounts), /dev/fuse, openssl and libnfs-utils
 //! (`.ci/test-deps.sh`).
@@ -889,6 +890,103 @@ fn a_target_behind_its_alert_lag_is_alerted_then_caught_up() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     assert_eq!(alerts_of(&p, "replication.lagging", &behind_obj).len(), 1);
+}
+
+/// The tags holding each snapshot of `fs` (`shoal snapshot holds --json`).
+fn holds(state: &Path, fs: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for h in json(state, &["snapshot", "holds", fs, "--json"])
+        .as_array()
+        .unwrap()
+    {
+        let snap = h["snapshot"].as_str().unwrap().split_once('@').unwrap().1;
+        out.entry(snap.to_string())
+            .or_default()
+            .push(h["tag"].as_str().unwrap().to_string());
+    }
+    out
+}
+
+#[test]
+fn the_base_is_held_on_both_sides_and_survives_a_destroy_attempt() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), Some("tank/data"));
+    let r = appliance(&t.path().join("replica"), None);
+    let primary = Served::start(&p, &t.path().join("p.log"), &[]);
+    let replica = Served::start(&r, &t.path().join("r.log"), &[]);
+    share_to_loopback(&p, "tank/data");
+    pair(&p, &replica, "vault", None);
+    let id = add_action(
+        &p,
+        "tank/data",
+        "vault",
+        "tank/copy",
+        &["--keep-local", "1", "--keep-remote", "1"],
+    );
+    let tag = format!("replication:{id}");
+    nfs_put(&primary, "/tank/data", "one", b"first");
+    assert_eq!(run(&p, &id)["ok"], true);
+    let base = snapshots(&p, "tank/data").last().unwrap().clone();
+    assert_eq!(
+        holds(&p, "tank/data"),
+        BTreeMap::from([(base.clone(), vec![tag.clone()])])
+    );
+    assert_eq!(
+        holds(&r, "tank/copy"),
+        BTreeMap::from([(base.clone(), vec!["replication".to_string()])])
+    );
+
+    // An operator's destroy of the base is refused on both sides, naming the hold.
+    for (state, fs) in [(&p, "tank/data"), (&r, "tank/copy")] {
+        let out = shoal(state, &["snapshot", "destroy", &format!("{fs}@{base}")]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is held (replication"), "{err}");
+    }
+    // An operator's own hold stacks with the replication's.
+    ok(
+        &p,
+        &["snapshot", "hold", "keep", &format!("tank/data@{base}")],
+    );
+
+    // The next run moves the replication hold to the new base on both sides and
+    // prunes what nothing holds; the operator's hold keeps the old base here.
+    nfs_put(&primary, "/tank/data", "two", b"second");
+    let second = run(&p, &id);
+    assert_eq!(second["ok"], true, "{second}");
+    let new_base = snapshots(&p, "tank/data").last().unwrap().clone();
+    assert_ne!(new_base, base);
+    assert_eq!(
+        holds(&p, "tank/data"),
+        BTreeMap::from([
+            (base.clone(), vec!["keep".to_string()]),
+            (new_base.clone(), vec![tag.clone()])
+        ])
+    );
+    assert_eq!(snapshots(&p, "tank/data"), [base.clone(), new_base.clone()]);
+    assert_eq!(
+        holds(&r, "tank/copy"),
+        BTreeMap::from([(new_base.clone(), vec!["replication".to_string()])])
+    );
+    assert_eq!(
+        snapshots(&r, "tank/copy"),
+        std::slice::from_ref(&new_base),
+        "the old base pruned there"
+    );
+
+    // Released, the old base goes; removing the action lets go of its base.
+    ok(
+        &p,
+        &["snapshot", "release", "keep", &format!("tank/data@{base}")],
+    );
+    ok(&p, &["snapshot", "destroy", &format!("tank/data@{base}")]);
+    ok(&p, &["replication", "remove", &id]);
+    assert!(holds(&p, "tank/data").is_empty());
+    ok(
+        &p,
+        &["snapshot", "destroy", &format!("tank/data@{new_base}")],
+    );
+    assert!(snapshots(&p, "tank/data").is_empty());
 }
 
 #[test]

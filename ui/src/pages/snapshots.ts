@@ -1,11 +1,13 @@
 // The Snapshots page: snapshots grouped by filesystem (oldest first), a form to
-// take one, destroy, and roll a filesystem back to its latest snapshot.
+// take one, destroy, roll a filesystem back to any snapshot (the newer ones are
+// named and destroyed with it), and the holds that keep a snapshot from being
+// destroyed: placed, listed and released here.
 
 import * as api from '../api';
-import { h, options } from '../dom';
+import { h, options, type Child } from '../dom';
 import { fmtBytes, fmtInt } from '../format';
 import type { Page } from '../page';
-import { busy, confirmAction, errorLine, field, loadInto, pageHead, panel, table, toast } from '../widgets';
+import { busy, confirmAction, dialog, errorLine, field, loadInto, pageHead, panel, table, toast } from '../widgets';
 
 function pad2(n: number): string {
   return n < 10 ? `0${n}` : String(n);
@@ -57,13 +59,6 @@ export function snapshotsPage(): Page {
       const [snaps, fss] = await Promise.all([api.snapshots(), api.filesystems()]);
       const keep = fsSelect.value;
       fsSelect.replaceChildren(...options(fss.map((f): [string, string] => [f.name, f.name]), keep || fss.find((f) => f.name.includes('/'))?.name));
-      // The latest snapshot of each filesystem is the one rollback goes to.
-      const latest = new Map<string, api.Snapshot>();
-      for (const s of snaps) {
-        const fs = s.name.split('@')[0];
-        const cur = latest.get(fs);
-        if (!cur || s.txg >= cur.txg) latest.set(fs, s);
-      }
       const sorted = [...snaps].sort((a, b) => {
         const fa = a.name.split('@')[0];
         const fb = b.name.split('@')[0];
@@ -76,24 +71,37 @@ export function snapshotsPage(): Page {
           { title: 'Transaction group', cell: (s) => fmtInt(s.txg), class: 'num' },
           { title: 'Unique data', cell: (s) => fmtBytes(s.unique_bytes), class: 'num' },
           {
+            title: 'Holds',
+            cell: (s) =>
+              s.holds.map((tag) =>
+                h(
+                  'span',
+                  { class: 'badge unknown', 'data-test': 'snap-hold', title: `Held by '${tag}': click to release`, style: 'cursor:pointer', onclick: () => release(s, tag) },
+                  tag,
+                  ' \u00d7',
+                ),
+              ),
+          },
+          {
             title: '',
             class: 'actions',
             cell: (s) => {
               const fs = s.name.split('@')[0];
-              const isLatest = latest.get(fs)?.id === s.id;
+              const held = s.holds.length > 0;
               return [
+                h('button', { class: 'small', 'data-test': 'snap-rollback', title: `Roll ${fs} back to this snapshot`, onclick: () => rollback(s, snaps) }, 'Roll back'),
+                h('button', { class: 'small', 'data-test': 'snap-hold-add', title: 'Keep this snapshot from being destroyed', onclick: () => hold(s) }, 'Hold'),
                 h(
                   'button',
                   {
-                    class: 'small',
-                    'data-test': 'snap-rollback',
-                    disabled: !isLatest,
-                    title: isLatest ? `Roll ${fs} back to this snapshot` : 'Only the latest snapshot of a filesystem can be rolled back to',
-                    onclick: () => rollback(s),
+                    class: 'small danger-text',
+                    'data-test': 'snap-destroy',
+                    disabled: held,
+                    title: held ? `Held (${s.holds.join(', ')}): release its holds first` : 'Destroy this snapshot',
+                    onclick: () => destroy(s),
                   },
-                  'Roll back',
+                  'Destroy',
                 ),
-                h('button', { class: 'small danger-text', 'data-test': 'snap-destroy', onclick: () => destroy(s) }, 'Destroy'),
               ];
             },
           },
@@ -113,18 +121,56 @@ export function snapshotsPage(): Page {
     });
   }
 
-  function rollback(s: api.Snapshot): void {
+  function rollback(s: api.Snapshot, all: api.Snapshot[]): void {
     const fs = s.name.split('@')[0];
-    confirmAction(
-      'Roll back',
-      ['Roll ', h('b', null, fs), ' back to ', h('b', null, s.name), '? Every change made since is lost. A shared filesystem must be unshared first.'],
-      'Roll back',
-      async () => {
-        await api.rollback(s.name);
-        toast(`${fs} rolled back to ${s.name}`);
-        await refresh();
-      },
+    const newer = all.filter((x) => x.name.split('@')[0] === fs && x.txg > s.txg).sort((a, b) => a.txg - b.txg);
+    const message: Child[] = ['Roll ', h('b', null, fs), ' back to ', h('b', null, s.name), '? Every change made since is lost.'];
+    if (newer.length > 0) {
+      message.push(
+        ' The newer snapshots are destroyed with it: ',
+        h('b', { 'data-test': 'rollback-newer' }, newer.map((x) => x.name.split('@')[1]).join(', ')),
+        '.',
+      );
+    }
+    message.push(' A shared filesystem must be unshared first.');
+    confirmAction('Roll back', message, newer.length > 0 ? `Roll back and destroy ${newer.length}` : 'Roll back', async () => {
+      await api.rollback(s.name, newer.length > 0);
+      toast(`${fs} rolled back to ${s.name}`);
+      await refresh();
+    });
+  }
+
+  function hold(s: api.Snapshot): void {
+    const err = errorLine('dialog-error');
+    const tag = h('input', { type: 'text', value: 'keep', size: 24, maxlength: 64, 'data-test': 'hold-tag' });
+    const ok = h('button', { class: 'primary', 'data-test': 'confirm' }, 'Hold');
+    const cancel = h('button', { 'data-test': 'cancel' }, 'Cancel');
+    const d = dialog(
+      'Hold snapshot',
+      [h('p', null, 'A held snapshot cannot be destroyed (by hand, by a rollback or by a schedule) until every hold on it is released. ', h('b', null, s.name)), field('Tag', tag), err.el],
+      [cancel, ok],
+      'hold-dialog',
     );
+    cancel.addEventListener('click', () => d.close());
+    ok.addEventListener('click', async () => {
+      err.clear();
+      try {
+        await busy(ok, 'Holding…', () => api.hold(s.name, tag.value.trim()));
+        d.close();
+        toast(`${s.name} held (${tag.value.trim()})`);
+        await refresh();
+      } catch (e) {
+        err.show(e);
+      }
+    });
+  }
+
+  function release(s: api.Snapshot, tag: string): void {
+    confirmAction('Release hold', ['Release hold ', h('b', null, tag), ' on ', h('b', null, s.name), '?'], 'Release', async () => {
+      await api.release(s.name, tag);
+      toast(`${s.name} released (${tag})`);
+      await refresh();
+    });
   }
 
   void refresh();

@@ -112,6 +112,7 @@ impl From<&FsError> for Status {
             FsError::TooBig => Status::FBig,
             FsError::CrossDevice => Status::XDev,
             FsError::Io(_) => Status::Io,
+            FsError::Busy(_) => Status::Jukebox,
         }
     }
 }

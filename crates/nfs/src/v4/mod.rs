@@ -312,6 +312,7 @@ impl From<&fs::FsError> for Nfs4Error {
             F::TooBig => Nfs4Error::FBig,
             F::CrossDevice => Nfs4Error::XDev,
             F::Io(_) => Nfs4Error::Io,
+            F::Busy(_) => Nfs4Error::Delay,
         }
     }
 }

@@ -23,6 +23,18 @@ pub(super) fn encode_directory(entries: &[DirRecord], next_id: u64) -> Result<Ve
         b.extend_from_slice(&r.deadlist.count.to_le_bytes());
         b.extend_from_slice(&r.deadlist.bytes.to_le_bytes());
         b.extend_from_slice(&r.guid.to_le_bytes());
+        let holds = u16::try_from(r.holds.len())
+            .map_err(|_| PoolError::InvalidArgument(format!("'{}': too many holds", r.name)))?;
+        b.extend_from_slice(&holds.to_le_bytes());
+        for (tag, unix) in &r.holds {
+            assert!(
+                !tag.is_empty() && tag.len() <= HOLD_TAG_MAX_BYTES,
+                "hold tag {tag:?}"
+            );
+            b.push(tag.len() as u8);
+            b.extend_from_slice(tag.as_bytes());
+            b.extend_from_slice(&unix.to_le_bytes());
+        }
     }
     if b.len() > DIR_MAX_BYTES {
         return Err(PoolError::NoSpace);
@@ -71,6 +83,7 @@ pub(super) fn decode_directory(b: &[u8]) -> Result<(Vec<DirRecord>, u64, bool), 
             snap_txg: 0,
             deadlist: Deadlist::EMPTY,
             guid: 0,
+            holds: BTreeMap::new(),
         };
         if version >= 2 {
             let kind = take(1)?[0];
@@ -89,6 +102,21 @@ pub(super) fn decode_directory(b: &[u8]) -> Result<(Vec<DirRecord>, u64, bool), 
         }
         if version >= 4 {
             r.guid = u64::from_le_bytes(take(8)?.try_into().unwrap());
+        }
+        if version >= 5 {
+            let holds = u16::from_le_bytes(take(2)?.try_into().unwrap());
+            for _ in 0..holds {
+                let len = take(1)?[0] as usize;
+                if len == 0 || len > HOLD_TAG_MAX_BYTES {
+                    return Err(bad("hold tag length"));
+                }
+                let tag = String::from_utf8(take(len)?.to_vec()).map_err(|_| bad("hold tag"))?;
+                let unix = u64::from_le_bytes(take(8)?.try_into().unwrap());
+                r.holds.insert(tag, unix);
+            }
+            if !r.holds.is_empty() && r.snapshot_of.is_none() {
+                return Err(bad("holds on a dataset"));
+            }
         }
         out.push(r);
     }

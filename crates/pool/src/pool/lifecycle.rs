@@ -491,6 +491,7 @@ impl Pool {
                             }
                             (g, _) => g,
                         },
+                        holds: r.holds,
                     },
                 );
             }

@@ -22,14 +22,16 @@
 //! previous trees stay intact. After a crash, import finds the newest uberblock whose
 //! directory, object sets and space log all verify, and is exactly that txg.
 //!
-//! Directory block (logical, little-endian): 0..8 magic `SHOALDIR`; 8..12 version (4;
-//! 1 to 3 are read too); 12..16 entry count u32; 16..24 next object set id u64; then per
+//! Directory block (logical, little-endian): 0..8 magic `SHOALDIR`; 8..12 version (5;
+//! 1 to 4 are read too); 12..16 entry count u32; 16..24 next object set id u64; then per
 //! entry: id u64, root block pointer (128), name length u16, name (UTF-8), properties
 //! length u32, properties (UTF-8 JSON, owned by the file system layer); version 2 adds
 //! kind u8 (0 dataset, 1 snapshot), origin u64 (a snapshot's dataset id, else 0),
 //! snapshot txg u64 (a snapshot's own txg, or a dataset's latest snapshot txg, 0 for
 //! none), dead list head block pointer (128) and dead list entry count u64; version 3
-//! the dead list's size u64; version 4 a snapshot's guid u64 (see `docs/format.md`).
+//! the dead list's size u64; version 4 a snapshot's guid u64; version 5 a snapshot's
+//! holds: count u16, then per hold tag length u8, tag (UTF-8), placed at u64 unix
+//! seconds (see `docs/format.md`).
 //!
 //! Snapshots (see `deadlist.rs`): taking one costs a directory entry naming the root the
 //! dataset's sync just wrote; blocks born at or before it are then released to the
@@ -60,8 +62,13 @@ use vdev::label;
 use vdev::{Device, Health, Layout, Leaf, ReadMode, TopVdev};
 
 const DIR_MAGIC: &[u8; 8] = b"SHOALDIR";
-const DIR_VERSION: u32 = 4;
+const DIR_VERSION: u32 = 5;
 const DIR_MAX_BYTES: usize = 1024 * 1024;
+/// The longest hold tag, in bytes (the directory stores its length in one byte).
+pub const HOLD_TAG_MAX_BYTES: usize = 64;
+/// The most holds one snapshot carries (the directory stores the count in two bytes;
+/// the bound keeps one snapshot from filling the directory block).
+pub const HOLDS_PER_SNAPSHOT_MAX: usize = 256;
 /// Read-ahead threads. Each runs one job (one aggregated read per leaf) at a time, so
 /// this is also the device queue depth read-ahead can reach for all streams together:
 /// 16 keeps a 32 MiB window in flight for two streams (8 left the reader waiting on
@@ -198,6 +205,9 @@ struct DatasetEntry {
     /// A snapshot's identity, the same in every pool a stream carries it to (0 for a
     /// dataset): an incremental stream names the snapshot it applies on top of by it.
     guid: u64,
+    /// A snapshot's holds: tag -> when it was placed (unix seconds). A held snapshot
+    /// is never destroyed (empty for a dataset).
+    holds: BTreeMap<String, u64>,
 }
 
 impl DatasetEntry {
@@ -210,6 +220,7 @@ impl DatasetEntry {
             snap_txg: 0,
             deadlist: Deadlist::EMPTY,
             guid: 0,
+            holds: BTreeMap::new(),
         }
     }
 }
@@ -225,6 +236,7 @@ struct DirRecord {
     snap_txg: u64,
     deadlist: Deadlist,
     guid: u64,
+    holds: BTreeMap<String, u64>,
 }
 
 /// Snapshot work done in syncing context; the caller waits for the sync and reads the
@@ -240,8 +252,20 @@ enum SnapOp {
     Destroy {
         id: u64,
     },
+    /// `destroy_newer`: the snapshots taken after `id` are destroyed with the changes
+    /// (refused when one is held); without it they make the rollback refused.
     Rollback {
         id: u64,
+        destroy_newer: bool,
+    },
+    Hold {
+        id: u64,
+        tag: String,
+        unix: u64,
+    },
+    Release {
+        id: u64,
+        tag: String,
     },
 }
 
@@ -281,6 +305,10 @@ pub struct SnapshotInfo {
     pub txg: u64,
     /// Bytes only this snapshot holds: what destroying it frees (deflated size).
     pub unique_bytes: u64,
+    /// The tags of its holds (`Pool::snapshot_hold`); a held snapshot cannot be
+    /// destroyed.
+    #[serde(default)]
+    pub holds: Vec<String>,
 }
 
 #[derive(Debug)]

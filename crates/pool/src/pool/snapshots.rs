@@ -20,7 +20,8 @@ impl Pool {
         })
     }
 
-    /// Destroys a snapshot, freeing the blocks only it held.
+    /// Destroys a snapshot, freeing the blocks only it held. Refused (`Busy`) while
+    /// it is held.
     pub fn snapshot_destroy(&self, id: u64) -> Result<(), PoolError> {
         self.run_snapshot_op(SnapOp::Destroy { id }).map(|_| ())
     }
@@ -28,7 +29,55 @@ impl Pool {
     /// Rolls a dataset back to its latest snapshot `id`: later changes are discarded
     /// and their blocks freed. The dataset must not be in use (mounted or shared).
     pub fn snapshot_rollback(&self, id: u64) -> Result<(), PoolError> {
-        self.run_snapshot_op(SnapOp::Rollback { id }).map(|_| ())
+        self.snapshot_rollback_to(id, false)
+    }
+
+    /// Rolls a dataset back to its snapshot `id`. Snapshots taken after it refuse the
+    /// rollback, naming them, unless `destroy_newer`: then they are destroyed with
+    /// the changes, in the same transaction group (all or none after a crash), and a
+    /// held one refuses it. The dataset must not be in use (mounted or shared).
+    pub fn snapshot_rollback_to(&self, id: u64, destroy_newer: bool) -> Result<(), PoolError> {
+        self.run_snapshot_op(SnapOp::Rollback { id, destroy_newer })
+            .map(|_| ())
+    }
+
+    /// Places hold `tag` on snapshot `id` (committed when this returns): the snapshot
+    /// cannot be destroyed, by hand, by a rollback or by pruning, until every hold on
+    /// it is released. A tag already on it is refused.
+    pub fn snapshot_hold(&self, id: u64, tag: &str) -> Result<(), PoolError> {
+        check_hold_tag(tag)?;
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.run_snapshot_op(SnapOp::Hold {
+            id,
+            tag: tag.to_string(),
+            unix,
+        })
+        .map(|_| ())
+    }
+
+    /// Releases hold `tag` of snapshot `id` (committed when this returns).
+    pub fn snapshot_release(&self, id: u64, tag: &str) -> Result<(), PoolError> {
+        check_hold_tag(tag)?;
+        self.run_snapshot_op(SnapOp::Release {
+            id,
+            tag: tag.to_string(),
+        })
+        .map(|_| ())
+    }
+
+    /// The txg snapshot `id` was taken in (0 if there is no such snapshot).
+    pub fn snapshot_txg(&self, id: u64) -> u64 {
+        let ds = self.datasets.read().unwrap();
+        Self::snapshot_entry(&ds, id).map_or(0, |(s, _)| s.snap_txg)
+    }
+
+    /// The holds of snapshot `id`: (tag, placed at in unix seconds), by tag.
+    pub fn snapshot_holds(&self, id: u64) -> Result<Vec<(String, u64)>, PoolError> {
+        let ds = self.datasets.read().unwrap();
+        let (s, _) = Self::snapshot_entry(&ds, id)?;
+        Ok(s.holds.iter().map(|(t, u)| (t.clone(), *u)).collect())
     }
 
     pub(super) fn run_snapshot_op(&self, op: SnapOp) -> Result<u64, PoolError> {
@@ -81,6 +130,7 @@ impl Pool {
                 dataset: origin,
                 txg: d.snap_txg,
                 unique_bytes: unique,
+                holds: d.holds.keys().cloned().collect(),
             });
         }
         Ok(out)
@@ -156,7 +206,11 @@ impl Pool {
                     guid,
                 } => self.snapshot_in_sync(txg, dataset, &name, guid),
                 SnapOp::Destroy { id } => self.destroy_snapshot_in_sync(txg, id).map(|_| id),
-                SnapOp::Rollback { id } => self.rollback_in_sync(txg, id).map(|_| id),
+                SnapOp::Rollback { id, destroy_newer } => {
+                    self.rollback_in_sync(txg, id, destroy_newer).map(|_| id)
+                }
+                SnapOp::Hold { id, tag, unix } => self.hold_in_sync(id, tag, unix).map(|_| id),
+                SnapOp::Release { id, tag } => self.release_in_sync(id, &tag).map(|_| id),
             };
             // I/O failures fail the txg; a refused request only fails its caller.
             let r = match r {
@@ -215,6 +269,7 @@ impl Pool {
                 snap_txg: txg,
                 deadlist: handed_over,
                 guid: guid.unwrap_or_else(|| snapshot_guid(self.guid, id, txg)),
+                holds: BTreeMap::new(),
             },
         );
         Ok(id)
@@ -250,6 +305,7 @@ impl Pool {
         let st = &self.storage;
         let mut ds = self.datasets.write().unwrap();
         let (s, origin) = Self::snapshot_entry(&ds, id)?;
+        refuse_held(s)?;
         if self.sending.lock().unwrap().contains_key(&id) {
             return Err(PoolError::InvalidArgument(format!(
                 "'{}' is being sent: destroy it when the send has ended",
@@ -283,17 +339,99 @@ impl Pool {
         Ok(())
     }
 
-    pub(super) fn rollback_in_sync(&self, txg: u64, id: u64) -> Result<(), PoolError> {
+    fn hold_in_sync(&self, id: u64, tag: String, unix: u64) -> Result<(), PoolError> {
+        let mut ds = self.datasets.write().unwrap();
+        let (s, _) = Self::snapshot_entry(&ds, id)?;
+        if s.holds.contains_key(&tag) {
+            return Err(PoolError::Exists(format!(
+                "hold '{tag}' on '{}' (a tag holds a snapshot once)",
+                s.name
+            )));
+        }
+        if s.holds.len() >= HOLDS_PER_SNAPSHOT_MAX {
+            return Err(PoolError::InvalidArgument(format!(
+                "'{}' has {HOLDS_PER_SNAPSHOT_MAX} holds, the most a snapshot takes",
+                s.name
+            )));
+        }
+        ds.get_mut(&id).unwrap().holds.insert(tag, unix);
+        Ok(())
+    }
+
+    fn release_in_sync(&self, id: u64, tag: &str) -> Result<(), PoolError> {
+        let mut ds = self.datasets.write().unwrap();
+        let (s, _) = Self::snapshot_entry(&ds, id)?;
+        if !s.holds.contains_key(tag) {
+            return Err(PoolError::NotFound(format!(
+                "no hold '{tag}' on '{}'",
+                s.name
+            )));
+        }
+        ds.get_mut(&id).unwrap().holds.remove(tag);
+        Ok(())
+    }
+
+    pub(super) fn rollback_in_sync(
+        &self,
+        txg: u64,
+        id: u64,
+        destroy_newer: bool,
+    ) -> Result<(), PoolError> {
+        let newer = {
+            let ds = self.datasets.read().unwrap();
+            let (s, origin) = Self::snapshot_entry(&ds, id)?;
+            let mut newer: Vec<(u64, &DatasetEntry)> = ds
+                .iter()
+                .filter(|(_, d)| d.snapshot_of == Some(origin) && d.snap_txg > s.snap_txg)
+                .map(|(id, d)| (*id, d))
+                .collect();
+            newer.sort_by_key(|(_, d)| std::cmp::Reverse(d.snap_txg));
+            let names = || {
+                newer
+                    .iter()
+                    .rev()
+                    .map(|(_, d)| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            if !newer.is_empty() && !destroy_newer {
+                return Err(PoolError::InvalidArgument(format!(
+                    "'{}' is not the latest snapshot; rolling back to it destroys the \
+                     newer ones ({}): ask for that (-r)",
+                    s.name,
+                    names()
+                )));
+            }
+            for (_, d) in &newer {
+                refuse_held(d)?;
+            }
+            if newer
+                .iter()
+                .any(|(id, _)| self.sending.lock().unwrap().contains_key(id))
+            {
+                return Err(PoolError::Busy(format!(
+                    "a newer snapshot than '{}' is being sent ({}): roll back when the \
+                     send has ended",
+                    s.name,
+                    names()
+                )));
+            }
+            newer.into_iter().map(|(id, _)| id).collect::<Vec<_>>()
+        };
+        // Newest first, so each is the latest when it goes: the changes after it are
+        // the dataset's, and the next destroy hands its dead list on correctly.
+        for snap in newer {
+            self.destroy_snapshot_in_sync(txg, snap)?;
+        }
         let st = &self.storage;
         let mut ds = self.datasets.write().unwrap();
         let (s, origin) = Self::snapshot_entry(&ds, id)?;
         let (s_txg, s_root) = (s.snap_txg, s.objset.root_bp());
-        if Self::neighbours(&ds, origin, s_txg).1 != origin {
-            return Err(PoolError::InvalidArgument(format!(
-                "'{}' is not the latest snapshot: destroy the later ones first",
-                s.name
-            )));
-        }
+        assert_eq!(
+            Self::neighbours(&ds, origin, s_txg).1,
+            origin,
+            "the rollback's snapshot is the latest once the newer are gone"
+        );
         let d = &ds[&origin];
         // Everything born after the snapshot is the dataset's alone; what died since
         // is still the snapshot's, so the dead list is dropped, not freed.
@@ -314,6 +452,36 @@ impl Pool {
         d.objset = objset;
         d.deadlist = Deadlist::EMPTY;
         Ok(())
+    }
+}
+
+/// Refuses to destroy a held snapshot, naming its holds.
+fn refuse_held(s: &DatasetEntry) -> Result<(), PoolError> {
+    if s.holds.is_empty() {
+        return Ok(());
+    }
+    let tags: Vec<&str> = s.holds.keys().map(String::as_str).collect();
+    Err(PoolError::Busy(format!(
+        "'{}' is held ({}): release its holds before destroying it",
+        s.name,
+        tags.join(", ")
+    )))
+}
+
+/// A hold tag: 1 to `HOLD_TAG_MAX_BYTES` bytes of printable characters (no control
+/// characters; spaces inside are allowed, as in ZFS).
+pub fn check_hold_tag(tag: &str) -> Result<(), PoolError> {
+    let ok = !tag.is_empty()
+        && tag.len() <= HOLD_TAG_MAX_BYTES
+        && !tag.chars().any(char::is_control)
+        && tag.trim() == tag;
+    if ok {
+        Ok(())
+    } else {
+        Err(PoolError::InvalidArgument(format!(
+            "hold tag {tag:?}: 1 to {HOLD_TAG_MAX_BYTES} bytes of printable characters, \
+             without leading or trailing spaces"
+        )))
     }
 }
 

@@ -349,6 +349,7 @@ impl Pool {
                 snap_txg: d.snap_txg,
                 deadlist: d.deadlist,
                 guid: d.guid,
+                holds: d.holds.clone(),
             })
             .collect();
         let next_id = *self.next_objset_id.lock().unwrap();

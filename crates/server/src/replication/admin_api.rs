@@ -257,13 +257,31 @@ pub async fn delete_action(
             format!("action {id} is running: remove it when the run ends"),
         ));
     }
+    let mut removed = None;
     s.replication.change(|b| {
         b.history.remove(&id);
-        b.actions
-            .remove(&id)
+        removed = b.actions.remove(&id);
+        removed
+            .as_ref()
             .map(|_| ())
             .ok_or_else(|| ServerError::NotFound(format!("no replication action {id}")))
     })?;
+    // Its base is no longer needed here.
+    let filesystem = removed.map(|a| a.filesystem).unwrap_or_default();
+    blocking(move || {
+        if let Ok(ds) = s.datasets_of(&filesystem) {
+            super::release_all_but(&ds, &filesystem, &super::action_hold_tag(id), None).map_err(
+                |e| {
+                    ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("action {id} removed; releasing its holds: {e}"),
+                    )
+                },
+            )?;
+        }
+        Ok(())
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

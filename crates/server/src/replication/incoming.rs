@@ -9,7 +9,8 @@
 //! every snapshot after the base is destroyed first and the filesystem rolled back to
 //! it (as `zfs receive -F`): a replica has no changes of its own worth keeping. A full
 //! stream into a replica without a snapshot (a first receive cut by a crash) replaces
-//! it. After every receive, good or refused, the replica is `readonly=on` and its
+//! it. After every receive, good or refused, the replica is `readonly=on`, its
+//! newest snapshot is held (`replication`, the next stream's base) and its unheld
 //! replication snapshots are pruned to `keep`. A shared replica is taken out of the
 //! NFS service for the receive and shared again with the same rules after it.
 
@@ -304,6 +305,10 @@ fn finish(s: &Shared, ds: &fs::Datasets, dataset: &str, keep: u32, handles: Opti
     }
     let snaps = pool.snapshot_names(os);
     if let Some((_, newest)) = snaps.last() {
+        // The base of the next stream.
+        if let Err(e) = super::move_hold(ds, dataset, newest, super::REPLICA_HOLD_TAG) {
+            tracing::warn!(%dataset, snapshot = %newest, error = %e, "holding a replica's base");
+        }
         super::sender::prune(ds, dataset, keep, newest);
     }
     let last = snaps.last().map(|(_, n)| n.clone());

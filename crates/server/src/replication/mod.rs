@@ -37,6 +37,13 @@
 //! promoted; a promoted filesystem becomes a replica again only when its operator
 //! demotes it, so a stream never lands on a filesystem someone writes to.
 //!
+//! Holds: the base of the next incremental stream is held on both sides (`zfs hold`),
+//! so neither pruning nor an operator's `snapshot destroy` can break the chain. The
+//! sender holds the snapshot a run delivered with `replication:<action id>` and only
+//! then releases that tag from the previous base; the replica does the same with
+//! `replication` for the newest snapshot it received. Removing an action releases its
+//! holds; promoting a replica keeps its hold (the base of a replication back).
+//!
 //! Crash safety: the book is written whole or not at all (`write_atomically`). A
 //! dataset is recorded as a replica before the first byte of a full stream is applied,
 //! so a partial one left by a crash is known to be the replica's and is received
@@ -299,6 +306,57 @@ pub struct Replication {
     /// across restarts: the next scheduled check finds it again.
     current: Mutex<HashMap<u64, u64>>,
     stop: AtomicBool,
+}
+
+/// The hold a replication action keeps, on the sending side, on its filesystem's
+/// base: the newest snapshot the target is known to hold, which the next incremental
+/// stream starts from.
+pub fn action_hold_tag(action: u64) -> String {
+    format!("replication:{action}")
+}
+
+/// The hold a replica keeps on the newest snapshot it received: the base of the next
+/// incremental stream into it.
+pub const REPLICA_HOLD_TAG: &str = "replication";
+
+/// Holds snapshot `base` of `dataset` with `tag`, then releases `tag` from every
+/// other snapshot of it (each committed): the base is never without its hold, and
+/// the previous base is let go only once the new one is held.
+pub(crate) fn move_hold(
+    ds: &fs::Datasets,
+    dataset: &str,
+    base: &str,
+    tag: &str,
+) -> std::result::Result<(), String> {
+    let pool = ds.pool();
+    let id = pool
+        .objset_id(base)
+        .ok_or_else(|| format!("snapshot {base} is gone"))?;
+    let held = pool.snapshot_holds(id).map_err(|e| e.to_string())?;
+    if !held.iter().any(|(t, _)| t == tag) {
+        ds.hold(base, tag).map_err(|e| e.to_string())?;
+    }
+    release_all_but(ds, dataset, tag, Some(base))
+}
+
+/// Releases `tag` from every snapshot of `dataset` but `keep`.
+pub(crate) fn release_all_but(
+    ds: &fs::Datasets,
+    dataset: &str,
+    tag: &str,
+    keep: Option<&str>,
+) -> std::result::Result<(), String> {
+    let pool = ds.pool();
+    for (id, name) in ds.snapshot_names(dataset).map_err(|e| e.to_string())? {
+        if Some(name.as_str()) == keep {
+            continue;
+        }
+        let held = pool.snapshot_holds(id).map_err(|e| e.to_string())?;
+        if held.iter().any(|(t, _)| t == tag) {
+            ds.release(&name, tag).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 pub fn unix_now() -> u64 {

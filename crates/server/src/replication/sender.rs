@@ -10,7 +10,9 @@
 //!    When the target reports a receive cut short (a resume point) of a snapshot
 //!    this side still holds, the rest of that stream goes first, then every snapshot
 //!    since it: what arrived is not sent again;
-//! 5. on success prune this side's replication snapshots to `keep_local`; on a
+//! 5. on success hold the new snapshot as the next base (`replication:<action id>`),
+//!    release the previous base, and prune this side's unheld replication snapshots
+//!    to `keep_local`; on a
 //!    failure before any byte reached the target destroy the new snapshot, so
 //!    failures cannot push the common base out of the kept ones (one that got part
 //!    of the way is kept: the target can resume it).
@@ -265,6 +267,14 @@ fn run(
     })();
     match outcome {
         Ok(()) => {
+            // The target holds `snapshot` now: it is the next run's base.
+            super::move_hold(
+                &ds,
+                &action.filesystem,
+                &snapshot,
+                &super::action_hold_tag(id),
+            )
+            .map_err(|e| format!("sent, but holding {snapshot} as the next base: {e}"))?;
             prune(&ds, &action.filesystem, action.keep_local, &snapshot);
             Ok(())
         }
@@ -301,21 +311,25 @@ fn new_snapshot_name(ds: &fs::Datasets, filesystem: &str, unix: u64) -> Result<S
 }
 
 /// Destroys the oldest replication snapshots of `filesystem` beyond `keep`, never
-/// `newest` (the next run's base).
+/// `newest` (the next run's base) nor a held one (another action's base, or one an
+/// operator holds).
 pub(crate) fn prune(ds: &fs::Datasets, filesystem: &str, keep: u32, newest: &str) {
     let Ok(names) = ds.snapshot_names(filesystem) else {
         return;
     };
-    let ours: Vec<String> = names
+    let pool = ds.pool();
+    let ours: Vec<(u64, String)> = names
         .into_iter()
-        .map(|(_, n)| n)
-        .filter(|n| {
+        .filter(|(_, n)| {
             n.split_once('@')
                 .is_some_and(|(_, short)| short.starts_with(SNAPSHOT_PREFIX))
         })
         .collect();
     let excess = ours.len().saturating_sub(keep.max(1) as usize);
-    for name in ours.iter().take(excess).filter(|n| *n != newest) {
+    for (id, name) in ours.iter().take(excess).filter(|(_, n)| n != newest) {
+        if pool.snapshot_holds(*id).map_or(true, |h| !h.is_empty()) {
+            continue;
+        }
         if let Err(e) = ds.destroy_snapshot(name) {
             tracing::warn!(snapshot = %name, error = %e, "pruning a replication snapshot");
         }
