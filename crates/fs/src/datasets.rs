@@ -730,19 +730,42 @@ impl Datasets {
 
     /// Rolls the dataset back to its snapshot `full`; the snapshots after it are
     /// destroyed with it when `destroy_newer`, else they refuse it (named). A held
-    /// newer snapshot refuses it either way. The dataset must not be open (mounted
-    /// or shared) here.
+    /// newer snapshot refuses it either way. See `rollback_with` for a filesystem in
+    /// use.
     pub fn rollback_to(&self, full: &str, destroy_newer: bool) -> Result<()> {
+        self.rollback_with(full, destroy_newer, &mut |_, _| {})
+            .map(|_| ())
+    }
+
+    /// `rollback_to`, for a filesystem in use too: one open here and held by others
+    /// (shared, mounted) is rolled back in place and stays open; its operations pause
+    /// for the rollback (`Filesystem::rollback_while_open`), and `vanished` is given it
+    /// and its open files that no longer exist while they are still paused, so their
+    /// protocol state can go before anyone reuses their object ids. Answers those
+    /// files. A volume in use (served as a LUN) refuses: its initiator caches blocks
+    /// a rollback would change under it.
+    pub fn rollback_with(
+        &self,
+        full: &str,
+        destroy_newer: bool,
+        vanished: &mut dyn FnMut(&Filesystem, &[u64]),
+    ) -> Result<Vec<u64>> {
         let id = self.snapshot_id(full)?;
         let (dataset, _) = self.split_snapshot(full)?;
         let (ds_id, _) = self.local(dataset)?;
-        if self.in_use(ds_id) {
-            return Err(FsError::Invalid(format!(
-                "'{dataset}' is in use; unmount, unshare or unexport it before rolling back"
+        let volume_in_use = self
+            .volumes
+            .lock()
+            .unwrap()
+            .get(&ds_id)
+            .is_some_and(|v| Arc::strong_count(v) > 1);
+        if volume_in_use {
+            return Err(FsError::Busy(format!(
+                "'{dataset}' is served as a LUN; take it out of its target before rolling back"
             )));
         }
-        // An instance nobody holds would show the old contents: forgotten, and so are
-        // the newer snapshots' (they go with the rollback).
+        // The newer snapshots go with the rollback: none may be in use, and their
+        // instances are forgotten.
         if destroy_newer {
             let txg = |id| self.pool.snapshot_txg(id);
             let newer: Vec<(u64, String)> = self
@@ -758,8 +781,21 @@ impl Datasets {
                 self.forget(snap);
             }
         }
-        self.forget(ds_id);
-        Ok(self.pool.snapshot_rollback_to(id, destroy_newer)?)
+        let open = self.open.lock().unwrap().get(&ds_id).cloned();
+        let gone = match open {
+            // Held by the cache, this clone and someone else: in use.
+            Some(fs) if Arc::strong_count(&fs) > 2 => {
+                fs.rollback_while_open(id, destroy_newer, &mut |g| vanished(&fs, g))?
+            }
+            // An instance nobody holds would show the old contents: forgotten.
+            _ => {
+                self.forget(ds_id);
+                self.pool.snapshot_rollback_to(id, destroy_newer)?;
+                Vec::new()
+            }
+        };
+        self.limits.refresh(&self.pool)?;
+        Ok(gone)
     }
 
     /// Places hold `tag` on snapshot `full`: it cannot be destroyed (by hand, by a

@@ -28,7 +28,10 @@ use pool::compress::Compression;
 use pool::{Pool, ReadBuf, Tx};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+mod gate;
 mod open_files;
+mod rollback;
+use gate::Gate;
 use open_files::OpenFiles;
 
 pub const ROOT_INO: u64 = 1;
@@ -109,6 +112,8 @@ pub struct Filesystem {
     attr_locks: Vec<Mutex<()>>,
     open_files: Mutex<OpenFiles>,
     limits: Arc<SpaceLimits>,
+    /// Every public operation passes it; a rollback while open closes it (`gate.rs`).
+    gate: Gate,
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -192,6 +197,7 @@ impl Filesystem {
             namespace: RwLock::new(()),
             attr_locks: (0..ATTR_LOCK_SHARDS).map(|_| Mutex::new(())).collect(),
             open_files: Mutex::default(),
+            gate: Gate::new(),
         });
         let root = fs.getattr(ROOT_INO)?;
         if root.kind != Kind::Dir {
@@ -260,6 +266,7 @@ impl Filesystem {
     // ---- attributes ----
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let _pass = self.gate.pass();
         Ok(self.attr_and_info(ino)?.0)
     }
 
@@ -286,6 +293,7 @@ impl Filesystem {
 
     /// Attributes of `ino` if its generation matches (for NFS file handles).
     pub fn getattr_gen(&self, ino: u64, generation: u64) -> Result<Attr> {
+        let _pass = self.gate.pass();
         let a = self.getattr(ino)?;
         if a.generation != generation {
             return Err(FsError::NotFound(format!(
@@ -311,6 +319,7 @@ impl Filesystem {
     }
 
     pub fn setattr(&self, ino: u64, set: &SetAttr, cred: &Cred) -> Result<Attr> {
+        let _pass = self.gate.pass();
         self.writable()?;
         let _ns = self.namespace.read().unwrap();
         let _l = self.lock_attrs(&[ino]);
@@ -394,6 +403,7 @@ impl Filesystem {
     // ---- names ----
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        let _pass = self.gate.pass();
         let _ns = self.namespace.read().unwrap();
         let p = self.dir_attr(parent)?;
         match name {
@@ -426,10 +436,12 @@ impl Filesystem {
         rdev: u64,
         cred: &Cred,
     ) -> Result<Attr> {
+        let _pass = self.gate.pass();
         self.create_node(parent, name, kind, perm, rdev, None, cred)
     }
 
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], cred: &Cred) -> Result<Attr> {
+        let _pass = self.gate.pass();
         if target.is_empty() || target.len() > 4095 {
             return Err(FsError::Invalid(
                 "symlink target must be 1 to 4095 bytes".into(),
@@ -536,6 +548,7 @@ impl Filesystem {
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let _pass = self.gate.pass();
         let a = self.getattr(ino)?;
         if a.kind != Kind::Symlink {
             return Err(FsError::Invalid("not a symlink".into()));
@@ -544,6 +557,7 @@ impl Filesystem {
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8], _cred: &Cred) -> Result<Attr> {
+        let _pass = self.gate.pass();
         self.writable()?;
         Self::check_new_name(newname)?;
         let _ns = self.namespace.write().unwrap();
@@ -607,16 +621,19 @@ impl Filesystem {
     }
 
     pub fn unlink(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
+        let _pass = self.gate.pass();
         self.remove(parent, name, Some(false), cred)
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
+        let _pass = self.gate.pass();
         self.remove(parent, name, Some(true), cred)
     }
 
     /// Removes `name` whether it is a directory (which must be empty) or not, in one
     /// walk of the directory (NFSv4's REMOVE).
     pub fn remove_any(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
+        let _pass = self.gate.pass();
         self.remove(parent, name, None, cred)
     }
 
@@ -672,6 +689,7 @@ impl Filesystem {
         noreplace: bool,
         cred: &Cred,
     ) -> Result<()> {
+        let _pass = self.gate.pass();
         self.writable()?;
         if matches!(name, b"." | b"..") || matches!(newname, b"." | b"..") {
             return Err(FsError::Invalid("cannot rename '.' or '..'".into()));
@@ -784,6 +802,7 @@ impl Filesystem {
     /// Directory entries after `cookie` (0 = from the start; "." is 1 and ".." is 2),
     /// at most `max`.
     pub fn readdir(&self, ino: u64, cookie: u64, max: usize) -> Result<Vec<DirEntry>> {
+        let _pass = self.gate.pass();
         let _ns = self.namespace.read().unwrap();
         let a = self.dir_attr(ino)?;
         let mut out = Vec::new();
@@ -823,12 +842,14 @@ impl Filesystem {
     // ---- data ----
 
     pub fn read(&self, ino: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let _pass = self.gate.pass();
         Ok(self.read_parts(ino, offset, len)?.to_vec())
     }
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file) as slices of
     /// the pool's cache buffers, for a server to send without copying.
     pub fn read_parts(&self, ino: u64, offset: u64, len: usize) -> Result<ReadBuf> {
+        let _pass = self.gate.pass();
         let (a, n) = self.read_extent(ino, offset, len)?;
         if n == 0 {
             return Ok(ReadBuf::new());
@@ -843,6 +864,7 @@ impl Filesystem {
     /// nothing was read or changed, and the caller goes to `read_parts` on a thread that
     /// may block.
     pub fn read_parts_cached(&self, ino: u64, offset: u64, len: usize) -> Result<Option<ReadBuf>> {
+        let _pass = self.gate.pass();
         let (a, n) = self.read_extent(ino, offset, len)?;
         if n == 0 {
             return Ok(Some(ReadBuf::new()));
@@ -895,6 +917,7 @@ impl Filesystem {
 
     /// Writes `data` at `offset`; with sync=always it is durable when this returns.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        let _pass = self.gate.pass();
         self.writable()?;
         let (recordsize, sync) = {
             let p = self.props.read().unwrap();
@@ -950,6 +973,7 @@ impl Filesystem {
     /// Punches a hole: `[offset, offset+len)` reads as zeros afterwards and whole
     /// records inside it give their space back. The size does not change.
     pub fn punch(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
+        let _pass = self.gate.pass();
         self.writable()?;
         let _l = self.lock_attrs(&[ino]);
         let mut a = self.getattr(ino)?;
@@ -973,6 +997,7 @@ impl Filesystem {
     /// is pool-wide, so this covers every object, which is what NFS COMMIT and
     /// metadata operations need anyway.
     pub fn fsync(&self, _ino: u64) -> Result<()> {
+        let _pass = self.gate.pass();
         if self.props.read().unwrap().sync == SyncMode::Disabled {
             return Ok(());
         }
@@ -983,6 +1008,7 @@ impl Filesystem {
     /// With sync=always every change is durable before it is acknowledged: protocol
     /// adapters pass the result of each namespace or attribute change through here.
     pub fn settle<T>(&self, r: Result<T>) -> Result<T> {
+        let _pass = self.gate.pass();
         if r.is_ok() && self.props.read().unwrap().sync == SyncMode::Always {
             self.pool.log_commit()?;
         }
@@ -993,6 +1019,7 @@ impl Filesystem {
     /// disabled): what `settle_stable` and `fsync` decide, for a caller that commits
     /// several changes at once.
     pub fn commits_stable(&self) -> bool {
+        let _pass = self.gate.pass();
         self.props.read().unwrap().sync != SyncMode::Disabled
     }
 
@@ -1001,6 +1028,7 @@ impl Filesystem {
     /// change is committed before the answer unless sync=disabled. Concurrent callers
     /// share one log commit (see `IntentLog::commit`).
     pub fn settle_stable<T>(&self, r: Result<T>) -> Result<T> {
+        let _pass = self.gate.pass();
         if r.is_ok() && self.props.read().unwrap().sync != SyncMode::Disabled {
             self.pool.log_commit()?;
         }
@@ -1016,12 +1044,14 @@ impl Filesystem {
 
     /// What the dataset uses (children and snapshots included) and can still take.
     pub fn usage(&self) -> crate::space::Usage {
+        let _pass = self.gate.pass();
         self.limits.usage(&self.pool, self.os)
     }
 
     /// Space as zfs reports it: the size is what the dataset uses plus what it can
     /// still take, so quotas and others' reservations show in `df`.
     pub fn statfs(&self) -> Result<StatFs> {
+        let _pass = self.gate.pass();
         let usage = self.usage();
         let avail = usage.available;
         let total = usage.used + avail;
@@ -1073,6 +1103,7 @@ impl Filesystem {
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        let _pass = self.gate.pass();
         let a = self.getattr(ino)?;
         self.load_xattrs(&a)?
             .into_iter()
@@ -1082,6 +1113,7 @@ impl Filesystem {
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        let _pass = self.gate.pass();
         let a = self.getattr(ino)?;
         Ok(self.load_xattrs(&a)?.into_iter().map(|(n, _)| n).collect())
     }
@@ -1096,6 +1128,7 @@ impl Filesystem {
         create: bool,
         replace: bool,
     ) -> Result<()> {
+        let _pass = self.gate.pass();
         self.writable()?;
         if name.is_empty() || name.len() > XATTR_NAME_MAX {
             return Err(if name.is_empty() {

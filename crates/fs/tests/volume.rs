@@ -375,10 +375,7 @@ fn snapshots_roll_back_and_streams_arrive_byte_for_byte() {
         one.write(0, &[1], Durability::Cached),
         Err(FsError::ReadOnly)
     ));
-    assert!(matches!(
-        ds.rollback("tank/v@two"),
-        Err(FsError::Invalid(_))
-    ));
+    assert!(matches!(ds.rollback("tank/v@two"), Err(FsError::Busy(_))));
 
     // A full stream and an incremental recreate it elsewhere byte for byte.
     let (_pool2, other) = setup();

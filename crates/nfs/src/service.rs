@@ -535,6 +535,25 @@ impl NfsService {
         shares.len() != before
     }
 
+    /// After a rollback of object set `objset` of `pool` (its filesystem paused, see
+    /// `fs::Datasets::rollback_with`): revokes the NFSv4 state on the files that
+    /// no longer exist (`gone`) and every delegation on the filesystem
+    /// (`V4State::revoke_for_rollback`). Answers how many stateids were revoked.
+    pub fn revoke_for_rollback(&self, pool: &str, objset: u64, gone: &[u64]) -> usize {
+        let fsid = fsid_for(pool, objset);
+        let (released, revoked) = self
+            .v4
+            .state
+            .lock()
+            .unwrap()
+            .revoke_for_rollback(fsid, gone);
+        crate::v4::state::release_all(released);
+        if revoked > 0 {
+            tracing::info!(pool, objset, revoked, "NFSv4 state revoked by a rollback");
+        }
+        revoked
+    }
+
     /// The share of `dataset`, if it is shared.
     pub fn share_named(&self, dataset: &str) -> Option<Arc<Share>> {
         self.shares

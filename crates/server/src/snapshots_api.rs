@@ -1,6 +1,8 @@
 //! The API's snapshots (`/api/v1/snapshots`, `/api/v1/rollback`, `/api/v1/holds`):
 //! list, take, destroy, roll back to any snapshot (the newer ones destroyed only when
-//! asked), and the holds that keep a snapshot from being destroyed. Every change is
+//! asked; a shared or mounted filesystem is rolled back in place, its NFS clients
+//! paused meanwhile and their NFSv4 state on vanished files revoked), and the holds
+//! that keep a snapshot from being destroyed. Every change is
 //! committed before its answer (`DaemonState::commit`).
 
 use crate::api::{blocking, ApiError, ApiResult, Body, Params, Shared};
@@ -90,10 +92,15 @@ pub(crate) async fn rollback(
 ) -> Result<StatusCode, ApiError> {
     blocking(move || {
         let dataset = body.name.split('@').next().unwrap_or("");
-        s.refuse_if_shared(dataset, "before rolling back")?;
         s.refuse_if_exported(dataset)?;
+        let pool = fs::pool_of(dataset).to_string();
+        // A shared or mounted filesystem stays so: its operations pause for the
+        // rollback, and NFSv4 state on what it took away is revoked meanwhile.
         s.commit(&body.name, |ds| {
-            Ok(ds.rollback_to(&body.name, body.destroy_newer)?)
+            ds.rollback_with(&body.name, body.destroy_newer, &mut |fs, gone| {
+                s.service.revoke_for_rollback(&pool, fs.objset(), gone);
+            })?;
+            Ok(())
         })
     })
     .await

@@ -20,8 +20,9 @@ pub enum SnapshotCommand {
     },
     /// Destroy a snapshot; the space only it held is freed. A held snapshot is kept.
     Destroy { name: String },
-    /// Roll a filesystem or volume back to a snapshot: every change since is lost. It
-    /// must not be mounted, shared or served.
+    /// Roll a filesystem or volume back to a snapshot: every change since is lost. A
+    /// shared or mounted filesystem stays so (its clients pause for it); a volume
+    /// served as a LUN must leave its target first.
     Rollback {
         name: String,
         /// Destroy the snapshots taken after it too (refused if one of them is held);

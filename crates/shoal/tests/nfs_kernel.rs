@@ -3,8 +3,8 @@
 //! raidz2 pool over NFSv3 (with port options and through the portmapper) and over
 //! NFSv4.1 and 4.2 (with the real mount.nfs negotiating the version), with the server
 //! restarted under the mount, locks between processes (NFSv3 ones through NLM, with
-//! the guest's own rpcbind and rpc.statd), and pjdfstest run over the v3 and the v4.1
-//! mount.
+//! the guest's own rpcbind and rpc.statd), the share rolled back to a snapshot under
+//! both clients' open files, and pjdfstest run over the v3 and the v4.1 mount.
 //!
 //! Needs root (network namespaces, port 111), qemu and the unpacked kernel; the harness
 //! installs both on first use (`tests/nfsvm/harness/setup.sh`). pjdfstest comes from
@@ -258,6 +258,28 @@ fn kernel_client_v40_mounts_locks_and_reclaims_after_a_restart() {
         log.contains("delegation recalled (CB_RECALL answered)"),
         "{log}"
     );
+    let check = ok(&state, &["pool", "check", "tank"]);
+    assert!(check.contains("no problems found"), "{check}");
+}
+
+#[test]
+fn kernel_clients_see_their_share_rolled_back_under_open_files() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let state = make_share(t.path());
+    let out = run_guest(&state, "kernel-client-rollback.sh", &[], &[]);
+    for step in [
+        "ok: snapshot taken under the mounts",
+        "ok: rolled back while mounted over v4.1 and v3 with files open",
+        "ok: both clients see the snapshot's files",
+        "ok: a survivor keeps its handle, a vanished file's answers stale",
+        "ok: the share works after it; clean up and unmount",
+        "kernel client rollback: all steps passed",
+    ] {
+        assert!(out.contains(step), "missing step {step:?} in:\n{out}");
+    }
+    // The v4.1 client's open of the vanished file was revoked at the rollback.
+    let log = std::fs::read_to_string(state.join("server.log")).unwrap();
+    assert!(log.contains("NFSv4 state revoked by a rollback"), "{log}");
     let check = ok(&state, &["pool", "check", "tank"]);
     assert!(check.contains("no problems found"), "{check}");
 }

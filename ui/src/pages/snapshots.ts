@@ -132,7 +132,7 @@ export function snapshotsPage(): Page {
         '.',
       );
     }
-    message.push(' A shared filesystem must be unshared first.');
+    message.push(' A shared filesystem stays shared: its clients pause for the rollback.');
     confirmAction('Roll back', message, newer.length > 0 ? `Roll back and destroy ${newer.length}` : 'Roll back', async () => {
       await api.rollback(s.name, newer.length > 0);
       toast(`${fs} rolled back to ${s.name}`);

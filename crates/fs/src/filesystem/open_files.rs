@@ -15,8 +15,8 @@ use std::collections::{HashMap, HashSet};
 /// and a last close never miss each other.
 #[derive(Default)]
 pub(super) struct OpenFiles {
-    counts: HashMap<u64, u32>,
-    orphans: HashSet<u64>,
+    pub(super) counts: HashMap<u64, u32>,
+    pub(super) orphans: HashSet<u64>,
 }
 
 impl Filesystem {
@@ -42,6 +42,9 @@ impl Filesystem {
         }
     }
 
+    /// Counts an open of `ino`. It does not pass the gate (`gate.rs`): it touches
+    /// only the counts, and the NFSv4 server calls it holding its state lock, which a
+    /// rollback's revocation takes with the gate closed.
     pub fn opened(&self, ino: u64) {
         *self
             .open_files
@@ -63,6 +66,7 @@ impl Filesystem {
 
     /// Last close of an unlinked file frees it.
     pub fn released(&self, ino: u64) -> Result<()> {
+        let _pass = self.gate.pass();
         {
             let mut of = self.open_files.lock().unwrap();
             let Some(n) = of.counts.get_mut(&ino) else {

@@ -654,6 +654,10 @@ impl NfsService {
         // SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED until the client frees what it lost;
         // CB_PATH_DOWN when it holds delegations that cannot be recalled.
         let mut status_flags = if st.has_revoked(client) { 0x10 } else { 0 };
+        // SEQ4_STATUS_ADMIN_STATE_REVOKED: a rollback took some of it.
+        if st.has_admin_revoked(client) {
+            status_flags |= 0x40;
+        }
         if st.callback_path_down(client) {
             status_flags |= 0x1 | 0x200;
         }

@@ -271,6 +271,7 @@ pub enum Nfs4Error {
     BadRange = 10042,
     OpIllegal = 10044,
     FileOpen = 10046,
+    AdminRevoked = 10047,
     BadSession = 10052,
     BadSlot = 10053,
     CompleteAlready = 10054,

@@ -89,6 +89,21 @@ impl Stateid {
     }
 }
 
+/// Whose a revoked stateid was, and why it went.
+#[derive(Debug, Clone, Copy)]
+struct Revoked {
+    client: u64,
+    /// By the administrator (a rollback), not for a lapsed lease.
+    by_admin: bool,
+}
+
+/// A client's revoked stateids not yet freed, by why they went.
+#[derive(Debug, Clone, Copy, Default)]
+struct RevokedCount {
+    lease: usize,
+    admin: usize,
+}
+
 /// A file as state knows it: the fsid of its share and its object.
 pub type FileKey = (u64, u64);
 
@@ -391,12 +406,13 @@ pub struct V4State {
     /// Each lock owner's id by (client, owner, file): at most one each.
     lock_owner_ids: HashMap<(u64, Vec<u8>, FileKey), u64>,
     files: HashMap<FileKey, FileState>,
-    /// Stateids (their `other`) revoked when their client's lease ran out and another
-    /// client needed what they held, by client: they answer EXPIRED until the client
-    /// frees them, and SEQUENCE tells the client some of its state is gone.
-    revoked: HashMap<[u8; 12], u64>,
+    /// Stateids (their `other`) revoked, by client: when their client's lease ran out
+    /// and another client needed what they held (they answer EXPIRED), or by the
+    /// administrator (a rollback took their file away: ADMIN_REVOKED), until the
+    /// client frees them; SEQUENCE tells the client some of its state is gone.
+    revoked: HashMap<[u8; 12], Revoked>,
     /// How many of `revoked` each client has (SEQUENCE asks on every call).
-    revoked_by_client: HashMap<u64, usize>,
+    revoked_by_client: HashMap<u64, RevokedCount>,
     /// Changed only through `add_deleg` and `remove_deleg`, which keep the indexes.
     pub delegs: HashMap<u64, Deleg>,
     /// Delegation ids by file (a change to a file looks only at its own).
@@ -597,8 +613,12 @@ impl V4State {
             (StateRef::Lock(id), l.seqid)
         } else if self.delegs.contains_key(&id) {
             (StateRef::Deleg(id), 1)
-        } else if self.revoked.contains_key(&s.other) {
-            return Err(Nfs4Error::Expired);
+        } else if let Some(r) = self.revoked.get(&s.other) {
+            return Err(if r.by_admin {
+                Nfs4Error::AdminRevoked
+            } else {
+                Nfs4Error::Expired
+            });
         } else {
             return Err(Nfs4Error::BadStateId);
         };
@@ -726,7 +746,7 @@ impl V4State {
         let revoked: Vec<[u8; 12]> = self
             .revoked
             .iter()
-            .filter(|(_, c)| **c == client)
+            .filter(|(_, r)| r.client == client)
             .map(|(other, _)| *other)
             .collect();
         for other in revoked {
@@ -790,34 +810,116 @@ impl V4State {
             .collect()
     }
 
-    /// Whether some of the client's state was revoked and not yet freed by it.
+    /// Whether some of the client's state was revoked for its lease and not yet freed
+    /// by it.
     pub fn has_revoked(&self, client: u64) -> bool {
-        self.revoked_by_client.contains_key(&client)
+        self.revoked_by_client
+            .get(&client)
+            .is_some_and(|n| n.lease > 0)
+    }
+
+    /// Whether some of the client's state was revoked by the administrator and not
+    /// yet freed by it.
+    pub fn has_admin_revoked(&self, client: u64) -> bool {
+        self.revoked_by_client
+            .get(&client)
+            .is_some_and(|n| n.admin > 0)
     }
 
     fn revoke(&mut self, other: [u8; 12], client: u64) {
-        if self.revoked.insert(other, client).is_none() {
-            *self.revoked_by_client.entry(client).or_insert(0) += 1;
+        self.revoke_as(other, client, false);
+    }
+
+    fn revoke_as(&mut self, other: [u8; 12], client: u64, by_admin: bool) {
+        if self
+            .revoked
+            .insert(other, Revoked { client, by_admin })
+            .is_none()
+        {
+            let n = self.revoked_by_client.entry(client).or_default();
+            if by_admin {
+                n.admin += 1;
+            } else {
+                n.lease += 1;
+            }
         }
     }
 
     fn unrevoke(&mut self, other: &[u8; 12]) {
-        let Some(client) = self.revoked.remove(other) else {
+        let Some(r) = self.revoked.remove(other) else {
             return;
         };
         if let std::collections::hash_map::Entry::Occupied(mut n) =
-            self.revoked_by_client.entry(client)
+            self.revoked_by_client.entry(r.client)
         {
-            *n.get_mut() -= 1;
-            if *n.get() == 0 {
+            let c = n.get_mut();
+            if r.by_admin {
+                c.admin -= 1;
+            } else {
+                c.lease -= 1;
+            }
+            if c.admin == 0 && c.lease == 0 {
                 n.remove();
             }
         }
     }
 
+    /// Revokes, as the administrator, the state a rollback of the filesystem `fsid`
+    /// took the ground from: the opens (and their locks) of the files `gone` (no
+    /// longer there), and every delegation on the filesystem (its files may have
+    /// changed under them). Their stateids answer ADMIN_REVOKED, and SEQUENCE flags
+    /// ADMIN_STATE_REVOKED, until the client frees them. Answers the releases to run
+    /// after the state lock is dropped, and how many stateids were revoked.
+    pub fn revoke_for_rollback(&mut self, fsid: u64, gone: &[u64]) -> (Vec<Release>, usize) {
+        let opens: Vec<u64> = self
+            .opens
+            .iter()
+            .filter(|(_, o)| o.file.0 == fsid && gone.contains(&o.file.1))
+            .map(|(id, _)| *id)
+            .collect();
+        let delegs: Vec<u64> = self
+            .delegs
+            .iter()
+            .filter(|(_, d)| d.file.0 == fsid)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut revoked = 0;
+        for &id in &opens {
+            let o = &self.opens[&id];
+            let client = o.client;
+            let mut ids = vec![id];
+            ids.extend(
+                o.locks
+                    .iter()
+                    .filter(|l| self.lock_owners.get(l).is_some_and(|l| l.seqid > 0)),
+            );
+            for id in ids {
+                let other = self.stateid_of(id, 0).other;
+                self.revoke_as(other, client, true);
+                revoked += 1;
+            }
+        }
+        for id in delegs {
+            let client = self.delegs[&id].client;
+            let other = self.stateid_of(id, 0).other;
+            self.revoke_as(other, client, true);
+            self.remove_deleg(id);
+            revoked += 1;
+        }
+        let released = opens
+            .into_iter()
+            .filter_map(|id| self.drop_open(id))
+            .collect();
+        (released, revoked)
+    }
+
     /// FREE_STATEID of a revoked stateid: the client has seen that it is gone.
     pub fn free_revoked(&mut self, s: &Stateid, client: u64) -> bool {
-        if self.revoked.get(&s.other) == Some(&client) {
+        if self
+            .revoked
+            .get(&s.other)
+            .is_some_and(|r| r.client == client)
+        {
             self.unrevoke(&s.other);
             true
         } else {

@@ -1,0 +1,119 @@
+//! Rolling a filesystem back while it is open (shared over NFS, mounted), as the
+//! daemon does for `shoal snapshot rollback` of a filesystem in use:
+//! 1. the gate closes (`gate.rs`): operations that arrive wait, the ones inside end;
+//! 2. everything written so far is committed, so no intent log record of this
+//!    object set is left to replay over the rolled-back one;
+//! 3. the pool rolls the object set back in one txg (`Pool::snapshot_rollback_to`);
+//! 4. the open files are matched with the rolled-back objects by (object,
+//!    generation): one that no longer exists, or is another file now, is forgotten
+//!    and reported to `vanished`, which runs with the gate still closed so the caller
+//!    can revoke protocol state naming it before anyone can open an object that
+//!    reuses its id;
+//! 5. the unlinked set is now the snapshot's: its objects still open stay orphans
+//!    (freed on last close), the others are freed, as at open after a crash;
+//! 6. the gate opens. Handles of files that exist in both stay valid: same object,
+//!    same generation.
+//!
+//! Crash safety: the rollback is one txg (all or nothing, `pool::snapshots`); a crash
+//! before step 5 commits leaves orphans in the unlinked set, which the next open frees.
+
+use super::{Filesystem, UNLINKED_INO};
+use crate::attr::Attr;
+use crate::dir::Directory;
+use crate::{FsError, Result};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// How long a rollback waits for the operations inside the filesystem to end.
+const DRAIN_WAIT: Duration = Duration::from_secs(30);
+
+impl Filesystem {
+    /// Rolls this open filesystem back to its snapshot `snap` (a pool object set id);
+    /// `destroy_newer` as in `Pool::snapshot_rollback_to`. `vanished` is given the
+    /// open files that no longer exist, with no operation running (see the module
+    /// doc); they are returned too.
+    pub(crate) fn rollback_while_open(
+        &self,
+        snap: u64,
+        destroy_newer: bool,
+        vanished: &mut dyn FnMut(&[u64]),
+    ) -> Result<Vec<u64>> {
+        if !self.gate.close(DRAIN_WAIT) {
+            return Err(FsError::Busy(format!(
+                "'{}' is busy: its operations did not end within {} s",
+                self.name,
+                DRAIN_WAIT.as_secs()
+            )));
+        }
+        let r = self.rollback_closed(snap, destroy_newer, vanished);
+        self.gate.open();
+        r
+    }
+
+    fn rollback_closed(
+        &self,
+        snap: u64,
+        destroy_newer: bool,
+        vanished: &mut dyn FnMut(&[u64]),
+    ) -> Result<Vec<u64>> {
+        self.pool.sync()?;
+        let open: Vec<u64> = self
+            .open_files
+            .lock()
+            .unwrap()
+            .counts
+            .keys()
+            .copied()
+            .collect();
+        let mut generation: HashMap<u64, u64> = HashMap::new();
+        for ino in open {
+            if let Ok(a) = self.getattr(ino) {
+                generation.insert(ino, a.generation);
+            }
+        }
+        self.pool.snapshot_rollback_to(snap, destroy_newer)?;
+        let gone: Vec<u64> = generation
+            .iter()
+            .filter(|(ino, gen)| self.getattr(**ino).map_or(true, |a| a.generation != **gen))
+            .map(|(ino, _)| *ino)
+            .collect();
+        {
+            // Which open files are orphans is the snapshot's unlinked set's to say
+            // (one unlinked after the snapshot has its name back).
+            let mut of = self.open_files.lock().unwrap();
+            for ino in &gone {
+                of.counts.remove(ino);
+            }
+            of.orphans.clear();
+        }
+        vanished(&gone);
+        self.drain_unlinked_but_open()?;
+        self.pool.sync()?;
+        Ok(gone)
+    }
+
+    /// Frees the objects of the unlinked set that are not open; the open ones are
+    /// orphans again (freed on their last close).
+    fn drain_unlinked_but_open(&self) -> Result<()> {
+        let _ns = self.namespace.write().unwrap();
+        let list = Directory::new(&self.store(None, UNLINKED_INO)).list(0, usize::MAX)?;
+        if list.is_empty() {
+            return Ok(());
+        }
+        let tx = self.pool.begin(0)?;
+        for e in list {
+            {
+                let mut of = self.open_files.lock().unwrap();
+                if of.counts.get(&e.object).is_some_and(|&n| n > 0) {
+                    of.orphans.insert(e.object);
+                    continue;
+                }
+            }
+            Directory::new(&self.store(Some(&tx), UNLINKED_INO)).remove(&e.name)?;
+            let info = self.pool.object_info(self.os, e.object)?;
+            let a = Attr::decode(e.object, info.generation, &info.bonus)?;
+            self.free_object(&tx, &a)?;
+        }
+        Ok(())
+    }
+}
