@@ -131,6 +131,31 @@ export interface Snapshot {
   holds: string[];
 }
 
+export interface ScheduleRun {
+  at_unix: number;
+  ok: boolean;
+  taken: string[];
+  pruned: string[];
+  error?: string;
+}
+
+export interface ScheduleStatus {
+  id: number;
+  dataset: string;
+  every: string;
+  keep: number;
+  recursive: boolean;
+  next_run_unix: number;
+  last_run: ScheduleRun | null;
+}
+
+export interface NewSchedule {
+  dataset: string;
+  every: string;
+  keep: number;
+  recursive: boolean;
+}
+
 export interface Hold {
   snapshot: string;
   tag: string;
@@ -325,6 +350,10 @@ export const createSnapshot = (name: string) => call<Snapshot>('POST', `${V1}/sn
 export const destroySnapshot = (name: string) => call<void>('DELETE', `${V1}/snapshots/${pathOf(name)}`);
 export const rollback = (name: string, destroyNewer = false) =>
   call<void>('POST', `${V1}/rollback`, { name, destroy_newer: destroyNewer });
+export const schedules = () => call<ScheduleStatus[]>('GET', `${V1}/schedules`);
+export const addSchedule = (s: NewSchedule) => call<ScheduleStatus>('POST', `${V1}/schedules`, s);
+export const removeSchedule = (id: number) => call<void>('DELETE', `${V1}/schedules/${id}`);
+export const runSchedule = (id: number) => call<ScheduleRun>('POST', `${V1}/schedules/${id}/run`);
 export const holds = (of?: string) => call<Hold[]>('GET', `${V1}/holds${of ? `?of=${encodeURIComponent(of)}` : ''}`);
 export const hold = (snapshot: string, tag: string) => call<Hold>('POST', `${V1}/holds`, { snapshot, tag });
 export const release = (snapshot: string, tag: string) =>

@@ -19,7 +19,9 @@
 // heatmap and drills into its busiest band by file, selects a range, zooms the
 // worksheet to it and goes back to Live, and saves the worksheet. On the
 // Snapshots page it finds the promoted replica's held base, holds and releases a
-// snapshot, and rolls back past two newer ones (refused while one is held).
+// snapshot, and rolls back past two newer ones (refused while one is held). On the
+// Filesystems page it adds a daily schedule of the pool's root, sees its first
+// snapshot and next run, runs it once more and removes it.
 import { assert, required, startBrowser, StepFailure } from './harness.mjs';
 
 const URL = required('SHOAL_URL').replace(/\/$/, '');
@@ -545,5 +547,38 @@ await run(async () => {
     assert(JSON.stringify(left) === JSON.stringify([base]), `after the rollback ${REPLICA} has ${left.join(', ')}`);
     const holds = await apiGet(`/api/v1/holds?of=${encodeURIComponent(REPLICA)}`);
     assert(holds.length === 1 && holds[0].tag === 'replication', `holds after: ${JSON.stringify(holds)}`);
+  });
+  await step('schedules', async () => {
+    // A schedule of the pool's root dataset, made on the Filesystems page.
+    await page.click('[data-test=nav-filesystems]');
+    const panelEl = page.locator('[data-test=schedules-panel]');
+    await panelEl.waitFor();
+    await panelEl.locator(`[data-test=schedule-dataset] option[value="${POOL}"]`).waitFor({ state: 'attached' });
+    await page.selectOption('[data-test=schedule-dataset]', POOL);
+    await page.selectOption('[data-test=schedule-every]', '1d');
+    assert((await page.inputValue('[data-test=schedule-keep]')) === '30', 'daily does not offer keep 30');
+    await page.fill('[data-test=schedule-keep]', '3');
+    await page.click('[data-test=schedule-add]');
+    const row = page.locator(`[data-test=schedule-row][data-dataset="${POOL}"][data-every="1d"]`);
+    await row.waitFor();
+    // The first snapshot is taken at once; the next is due at the next UTC midnight.
+    await until(30, 'the first scheduled snapshot', async () => {
+      await page.click('[data-test=nav-snapshots]');
+      await page.click('[data-test=nav-filesystems]');
+      return (await row.locator('[data-test=schedule-last]').getAttribute('data-state')) === 'ok';
+    });
+    const next = await row.locator('[data-test=schedule-next]').textContent();
+    assert(/^in \d/.test(next), `the next run reads ${next}`);
+    await row.locator('[data-test=schedule-run]').click();
+    await until(15, 'the second snapshot', async () => {
+      const snaps = await apiGet(`/api/v1/snapshots?of=${encodeURIComponent(POOL)}`);
+      return snaps.filter((x) => x.name.startsWith(`${POOL}@auto-1d-`)).length === 2;
+    });
+    await shot('schedule');
+    await row.locator('[data-test=schedule-remove]').click();
+    await page.click('[data-test=confirm-dialog] [data-test=confirm]');
+    await row.waitFor({ state: 'detached' });
+    const left = await apiGet('/api/v1/schedules');
+    assert(!left.some((x) => x.dataset === POOL), `the schedule is still listed: ${JSON.stringify(left)}`);
   });
 });

@@ -502,6 +502,57 @@ impl Datasets {
             .ok_or_else(|| FsError::Io(format!("snapshot '{full}' vanished")))
     }
 
+    /// Takes snapshot `short` of `dataset`, and of its descendants when `recursive`,
+    /// all in one transaction group (`Pool::snapshot_create_many`). Answers their
+    /// full names, the dataset's first.
+    pub fn snapshot_recursive(
+        &self,
+        dataset: &str,
+        short: &str,
+        recursive: bool,
+    ) -> Result<Vec<String>> {
+        self.split_snapshot(&format!("{dataset}@{short}"))?;
+        let (id, _) = self.local(dataset)?;
+        let mut targets = vec![(id, dataset.to_string())];
+        if recursive {
+            let prefix = format!("{dataset}/");
+            let mut children: Vec<(u64, String)> = self
+                .pool
+                .list_objsets()
+                .into_iter()
+                .filter(|(_, n, _)| n.starts_with(&prefix))
+                .map(|(id, n, _)| (id, n))
+                .collect();
+            children.sort_by(|a, b| a.1.cmp(&b.1));
+            targets.extend(children);
+        }
+        let reserved = targets.iter().any(|(_, n)| {
+            self.local(n)
+                .is_ok_and(|(_, p)| p.refreservation.unwrap_or(0) > 0)
+        });
+        if reserved {
+            // As `snapshot`: a refreservation must fit again beside what the
+            // snapshots take (figures as of a sync).
+            self.pool.sync()?;
+            for (id, n) in &targets {
+                if self.local(n)?.1.refreservation.unwrap_or(0) > 0 {
+                    self.limits.admit_snapshot(&self.pool, *id)?;
+                }
+            }
+        }
+        let ids: Vec<u64> = targets.iter().map(|(id, _)| *id).collect();
+        self.pool
+            .snapshot_create_many(&ids, short)
+            .map_err(|e| match e {
+                pool::PoolError::Exists(s) => FsError::Invalid(format!("{s} exists")),
+                e => e.into(),
+            })?;
+        Ok(targets
+            .into_iter()
+            .map(|(_, n)| format!("{n}@{short}"))
+            .collect())
+    }
+
     /// Snapshots, oldest first per dataset; of one dataset when given.
     pub fn snapshots(&self, dataset: Option<&str>) -> Result<Vec<SnapshotInfo>> {
         let id = match dataset {

@@ -1,7 +1,7 @@
 //! Alerts: what an operator must hear about without watching the status page. A
 //! device that faults or comes back, a pool that degrades, faults, is suspended or
 //! recovers, checksum errors on a device, a pool above 80% and 95% full, a scrub that
-//! finished, a replication that fails or recovers: each becomes an alert with its
+//! finished, a replication or a snapshot schedule that fails or recovers: each becomes an alert with its
 //! time, severity and the object it concerns.
 //!
 //! Alerts are kept in `alerts.json` in the state directory (the newest `KEPT`, written

@@ -138,6 +138,18 @@ pub fn router(state: Shared) -> Router {
             "/api/v1/holds",
             get(snap::holds).post(snap::hold).delete(snap::release),
         )
+        .route(
+            "/api/v1/schedules",
+            get(crate::schedules_api::list).post(crate::schedules_api::add),
+        )
+        .route(
+            "/api/v1/schedules/{id}",
+            delete(crate::schedules_api::remove),
+        )
+        .route(
+            "/api/v1/schedules/{id}/run",
+            post(crate::schedules_api::run),
+        )
         .route("/api/v1/send/{*snapshot}", get(crate::streams_api::send))
         .route(
             "/api/v1/send-resume/{*filesystem}",

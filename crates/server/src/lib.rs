@@ -30,6 +30,8 @@ pub mod pools_admin;
 pub mod receive_tokens;
 pub mod replication;
 pub mod samplers;
+pub mod schedules;
+pub mod schedules_api;
 pub mod snapshots_api;
 pub mod streams_api;
 pub mod ui;
@@ -101,6 +103,8 @@ pub struct DaemonState {
     pub worksheets: worksheets::Worksheets,
     pub replication: replication::Replication,
     pub alerts: alerts::Alerts,
+    /// Snapshot schedules and their runs (`schedules.rs`).
+    pub schedules: schedules::Schedules,
     state_dir: PathBuf,
     /// Serialises share changes and their persistence.
     share_changes: Mutex<()>,
@@ -512,6 +516,7 @@ impl Daemon {
         }
         let replication = replication::Replication::open(state_dir)?;
         let alerts = alerts::Alerts::open(state_dir, config.alerts.clone())?;
+        let schedules = schedules::Schedules::open(state_dir)?;
         let portals: Vec<TcpListener> = match &config.iscsi.listen {
             config::IscsiListen::Off => Vec::new(),
             config::IscsiListen::At(addrs) => addrs
@@ -572,6 +577,7 @@ impl Daemon {
             worksheets,
             replication,
             alerts,
+            schedules,
             state_dir: state_dir.to_path_buf(),
             share_changes: Mutex::new(()),
             iscsi,
@@ -581,6 +587,7 @@ impl Daemon {
             state.take_pool(p, true)?;
         }
         replication::start_scheduler(Arc::downgrade(&state));
+        schedules::start_scheduler(Arc::downgrade(&state));
         alerts::start_monitor(Arc::downgrade(&state));
         let api = match config.api.listen {
             Some(listen) => {
@@ -653,6 +660,7 @@ impl Daemon {
     /// transaction group.
     pub fn stop(mut self) -> Result<()> {
         self.state.replication.stop_scheduler();
+        self.state.schedules.stop_scheduler();
         if let Some(api) = self.api.take() {
             api.stop();
         }

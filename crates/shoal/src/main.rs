@@ -16,6 +16,7 @@ mod pool_devices_cmd;
 mod pool_host;
 mod registry;
 mod replication_cmd;
+mod schedule_cmd;
 mod serve;
 mod share_cmd;
 mod snapshot_cmd;

@@ -40,6 +40,9 @@ pub enum SnapshotCommand {
     },
     /// Release a hold: `shoal snapshot release keep tank/home@monday`.
     Release { tag: String, snapshot: String },
+    /// Periodic snapshots with retention, run by the daemon.
+    #[command(subcommand)]
+    Schedule(crate::schedule_cmd::ScheduleCommand),
     /// List the holds of a snapshot, or of every snapshot of a filesystem or pool.
     Holds {
         /// pool/fs@snapshot, pool/fs or pool.
@@ -50,6 +53,9 @@ pub enum SnapshotCommand {
 }
 
 pub fn run(cmd: SnapshotCommand) -> Result<()> {
+    if let SnapshotCommand::Schedule(cmd) = cmd {
+        return crate::schedule_cmd::run(cmd);
+    }
     let admin = Admin::connect()?;
     match cmd {
         SnapshotCommand::Create { name } => {
@@ -101,6 +107,7 @@ pub fn run(cmd: SnapshotCommand) -> Result<()> {
             println!("released {snapshot} ({tag})");
             Ok(())
         }
+        SnapshotCommand::Schedule(_) => unreachable!("answered above"),
         SnapshotCommand::Holds { name, json } => {
             let holds = admin.holds(&name)?;
             if json {

@@ -471,6 +471,9 @@ fn every_documented_operation_is_served() {
                     }
                     "#/components/schemas/PropertyChanges" => r#"{"properties": {"atime": "off"}}"#,
                     "#/components/schemas/Rollback" => r#"{"name": "tank/home@monday"}"#,
+                    "#/components/schemas/NewSchedule" => {
+                        r#"{"dataset": "tank/home", "every": "1h", "keep": 24}"#
+                    }
                     "#/components/schemas/HoldRequest" => {
                         r#"{"snapshot": "tank/home@monday", "tag": "keep"}"#
                     }
@@ -522,7 +525,7 @@ fn every_documented_operation_is_served() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 84, "docs/openapi.json has 84 operations");
+    assert_eq!(operations, 88, "docs/openapi.json has 88 operations");
     d.stop(&state);
 }
 

@@ -1,11 +1,13 @@
 // The Filesystems page: every filesystem with its space and main properties, a
 // form to create one (name and properties), a dialog to set or inherit
-// properties (PATCH), and destroy with confirmation.
+// properties (PATCH), destroy with confirmation, and the snapshot schedules
+// (`schedules.ts`).
 
 import * as api from '../api';
 import { h, options } from '../dom';
 import { fmtBytes } from '../format';
-import type { Page } from '../page';
+import { every, type Page } from '../page';
+import { schedulesPanel } from './schedules';
 import { busy, confirmAction, dialog, errorLine, field, loadInto, pageHead, panel, table, toast } from '../widgets';
 
 /** Properties that can be set, with their choices; null choices mean free text. */
@@ -61,12 +63,17 @@ function propInput(name: string, current: string, inheritLabel: string, test: st
 
 export function filesystemsPage(): Page {
   const listEl = h('div');
+  const schedules = schedulesPanel(async () => {
+    const [fss, vols] = await Promise.all([api.filesystems(), api.volumes().catch(() => [])]);
+    return [...fss.map((f) => f.name), ...vols.map((v) => v.name)].sort();
+  });
   const el = h(
     'div',
     { class: 'page', 'data-test': 'page-filesystems' },
     pageHead('Filesystems', 'Datasets, their space and properties (inherited values are grey)'),
     createPanel(),
     panel('Filesystems', listEl),
+    schedules.el,
   );
 
   let shared = new Set<string>();
@@ -197,5 +204,8 @@ export function filesystemsPage(): Page {
   }
 
   void refresh();
-  return { el };
+  void schedules.refresh();
+  // The schedules' next and last runs move on their own.
+  const stop = every(15000, schedules.refresh);
+  return { el, dispose: stop };
 }

@@ -20,6 +20,64 @@ impl Pool {
         })
     }
 
+    /// Takes snapshot `name` of each of `datasets` in one transaction group (as
+    /// `zfs snapshot -r`): all of them hold the same instant, and a crash leaves all
+    /// or none. Refused, taking none, if one of the names exists.
+    pub fn snapshot_create_many(
+        &self,
+        datasets: &[u64],
+        name: &str,
+    ) -> Result<Vec<u64>, PoolError> {
+        Self::validate_objset_name(name)?;
+        if name.contains('/') {
+            return Err(PoolError::InvalidArgument(format!(
+                "invalid snapshot name '{name}'"
+            )));
+        }
+        self.check_writable()?;
+        {
+            let ds = self.datasets.read().unwrap();
+            for id in datasets {
+                let d = ds
+                    .get(id)
+                    .ok_or_else(|| PoolError::NotFound(format!("dataset {id}")))?;
+                let full = format!("{}@{name}", d.name);
+                if ds.values().any(|e| e.name == full) {
+                    return Err(PoolError::Exists(format!("snapshot '{full}'")));
+                }
+            }
+        }
+        let slots: Vec<SnapSlot> = datasets
+            .iter()
+            .map(|_| Arc::new(Mutex::new(None)))
+            .collect();
+        {
+            // Queued together, so one syncing txg takes them all.
+            let mut ops = self.snap_ops.lock().unwrap();
+            for (dataset, slot) in datasets.iter().zip(&slots) {
+                ops.push((
+                    SnapOp::Create {
+                        dataset: *dataset,
+                        name: name.to_string(),
+                        guid: None,
+                    },
+                    slot.clone(),
+                ));
+            }
+        }
+        self.directory_dirty.store(true, Ordering::SeqCst);
+        self.sync()?;
+        slots
+            .iter()
+            .map(|slot| {
+                slot.lock()
+                    .unwrap()
+                    .take()
+                    .unwrap_or_else(|| Err(PoolError::Io("snapshot operation did not run".into())))
+            })
+            .collect()
+    }
+
     /// Destroys a snapshot, freeing the blocks only it held. Refused (`Busy`) while
     /// it is held.
     pub fn snapshot_destroy(&self, id: u64) -> Result<(), PoolError> {
