@@ -441,6 +441,8 @@ export interface ReplicationAction {
   remote: string;
   interval_seconds: number;
   continuous: boolean;
+  /** Runs after each snapshot a snapshot schedule takes of the filesystem. */
+  follow_schedules: boolean;
   keep_local: number;
   keep_remote: number;
   bandwidth: number;
@@ -483,6 +485,7 @@ export interface NewReplicationAction {
   remote?: string;
   interval_seconds?: number;
   continuous?: boolean;
+  follow_schedules?: boolean;
   keep_local?: number;
   keep_remote?: number;
   bandwidth?: number;

@@ -16,6 +16,10 @@
 //! schedule snapshots the dataset and its descendants in one transaction group
 //! (`fs::Datasets::snapshot_recursive`) and prunes each.
 //!
+//! Replication actions that follow schedules (`shoal replication add
+//! --follow-schedules`) start a run as soon as a schedule has snapshotted their
+//! filesystem.
+//!
 //! A run that fails (the pool full or gone, the dataset destroyed) is recorded, raises
 //! a warning alert (`snapshot.schedule.failed`) on the first failure of a streak, an
 //! info alert (`snapshot.schedule.recovered`) on the next success, and is tried again
@@ -29,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub const SCHEDULES_FILE: &str = "schedules.json";
@@ -397,7 +401,7 @@ impl Schedules {
 
 /// Runs schedule `id` now: a snapshot for the current slot (named for `now`), then the
 /// pruning; records the run and alerts on a change between failing and working.
-pub fn run_now(s: &DaemonState, id: u64, now: u64) -> Result<ScheduleRun> {
+pub fn run_now(s: &Arc<DaemonState>, id: u64, now: u64) -> Result<ScheduleRun> {
     let _one = s.schedules.running.lock().unwrap();
     let (schedule, before) = {
         let b = s.schedules.book.lock().unwrap();
@@ -450,6 +454,15 @@ pub fn run_now(s: &DaemonState, id: u64, now: u64) -> Result<ScheduleRun> {
         }
         Ok(())
     })?;
+    if run.ok {
+        // Replication actions that follow schedules send the new snapshots now.
+        let datasets: Vec<&str> = run
+            .taken
+            .iter()
+            .filter_map(|t| t.split('@').next())
+            .collect();
+        crate::replication::after_scheduled_snapshots(s, &datasets);
+    }
     Ok(run)
 }
 

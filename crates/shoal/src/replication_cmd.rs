@@ -31,7 +31,7 @@ pub enum ReplicationCommand {
     #[command(subcommand)]
     Target(TargetCommand),
     /// Replicate a filesystem to a target: on demand (`run`), every `--every`
-    /// seconds, or continuously.
+    /// seconds, continuously, or after each scheduled snapshot (`--follow-schedules`).
     Add {
         /// pool/filesystem here
         filesystem: String,
@@ -46,6 +46,10 @@ pub enum ReplicationCommand {
         /// Start the next run as soon as one ends.
         #[arg(long)]
         continuous: bool,
+        /// Run after each snapshot a snapshot schedule takes of the filesystem
+        /// (`shoal snapshot schedule`), so the target gets it at once.
+        #[arg(long, conflicts_with = "continuous")]
+        follow_schedules: bool,
         /// Replication snapshots kept here.
         #[arg(long, default_value_t = DEFAULT_KEEP)]
         keep_local: u32,
@@ -264,6 +268,7 @@ pub fn run(cmd: ReplicationCommand) -> Result<()> {
             remote,
             every,
             continuous,
+            follow_schedules,
             keep_local,
             keep_remote,
             bandwidth,
@@ -283,6 +288,7 @@ pub fn run(cmd: ReplicationCommand) -> Result<()> {
                     keep_remote: Some(keep_remote),
                     bandwidth,
                     alert_lag_seconds: alert_lag,
+                    follow_schedules: Some(follow_schedules),
                 },
             )?;
             if json {

@@ -7,7 +7,8 @@
 //! written over NFS, and replicated back to the demoted old primary. A volume written
 //! over iSCSI is replicated in full and incrementally and reads byte for byte the same
 //! through an iSCSI target on the replica, where it is write-protected. The base of
-//! the next incremental is held on both sides and survives a destroy attempt.
+//! the next incremental is held on both sides and survives a destroy attempt. An
+//! action that follows snapshot schedules sends each scheduled snapshot at once.
 //!
 //! Needs root (FUSE mounts), /dev/fuse, openssl and libnfs-utils
 //! (`.ci/test-deps.sh`).
@@ -987,6 +988,81 @@ fn the_base_is_held_on_both_sides_and_survives_a_destroy_attempt() {
         &["snapshot", "destroy", &format!("tank/data@{new_base}")],
     );
     assert!(snapshots(&p, "tank/data").is_empty());
+}
+
+#[test]
+fn an_action_that_follows_schedules_sends_each_scheduled_snapshot() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = appliance(&t.path().join("primary"), Some("tank/data"));
+    let r = appliance(&t.path().join("replica"), None);
+    let primary = Served::start(&p, &t.path().join("p.log"), &[]);
+    let replica = Served::start(&r, &t.path().join("r.log"), &[]);
+    share_to_loopback(&p, "tank/data");
+    pair(&p, &replica, "vault", None);
+    add_action(
+        &p,
+        "tank/data",
+        "vault",
+        "tank/copy",
+        &["--follow-schedules"],
+    );
+    nfs_put(&primary, "/tank/data", "one", b"first");
+    // The schedule's first snapshot is taken at once; the action sends it.
+    let s = json(
+        &p,
+        &[
+            "snapshot",
+            "schedule",
+            "add",
+            "tank/data",
+            "--every",
+            "1d",
+            "--keep",
+            "5",
+            "--json",
+        ],
+    );
+    let sid = s["id"].as_u64().unwrap().to_string();
+    let auto_on = |state: &Path, fs: &str| -> Vec<String> {
+        snapshots(state, fs)
+            .into_iter()
+            .filter(|n| n.starts_with("auto-1d-"))
+            .collect()
+    };
+    let arrived = |want: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let here = auto_on(&p, "tank/data");
+            let there = if json(&r, &["fs", "list", "--json"])
+                .to_string()
+                .contains("tank/copy")
+            {
+                auto_on(&r, "tank/copy")
+            } else {
+                Vec::new()
+            };
+            if here.len() == want && there == here {
+                return here;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "waited for {want} scheduled snapshots on both sides: {here:?} here, {there:?} there"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    arrived(1);
+    // Another scheduled snapshot (asked for now) goes the same way.
+    nfs_put(&primary, "/tank/data", "two", b"second");
+    ok(&p, &["snapshot", "schedule", "run", &sid]);
+    arrived(2);
+    let st = json(&p, &["replication", "status", "--json"]);
+    let history = st["actions"][0]["history"].as_array().unwrap();
+    assert!(
+        history.len() >= 2 && history.iter().all(|h| h["ok"] == true),
+        "{st}"
+    );
+    assert_eq!(st["actions"][0]["follow_schedules"], true, "{st}");
 }
 
 #[test]

@@ -11,8 +11,10 @@ import { busy, confirmAction, dialog, errorLine, field, loadInto, pageHead, pane
 
 function schedule(a: api.ReplicationAction): string {
   if (a.continuous) return 'continuous';
-  if (a.interval_seconds > 0) return `every ${fmtDuration(a.interval_seconds)}`;
-  return 'on demand';
+  const when: string[] = [];
+  if (a.interval_seconds > 0) when.push(`every ${fmtDuration(a.interval_seconds)}`);
+  if (a.follow_schedules) when.push('after scheduled snapshots');
+  return when.length ? when.join(', ') : 'on demand';
 }
 
 function lastRun(a: api.ReplicationActionStatus): HTMLElement {
@@ -51,6 +53,11 @@ export function replicationPage(): Page {
   const remote = h('input', { type: 'text', size: 22, placeholder: 'the same name', 'data-test': 'repl-remote' });
   const interval = h('input', { type: 'number', min: 0, size: 6, placeholder: 'on demand', 'data-test': 'repl-every' });
   const continuous = h('input', { type: 'checkbox', 'data-test': 'repl-continuous' });
+  const followSchedules = h('input', {
+    type: 'checkbox',
+    'data-test': 'repl-follow-schedules',
+    title: 'run after each snapshot a snapshot schedule (Filesystems page) takes of the filesystem',
+  });
   const bandwidth = h('input', { type: 'number', min: 0, size: 6, placeholder: 'unlimited', 'data-test': 'repl-bandwidth' });
   const alertLag = h('input', { type: 'number', min: 0, size: 6, placeholder: 'default', title: 'alert when the target is this many seconds behind (0: never; default: three intervals, at least 300 s)', 'data-test': 'repl-alert-lag' });
   const addAction = h('button', { class: 'primary', type: 'submit', 'data-test': 'repl-add' }, 'Replicate');
@@ -62,6 +69,7 @@ export function replicationPage(): Page {
     field('On the target', remote),
     field('Every (s)', interval),
     field('Continuous', continuous),
+    field('After schedules', followSchedules),
     field('MB/s', bandwidth),
     field('Alert lag (s)', alertLag),
     h('div', { class: 'field' }, h('span', { class: 'field-label' }, '\u00a0'), addAction),
@@ -77,6 +85,7 @@ export function replicationPage(): Page {
           remote: remote.value.trim() || undefined,
           interval_seconds: interval.value ? Number(interval.value) : undefined,
           continuous: continuous.checked,
+          follow_schedules: followSchedules.checked,
           bandwidth: bandwidth.value ? Math.round(Number(bandwidth.value) * 1e6) : undefined,
           alert_lag_seconds: alertLag.value ? Number(alertLag.value) : undefined,
         }),

@@ -65,6 +65,9 @@ pub struct NewAction {
     /// (`Action::alert_lag`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alert_lag_seconds: Option<u64>,
+    /// Run after each snapshot a snapshot schedule takes of the filesystem.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_schedules: Option<bool>,
 }
 
 /// Replication snapshots kept on each side unless told otherwise.
@@ -233,6 +236,7 @@ pub async fn add_action(
             keep_remote,
             bandwidth: n.bandwidth.unwrap_or(0),
             alert_lag_seconds: n.alert_lag_seconds,
+            follow_schedules: n.follow_schedules.unwrap_or(false),
         };
         b.actions.insert(a.id, a.clone());
         Ok(a)

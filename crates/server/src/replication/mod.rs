@@ -132,6 +132,10 @@ pub struct Action {
     /// see `alert_lag`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alert_lag_seconds: Option<u64>,
+    /// Run after each snapshot a snapshot schedule takes of the filesystem
+    /// (`schedules.rs`), so the target gets it at once.
+    #[serde(default)]
+    pub follow_schedules: bool,
 }
 
 /// The least lag a default lag alert waits for.
@@ -305,6 +309,9 @@ pub struct Replication {
     /// the target got from its last run (the target was current then). Not kept
     /// across restarts: the next scheduled check finds it again.
     current: Mutex<HashMap<u64, u64>>,
+    /// Actions that follow schedules and got a scheduled snapshot while running: the
+    /// scheduler thread runs them again once that run ends.
+    rerun: Mutex<std::collections::HashSet<u64>>,
     stop: AtomicBool,
 }
 
@@ -385,6 +392,7 @@ impl Replication {
             running: Mutex::new(BTreeMap::new()),
             receiving: Mutex::new(Default::default()),
             current: Mutex::new(HashMap::new()),
+            rerun: Mutex::new(Default::default()),
             stop: AtomicBool::new(false),
         })
     }
@@ -476,7 +484,7 @@ impl Replication {
     }
 
     /// Claims action `id` for a run; None when one is already running.
-    fn claim(&self, id: u64) -> Option<Arc<LiveRun>> {
+    pub(crate) fn claim(&self, id: u64) -> Option<Arc<LiveRun>> {
         let mut running = self.running.lock().unwrap();
         if running.contains_key(&id) {
             return None;
@@ -640,6 +648,31 @@ fn alert_lag(s: &crate::DaemonState, lagging: &mut std::collections::HashSet<u64
     }
 }
 
+/// Starts a run of every action that follows the snapshot schedules of one of
+/// `datasets`, which a schedule has just snapshotted. An action already running runs
+/// again when that run ends (the scheduler thread sees to it).
+pub(crate) fn after_scheduled_snapshots(s: &Arc<crate::DaemonState>, datasets: &[&str]) {
+    let follow: Vec<u64> = s.replication.read(|b| {
+        b.actions
+            .values()
+            .filter(|a| a.follow_schedules && datasets.contains(&a.filesystem.as_str()))
+            .map(|a| a.id)
+            .collect()
+    });
+    for id in follow {
+        match s.replication.claim(id) {
+            Some(live) => {
+                let s = s.clone();
+                std::thread::spawn(move || sender::run_claimed(&s, id, live, true));
+            }
+            // Running: again once it ends, so the new snapshot goes too.
+            None => {
+                s.replication.rerun.lock().unwrap().insert(id);
+            }
+        }
+    }
+}
+
 /// Names of targets and credentials: letters, digits, `-`, `_`, `.`.
 pub(crate) fn check_label(what: &str, name: &str) -> Result<()> {
     if name.is_empty()
@@ -691,6 +724,23 @@ pub fn start_scheduler(state: Weak<crate::DaemonState>) {
                     .map(|a| a.id)
                     .collect()
             });
+            let mut due = due;
+            {
+                // Follow-ups asked for while their action ran, now that it has ended.
+                let running = s.replication.running.lock().unwrap();
+                let mut rerun = s.replication.rerun.lock().unwrap();
+                let ready: Vec<u64> = rerun
+                    .iter()
+                    .copied()
+                    .filter(|id| !running.contains_key(id))
+                    .collect();
+                for id in ready {
+                    rerun.remove(&id);
+                    if !due.contains(&id) {
+                        due.push(id);
+                    }
+                }
+            }
             for id in due {
                 if let Some(live) = s.replication.claim(id) {
                     let s = s.clone();
