@@ -9,7 +9,8 @@
 //! recalled.
 //!
 //! A plain `umount DIR` of such a mount ends it for the daemon too: the directory can
-//! be mounted again, and the pool is no longer held.
+//! be mounted again, and the pool is no longer held. A rollback of the mounted (and
+//! shared) filesystem leaves the mount in place showing the snapshot.
 //!
 //! Needs root and /dev/fuse (as `crates/shoal/tests/fuse.rs`).
 
@@ -238,4 +239,55 @@ fn a_plain_umount_ends_the_mount_for_the_daemon_too() {
         std::fs::read(mnt.join("kept")).unwrap(),
         b"written before the umount"
     );
+}
+
+/// A rollback through the API of a filesystem the daemon has mounted (and shared):
+/// the mount stays, and shows the snapshot's files once its attribute time (1 s)
+/// passes; a file open across it whose object survives reads the snapshot's bytes,
+/// one whose object vanished answers an error.
+#[test]
+fn a_mounted_filesystem_rolls_back_under_its_mount() {
+    let (server, mnt) = daemon_with_mount(Arc::new(FuseHost));
+    let api = api(&server);
+    std::fs::write(mnt.join("kept"), b"as in the snapshot").unwrap();
+    let (code, body) = api.post(
+        "/api/v1/snapshots",
+        &serde_json::json!({ "name": "tp/share@before" }).to_string(),
+    );
+    assert_eq!(code, 201, "{body}");
+    std::fs::write(mnt.join("kept"), b"changed afterwards").unwrap();
+    std::fs::write(mnt.join("new"), b"born afterwards").unwrap();
+    let survivor = std::fs::File::open(mnt.join("kept")).unwrap();
+    let vanished = std::fs::File::open(mnt.join("new")).unwrap();
+    let (code, body) = api.post(
+        "/api/v1/rollback",
+        &serde_json::json!({ "name": "tp/share@before" }).to_string(),
+    );
+    assert_eq!(
+        code, 204,
+        "rolling back a mounted, shared filesystem: {body}"
+    );
+    let (_, mounts) = api.get("/api/v1/mounts");
+    assert_eq!(mounts.as_array().map(Vec::len), Some(1), "{mounts}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mnt.join("new").exists()
+        || std::fs::read(mnt.join("kept")).unwrap() != b"as in the snapshot"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the mount still shows the later files"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 64];
+    let n = survivor.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"as in the snapshot");
+    assert!(
+        vanished.read_at(&mut buf, 0).is_err(),
+        "the vanished file still reads"
+    );
+    drop((survivor, vanished));
+    let status = Command::new("umount").arg(&mnt).status().unwrap();
+    assert!(status.success());
 }

@@ -38,7 +38,7 @@ pub fn span(seconds: u64) -> String {
 
 /// Unix seconds as a UTC time: `2026-12-07 22:04:03Z`.
 pub fn utc(unix: u64) -> String {
-    let (y, m, d) = civil_from_days((unix / 86_400) as i64);
+    let (y, m, d) = server::schedules::civil_from_days((unix / 86_400) as i64);
     let s = unix % 86_400;
     format!(
         "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
@@ -46,22 +46,6 @@ pub fn utc(unix: u64) -> String {
         s / 60 % 60,
         s % 60
     )
-}
-
-/// The proleptic Gregorian (year, month, day) of a count of days since 1970-01-01:
-/// days are counted in 400-year eras of 146,097 days, each starting on 1 March so
-/// the leap day falls last.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

@@ -893,6 +893,19 @@ fn a_target_behind_its_alert_lag_is_alerted_then_caught_up() {
     assert_eq!(alerts_of(&p, "replication.lagging", &behind_obj).len(), 1);
 }
 
+/// Two daemons over plain HTTP on loopback: a primary whose `tank/data` is shared to
+/// loopback, and a replica it knows as target `vault`. Their state directories, then
+/// the daemons.
+fn primary_and_replica(dir: &Path) -> (PathBuf, PathBuf, Served, Served) {
+    let p = appliance(&dir.join("primary"), Some("tank/data"));
+    let r = appliance(&dir.join("replica"), None);
+    let primary = Served::start(&p, &dir.join("p.log"), &[]);
+    let replica = Served::start(&r, &dir.join("r.log"), &[]);
+    share_to_loopback(&p, "tank/data");
+    pair(&p, &replica, "vault", None);
+    (p, r, primary, replica)
+}
+
 /// The tags holding each snapshot of `fs` (`shoal snapshot holds --json`).
 fn holds(state: &Path, fs: &str) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -911,12 +924,7 @@ fn holds(state: &Path, fs: &str) -> BTreeMap<String, Vec<String>> {
 #[test]
 fn the_base_is_held_on_both_sides_and_survives_a_destroy_attempt() {
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let p = appliance(&t.path().join("primary"), Some("tank/data"));
-    let r = appliance(&t.path().join("replica"), None);
-    let primary = Served::start(&p, &t.path().join("p.log"), &[]);
-    let replica = Served::start(&r, &t.path().join("r.log"), &[]);
-    share_to_loopback(&p, "tank/data");
-    pair(&p, &replica, "vault", None);
+    let (p, r, primary, _replica) = primary_and_replica(t.path());
     let id = add_action(
         &p,
         "tank/data",
@@ -993,12 +1001,7 @@ fn the_base_is_held_on_both_sides_and_survives_a_destroy_attempt() {
 #[test]
 fn an_action_that_follows_schedules_sends_each_scheduled_snapshot() {
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let p = appliance(&t.path().join("primary"), Some("tank/data"));
-    let r = appliance(&t.path().join("replica"), None);
-    let primary = Served::start(&p, &t.path().join("p.log"), &[]);
-    let replica = Served::start(&r, &t.path().join("r.log"), &[]);
-    share_to_loopback(&p, "tank/data");
-    pair(&p, &replica, "vault", None);
+    let (p, r, primary, _replica) = primary_and_replica(t.path());
     add_action(
         &p,
         "tank/data",
@@ -1068,12 +1071,7 @@ fn an_action_that_follows_schedules_sends_each_scheduled_snapshot() {
 #[test]
 fn continuous_replication_runs_only_when_something_changed() {
     let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let p = appliance(&t.path().join("primary"), Some("tank/data"));
-    let r = appliance(&t.path().join("replica"), None);
-    let primary = Served::start(&p, &t.path().join("p.log"), &[]);
-    let replica = Served::start(&r, &t.path().join("r.log"), &[]);
-    share_to_loopback(&p, "tank/data");
-    pair(&p, &replica, "vault", None);
+    let (p, r, primary, _replica) = primary_and_replica(t.path());
     add_action(&p, "tank/data", "vault", "tank/copy", &["--continuous"]);
     let settled = |want: usize| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

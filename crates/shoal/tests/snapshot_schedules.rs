@@ -33,6 +33,15 @@ fn snapshots(state: &Path, fs: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Adds a schedule through the CLI; its id.
+fn add_schedule(state: &Path, dataset: &str, every: &str, keep: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "snapshot", "schedule", "add", dataset, "--every", every, "--keep", keep, "--json",
+    ];
+    args.extend_from_slice(extra);
+    json(state, &args)["id"].as_u64().unwrap().to_string()
+}
+
 fn names(state: &Path, fs: &str) -> Vec<String> {
     snapshots(state, fs).into_iter().map(|(n, _)| n).collect()
 }
@@ -113,21 +122,7 @@ fn schedules_snapshot_prune_around_holds_alert_and_catch_up_once() {
     );
 
     // Added: the first snapshot comes at once, named for its period and UTC time.
-    let s = json(
-        &state,
-        &[
-            "snapshot",
-            "schedule",
-            "add",
-            "tank/home",
-            "--every",
-            "1h",
-            "--keep",
-            "2",
-            "--json",
-        ],
-    );
-    let id = s["id"].as_u64().unwrap().to_string();
+    let id = add_schedule(&state, "tank/home", "1h", "2", &[]);
     wait_for("the first scheduled snapshot", || {
         names(&state, "tank/home").len() == 1
     });
@@ -188,22 +183,7 @@ fn schedules_snapshot_prune_around_holds_alert_and_catch_up_once() {
     assert!(names(&state, "tank/home").contains(&"mine".to_string()));
 
     // Recursive: the dataset and its child at one instant (one txg).
-    let r = json(
-        &state,
-        &[
-            "snapshot",
-            "schedule",
-            "add",
-            "tank/home",
-            "--every",
-            "1d",
-            "--keep",
-            "3",
-            "-r",
-            "--json",
-        ],
-    );
-    let rid = r["id"].as_u64().unwrap().to_string();
+    let rid = add_schedule(&state, "tank/home", "1d", "3", &["-r"]);
     wait_for("the recursive snapshot", || {
         snapshots(&state, "tank/home/alice")
             .iter()
@@ -219,21 +199,7 @@ fn schedules_snapshot_prune_around_holds_alert_and_catch_up_once() {
     assert_eq!((tn, ttxg), (cn, ctxg), "one name, one txg");
 
     // A failing run: one warning alert however often it fails, one info on recovery.
-    let f = json(
-        &state,
-        &[
-            "snapshot",
-            "schedule",
-            "add",
-            "tank/scratch",
-            "--every",
-            "1h",
-            "--keep",
-            "1",
-            "--json",
-        ],
-    );
-    let fid = f["id"].as_u64().unwrap().to_string();
+    let fid = add_schedule(&state, "tank/scratch", "1h", "1", &[]);
     wait_for("the scratch snapshot", || {
         names(&state, "tank/scratch").len() == 1
     });

@@ -107,6 +107,10 @@ impl Filesystem {
         self.free_object(&tx, &a)
     }
 
+    /// Frees the objects of the unlinked set that are not open: all of them at open
+    /// (after a crash, nothing is), those no file handle holds after a rollback of an
+    /// open filesystem (`rollback.rs`). The open ones are orphans again, freed on
+    /// their last close.
     pub(super) fn drain_unlinked(&self) -> Result<()> {
         let _ns = self.namespace.write().unwrap();
         let list = Directory::new(&self.store(None, UNLINKED_INO)).list(0, usize::MAX)?;
@@ -115,6 +119,13 @@ impl Filesystem {
         }
         let tx = self.pool.begin(0)?;
         for e in list {
+            {
+                let mut of = self.open_files.lock().unwrap();
+                if of.counts.get(&e.object).is_some_and(|&n| n > 0) {
+                    of.orphans.insert(e.object);
+                    continue;
+                }
+            }
             Directory::new(&self.store(Some(&tx), UNLINKED_INO)).remove(&e.name)?;
             let info = self.pool.object_info(self.os, e.object)?;
             let a = Attr::decode(e.object, info.generation, &info.bonus)?;

@@ -17,9 +17,7 @@
 //! Crash safety: the rollback is one txg (all or nothing, `pool::snapshots`); a crash
 //! before step 5 commits leaves orphans in the unlinked set, which the next open frees.
 
-use super::{Filesystem, UNLINKED_INO};
-use crate::attr::Attr;
-use crate::dir::Directory;
+use super::Filesystem;
 use crate::{FsError, Result};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -87,33 +85,8 @@ impl Filesystem {
             of.orphans.clear();
         }
         vanished(&gone);
-        self.drain_unlinked_but_open()?;
+        self.drain_unlinked()?;
         self.pool.sync()?;
         Ok(gone)
-    }
-
-    /// Frees the objects of the unlinked set that are not open; the open ones are
-    /// orphans again (freed on their last close).
-    fn drain_unlinked_but_open(&self) -> Result<()> {
-        let _ns = self.namespace.write().unwrap();
-        let list = Directory::new(&self.store(None, UNLINKED_INO)).list(0, usize::MAX)?;
-        if list.is_empty() {
-            return Ok(());
-        }
-        let tx = self.pool.begin(0)?;
-        for e in list {
-            {
-                let mut of = self.open_files.lock().unwrap();
-                if of.counts.get(&e.object).is_some_and(|&n| n > 0) {
-                    of.orphans.insert(e.object);
-                    continue;
-                }
-            }
-            Directory::new(&self.store(Some(&tx), UNLINKED_INO)).remove(&e.name)?;
-            let info = self.pool.object_info(self.os, e.object)?;
-            let a = Attr::decode(e.object, info.generation, &info.bonus)?;
-            self.free_object(&tx, &a)?;
-        }
-        Ok(())
     }
 }
