@@ -85,6 +85,8 @@ pub struct Datasets {
     open: Mutex<HashMap<u64, Arc<Filesystem>>>,
     volumes: Mutex<HashMap<u64, Arc<Volume>>>,
     limits: Arc<SpaceLimits>,
+    /// Held through a rollback (`rollback_with`).
+    rollbacks: Mutex<()>,
 }
 
 /// What a volume is made with (`Datasets::create_volume`).
@@ -106,6 +108,7 @@ impl Datasets {
             open: Mutex::new(HashMap::new()),
             volumes: Mutex::new(HashMap::new()),
             limits: Arc::new(SpaceLimits::default()),
+            rollbacks: Mutex::new(()),
         };
         if d.pool.objset_id(&d.pool.name).is_none() {
             d.make(&d.pool.name.clone(), Props::default())?;
@@ -541,12 +544,7 @@ impl Datasets {
             }
         }
         let ids: Vec<u64> = targets.iter().map(|(id, _)| *id).collect();
-        self.pool
-            .snapshot_create_many(&ids, short)
-            .map_err(|e| match e {
-                pool::PoolError::Exists(s) => FsError::Invalid(format!("{s} exists")),
-                e => e.into(),
-            })?;
+        self.pool.snapshot_create_many(&ids, short)?;
         Ok(targets
             .into_iter()
             .map(|(_, n)| format!("{n}@{short}"))
@@ -788,12 +786,11 @@ impl Datasets {
             .map(|_| ())
     }
 
-    /// `rollback_to`, for a filesystem in use too: one open here and held by others
-    /// (shared, mounted) is rolled back in place and stays open; its operations pause
-    /// for the rollback (`Filesystem::rollback_while_open`), and `vanished` is given it
-    /// and its open files that no longer exist while they are still paused, so their
-    /// protocol state can go before anyone reuses their object ids. Answers those
-    /// files. A volume in use (served as a LUN) refuses: its initiator caches blocks
+    /// `rollback_to`, for a filesystem in use too: a filesystem is rolled back through
+    /// its open instance, in place, so whoever holds it (a share, a mount) keeps it;
+    /// its operations pause for the rollback (`Filesystem::rollback_while_open`), and
+    /// `vanished` is given it and its open files that no longer exist while they are
+    /// still paused, so their protocol state goes first. Answers those files. A volume in use (served as a LUN) refuses: its initiator caches blocks
     /// a rollback would change under it.
     pub fn rollback_with(
         &self,
@@ -832,18 +829,19 @@ impl Datasets {
                 self.forget(snap);
             }
         }
-        let open = self.open.lock().unwrap().get(&ds_id).cloned();
-        let gone = match open {
-            // Held by the cache, this clone and someone else: in use.
-            Some(fs) if Arc::strong_count(&fs) > 2 => {
-                fs.rollback_while_open(id, destroy_newer, &mut |g| vanished(&fs, g))?
-            }
-            // An instance nobody holds would show the old contents: forgotten.
-            _ => {
-                self.forget(ds_id);
-                self.pool.snapshot_rollback_to(id, destroy_newer)?;
-                Vec::new()
-            }
+        // One rollback at a time: a second one of the same filesystem would find its
+        // gate closed.
+        let _one = self.rollbacks.lock().unwrap();
+        let gone = if self.is_volume(dataset)? {
+            self.forget(ds_id);
+            self.pool.snapshot_rollback_to(id, destroy_newer)?;
+            Vec::new()
+        } else {
+            // Always through the open instance (opened here if need be), so a share or
+            // mount that takes it meanwhile gets the rolled-back filesystem, never a
+            // stale one.
+            let fs = self.open(dataset)?;
+            fs.rollback_while_open(id, destroy_newer, &mut |g| vanished(&fs, g))?
         };
         self.limits.refresh(&self.pool)?;
         Ok(gone)

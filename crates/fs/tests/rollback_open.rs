@@ -124,8 +124,11 @@ fn a_filesystem_in_use_rolls_back_in_place_under_load() {
     // The vanished file's open is forgotten; releasing it is harmless.
     fs.released(new.ino).unwrap();
     fs.released(kept.ino).unwrap();
-    // It keeps working: a write after the rollback.
+    // It keeps working: a write after the rollback. A new file does not get the id of
+    // one that vanished (or of one the load made before the rollback).
     fs.write(kept.ino, 0, b"written after").unwrap();
+    let fresh = file(&fs, "fresh", b"new after the rollback");
+    assert!(fresh.ino > new.ino, "{} reuses a vanished id", fresh.ino);
     drop(fs);
     pool.sync().unwrap();
     assert!(pool.check().unwrap().problems.is_empty());

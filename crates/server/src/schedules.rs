@@ -12,7 +12,10 @@
 //!
 //! After each snapshot the schedule prunes its own snapshots (those named with its
 //! prefix) beyond `keep`, oldest first, never one that is held: an operator's hold
-//! or a replication base (`replication.rs` holds it on both sides). A recursive
+//! or a replication base (`replication.rs` holds it on both sides), and not while a
+//! replication of the dataset runs (its streams may name any snapshot after its
+//! base); what cannot go now goes at a later run. Two schedules of one period may not
+//! cover one dataset (they would share names and prune each other's). A recursive
 //! schedule snapshots the dataset and its descendants in one transaction group
 //! (`fs::Datasets::snapshot_recursive`) and prunes each.
 //!
@@ -359,14 +362,29 @@ impl Schedules {
             )));
         }
         self.change(|b| {
-            if let Some(s) = b
-                .schedules
-                .values()
-                .find(|s| s.dataset == new.dataset && s.every == every)
-            {
+            // Two schedules of one period over one dataset would take snapshots of
+            // the same names and prune each other's.
+            let covers = |s: &Schedule, d: &str| {
+                s.dataset == d
+                    || (s.recursive
+                        && d.strip_prefix(s.dataset.as_str())
+                            .is_some_and(|rest| rest.starts_with('/')))
+            };
+            let candidate = Schedule {
+                id: 0,
+                dataset: new.dataset.clone(),
+                every,
+                keep: new.keep,
+                recursive: new.recursive,
+            };
+            if let Some(s) = b.schedules.values().find(|s| {
+                s.every == every && (covers(s, &new.dataset) || covers(&candidate, &s.dataset))
+            }) {
                 return Err(ServerError::Conflict(format!(
-                    "schedule {} already snapshots {} every {every}",
-                    s.id, s.dataset
+                    "schedule {} already snapshots {}{} every {every}",
+                    s.id,
+                    s.dataset,
+                    if s.recursive { " and its children" } else { "" }
                 )));
             }
             b.next_id = b.next_id.max(1);
@@ -416,8 +434,14 @@ pub fn run_now(s: &Arc<DaemonState>, id: u64, now: u64) -> Result<ScheduleRun> {
         at_unix: now,
         ..ScheduleRun::default()
     };
-    match take_and_prune(s, &schedule, now, &mut run) {
-        Ok(()) => run.ok = true,
+    match take(s, &schedule, now) {
+        Ok(taken) => {
+            run.taken = taken;
+            run.ok = true;
+            // What pruning cannot do now (a snapshot being sent or mounted) it does
+            // at a later run: the slot is served once its snapshot is taken.
+            prune(s, &schedule, &mut run);
+        }
         Err(e) => run.error = Some(e),
     }
     let was_failing = before.last_run.as_ref().is_some_and(|r| !r.ok);
@@ -466,41 +490,49 @@ pub fn run_now(s: &Arc<DaemonState>, id: u64, now: u64) -> Result<ScheduleRun> {
     Ok(run)
 }
 
-fn take_and_prune(
+/// Takes the schedule's snapshot (of its dataset, and its children when recursive, at
+/// one instant); their full names. Two runs in one minute (one asked for beside the
+/// scheduled one) get `-1`, `-2`, ...: still this schedule's, still in order.
+fn take(
     s: &DaemonState,
     schedule: &Schedule,
     now: u64,
-    run: &mut ScheduleRun,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<Vec<String>, String> {
     let ds = s
         .datasets_of(&schedule.dataset)
         .map_err(|e| e.message().to_string())?;
-    // Two runs in one minute (a run asked for beside the scheduled one) get `-1`,
-    // `-2`, ...: still this schedule's, still in the order taken.
     let base = format!("{}{}", schedule.prefix(), name_time(now));
-    let short = (0..100)
-        .map(|i| {
-            if i == 0 {
-                base.clone()
-            } else {
-                format!("{base}-{i}")
-            }
-        })
-        .find(|n| {
-            ds.pool()
-                .objset_id(&format!("{}@{n}", schedule.dataset))
-                .is_none()
-        })
-        .ok_or_else(|| format!("no free snapshot name after {base}"))?;
-    run.taken = ds
-        .snapshot_recursive(&schedule.dataset, &short, schedule.recursive)
-        .map_err(|e| e.to_string())?;
+    for i in 0..100 {
+        let short = if i == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{i}")
+        };
+        match ds.snapshot_recursive(&schedule.dataset, &short, schedule.recursive) {
+            Err(fs::FsError::Exists) => continue,
+            r => return r.map_err(|e| e.to_string()),
+        }
+    }
+    Err(format!("no free snapshot name after {base}"))
+}
+
+/// Destroys the schedule's oldest snapshots beyond `keep` on each dataset it took
+/// one of, never a held one, nor while a replication of the dataset runs (its
+/// streams may name them); what it cannot destroy now goes at a later run.
+fn prune(s: &DaemonState, schedule: &Schedule, run: &mut ScheduleRun) {
+    let Ok(ds) = s.datasets_of(&schedule.dataset) else {
+        return;
+    };
     let pool = ds.pool();
     for taken in &run.taken {
         let dataset = taken.split('@').next().unwrap_or(taken);
-        let ours: Vec<(u64, String)> = ds
-            .snapshot_names(dataset)
-            .map_err(|e| e.to_string())?
+        if s.replication.running_for(dataset) {
+            continue;
+        }
+        let Ok(names) = ds.snapshot_names(dataset) else {
+            continue;
+        };
+        let ours: Vec<(u64, String)> = names
             .into_iter()
             .filter(|(_, n)| {
                 n.split_once('@')
@@ -514,13 +546,12 @@ fn take_and_prune(
             }
             match ds.destroy_snapshot(&name) {
                 Ok(()) => run.pruned.push(name),
-                // Busy (being sent, mounted): pruned at a later run.
-                Err(fs::FsError::Busy(_)) => {}
-                Err(e) => return Err(format!("pruning {name}: {e}")),
+                Err(e) => {
+                    tracing::info!(snapshot = %name, error = %e, "pruning a scheduled snapshot later")
+                }
             }
         }
     }
-    Ok(())
 }
 
 /// Starts the thread that takes scheduled snapshots; it ends when the daemon's state

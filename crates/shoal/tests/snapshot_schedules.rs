@@ -189,6 +189,19 @@ fn schedules_snapshot_prune_around_holds_alert_and_catch_up_once() {
             .iter()
             .any(|(n, _)| n.starts_with("auto-1d-"))
     });
+    // Two schedules of one period may not cover one dataset: they would share names.
+    for (dataset, extra) in [("tank/home/alice", vec![]), ("tank", vec!["-r"])] {
+        let mut args = vec![
+            "snapshot", "schedule", "add", dataset, "--every", "1d", "--keep", "2",
+        ];
+        args.extend(extra);
+        let out = shoal(&state, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("already snapshots tank/home"),
+            "{args:?}: {err}"
+        );
+    }
     let top = snapshots(&state, "tank/home");
     let child = snapshots(&state, "tank/home/alice");
     let (tn, ttxg) = top.iter().find(|(n, _)| n.starts_with("auto-1d-")).unwrap();

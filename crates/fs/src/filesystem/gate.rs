@@ -31,6 +31,17 @@ pub(crate) struct Gate {
     changed: Condvar,
 }
 
+/// Why `Gate::close` did not close the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotClosed {
+    /// Another thread holds it closed.
+    ClosedAlready,
+    /// Operations were still inside when the wait ran out.
+    StillInside,
+    /// The caller is inside an operation of this filesystem.
+    FromInside,
+}
+
 /// Being inside the gate; leaving on drop.
 pub(crate) struct Pass<'a> {
     gate: &'a Gate,
@@ -89,31 +100,30 @@ impl Gate {
     }
 
     /// Closes the gate and waits until every operation inside has left, for at most
-    /// `wait`: then the gate opens again and `false` is answered. While closed, the
-    /// calling thread passes freely; `open` must follow on the same thread.
-    pub(crate) fn close(&self, wait: Duration) -> bool {
-        assert!(
-            !self.this_thread_inside(),
-            "a filesystem operation cannot close its own gate"
-        );
+    /// `wait`: past it the gate opens again and `StillInside` is answered; a gate
+    /// another thread has closed answers `ClosedAlready` and stays as it is. While
+    /// closed, the calling thread passes freely; `open` must follow on it.
+    pub(crate) fn close(&self, wait: Duration) -> Result<(), NotClosed> {
+        if self.this_thread_inside() {
+            return Err(NotClosed::FromInside);
+        }
         let deadline = Instant::now() + wait;
         let mut g = self.lock.lock().unwrap();
-        assert!(
-            !self.closed.swap(true, Ordering::SeqCst),
-            "one closer at a time"
-        );
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Err(NotClosed::ClosedAlready);
+        }
         while self.inside.load(Ordering::SeqCst) > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                drop(g);
-                self.open_locked();
-                return false;
+                self.closed.store(false, Ordering::SeqCst);
+                self.changed.notify_all();
+                return Err(NotClosed::StillInside);
             }
             g = self.changed.wait_timeout(g, left).unwrap().0;
         }
         drop(g);
         INSIDE.with(|v| v.borrow_mut().push(self.id));
-        true
+        Ok(())
     }
 
     /// Opens the gate closed by this thread.
@@ -160,7 +170,7 @@ mod tests {
         let (g2, opened2) = (gate.clone(), opened.clone());
         let (tx, rx) = std::sync::mpsc::channel::<bool>();
         let closer = std::thread::spawn(move || {
-            let closed = g2.close(Duration::from_secs(10));
+            let closed = g2.close(Duration::from_secs(10)).is_ok();
             // Inside while closed: the closer's own calls pass.
             drop(g2.pass());
             tx.send(closed).unwrap();
@@ -187,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn a_close_that_cannot_drain_gives_up_and_reopens() {
+    fn a_close_that_cannot_drain_gives_up_and_a_second_closer_is_refused() {
         let gate = Arc::new(Gate::new());
         let g2 = gate.clone();
         let (tx, rx) = std::sync::mpsc::channel::<()>();
@@ -198,10 +208,21 @@ mod tests {
         while gate.inside.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
-        assert!(!gate.close(Duration::from_millis(30)));
+        assert_eq!(
+            gate.close(Duration::from_millis(30)),
+            Err(NotClosed::StillInside)
+        );
         assert!(!gate.closed.load(Ordering::SeqCst));
+        // A second closer is told so, and the first one's close stands.
         drop(gate.pass());
         tx.send(()).unwrap();
         holder.join().unwrap();
+        assert_eq!(gate.close(Duration::from_secs(1)), Ok(()));
+        let g3 = gate.clone();
+        let second = std::thread::spawn(move || g3.close(Duration::from_secs(1)));
+        assert_eq!(second.join().unwrap(), Err(NotClosed::ClosedAlready));
+        assert!(gate.closed.load(Ordering::SeqCst));
+        gate.open();
+        drop(gate.pass());
     }
 }

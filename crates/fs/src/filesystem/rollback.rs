@@ -3,7 +3,8 @@
 //! 1. the gate closes (`gate.rs`): operations that arrive wait, the ones inside end;
 //! 2. everything written so far is committed, so no intent log record of this
 //!    object set is left to replay over the rolled-back one;
-//! 3. the pool rolls the object set back in one txg (`Pool::snapshot_rollback_to`);
+//! 3. the pool rolls the object set back in one txg, keeping the ids of objects made
+//!    since unused (`Pool::snapshot_rollback_in_place`);
 //! 4. the open files are matched with the rolled-back objects by (object,
 //!    generation): one that no longer exists, or is another file now, is forgotten
 //!    and reported to `vanished`, which runs with the gate still closed so the caller
@@ -17,6 +18,7 @@
 //! Crash safety: the rollback is one txg (all or nothing, `pool::snapshots`); a crash
 //! before step 5 commits leaves orphans in the unlinked set, which the next open frees.
 
+use super::gate::NotClosed;
 use super::Filesystem;
 use crate::{FsError, Result};
 use std::collections::HashMap;
@@ -36,12 +38,18 @@ impl Filesystem {
         destroy_newer: bool,
         vanished: &mut dyn FnMut(&[u64]),
     ) -> Result<Vec<u64>> {
-        if !self.gate.close(DRAIN_WAIT) {
-            return Err(FsError::Busy(format!(
-                "'{}' is busy: its operations did not end within {} s",
-                self.name,
-                DRAIN_WAIT.as_secs()
-            )));
+        if let Err(why) = self.gate.close(DRAIN_WAIT) {
+            return Err(FsError::Busy(match why {
+                NotClosed::StillInside => format!(
+                    "'{}' is busy: its operations did not end within {} s",
+                    self.name,
+                    DRAIN_WAIT.as_secs()
+                ),
+                NotClosed::ClosedAlready => format!("'{}' is being rolled back", self.name),
+                NotClosed::FromInside => {
+                    format!("'{}': a rollback from inside its own operation", self.name)
+                }
+            }));
         }
         let r = self.rollback_closed(snap, destroy_newer, vanished);
         self.gate.open();
@@ -69,21 +77,36 @@ impl Filesystem {
                 generation.insert(ino, a.generation);
             }
         }
-        self.pool.snapshot_rollback_to(snap, destroy_newer)?;
-        let gone: Vec<u64> = generation
-            .iter()
-            .filter(|(ino, gen)| self.getattr(**ino).map_or(true, |a| a.generation != **gen))
-            .map(|(ino, _)| *ino)
-            .collect();
-        {
+        self.pool.snapshot_rollback_in_place(snap, destroy_newer)?;
+        let gone: Vec<u64> = {
             // Which open files are orphans is the snapshot's unlinked set's to say
-            // (one unlinked after the snapshot has its name back).
+            // (one unlinked after the snapshot has its name back). A file opened while
+            // the gate was closed (`opened` does not wait) is judged by whether its
+            // object is there: the pool never gives a vanished object's id again.
+            let open: Vec<u64> = self
+                .open_files
+                .lock()
+                .unwrap()
+                .counts
+                .keys()
+                .copied()
+                .collect();
+            // Judged without the open-files lock: `getattr` takes it.
+            let gone: Vec<u64> = open
+                .into_iter()
+                .filter(|ino| match (self.getattr(*ino), generation.get(ino)) {
+                    (Err(_), _) => true,
+                    (Ok(a), Some(gen)) => a.generation != *gen,
+                    (Ok(_), None) => false,
+                })
+                .collect();
             let mut of = self.open_files.lock().unwrap();
             for ino in &gone {
                 of.counts.remove(ino);
             }
             of.orphans.clear();
-        }
+            gone
+        };
         vanished(&gone);
         self.drain_unlinked()?;
         self.pool.sync()?;

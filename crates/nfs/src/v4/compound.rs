@@ -653,13 +653,21 @@ impl NfsService {
         slot.reply = SlotReply::InProgress;
         // SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED until the client frees what it lost;
         // CB_PATH_DOWN when it holds delegations that cannot be recalled.
-        let mut status_flags = if st.has_revoked(client) { 0x10 } else { 0 };
-        // SEQ4_STATUS_ADMIN_STATE_REVOKED: a rollback took some of it.
+        use super::client::{
+            SEQ4_STATUS_ADMIN_STATE_REVOKED, SEQ4_STATUS_CB_PATH_DOWN,
+            SEQ4_STATUS_CB_PATH_DOWN_SESSION, SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED,
+        };
+        let mut status_flags = if st.has_revoked(client) {
+            SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED
+        } else {
+            0
+        };
+        // A rollback took some of it.
         if st.has_admin_revoked(client) {
-            status_flags |= 0x40;
+            status_flags |= SEQ4_STATUS_ADMIN_STATE_REVOKED;
         }
         if st.callback_path_down(client) {
-            status_flags |= 0x1 | 0x200;
+            status_flags |= SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION;
         }
         if let Some(c) = st.clients.get_mut(&client) {
             c.renewed = now;

@@ -254,9 +254,12 @@ enum SnapOp {
     },
     /// `destroy_newer`: the snapshots taken after `id` are destroyed with the changes
     /// (refused when one is held); without it they make the rollback refused.
+    /// `keep_ids`: object ids made after the snapshot stay unused
+    /// (`Pool::snapshot_rollback_in_place`).
     Rollback {
         id: u64,
         destroy_newer: bool,
+        keep_ids: bool,
     },
     Hold {
         id: u64,

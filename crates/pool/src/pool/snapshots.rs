@@ -95,8 +95,30 @@ impl Pool {
     /// the changes, in the same transaction group (all or none after a crash), and a
     /// held one refuses it. The dataset must not be in use (mounted or shared).
     pub fn snapshot_rollback_to(&self, id: u64, destroy_newer: bool) -> Result<(), PoolError> {
-        self.run_snapshot_op(SnapOp::Rollback { id, destroy_newer })
-            .map(|_| ())
+        self.run_snapshot_op(SnapOp::Rollback {
+            id,
+            destroy_newer,
+            keep_ids: false,
+        })
+        .map(|_| ())
+    }
+
+    /// `snapshot_rollback_to` for a dataset that stays in use: the ids of objects
+    /// made after the snapshot are not given to new objects while the pool is
+    /// imported, so a file handle, a FUSE inode or an open count that names one finds
+    /// it gone, never another file. (A receive's rollback to its base does not do
+    /// this: the stream then makes objects under the ids its source gave them.)
+    pub fn snapshot_rollback_in_place(
+        &self,
+        id: u64,
+        destroy_newer: bool,
+    ) -> Result<(), PoolError> {
+        self.run_snapshot_op(SnapOp::Rollback {
+            id,
+            destroy_newer,
+            keep_ids: true,
+        })
+        .map(|_| ())
     }
 
     /// Places hold `tag` on snapshot `id` (committed when this returns): the snapshot
@@ -264,9 +286,13 @@ impl Pool {
                     guid,
                 } => self.snapshot_in_sync(txg, dataset, &name, guid),
                 SnapOp::Destroy { id } => self.destroy_snapshot_in_sync(txg, id).map(|_| id),
-                SnapOp::Rollback { id, destroy_newer } => {
-                    self.rollback_in_sync(txg, id, destroy_newer).map(|_| id)
-                }
+                SnapOp::Rollback {
+                    id,
+                    destroy_newer,
+                    keep_ids,
+                } => self
+                    .rollback_in_sync(txg, id, destroy_newer, keep_ids)
+                    .map(|_| id),
                 SnapOp::Hold { id, tag, unix } => self.hold_in_sync(id, tag, unix).map(|_| id),
                 SnapOp::Release { id, tag } => self.release_in_sync(id, &tag).map(|_| id),
             };
@@ -365,7 +391,7 @@ impl Pool {
         let (s, origin) = Self::snapshot_entry(&ds, id)?;
         refuse_held(s)?;
         if self.sending.lock().unwrap().contains_key(&id) {
-            return Err(PoolError::InvalidArgument(format!(
+            return Err(PoolError::Busy(format!(
                 "'{}' is being sent: destroy it when the send has ended",
                 s.name
             )));
@@ -434,6 +460,7 @@ impl Pool {
         txg: u64,
         id: u64,
         destroy_newer: bool,
+        keep_ids: bool,
     ) -> Result<(), PoolError> {
         let newer = {
             let ds = self.datasets.read().unwrap();
@@ -506,6 +533,11 @@ impl Pool {
         deadlist::free_chain(st, d.deadlist, txg)?;
         let objset = Arc::new(Objset::open(st, origin, s_root)?);
         objset.set_keep_upto(s_txg);
+        if keep_ids {
+            // Raised on disk with the next change; in memory, which is where the
+            // names that could be confused live, from now on.
+            objset.raise_next_object(ds[&origin].objset.next_object());
+        }
         let d = ds.get_mut(&origin).unwrap();
         d.objset = objset;
         d.deadlist = Deadlist::EMPTY;

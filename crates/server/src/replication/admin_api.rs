@@ -255,14 +255,15 @@ pub async fn delete_action(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = action_id(&id)?;
-    if s.replication.running.lock().unwrap().contains_key(&id) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("action {id} is running: remove it when the run ends"),
-        ));
-    }
     let mut removed = None;
     s.replication.change(|b| {
+        // Checked with the book held: a run claimed after this reads the book first
+        // and finds the action gone, so it never holds a snapshot for it.
+        if s.replication.running.lock().unwrap().contains_key(&id) {
+            return Err(ServerError::Conflict(format!(
+                "action {id} is running: remove it when the run ends"
+            )));
+        }
         b.history.remove(&id);
         removed = b.actions.remove(&id);
         removed

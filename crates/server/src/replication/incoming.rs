@@ -257,6 +257,9 @@ fn prepare(
                         )));
                     };
                     for (_, name) in snaps[at + 1..].iter().rev() {
+                        // Received after the base by a stream cut short: this side's
+                        // own hold goes with it; an operator's refuses (409).
+                        let _ = ds.release(name, super::REPLICA_HOLD_TAG);
                         ds.destroy_snapshot(name)?;
                     }
                 }

@@ -522,6 +522,18 @@ impl Replication {
         self.running.lock().unwrap().remove(&id);
     }
 
+    /// Whether a run of an action replicating `filesystem` is under way (its streams
+    /// may name any snapshot after its base).
+    pub(crate) fn running_for(&self, filesystem: &str) -> bool {
+        let running: Vec<u64> = self.running.lock().unwrap().keys().copied().collect();
+        self.read(|b| {
+            running
+                .iter()
+                .filter_map(|id| b.actions.get(id))
+                .any(|a| a.filesystem == filesystem)
+        })
+    }
+
     /// What of replication works in pool `pool` now (a run of an action whose
     /// filesystem is there, or a receive into it), if anything.
     pub fn busy_in_pool(&self, pool: &str) -> Option<String> {

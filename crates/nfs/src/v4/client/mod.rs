@@ -81,11 +81,13 @@ pub mod attr {
     pub const MOUNTED_ON_FILEID: u32 = 55;
 }
 
-/// SEQ4_STATUS flags of SEQUENCE results.
-pub const SEQ4_STATUS_EXPIRED_ALL_STATE_REVOKED: u32 = 0x0000_0010;
-pub const SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED: u32 = 0x0000_0020;
-pub const SEQ4_STATUS_ADMIN_STATE_REVOKED: u32 = 0x0000_0040;
-pub const SEQ4_STATUS_RECALLABLE_STATE_REVOKED: u32 = 0x0000_0080;
+/// SEQ4_STATUS flags of SEQUENCE results (RFC 8881 section 18.46.3).
+pub const SEQ4_STATUS_CB_PATH_DOWN: u32 = 0x0000_0001;
+pub const SEQ4_STATUS_EXPIRED_ALL_STATE_REVOKED: u32 = 0x0000_0008;
+pub const SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED: u32 = 0x0000_0010;
+pub const SEQ4_STATUS_ADMIN_STATE_REVOKED: u32 = 0x0000_0020;
+pub const SEQ4_STATUS_RECALLABLE_STATE_REVOKED: u32 = 0x0000_0040;
+pub const SEQ4_STATUS_CB_PATH_DOWN_SESSION: u32 = 0x0000_0200;
 
 /// A NULL call to NFSv4 (procedure 0, no arguments), as a record.
 pub fn null_record(xid: u32, cred: &Credential) -> Vec<u8> {
