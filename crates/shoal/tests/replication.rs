@@ -1059,12 +1059,19 @@ fn an_action_that_follows_schedules_sends_each_scheduled_snapshot() {
     nfs_put(&primary, "/tank/data", "two", b"second");
     ok(&p, &["snapshot", "schedule", "run", &sid]);
     arrived(2);
-    let st = json(&p, &["replication", "status", "--json"]);
+    // The run that sent it records itself once the replica has answered.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let st = loop {
+        let st = json(&p, &["replication", "status", "--json"]);
+        let a = &st["actions"][0];
+        if a["running"].is_null() && a["history"].as_array().unwrap().len() >= 2 {
+            break st;
+        }
+        assert!(std::time::Instant::now() < deadline, "{st}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     let history = st["actions"][0]["history"].as_array().unwrap();
-    assert!(
-        history.len() >= 2 && history.iter().all(|h| h["ok"] == true),
-        "{st}"
-    );
+    assert!(history.iter().all(|h| h["ok"] == true), "{st}");
     assert_eq!(st["actions"][0]["follow_schedules"], true, "{st}");
 }
 
