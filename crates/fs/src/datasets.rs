@@ -34,6 +34,14 @@ impl DatasetInfo {
     }
 }
 
+/// What `Datasets::prune` did: the snapshots destroyed, and those it could not
+/// destroy (in use, being sent) with why.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    pub destroyed: Vec<String>,
+    pub failed: Vec<(String, FsError)>,
+}
+
 /// One hold on a snapshot, as `shoal snapshot holds` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct HoldInfo {
@@ -488,17 +496,7 @@ impl Datasets {
     /// Takes snapshot `pool/fs@name` of everything written to the dataset so far.
     pub fn snapshot(&self, full: &str) -> Result<SnapshotInfo> {
         let (dataset, snap) = self.split_snapshot(full)?;
-        let (id, props) = self.local(dataset)?;
-        if props.refreservation.unwrap_or(0) > 0 {
-            // The snapshot takes the dataset's unique bytes: its refreservation must
-            // fit again beside them (figures as of a sync).
-            self.pool.sync()?;
-            self.limits.admit_snapshot(&self.pool, id)?;
-        }
-        self.pool.snapshot_create(id, snap).map_err(|e| match e {
-            pool::PoolError::Exists(_) => FsError::Exists,
-            e => e.into(),
-        })?;
+        self.snapshot_recursive(dataset, snap, false)?;
         self.snapshots(Some(dataset))?
             .into_iter()
             .find(|s| s.name == full)
@@ -529,18 +527,16 @@ impl Datasets {
             children.sort_by(|a, b| a.1.cmp(&b.1));
             targets.extend(children);
         }
-        let reserved = targets.iter().any(|(_, n)| {
-            self.local(n)
-                .is_ok_and(|(_, p)| p.refreservation.unwrap_or(0) > 0)
-        });
-        if reserved {
-            // As `snapshot`: a refreservation must fit again beside what the
-            // snapshots take (figures as of a sync).
-            self.pool.sync()?;
-            for (id, n) in &targets {
-                if self.local(n)?.1.refreservation.unwrap_or(0) > 0 {
-                    self.limits.admit_snapshot(&self.pool, *id)?;
+        // A snapshot takes its dataset's unique bytes: a refreservation must fit again
+        // beside them (figures as of a sync).
+        let mut synced = false;
+        for (id, n) in &targets {
+            if self.local(n)?.1.refreservation.unwrap_or(0) > 0 {
+                if !synced {
+                    self.pool.sync()?;
+                    synced = true;
                 }
+                self.limits.admit_snapshot(&self.pool, *id)?;
             }
         }
         let ids: Vec<u64> = targets.iter().map(|(id, _)| *id).collect();
@@ -861,6 +857,56 @@ impl Datasets {
     pub fn release(&self, full: &str, tag: &str) -> Result<()> {
         let id = self.snapshot_id(full)?;
         Ok(self.pool.snapshot_release(id, tag)?)
+    }
+
+    /// The holds of a snapshot (`pool/fs@name`), or of every snapshot of a dataset or
+    /// of a pool (its root's name).
+    pub fn holds_under(&self, of: &str) -> Result<Vec<HoldInfo>> {
+        let dataset = of.split('@').next().unwrap_or(of);
+        let filter = (dataset != self.pool.name).then_some(dataset);
+        let mut out = Vec::new();
+        for snap in self.snapshots(filter)? {
+            if (of.contains('@') && snap.name != of) || snap.holds.is_empty() {
+                continue;
+            }
+            out.extend(self.holds(&snap.name)?);
+        }
+        Ok(out)
+    }
+
+    /// Destroys the oldest snapshots of `dataset` named `dataset@<prefix>...` beyond
+    /// the newest `keep`, never `spare`, never a held one (they count, but stay). The
+    /// retention rule of replication and of snapshot schedules. Answers the snapshots
+    /// destroyed and those that could not be (in use, being sent), with why.
+    pub fn prune(
+        &self,
+        dataset: &str,
+        prefix: &str,
+        keep: usize,
+        spare: Option<&str>,
+    ) -> Result<Pruned> {
+        let ours: Vec<(u64, String)> = self
+            .snapshot_names(dataset)?
+            .into_iter()
+            .filter(|(_, n)| {
+                n.split_once('@')
+                    .is_some_and(|(_, short)| short.starts_with(prefix))
+            })
+            .collect();
+        let excess = ours.len().saturating_sub(keep);
+        let mut out = Pruned::default();
+        for (id, name) in ours.into_iter().take(excess) {
+            if Some(name.as_str()) == spare
+                || self.pool.snapshot_holds(id).map_or(true, |h| !h.is_empty())
+            {
+                continue;
+            }
+            match self.destroy_snapshot(&name) {
+                Ok(()) => out.destroyed.push(name),
+                Err(e) => out.failed.push((name, e)),
+            }
+        }
+        Ok(out)
     }
 
     /// The holds of snapshot `full`, by tag.

@@ -523,33 +523,19 @@ fn prune(s: &DaemonState, schedule: &Schedule, run: &mut ScheduleRun) {
     let Ok(ds) = s.datasets_of(&schedule.dataset) else {
         return;
     };
-    let pool = ds.pool();
     for taken in &run.taken {
         let dataset = taken.split('@').next().unwrap_or(taken);
         if s.replication.running_for(dataset) {
             continue;
         }
-        let Ok(names) = ds.snapshot_names(dataset) else {
-            continue;
-        };
-        let ours: Vec<(u64, String)> = names
-            .into_iter()
-            .filter(|(_, n)| {
-                n.split_once('@')
-                    .is_some_and(|(_, short)| short.starts_with(&schedule.prefix()))
-            })
-            .collect();
-        let excess = ours.len().saturating_sub(schedule.keep as usize);
-        for (id, name) in ours.into_iter().take(excess) {
-            if pool.snapshot_holds(id).map_or(true, |h| !h.is_empty()) {
-                continue;
-            }
-            match ds.destroy_snapshot(&name) {
-                Ok(()) => run.pruned.push(name),
-                Err(e) => {
-                    tracing::info!(snapshot = %name, error = %e, "pruning a scheduled snapshot later")
+        match ds.prune(dataset, &schedule.prefix(), schedule.keep as usize, None) {
+            Ok(p) => {
+                run.pruned.extend(p.destroyed);
+                for (snapshot, e) in p.failed {
+                    tracing::info!(%snapshot, error = %e, "pruning a scheduled snapshot later");
                 }
             }
+            Err(e) => tracing::info!(%dataset, error = %e, "pruning scheduled snapshots later"),
         }
     }
 }

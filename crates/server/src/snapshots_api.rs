@@ -120,11 +120,15 @@ pub(crate) async fn holds(
 ) -> ApiResult<Vec<HoldInfo>> {
     blocking(move || {
         let mut out = Vec::new();
-        for snap in snapshots_of(&s, q.of.as_deref())? {
-            if snap.holds.is_empty() {
-                continue;
+        match &q.of {
+            Some(of) => out.extend(s.datasets_of(of)?.holds_under(of)?),
+            None => {
+                for p in s.pools() {
+                    if let Some(ds) = s.datasets_of_pool(&p.name) {
+                        out.extend(ds.holds_under(&p.name)?);
+                    }
+                }
             }
-            out.extend(s.datasets_of(&snap.name)?.holds(&snap.name)?);
         }
         Ok(out)
     })

@@ -467,18 +467,7 @@ impl Admin {
     pub fn holds(&self, of: &str) -> Result<Vec<HoldInfo>> {
         match self {
             Admin::Daemon(api) => api.get(&format!("/holds?of={}", encode(of))),
-            Admin::Local => with_datasets(of, |ds| {
-                let dataset = of.split('@').next().unwrap_or(of);
-                let filter = dataset.contains('/').then_some(dataset);
-                let mut out = Vec::new();
-                for snap in ds.snapshots(filter)? {
-                    if (of.contains('@') && snap.name != of) || snap.holds.is_empty() {
-                        continue;
-                    }
-                    out.extend(ds.holds(&snap.name)?);
-                }
-                Ok(out)
-            }),
+            Admin::Local => with_datasets(of, |ds| Ok(ds.holds_under(of)?)),
         }
     }
 }

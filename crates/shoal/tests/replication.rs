@@ -6,14 +6,14 @@
 //! transfer, then the next run, leaves them equal; failover: the replica promoted,
 //! written over NFS, and replicated back to the demoted old primary. A volume written
 //! over iSCSI is replicated in full and incrementally and reads byte for byte the same
-//! through an iSCSI target on the replica, where it is write-protected. The base of
-//! the next incremental is held on both sides and survives a destroy attempt. An
-//! action that follows snapshot schedules sends each scheduled snapshot at once.
+//! through an iSCSI target on the replica, where it is write-protected. Holds and
+//! schedules: `replication_holds.rs`; shared helpers: `common/replication.rs`.
 //!
 //! Needs root (FUSE mounts), /dev/fuse, openssl and libnfs-utils
 //! (`.ci/test-deps.sh`).
 
 mod common;
+use common::replication::*;
 use common::*;
 
 use std::collections::BTreeMap;
@@ -194,17 +194,6 @@ fn tree(root: &Path) -> BTreeMap<PathBuf, Entry> {
     out
 }
 
-/// A pool `tank` in its own state directory, with filesystem `fs` (when given).
-fn appliance(dir: &Path, fs: Option<&str>) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let state = dir.join("state");
-    create_tank(&state, dir, "256M", &["mirror", "a", "b"]);
-    if let Some(fs) = fs {
-        ok(&state, &["fs", "create", fs, "-o", "compression=lz4"]);
-    }
-    state
-}
-
 /// Runs `f` on filesystem `fs` of `state` mounted through FUSE (no daemon may run).
 fn with_mount<T>(state: &Path, fs: &str, f: impl FnOnce(&Path) -> T) -> T {
     let at = state.parent().unwrap().join("mnt");
@@ -232,53 +221,6 @@ fn assert_same(a: &BTreeMap<PathBuf, Entry>, b: &BTreeMap<PathBuf, Entry>) {
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
 }
 
-fn json(state: &Path, args: &[&str]) -> serde_json::Value {
-    let out = ok(state, args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
-}
-
-/// Snapshot names (after the `@`) of `fs`.
-fn snapshots(state: &Path, fs: &str) -> Vec<String> {
-    json(state, &["snapshot", "list", fs, "--json"])
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            let n = s["name"].as_str().unwrap();
-            n.split_once('@').unwrap().1.to_string()
-        })
-        .collect()
-}
-
-/// Makes a credential on `replica` and adds it as target `name` on `primary`.
-fn pair(primary: &Path, replica: &Served, name: &str, cert: Option<&Path>) {
-    let c = json(
-        &replica.state,
-        &["replication", "credential", "create", name, "--json"],
-    );
-    let token = c["token"].as_str().unwrap();
-    let host = if cert.is_some() {
-        "localhost"
-    } else {
-        "127.0.0.1"
-    };
-    let address = format!("{host}:{}", replica.api_port);
-    let mut args = vec![
-        "replication",
-        "target",
-        "add",
-        name,
-        "--address",
-        &address,
-        "--credential",
-        token,
-    ];
-    if let Some(c) = cert {
-        args.extend(["--certificate", c.to_str().unwrap()]);
-    }
-    ok(primary, &args);
-}
-
 /// Adds target `name` (`replica` over HTTPS with `cert`) on `primary` with `credential`.
 fn add_target(primary: &Path, name: &str, replica: &Served, credential: &str, cert: &Path) {
     ok(
@@ -296,25 +238,6 @@ fn add_target(primary: &Path, name: &str, replica: &Served, credential: &str, ce
             cert.to_str().unwrap(),
         ],
     );
-}
-
-fn add_action(primary: &Path, fs: &str, target: &str, remote: &str, extra: &[&str]) -> String {
-    let mut args = vec![
-        "replication",
-        "add",
-        fs,
-        "--target",
-        target,
-        "--remote",
-        remote,
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    json(primary, &args)["id"].as_u64().unwrap().to_string()
-}
-
-fn run(primary: &Path, id: &str) -> serde_json::Value {
-    json(primary, &["replication", "run", id, "--json"])
 }
 
 fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
@@ -812,14 +735,6 @@ fn scheduled_runs_counted_in_analytics_on_both_sides() {
     assert_eq!(snapshots(&r, "tank/copy").len(), 2);
 }
 
-/// Shares `fs` of `state` read-write to 127.0.0.1 (libnfs clients, root not squashed).
-fn share_to_loopback(state: &Path, fs: &str) {
-    ok(
-        state,
-        &["share", "set", fs, "127.0.0.1(rw,no_root_squash,insecure)"],
-    );
-}
-
 /// Alerts of `kind` about `object` in the primary's list (acknowledged ones too).
 fn alerts_of(state: &Path, kind: &str, object: &str) -> Vec<serde_json::Value> {
     json(state, &["alerts", "--all", "--json"])["alerts"]
@@ -891,188 +806,6 @@ fn a_target_behind_its_alert_lag_is_alerted_then_caught_up() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     assert_eq!(alerts_of(&p, "replication.lagging", &behind_obj).len(), 1);
-}
-
-/// Two daemons over plain HTTP on loopback: a primary whose `tank/data` is shared to
-/// loopback, and a replica it knows as target `vault`. Their state directories, then
-/// the daemons.
-fn primary_and_replica(dir: &Path) -> (PathBuf, PathBuf, Served, Served) {
-    let p = appliance(&dir.join("primary"), Some("tank/data"));
-    let r = appliance(&dir.join("replica"), None);
-    let primary = Served::start(&p, &dir.join("p.log"), &[]);
-    let replica = Served::start(&r, &dir.join("r.log"), &[]);
-    share_to_loopback(&p, "tank/data");
-    pair(&p, &replica, "vault", None);
-    (p, r, primary, replica)
-}
-
-/// The tags holding each snapshot of `fs` (`shoal snapshot holds --json`).
-fn holds(state: &Path, fs: &str) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for h in json(state, &["snapshot", "holds", fs, "--json"])
-        .as_array()
-        .unwrap()
-    {
-        let snap = h["snapshot"].as_str().unwrap().split_once('@').unwrap().1;
-        out.entry(snap.to_string())
-            .or_default()
-            .push(h["tag"].as_str().unwrap().to_string());
-    }
-    out
-}
-
-#[test]
-fn the_base_is_held_on_both_sides_and_survives_a_destroy_attempt() {
-    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (p, r, primary, _replica) = primary_and_replica(t.path());
-    let id = add_action(
-        &p,
-        "tank/data",
-        "vault",
-        "tank/copy",
-        &["--keep-local", "1", "--keep-remote", "1"],
-    );
-    let tag = format!("replication:{id}");
-    nfs_put(&primary, "/tank/data", "one", b"first");
-    assert_eq!(run(&p, &id)["ok"], true);
-    let base = snapshots(&p, "tank/data").last().unwrap().clone();
-    assert_eq!(
-        holds(&p, "tank/data"),
-        BTreeMap::from([(base.clone(), vec![tag.clone()])])
-    );
-    assert_eq!(
-        holds(&r, "tank/copy"),
-        BTreeMap::from([(base.clone(), vec!["replication".to_string()])])
-    );
-
-    // An operator's destroy of the base is refused on both sides, naming the hold.
-    for (state, fs) in [(&p, "tank/data"), (&r, "tank/copy")] {
-        let out = shoal(state, &["snapshot", "destroy", &format!("{fs}@{base}")]);
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("is held (replication"), "{err}");
-    }
-    // An operator's own hold stacks with the replication's.
-    ok(
-        &p,
-        &["snapshot", "hold", "keep", &format!("tank/data@{base}")],
-    );
-
-    // The next run moves the replication hold to the new base on both sides and
-    // prunes what nothing holds; the operator's hold keeps the old base here.
-    nfs_put(&primary, "/tank/data", "two", b"second");
-    let second = run(&p, &id);
-    assert_eq!(second["ok"], true, "{second}");
-    let new_base = snapshots(&p, "tank/data").last().unwrap().clone();
-    assert_ne!(new_base, base);
-    assert_eq!(
-        holds(&p, "tank/data"),
-        BTreeMap::from([
-            (base.clone(), vec!["keep".to_string()]),
-            (new_base.clone(), vec![tag.clone()])
-        ])
-    );
-    assert_eq!(snapshots(&p, "tank/data"), [base.clone(), new_base.clone()]);
-    assert_eq!(
-        holds(&r, "tank/copy"),
-        BTreeMap::from([(new_base.clone(), vec!["replication".to_string()])])
-    );
-    assert_eq!(
-        snapshots(&r, "tank/copy"),
-        std::slice::from_ref(&new_base),
-        "the old base pruned there"
-    );
-
-    // Released, the old base goes; removing the action lets go of its base.
-    ok(
-        &p,
-        &["snapshot", "release", "keep", &format!("tank/data@{base}")],
-    );
-    ok(&p, &["snapshot", "destroy", &format!("tank/data@{base}")]);
-    ok(&p, &["replication", "remove", &id]);
-    assert!(holds(&p, "tank/data").is_empty());
-    ok(
-        &p,
-        &["snapshot", "destroy", &format!("tank/data@{new_base}")],
-    );
-    assert!(snapshots(&p, "tank/data").is_empty());
-}
-
-#[test]
-fn an_action_that_follows_schedules_sends_each_scheduled_snapshot() {
-    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (p, r, primary, _replica) = primary_and_replica(t.path());
-    add_action(
-        &p,
-        "tank/data",
-        "vault",
-        "tank/copy",
-        &["--follow-schedules"],
-    );
-    nfs_put(&primary, "/tank/data", "one", b"first");
-    // The schedule's first snapshot is taken at once; the action sends it.
-    let s = json(
-        &p,
-        &[
-            "snapshot",
-            "schedule",
-            "add",
-            "tank/data",
-            "--every",
-            "1d",
-            "--keep",
-            "5",
-            "--json",
-        ],
-    );
-    let sid = s["id"].as_u64().unwrap().to_string();
-    let auto_on = |state: &Path, fs: &str| -> Vec<String> {
-        snapshots(state, fs)
-            .into_iter()
-            .filter(|n| n.starts_with("auto-1d-"))
-            .collect()
-    };
-    let arrived = |want: usize| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let here = auto_on(&p, "tank/data");
-            let there = if json(&r, &["fs", "list", "--json"])
-                .to_string()
-                .contains("tank/copy")
-            {
-                auto_on(&r, "tank/copy")
-            } else {
-                Vec::new()
-            };
-            if here.len() == want && there == here {
-                return here;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "waited for {want} scheduled snapshots on both sides: {here:?} here, {there:?} there"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    };
-    arrived(1);
-    // Another scheduled snapshot (asked for now) goes the same way.
-    nfs_put(&primary, "/tank/data", "two", b"second");
-    ok(&p, &["snapshot", "schedule", "run", &sid]);
-    arrived(2);
-    // The run that sent it records itself once the replica has answered.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let st = loop {
-        let st = json(&p, &["replication", "status", "--json"]);
-        let a = &st["actions"][0];
-        if a["running"].is_null() && a["history"].as_array().unwrap().len() >= 2 {
-            break st;
-        }
-        assert!(std::time::Instant::now() < deadline, "{st}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
-    let history = st["actions"][0]["history"].as_array().unwrap();
-    assert!(history.iter().all(|h| h["ok"] == true), "{st}");
-    assert_eq!(st["actions"][0]["follow_schedules"], true, "{st}");
 }
 
 #[test]

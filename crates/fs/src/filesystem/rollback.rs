@@ -63,14 +63,7 @@ impl Filesystem {
         vanished: &mut dyn FnMut(&[u64]),
     ) -> Result<Vec<u64>> {
         self.pool.sync()?;
-        let open: Vec<u64> = self
-            .open_files
-            .lock()
-            .unwrap()
-            .counts
-            .keys()
-            .copied()
-            .collect();
+        let open = self.open_inos();
         let mut generation: HashMap<u64, u64> = HashMap::new();
         for ino in open {
             if let Ok(a) = self.getattr(ino) {
@@ -83,14 +76,7 @@ impl Filesystem {
             // (one unlinked after the snapshot has its name back). A file opened while
             // the gate was closed (`opened` does not wait) is judged by whether its
             // object is there: the pool never gives a vanished object's id again.
-            let open: Vec<u64> = self
-                .open_files
-                .lock()
-                .unwrap()
-                .counts
-                .keys()
-                .copied()
-                .collect();
+            let open = self.open_inos();
             // Judged without the open-files lock: `getattr` takes it.
             let gone: Vec<u64> = open
                 .into_iter()
@@ -111,5 +97,12 @@ impl Filesystem {
         self.drain_unlinked()?;
         self.pool.sync()?;
         Ok(gone)
+    }
+
+    /// The objects held open now (read under the open-files lock, which is then let
+    /// go: `getattr` takes it).
+    fn open_inos(&self) -> Vec<u64> {
+        let of = self.open_files.lock().unwrap();
+        of.counts.keys().copied().collect()
     }
 }

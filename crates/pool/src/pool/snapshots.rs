@@ -7,17 +7,7 @@ impl Pool {
     /// Takes snapshot `name` of dataset `dataset`: everything changed before this call
     /// is in it. O(1): one directory entry naming the root the dataset's sync wrote.
     pub fn snapshot_create(&self, dataset: u64, name: &str) -> Result<u64, PoolError> {
-        Self::validate_objset_name(name)?;
-        if name.contains('/') {
-            return Err(PoolError::InvalidArgument(format!(
-                "invalid snapshot name '{name}'"
-            )));
-        }
-        self.run_snapshot_op(SnapOp::Create {
-            dataset,
-            name: name.to_string(),
-            guid: None,
-        })
+        Ok(self.snapshot_create_many(&[dataset], name)?[0])
     }
 
     /// Takes snapshot `name` of each of `datasets` in one transaction group (as

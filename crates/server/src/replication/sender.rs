@@ -314,25 +314,18 @@ fn new_snapshot_name(ds: &fs::Datasets, filesystem: &str, unix: u64) -> Result<S
 /// `newest` (the next run's base) nor a held one (another action's base, or one an
 /// operator holds).
 pub(crate) fn prune(ds: &fs::Datasets, filesystem: &str, keep: u32, newest: &str) {
-    let Ok(names) = ds.snapshot_names(filesystem) else {
-        return;
-    };
-    let pool = ds.pool();
-    let ours: Vec<(u64, String)> = names
-        .into_iter()
-        .filter(|(_, n)| {
-            n.split_once('@')
-                .is_some_and(|(_, short)| short.starts_with(SNAPSHOT_PREFIX))
-        })
-        .collect();
-    let excess = ours.len().saturating_sub(keep.max(1) as usize);
-    for (id, name) in ours.iter().take(excess).filter(|(_, n)| n != newest) {
-        if pool.snapshot_holds(*id).map_or(true, |h| !h.is_empty()) {
-            continue;
+    match ds.prune(
+        filesystem,
+        SNAPSHOT_PREFIX,
+        keep.max(1) as usize,
+        Some(newest),
+    ) {
+        Ok(p) => {
+            for (snapshot, e) in p.failed {
+                tracing::warn!(%snapshot, error = %e, "pruning a replication snapshot");
+            }
         }
-        if let Err(e) = ds.destroy_snapshot(name) {
-            tracing::warn!(snapshot = %name, error = %e, "pruning a replication snapshot");
-        }
+        Err(e) => tracing::warn!(%filesystem, error = %e, "pruning replication snapshots"),
     }
 }
 

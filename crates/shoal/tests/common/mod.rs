@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod replication;
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
