@@ -508,8 +508,12 @@ await run(async () => {
     await page.click('[data-test=nav-snapshots]');
     await page.locator('[data-test=page-snapshots]').waitFor();
     const rows = () => page.locator('[data-test=snap-row]').evaluateAll((els) => els.map((e) => e.getAttribute('data-name')));
-    const base = (await rows()).find((n) => n.startsWith(`${REPLICA}@repl-`));
-    assert(base, `no replication snapshot of ${REPLICA} is listed: ${(await rows()).join(', ')}`);
+    // The table loads after the page shows.
+    let base;
+    await until(15, `a replication snapshot of ${REPLICA} listed`, async () => {
+      base = (await rows()).find((n) => n.startsWith(`${REPLICA}@repl-`));
+      return Boolean(base);
+    });
     const baseRow = page.locator(`[data-test=snap-row][data-name="${base}"]`);
     assert((await baseRow.locator('[data-test=snap-hold]').textContent()).includes('replication'), `${base} shows no replication hold`);
     assert(await baseRow.locator('[data-test=snap-destroy]').isDisabled(), `a held snapshot can be destroyed from the page`);
